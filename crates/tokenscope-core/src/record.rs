@@ -1,0 +1,281 @@
+//! One finished request, as measured: the line written to `requests.jsonl`.
+//!
+//! Every instant is microseconds since the run's start on one monotonic clock,
+//! so records from one run can be compared and merged without clock skew.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Where a token count came from; the results say which source every count used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenSource {
+    /// The server's own `usage` object.
+    ServerUsage,
+    /// tokenscope's offline tokenizer (built-in or `--tokenizer`).
+    Tokenizer,
+    /// One token per content-bearing chunk (the last resort).
+    Chunks,
+}
+
+/// Why a request failed. Serialized as a short string (`http_429`, `timeout`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ErrorKind {
+    /// The TCP/TLS connection could not be made.
+    Connect,
+    /// No answer (or no next chunk) within the timeout.
+    Timeout,
+    /// The server answered with a non-2xx status.
+    Http(u16),
+    /// The stream broke off: dropped connection, body error, no `[DONE]`.
+    Stream,
+    /// The server sent an error object inside the stream.
+    ServerError,
+    /// A chunk that is not the JSON the API defines.
+    Malformed,
+    /// Cancelled by the user (Ctrl-C) or the end of a `--duration` run.
+    Cancelled,
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ErrorKind::Connect => f.write_str("connect"),
+            ErrorKind::Timeout => f.write_str("timeout"),
+            ErrorKind::Http(code) => write!(f, "http_{code}"),
+            ErrorKind::Stream => f.write_str("stream"),
+            ErrorKind::ServerError => f.write_str("server_error"),
+            ErrorKind::Malformed => f.write_str("malformed"),
+            ErrorKind::Cancelled => f.write_str("cancelled"),
+        }
+    }
+}
+
+impl std::str::FromStr for ErrorKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "connect" => ErrorKind::Connect,
+            "timeout" => ErrorKind::Timeout,
+            "stream" => ErrorKind::Stream,
+            "server_error" => ErrorKind::ServerError,
+            "malformed" => ErrorKind::Malformed,
+            "cancelled" => ErrorKind::Cancelled,
+            other => match other.strip_prefix("http_").and_then(|c| c.parse().ok()) {
+                Some(code) => ErrorKind::Http(code),
+                None => return Err(format!("unknown error kind `{other}`")),
+            },
+        })
+    }
+}
+
+impl Serialize for ErrorKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ErrorKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A content-bearing chunk: when it arrived and how many tokens it carried.
+/// Serialized as `[at_us, tokens]` to keep `requests.jsonl` compact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Chunk(pub u64, pub u32);
+
+impl Chunk {
+    pub fn at_us(&self) -> u64 {
+        self.0
+    }
+    pub fn tokens(&self) -> u32 {
+        self.1
+    }
+}
+
+/// One request from schedule to end of stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// Index in the run, in scheduling order (warm-up requests included).
+    pub id: u64,
+    /// A warm-up request: written down, excluded from every result.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warmup: bool,
+    /// When the load pattern wanted the request sent.
+    pub scheduled_at_us: u64,
+    /// When the request was handed to the connection.
+    pub sent_at_us: u64,
+    /// The response head (status line) arrived.
+    pub first_byte_at_us: Option<u64>,
+    /// The first chunk carrying generated text (content, reasoning or completion text).
+    pub first_token_at_us: Option<u64>,
+    /// End of stream (or of the failure).
+    pub done_at_us: u64,
+    pub input_tokens: Option<u64>,
+    pub input_token_source: Option<TokenSource>,
+    pub output_tokens: u64,
+    pub output_token_source: Option<TokenSource>,
+    /// `max_tokens` sent, when the workload asked for a length.
+    pub requested_output_tokens: Option<u64>,
+    /// HTTP status of the response, when one came.
+    pub status: Option<u16>,
+    /// `None` for a success.
+    pub error_kind: Option<ErrorKind>,
+    /// A one-line description of the failure (never contains credentials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub finish_reason: Option<String>,
+    /// Open loop with `--max-concurrency`: the request could not leave on time.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub waited_for_slot: bool,
+    /// The server's own per-request timings when it sends them (llama.cpp's `timings`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_timings: Option<serde_json::Value>,
+    /// Content-bearing chunks in arrival order.
+    pub chunks: Vec<Chunk>,
+}
+
+impl RequestRecord {
+    pub fn succeeded(&self) -> bool {
+        self.error_kind.is_none()
+    }
+
+    /// TTFT = first token − sent, in µs.
+    pub fn ttft_us(&self) -> Option<u64> {
+        Some(self.first_token_at_us?.saturating_sub(self.sent_at_us))
+    }
+
+    /// TTFT measured from when the load pattern scheduled the request.
+    pub fn ttft_from_scheduled_us(&self) -> Option<u64> {
+        Some(self.first_token_at_us?.saturating_sub(self.scheduled_at_us))
+    }
+
+    /// When the last token arrived.
+    pub fn last_token_at_us(&self) -> Option<u64> {
+        self.chunks.last().map(Chunk::at_us)
+    }
+
+    /// TPOT = (last token − first token) / (output tokens − 1), for ≥ 2 tokens. In µs.
+    pub fn tpot_us(&self) -> Option<f64> {
+        if self.output_tokens < 2 {
+            return None;
+        }
+        let span = self.last_token_at_us()?.checked_sub(self.first_token_at_us?)?;
+        Some(span as f64 / (self.output_tokens - 1) as f64)
+    }
+
+    /// E2E = end of stream − sent, in µs.
+    pub fn e2e_us(&self) -> u64 {
+        self.done_at_us.saturating_sub(self.sent_at_us)
+    }
+
+    /// Client lag: how late the request left compared with its schedule, in µs.
+    pub fn lag_us(&self) -> u64 {
+        self.sent_at_us.saturating_sub(self.scheduled_at_us)
+    }
+
+    /// Gaps between successive chunks (ICL), in µs.
+    pub fn chunk_gaps_us(&self) -> impl Iterator<Item = u64> + '_ {
+        self.chunks.windows(2).map(|w| w[1].0.saturating_sub(w[0].0))
+    }
+
+    /// Token-split inter-token latencies: each chunk after the first contributes
+    /// its gap divided over the tokens it carried, once per token. Tokens that
+    /// arrived together with the first token have no gap and contribute nothing.
+    pub fn itl_us(&self) -> impl Iterator<Item = (f64, u32)> + '_ {
+        self.chunks.windows(2).map(|w| {
+            let gap = w[1].0.saturating_sub(w[0].0) as f64;
+            let k = w[1].1.max(1);
+            (gap / k as f64, k)
+        })
+    }
+
+    /// The request finished normally but produced fewer tokens than it asked for.
+    pub fn short_output(&self) -> bool {
+        self.succeeded()
+            && self
+                .requested_output_tokens
+                .is_some_and(|want| self.output_tokens < want)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(chunks: Vec<Chunk>, output_tokens: u64) -> RequestRecord {
+        RequestRecord {
+            id: 0,
+            warmup: false,
+            scheduled_at_us: 0,
+            sent_at_us: 1_000,
+            first_byte_at_us: Some(2_000),
+            first_token_at_us: chunks.first().map(Chunk::at_us),
+            done_at_us: chunks.last().map_or(5_000, |c| c.0 + 100),
+            input_tokens: Some(10),
+            input_token_source: Some(TokenSource::ServerUsage),
+            output_tokens,
+            output_token_source: Some(TokenSource::ServerUsage),
+            requested_output_tokens: Some(output_tokens),
+            status: Some(200),
+            error_kind: None,
+            error: None,
+            finish_reason: Some("length".into()),
+            waited_for_slot: false,
+            server_timings: None,
+            chunks,
+        }
+    }
+
+    #[test]
+    fn definitions() {
+        let r = record(vec![Chunk(101_000, 1), Chunk(121_000, 1), Chunk(141_000, 1)], 3);
+        assert_eq!(r.ttft_us(), Some(100_000));
+        assert_eq!(r.tpot_us(), Some(20_000.0));
+        assert_eq!(r.e2e_us(), 140_100);
+        assert_eq!(r.itl_us().collect::<Vec<_>>(), vec![(20_000.0, 1), (20_000.0, 1)]);
+    }
+
+    #[test]
+    fn multi_token_chunks_split_their_gap() {
+        let r = record(vec![Chunk(100_000, 4), Chunk(180_000, 4)], 8);
+        assert_eq!(r.itl_us().collect::<Vec<_>>(), vec![(20_000.0, 4)]);
+        assert_eq!(r.chunk_gaps_us().collect::<Vec<_>>(), vec![80_000]);
+        // 7 gaps of 80ms/7 tokens: TPOT counts the whole span over n-1 tokens.
+        assert!((r.tpot_us().unwrap() - 80_000.0 / 7.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn tpot_needs_two_tokens() {
+        let r = record(vec![Chunk(100_000, 1)], 1);
+        assert_eq!(r.tpot_us(), None);
+    }
+
+    #[test]
+    fn error_kinds_round_trip() {
+        for kind in [
+            ErrorKind::Connect,
+            ErrorKind::Timeout,
+            ErrorKind::Http(429),
+            ErrorKind::Stream,
+            ErrorKind::ServerError,
+            ErrorKind::Malformed,
+            ErrorKind::Cancelled,
+        ] {
+            let json = serde_json::to_string(&kind).unwrap();
+            assert_eq!(serde_json::from_str::<ErrorKind>(&json).unwrap(), kind);
+        }
+        assert_eq!(ErrorKind::Http(503).to_string(), "http_503");
+    }
+
+    #[test]
+    fn record_round_trips_through_json() {
+        let r = record(vec![Chunk(1, 1), Chunk(2, 3)], 4);
+        let line = serde_json::to_string(&r).unwrap();
+        assert!(line.contains("\"chunks\":[[1,1],[2,3]]"));
+        assert_eq!(serde_json::from_str::<RequestRecord>(&line).unwrap(), r);
+    }
+}

@@ -1,0 +1,200 @@
+//! `results.json`: the whole result of one run, schema `tokenscope.run/v1`.
+//! Documented field by field in `docs/results-schema.md`; scripts rely on the
+//! names, so fields are only ever added.
+
+use crate::cost::Cost;
+use crate::stats::Summary;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const SCHEMA: &str = "tokenscope.run/v1";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunResults {
+    /// Always [`SCHEMA`].
+    pub schema: String,
+    pub tool: Tool,
+    /// Wall-clock start, RFC 3339 UTC (the only wall-clock time; all others are monotonic).
+    pub started_at: String,
+    /// The run was cut short (Ctrl-C); every finished request is still recorded.
+    pub partial: bool,
+    pub target: Target,
+    /// The settings the run used (credentials never appear here).
+    pub config: serde_json::Value,
+    pub window: Window,
+    pub latency: Latency,
+    pub throughput: Throughput,
+    pub counts: Counts,
+    pub tokens: Tokens,
+    pub slo: Option<SloReport>,
+    pub efficiency: Efficiency,
+    pub server: Server,
+    pub client: ClientUsage,
+    pub diagnosis: Vec<Finding>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Tool {
+    pub name: String,
+    pub version: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Target {
+    pub url: String,
+    /// `openai-chat` or `openai-completions`.
+    pub api: String,
+    pub model: String,
+    /// The built-in server started by `bench` when no `--url` was given.
+    pub builtin: Option<String>,
+}
+
+/// The measured window: first send → last completion of the measured
+/// (non-warm-up) requests, in seconds since the run's start.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct Window {
+    pub start_s: f64,
+    pub end_s: f64,
+    pub duration_s: f64,
+    /// Ramp and drain trimmed: first completion → last send. `None` when they do not overlap.
+    pub steady: Option<SteadyWindow>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct SteadyWindow {
+    pub start_s: f64,
+    pub end_s: f64,
+    pub duration_s: f64,
+    /// Output tokens that arrived inside the steady window ÷ its length.
+    pub output_tokens_per_s: f64,
+    /// Completions inside the steady window ÷ its length.
+    pub requests_per_s: f64,
+    /// Time-weighted mean in-flight requests inside the steady window.
+    pub concurrency_mean: f64,
+}
+
+/// Every latency distribution in milliseconds. `None` = no sample, never zero.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Latency {
+    /// first token − sent.
+    pub ttft_ms: Option<Summary>,
+    /// first token − scheduled (open loop: what a user arriving on schedule waits).
+    pub ttft_from_scheduled_ms: Option<Summary>,
+    /// (last token − first token) / (output tokens − 1), per request.
+    pub tpot_ms: Option<Summary>,
+    /// Token-split gaps: a chunk of k tokens adds its gap / k, k times.
+    pub itl_ms: Option<Summary>,
+    /// Gaps between chunks (inter-chunk latency).
+    pub icl_ms: Option<Summary>,
+    /// end of stream − sent.
+    pub e2e_ms: Option<Summary>,
+    /// sent − scheduled: how late the client was.
+    pub client_lag_ms: Option<Summary>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Throughput {
+    pub output_tokens_per_s: f64,
+    pub total_tokens_per_s: f64,
+    pub requests_per_s: f64,
+    /// Requests meeting every SLO ÷ window (`None` without `--slo`).
+    pub goodput_requests_per_s: Option<f64>,
+    pub goodput_output_tokens_per_s: Option<f64>,
+    /// Per request: 1000 / TPOT — the decode speed one user sees.
+    pub per_user_output_tokens_per_s: Option<Summary>,
+    pub concurrency: Concurrency,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct Concurrency {
+    /// Time-weighted mean of in-flight requests over the window.
+    pub mean: f64,
+    pub max: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Counts {
+    /// Measured requests (warm-up excluded).
+    pub requests: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    /// Failures by kind: `connect`, `timeout`, `http_429`, `stream`, `server_error`, `malformed`, `cancelled`.
+    pub errors: BTreeMap<String, u64>,
+    pub warmup: u64,
+    /// Succeeded with fewer output tokens than requested.
+    pub short_outputs: u64,
+    /// Open loop with `--max-concurrency`: requests that could not leave on time.
+    pub waited_for_slot: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Tokens {
+    /// Over successful measured requests.
+    pub input_total: u64,
+    pub output_total: u64,
+    pub input_sources: BTreeMap<String, u64>,
+    pub output_sources: BTreeMap<String, u64>,
+    /// How many chunks carried k tokens, by k.
+    pub tokens_per_chunk: BTreeMap<u32, u64>,
+    /// Some chunk carried more than one token: ITL is a split of chunk gaps.
+    pub multi_token_chunks: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SloReport {
+    pub objectives: Vec<ObjectiveResult>,
+    /// Every objective held over the run.
+    pub met: bool,
+    /// Requests that succeeded and met every per-request objective.
+    pub good_requests: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ObjectiveResult {
+    pub metric: String,
+    pub stat: String,
+    pub limit_ms: f64,
+    pub value_ms: Option<f64>,
+    pub met: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Efficiency {
+    pub cost: Option<Cost>,
+    /// GPU utilisation, memory, power (from the telemetry stage; `None` until measured).
+    pub gpu: Option<serde_json::Value>,
+    /// KV-cache usage (from the server's metrics; `None` until measured).
+    pub kv_cache: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Server {
+    /// Detected server kind (`None` = not detected).
+    pub kind: Option<String>,
+    /// Summaries of the server's own metrics (`None` = not scraped).
+    pub metrics: Option<serde_json::Value>,
+}
+
+/// What the load generator itself cost, so a run that measured the client can be told apart.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ClientUsage {
+    /// CPU time of the client's threads (user + system) over the whole run.
+    pub cpu_seconds: Option<f64>,
+    /// cpu_seconds ÷ window: cores the client kept busy.
+    pub cpu_cores: Option<f64>,
+    /// CPU microseconds per streamed output token.
+    pub cpu_us_per_output_token: Option<f64>,
+    /// Client threads (tokio workers).
+    pub threads: Option<usize>,
+}
+
+/// One statement of the diagnosis, with the numbers behind it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Finding {
+    /// Stable rule name (`client_saturated`, `short_outputs`, ...).
+    pub rule: String,
+    /// `info`, `warning` or `critical`.
+    pub severity: String,
+    pub message: String,
+    pub evidence: BTreeMap<String, serde_json::Value>,
+}

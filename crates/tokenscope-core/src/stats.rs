@@ -1,0 +1,186 @@
+//! Distributions: exact count, mean, standard deviation, min and max, and
+//! percentiles from an HDR histogram (3 significant digits, mergeable, so runs
+//! from several machines combine exactly).
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// Collects non-negative samples. Values are stored in nanoseconds (or any
+/// integer unit); [`Distribution::summary`] scales them for reporting.
+#[derive(Clone)]
+pub struct Distribution {
+    hist: Histogram<u64>,
+    count: u64,
+    sum: f64,
+    sum_sq: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Default for Distribution {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for Distribution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Distribution")
+            .field("count", &self.count)
+            .field("mean", &self.mean())
+            .finish()
+    }
+}
+
+impl Distribution {
+    pub fn new() -> Self {
+        Distribution {
+            hist: Histogram::new(3).expect("3 significant digits is a valid HDR precision"),
+            count: 0,
+            sum: 0.0,
+            sum_sq: 0.0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+        }
+    }
+
+    /// Adds one sample (negative values are clamped to zero).
+    pub fn record(&mut self, value: f64) {
+        self.record_n(value, 1);
+    }
+
+    /// Adds `n` samples of the same value (a chunk's token-split ITL).
+    pub fn record_n(&mut self, value: f64, n: u64) {
+        if n == 0 || !value.is_finite() {
+            return;
+        }
+        let value = value.max(0.0);
+        self.hist
+            .record_n(value.round() as u64, n)
+            .expect("auto-resizing histogram accepts any u64");
+        self.count += n;
+        self.sum += value * n as f64;
+        self.sum_sq += value * value * n as f64;
+        self.min = self.min.min(value);
+        self.max = self.max.max(value);
+    }
+
+    pub fn merge(&mut self, other: &Distribution) {
+        if other.count == 0 {
+            return;
+        }
+        self.hist.add(&other.hist).expect("auto-resizing histogram");
+        self.count += other.count;
+        self.sum += other.sum;
+        self.sum_sq += other.sum_sq;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    pub fn mean(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum / self.count as f64)
+    }
+
+    /// The value at quantile `q` (0..=1), from the histogram.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        (self.count > 0).then(|| (self.hist.value_at_quantile(q) as f64).clamp(self.min, self.max))
+    }
+
+    /// Summary with every value multiplied by `scale` (1e-6 turns ns into ms).
+    /// `None` when there are no samples: absent, never zero.
+    pub fn summary(&self, scale: f64) -> Option<Summary> {
+        let mean = self.mean()?;
+        let var = (self.sum_sq / self.count as f64 - mean * mean).max(0.0);
+        let q = |q: f64| self.quantile(q).unwrap_or(0.0) * scale;
+        Some(Summary {
+            count: self.count,
+            mean: mean * scale,
+            std: var.sqrt() * scale,
+            min: self.min * scale,
+            p50: q(0.50),
+            p90: q(0.90),
+            p95: q(0.95),
+            p99: q(0.99),
+            p999: q(0.999),
+            max: self.max * scale,
+        })
+    }
+}
+
+/// The statistics reported for every distribution.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub count: u64,
+    pub mean: f64,
+    pub std: f64,
+    pub min: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p95: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl Summary {
+    /// Looks a statistic up by the name used in `--slo` (`mean`, `p50`, ..., `max`).
+    pub fn get(&self, stat: &str) -> Option<f64> {
+        Some(match stat {
+            "mean" => self.mean,
+            "std" => self.std,
+            "min" => self.min,
+            "p50" | "median" => self.p50,
+            "p90" => self.p90,
+            "p95" => self.p95,
+            "p99" => self.p99,
+            "p999" | "p99.9" => self.p999,
+            "max" => self.max,
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_moments_and_close_percentiles() {
+        let mut d = Distribution::new();
+        for v in 1..=1000 {
+            d.record(v as f64 * 1_000.0);
+        }
+        let s = d.summary(1e-3).unwrap();
+        assert_eq!(s.count, 1000);
+        assert!((s.mean - 500.5).abs() < 1e-9);
+        assert!((s.std - 288.675).abs() < 0.01);
+        assert_eq!(s.min, 1.0);
+        assert_eq!(s.max, 1000.0);
+        assert!((s.p50 - 500.0).abs() <= 0.5, "p50 {}", s.p50);
+        assert!((s.p99 - 990.0).abs() <= 1.0, "p99 {}", s.p99);
+    }
+
+    #[test]
+    fn empty_is_absent() {
+        assert!(Distribution::new().summary(1.0).is_none());
+    }
+
+    #[test]
+    fn merge_equals_recording_everything() {
+        let (mut a, mut b, mut all) = (Distribution::new(), Distribution::new(), Distribution::new());
+        for v in 0..500 {
+            a.record(v as f64);
+            all.record(v as f64);
+        }
+        for v in 500..1000 {
+            b.record_n(v as f64, 2);
+            all.record_n(v as f64, 2);
+        }
+        a.merge(&b);
+        assert_eq!(a.summary(1.0), all.summary(1.0));
+    }
+}
