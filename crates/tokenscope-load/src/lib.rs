@@ -1,1 +1,16 @@
+//! Load generation for tokenscope, in the order data flows:
+//! [`workload`] (prompts and lengths) → [`arrival`] (when requests leave) →
+//! [`openai`] over [`sse`] (one streaming request, timed per chunk, in
+//! [`request`]) → [`runner`] (the load loop) → [`recorder`] (`requests.jsonl`).
 
+pub mod arrival;
+pub mod clock;
+pub mod cpu;
+pub mod openai;
+pub mod probe;
+pub mod recorder;
+pub mod request;
+pub mod runner;
+pub mod sse;
+pub mod tokenizer;
+pub mod workload;

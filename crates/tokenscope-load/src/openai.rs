@@ -1,0 +1,280 @@
+//! The OpenAI-compatible streaming APIs: request bodies and stream chunks.
+//!
+//! Chunks are parsed borrowing from the event's text, so a token costs one
+//! JSON scan and no allocation unless its text has escapes.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::borrow::Cow;
+
+/// Which endpoint and request shape to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `POST /v1/chat/completions` with `messages`.
+    Chat,
+    /// `POST /v1/completions` with `prompt`.
+    Completions,
+}
+
+impl Api {
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Chat => "openai-chat",
+            Api::Completions => "openai-completions",
+        }
+    }
+
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::Chat => "/v1/chat/completions",
+            Api::Completions => "/v1/completions",
+        }
+    }
+}
+
+/// What one request asks for.
+#[derive(Debug, Clone)]
+pub struct RequestParams<'a> {
+    pub model: &'a str,
+    pub prompt: &'a str,
+    pub max_tokens: Option<u64>,
+    /// Ask the server to ignore end-of-sequence so lengths are exact
+    /// (`ignore_eos`, and `min_tokens` = `max_tokens`).
+    pub ignore_eos: bool,
+}
+
+/// The JSON body of a streaming request, with usage requested.
+pub fn request_body(api: Api, p: &RequestParams<'_>) -> Vec<u8> {
+    let mut body = match api {
+        Api::Chat => json!({
+            "model": p.model,
+            "messages": [{"role": "user", "content": p.prompt}],
+        }),
+        Api::Completions => json!({"model": p.model, "prompt": p.prompt}),
+    };
+    let obj = body.as_object_mut().expect("built as an object");
+    obj.insert("stream".into(), json!(true));
+    obj.insert("stream_options".into(), json!({"include_usage": true}));
+    if let Some(n) = p.max_tokens {
+        obj.insert("max_tokens".into(), json!(n));
+        if p.ignore_eos {
+            obj.insert("min_tokens".into(), json!(n));
+        }
+    }
+    if p.ignore_eos {
+        obj.insert("ignore_eos".into(), json!(true));
+    }
+    serde_json::to_vec(&body).expect("a JSON value serializes")
+}
+
+/// Token counts the server reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct RawChunk<'a> {
+    #[serde(borrow, default)]
+    choices: Vec<RawChoice<'a>>,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(borrow, default)]
+    object: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    message: Option<Cow<'a, str>>,
+    #[serde(default)]
+    timings: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct RawChoice<'a> {
+    #[serde(borrow, default)]
+    delta: Option<RawDelta<'a>>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct RawDelta<'a> {
+    #[serde(borrow, default)]
+    content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    reasoning: Option<Cow<'a, str>>,
+}
+
+/// What one stream chunk carried.
+#[derive(Debug, Default, PartialEq)]
+pub struct ChunkInfo {
+    /// Bytes of generated text (content + reasoning, or completion text).
+    /// Zero for role-only, empty and usage-only chunks: those are not tokens.
+    pub text_bytes: usize,
+    pub usage: Option<Usage>,
+    pub finish_reason: Option<String>,
+    /// The server reported an error inside the stream.
+    pub error: Option<String>,
+    /// llama.cpp's per-request `timings`.
+    pub timings: Option<Value>,
+}
+
+/// The data of an event was not a chunk of the API.
+#[derive(Debug, thiserror::Error)]
+#[error("malformed stream chunk: {reason} (data: {snippet})")]
+pub struct Malformed {
+    pub reason: String,
+    pub snippet: String,
+}
+
+/// Parses one event's data; generated text is appended to `text`.
+pub fn parse_chunk(data: &str, text: &mut String) -> Result<ChunkInfo, Malformed> {
+    let raw: RawChunk<'_> = serde_json::from_str(data).map_err(|e| Malformed {
+        reason: e.to_string(),
+        snippet: data.chars().take(80).collect(),
+    })?;
+    let mut info = ChunkInfo { usage: raw.usage, timings: raw.timings, ..Default::default() };
+    if let Some(err) = raw.error {
+        info.error = Some(error_message(&err));
+    } else if raw.object.as_deref() == Some("error") {
+        info.error = Some(raw.message.as_deref().unwrap_or("error object in stream").to_string());
+    }
+    for choice in raw.choices {
+        let mut add = |s: Option<Cow<'_, str>>| {
+            if let Some(s) = s {
+                info.text_bytes += s.len();
+                text.push_str(&s);
+            }
+        };
+        if let Some(d) = choice.delta {
+            add(d.reasoning_content);
+            add(d.reasoning);
+            add(d.content);
+        }
+        add(choice.text);
+        if let Some(f) = choice.finish_reason {
+            info.finish_reason = Some(f.into_owned());
+        }
+    }
+    Ok(info)
+}
+
+/// A one-line message from an error object (`{"message": ...}` or a string).
+pub fn error_message(err: &Value) -> String {
+    let msg = match err {
+        Value::String(s) => s.clone(),
+        Value::Object(o) => o
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| err.to_string()),
+        other => other.to_string(),
+    };
+    msg.lines().next().unwrap_or("").chars().take(200).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(data: &str) -> (ChunkInfo, String) {
+        let mut text = String::new();
+        let info = parse_chunk(data, &mut text).unwrap();
+        (info, text)
+    }
+
+    #[test]
+    fn content_delta_is_text() {
+        let (info, text) = parse(r#"{"choices":[{"index":0,"delta":{"content":" hello"}}]}"#);
+        assert_eq!(info.text_bytes, 6);
+        assert_eq!(text, " hello");
+    }
+
+    #[test]
+    fn role_only_chunk_is_not_a_token() {
+        let (info, _) = parse(
+            r#"{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}]}"#,
+        );
+        assert_eq!(info.text_bytes, 0);
+        let (info, _) = parse(r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#);
+        assert_eq!(info.text_bytes, 0, "empty content is not a token");
+    }
+
+    #[test]
+    fn usage_only_final_chunk() {
+        let (info, _) = parse(
+            r#"{"choices":[],"usage":{"completion_tokens":3,"prompt_tokens":18,"total_tokens":21},"timings":{"prompt_ms":7.1}}"#,
+        );
+        assert_eq!(info.text_bytes, 0);
+        assert_eq!(info.usage, Some(Usage { prompt_tokens: Some(18), completion_tokens: Some(3) }));
+        assert!(info.timings.is_some());
+    }
+
+    #[test]
+    fn reasoning_content_counts_as_generated_text() {
+        let (info, text) = parse(r#"{"choices":[{"delta":{"reasoning_content":"think"}}]}"#);
+        assert_eq!(info.text_bytes, 5);
+        assert_eq!(text, "think");
+        let (info, _) = parse(r#"{"choices":[{"delta":{"reasoning":"hm"}}]}"#);
+        assert_eq!(info.text_bytes, 2);
+    }
+
+    #[test]
+    fn completion_text_and_finish_reason() {
+        let (info, text) =
+            parse(r#"{"choices":[{"text":" duef","index":0,"logprobs":null,"finish_reason":"length"}]}"#);
+        assert_eq!((info.text_bytes, text.as_str()), (5, " duef"));
+        assert_eq!(info.finish_reason.as_deref(), Some("length"));
+    }
+
+    #[test]
+    fn per_chunk_usage_is_kept() {
+        let (info, _) = parse(
+            r#"{"choices":[{"delta":{"content":"ab"}}],"usage":{"prompt_tokens":5,"completion_tokens":2}}"#,
+        );
+        assert_eq!(info.usage.unwrap().completion_tokens, Some(2));
+    }
+
+    #[test]
+    fn escaped_text_is_decoded() {
+        let (info, text) = parse(r#"{"choices":[{"delta":{"content":"a\nb\u00e9"}}]}"#);
+        assert_eq!(text, "a\nbé");
+        assert_eq!(info.text_bytes, 4);
+    }
+
+    #[test]
+    fn error_object_mid_stream() {
+        let (info, _) = parse(r#"{"error":{"code":500,"message":"slot died\nmore","type":"server_error"}}"#);
+        assert_eq!(info.error.as_deref(), Some("slot died"));
+        let (info, _) = parse(r#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#);
+        assert_eq!(info.error.as_deref(), Some("bad"));
+    }
+
+    #[test]
+    fn malformed_chunk_is_an_error_with_a_snippet() {
+        let mut text = String::new();
+        let err = parse_chunk("{not json", &mut text).unwrap_err();
+        assert!(err.to_string().contains("{not json"), "{err}");
+    }
+
+    #[test]
+    fn bodies_ask_for_usage_and_exact_lengths() {
+        let p = RequestParams { model: "m", prompt: "hi", max_tokens: Some(7), ignore_eos: true };
+        let chat: Value = serde_json::from_slice(&request_body(Api::Chat, &p)).unwrap();
+        assert_eq!(chat["messages"][0]["content"], "hi");
+        assert_eq!(chat["stream"], true);
+        assert_eq!(chat["stream_options"]["include_usage"], true);
+        assert_eq!(chat["max_tokens"], 7);
+        assert_eq!(chat["min_tokens"], 7);
+        assert_eq!(chat["ignore_eos"], true);
+        let p = RequestParams { ignore_eos: false, ..p };
+        let comp: Value = serde_json::from_slice(&request_body(Api::Completions, &p)).unwrap();
+        assert_eq!(comp["prompt"], "hi");
+        assert!(comp.get("ignore_eos").is_none() && comp.get("min_tokens").is_none());
+    }
+}

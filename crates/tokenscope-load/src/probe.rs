@@ -1,0 +1,84 @@
+//! Before the load: is the server there, which model does it serve, and which
+//! API answers (`--api auto`).
+
+use crate::openai::Api;
+use crate::request::describe;
+use reqwest::header::HeaderMap;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("cannot reach {url}: {reason}")]
+    Unreachable { url: String, reason: String },
+    #[error("{0}")]
+    Refused(String),
+}
+
+const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn unreachable(url: &str, e: reqwest::Error) -> ProbeError {
+    ProbeError::Unreachable { url: url.to_string(), reason: describe(&e) }
+}
+
+/// `GET /v1/models`: the ids the server serves.
+pub async fn list_models(
+    client: &reqwest::Client,
+    base: &str,
+    headers: &HeaderMap,
+) -> Result<Vec<String>, ProbeError> {
+    let url = format!("{base}/v1/models");
+    let resp = client
+        .get(&url)
+        .headers(headers.clone())
+        .timeout(PROBE_TIMEOUT)
+        .send()
+        .await
+        .map_err(|e| unreachable(base, e))?;
+    let status = resp.status();
+    if !status.is_success() {
+        return Err(ProbeError::Refused(format!(
+            "GET {url} answered HTTP {}; pass --model to skip model discovery",
+            status.as_u16()
+        )));
+    }
+    let body: Value = resp.json().await.map_err(|e| {
+        ProbeError::Refused(format!("GET {url}: not a model list ({e}); pass --model"))
+    })?;
+    Ok(body["data"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|m| m["id"].as_str().map(str::to_owned)).collect())
+        .unwrap_or_default())
+}
+
+/// Sends a one-token request to each API in turn; the first that answers 2xx wins.
+pub async fn detect_api(
+    client: &reqwest::Client,
+    base: &str,
+    headers: &HeaderMap,
+    model: &str,
+) -> Result<Api, ProbeError> {
+    let mut tried = Vec::new();
+    for api in [Api::Chat, Api::Completions] {
+        let body = match api {
+            Api::Chat => json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}),
+            Api::Completions => json!({"model": model, "prompt": "hi", "max_tokens": 1}),
+        };
+        let resp = client
+            .post(format!("{base}{}", api.path()))
+            .headers(headers.clone())
+            .json(&body)
+            .timeout(PROBE_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| unreachable(base, e))?;
+        if resp.status().is_success() {
+            return Ok(api);
+        }
+        tried.push(format!("{} → HTTP {}", api.path(), resp.status().as_u16()));
+    }
+    Err(ProbeError::Refused(format!(
+        "no OpenAI-compatible API answered at {base} ({}); set --api",
+        tried.join(", ")
+    )))
+}

@@ -1,0 +1,355 @@
+//! One streaming request, timed per network read.
+//!
+//! The per-token path is: read bytes → stamp the clock → SSE parse → borrow-parse
+//! the chunk JSON → push `(instant, bytes)`. Token counts per chunk are settled
+//! once the stream ends, from the server's usage when it has one.
+
+use crate::clock::Clock;
+use crate::openai::{self, Api, RequestParams, Usage};
+use crate::sse::SseParser;
+use crate::tokenizer;
+use crate::workload::PromptSpec;
+use reqwest::header::HeaderMap;
+use std::time::Duration;
+use tokenscope_core::record::{Chunk, ErrorKind, RequestRecord, TokenSource};
+use tokio::time::{timeout_at, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Everything a request needs that is the same for the whole run.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub client: reqwest::Client,
+    /// The endpoint (`…/v1/chat/completions` or `…/v1/completions`).
+    pub url: reqwest::Url,
+    pub api: Api,
+    pub model: String,
+    /// Extra headers, `Authorization` among them (marked sensitive).
+    pub headers: HeaderMap,
+    pub ignore_eos: bool,
+    /// Longest a whole request may take.
+    pub timeout: Duration,
+    /// Longest to wait for the response head or the next read of the stream.
+    pub idle_timeout: Duration,
+}
+
+/// Who a request is, apart from its prompt.
+#[derive(Debug, Clone, Copy)]
+pub struct Ticket {
+    pub id: u64,
+    pub scheduled_at_us: u64,
+    pub warmup: bool,
+    pub waited_for_slot: bool,
+}
+
+/// The state of one stream while it is read.
+#[derive(Default)]
+struct Stream {
+    /// `(arrival, text bytes)`; the bytes become token counts at the end.
+    chunks: Vec<Chunk>,
+    /// Per-chunk cumulative completion tokens, when the server sends usage on every chunk.
+    chunk_usage: Vec<u64>,
+    text: String,
+    usage: Option<Usage>,
+    finish_reason: Option<String>,
+    timings: Option<serde_json::Value>,
+    done: bool,
+    failure: Option<(ErrorKind, String)>,
+}
+
+impl Stream {
+    fn event(&mut self, data: &str, at_us: u64) {
+        if self.done || self.failure.is_some() {
+            return;
+        }
+        if data == "[DONE]" {
+            self.done = true;
+            return;
+        }
+        match openai::parse_chunk(data, &mut self.text) {
+            Err(e) => self.failure = Some((ErrorKind::Malformed, e.to_string())),
+            Ok(info) => {
+                if let Some(msg) = info.error {
+                    self.failure = Some((ErrorKind::ServerError, msg));
+                    return;
+                }
+                if info.text_bytes > 0 {
+                    self.chunks.push(Chunk(at_us, info.text_bytes.min(u32::MAX as usize) as u32));
+                    if let Some(c) = info.usage.and_then(|u| u.completion_tokens) {
+                        self.chunk_usage.push(c);
+                    }
+                }
+                if info.usage.is_some() {
+                    self.usage = info.usage;
+                }
+                if info.finish_reason.is_some() {
+                    self.finish_reason = info.finish_reason;
+                }
+                if info.timings.is_some() {
+                    self.timings = info.timings;
+                }
+            }
+        }
+    }
+}
+
+/// Sends one request and follows its stream to the end, a failure, or cancellation.
+/// Never panics and always returns a record.
+pub async fn execute(
+    target: &Target,
+    clock: &Clock,
+    ticket: Ticket,
+    spec: &PromptSpec,
+    cancel: &CancellationToken,
+) -> RequestRecord {
+    let body = openai::request_body(
+        target.api,
+        &RequestParams {
+            model: &target.model,
+            prompt: &spec.prompt,
+            max_tokens: spec.max_tokens,
+            ignore_eos: target.ignore_eos,
+        },
+    );
+    let mut rec = RequestRecord {
+        id: ticket.id,
+        warmup: ticket.warmup,
+        scheduled_at_us: ticket.scheduled_at_us,
+        sent_at_us: 0,
+        first_byte_at_us: None,
+        first_token_at_us: None,
+        done_at_us: 0,
+        input_tokens: Some(spec.input_tokens),
+        input_token_source: Some(TokenSource::Tokenizer),
+        output_tokens: 0,
+        output_token_source: None,
+        requested_output_tokens: spec.max_tokens,
+        status: None,
+        error_kind: None,
+        error: None,
+        finish_reason: None,
+        waited_for_slot: ticket.waited_for_slot,
+        server_timings: None,
+        chunks: Vec::new(),
+    };
+    let request = target
+        .client
+        .post(target.url.clone())
+        .headers(target.headers.clone())
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body);
+
+    let deadline = Instant::now() + target.timeout;
+    rec.sent_at_us = clock.now_us();
+    let next_deadline = || deadline.min(Instant::now() + target.idle_timeout);
+
+    let sent = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => return fail(rec, clock, ErrorKind::Cancelled, "cancelled before the response".into()),
+        r = timeout_at(next_deadline(), request.send()) => r,
+    };
+    let mut response = match sent {
+        Err(_) => return fail(rec, clock, ErrorKind::Timeout, "no response head in time".into()),
+        Ok(Err(e)) => {
+            let kind = classify(&e);
+            return fail(rec, clock, kind, describe(&e));
+        }
+        Ok(Ok(r)) => r,
+    };
+    rec.first_byte_at_us = Some(clock.now_us());
+    let status = response.status();
+    rec.status = Some(status.as_u16());
+    if !status.is_success() {
+        let text = tokio::time::timeout(Duration::from_secs(5), response.text()).await;
+        let msg = match text {
+            Ok(Ok(t)) => serde_json::from_str::<serde_json::Value>(&t)
+                .ok()
+                .and_then(|v| v.get("error").map(openai::error_message))
+                .unwrap_or_else(|| t.lines().next().unwrap_or("").chars().take(200).collect()),
+            _ => String::new(),
+        };
+        let msg = format!("HTTP {}: {msg}", status.as_u16());
+        return fail(rec, clock, ErrorKind::Http(status.as_u16()), msg);
+    }
+
+    let mut stream = Stream::default();
+    let mut sse = SseParser::new();
+    loop {
+        let read = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => {
+                stream.failure.get_or_insert((ErrorKind::Cancelled, "cancelled mid-stream".into()));
+                break;
+            }
+            r = timeout_at(next_deadline(), response.chunk()) => r,
+        };
+        match read {
+            Err(_) => {
+                let why = if Instant::now() >= deadline { "request exceeded --timeout" } else { "stream stalled past --idle-timeout" };
+                stream.failure.get_or_insert((ErrorKind::Timeout, why.into()));
+                break;
+            }
+            Ok(Err(e)) => {
+                stream.failure.get_or_insert((ErrorKind::Stream, describe(&e)));
+                break;
+            }
+            Ok(Ok(None)) => {
+                let at = clock.now_us();
+                sse.finish(|ev| stream.event(ev.data, at));
+                break;
+            }
+            Ok(Ok(Some(bytes))) => {
+                let at = clock.now_us();
+                sse.feed(&bytes, |ev| stream.event(ev.data, at));
+                if stream.done || stream.failure.is_some() {
+                    break;
+                }
+            }
+        }
+    }
+    rec.done_at_us = clock.now_us();
+    settle(rec, stream)
+}
+
+/// Turns the stream into the record: failure or success, token counts and their sources.
+fn settle(mut rec: RequestRecord, mut s: Stream) -> RequestRecord {
+    rec.first_token_at_us = s.chunks.first().map(Chunk::at_us);
+    rec.finish_reason = s.finish_reason.take();
+    rec.server_timings = s.timings.take();
+    if s.failure.is_none() && !s.done && rec.finish_reason.is_none() {
+        s.failure = Some((ErrorKind::Stream, "stream ended without [DONE] or a finish reason".into()));
+    }
+    if let Some(p) = s.usage.and_then(|u| u.prompt_tokens) {
+        rec.input_tokens = Some(p);
+        rec.input_token_source = Some(TokenSource::ServerUsage);
+    }
+    let n_chunks = s.chunks.len() as u64;
+    let (total, source) = match s.usage.and_then(|u| u.completion_tokens) {
+        Some(n) if s.failure.is_none() => (n, TokenSource::ServerUsage),
+        _ => match tokenizer::count_tokens(&s.text).filter(|_| s.failure.is_none()) {
+            Some(n) => (n.max(n_chunks), TokenSource::Tokenizer),
+            None => (n_chunks, TokenSource::Chunks),
+        },
+    };
+    split_tokens(&mut s.chunks, &s.chunk_usage, total);
+    rec.output_tokens = if s.chunks.is_empty() { total.min(n_chunks) } else { total };
+    rec.output_token_source = Some(source);
+    rec.chunks = s.chunks;
+    if let Some((kind, msg)) = s.failure {
+        rec.error_kind = Some(kind);
+        rec.error = Some(msg);
+    }
+    rec
+}
+
+/// Replaces each chunk's byte count with its token count.
+/// Per-chunk usage when the server sent it; otherwise one token per chunk
+/// when the totals agree; otherwise `total` split in proportion to text bytes
+/// (largest remainder, at least one per chunk).
+fn split_tokens(chunks: &mut [Chunk], chunk_usage: &[u64], total: u64) {
+    let n = chunks.len() as u64;
+    if n == 0 {
+        return;
+    }
+    if chunk_usage.len() == chunks.len() && chunk_usage.windows(2).all(|w| w[1] >= w[0]) {
+        let mut prev = 0;
+        for (c, &cum) in chunks.iter_mut().zip(chunk_usage) {
+            c.1 = (cum - prev).max(1) as u32;
+            prev = cum;
+        }
+        return;
+    }
+    if total <= n {
+        chunks.iter_mut().for_each(|c| c.1 = 1);
+        return;
+    }
+    let bytes: u64 = chunks.iter().map(|c| c.1 as u64).sum();
+    let extra = total - n; // one each first, the rest by bytes
+    let mut given = 0;
+    let mut remainders: Vec<(u64, usize)> = Vec::with_capacity(chunks.len());
+    for (i, c) in chunks.iter_mut().enumerate() {
+        let share = extra * c.1 as u64;
+        let whole = share / bytes;
+        remainders.push((share % bytes, i));
+        c.1 = 1 + whole as u32;
+        given += whole;
+    }
+    remainders.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for &(_, i) in remainders.iter().take((extra - given) as usize) {
+        chunks[i].1 += 1;
+    }
+}
+
+fn fail(mut rec: RequestRecord, clock: &Clock, kind: ErrorKind, msg: String) -> RequestRecord {
+    rec.done_at_us = clock.now_us();
+    rec.error_kind = Some(kind);
+    rec.error = Some(msg);
+    rec
+}
+
+fn classify(e: &reqwest::Error) -> ErrorKind {
+    if e.is_connect() {
+        ErrorKind::Connect
+    } else if e.is_timeout() {
+        ErrorKind::Timeout
+    } else {
+        ErrorKind::Stream
+    }
+}
+
+/// The error and its causes on one line, without the URL.
+pub(crate) fn describe(e: &reqwest::Error) -> String {
+    let mut msg = String::new();
+    let mut cur: Option<&dyn std::error::Error> = Some(e);
+    while let Some(err) = cur {
+        let text = err.to_string();
+        if !msg.contains(&text) {
+            if !msg.is_empty() {
+                msg.push_str(": ");
+            }
+            msg.push_str(&text);
+        }
+        cur = err.source();
+    }
+    if let Some(url) = e.url() {
+        msg = msg.replace(&format!(" ({url})"), "").replace(url.as_str(), "<url>");
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunks(bytes: &[u32]) -> Vec<Chunk> {
+        bytes.iter().enumerate().map(|(i, &b)| Chunk(i as u64, b)).collect()
+    }
+
+    #[test]
+    fn one_token_per_chunk_when_totals_agree() {
+        let mut c = chunks(&[5, 3, 9]);
+        split_tokens(&mut c, &[], 3);
+        assert!(c.iter().all(|c| c.1 == 1));
+    }
+
+    #[test]
+    fn equal_chunks_split_evenly() {
+        let mut c = chunks(&[12, 12, 12, 12]);
+        split_tokens(&mut c, &[], 16);
+        assert!(c.iter().all(|c| c.1 == 4), "{c:?}");
+    }
+
+    #[test]
+    fn uneven_chunks_split_by_bytes_and_sum_to_total() {
+        let mut c = chunks(&[1, 3, 10, 6]);
+        split_tokens(&mut c, &[], 11);
+        assert_eq!(c.iter().map(|c| c.1 as u64).sum::<u64>(), 11);
+        assert!(c[2].1 > c[0].1);
+    }
+
+    #[test]
+    fn per_chunk_usage_wins() {
+        let mut c = chunks(&[4, 4, 4]);
+        split_tokens(&mut c, &[2, 5, 6], 6);
+        assert_eq!(c.iter().map(|c| c.1).collect::<Vec<_>>(), vec![2, 3, 1]);
+    }
+}

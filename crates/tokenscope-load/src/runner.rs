@@ -1,0 +1,194 @@
+//! The load loop. Closed loop: N workers, each sends its next request the
+//! moment the previous one ends. Open loop: an arrival thread keeps the
+//! schedule (tokio's timer has 1 ms resolution; a thread's sleep is finer) and
+//! the runtime sends each request when its time comes, whatever the server does.
+
+use crate::arrival::{LoadPattern, Schedule};
+use crate::clock::Clock;
+use crate::recorder::RecordSink;
+use crate::request::{execute, Target, Ticket};
+use crate::workload::Workload;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokenscope_core::record::RequestRecord;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// What to send and when to stop.
+#[derive(Debug, Clone)]
+pub struct RunPlan {
+    pub pattern: LoadPattern,
+    /// Measured requests (warm-up not included). `None`: until `duration`.
+    pub requests: Option<u64>,
+    /// Stop starting requests after this long; those in flight finish.
+    pub duration: Option<Duration>,
+    /// Requests sent first and excluded from results.
+    pub warmup: u64,
+    pub workload: Workload,
+    /// Seeds the arrival process (the workload has its own).
+    pub seed: u64,
+}
+
+impl RunPlan {
+    fn total(&self) -> Option<u64> {
+        self.requests.map(|n| n + self.warmup)
+    }
+}
+
+/// Live counters for progress displays.
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub sent: AtomicU64,
+    pub finished: AtomicU64,
+    pub failed: AtomicU64,
+    pub output_tokens: AtomicU64,
+}
+
+impl Progress {
+    fn finished(&self, r: &RequestRecord) {
+        self.finished.fetch_add(1, Ordering::Relaxed);
+        if !r.succeeded() {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        self.output_tokens.fetch_add(r.output_tokens, Ordering::Relaxed);
+    }
+}
+
+/// Shared by every request task.
+pub struct Runner {
+    pub target: Target,
+    pub clock: Clock,
+    pub sink: RecordSink,
+    pub cancel: CancellationToken,
+    pub progress: Arc<Progress>,
+}
+
+impl Runner {
+    /// Runs the plan to its end or to cancellation. Every request that was sent
+    /// is recorded (cancelled ones as `cancelled`) before this returns.
+    pub async fn run(self: Arc<Self>, plan: &RunPlan) {
+        let deadline = plan.duration.map(|d| self.clock.origin() + d);
+        match plan.pattern {
+            LoadPattern::Closed { concurrency } => self.closed(plan, concurrency, deadline).await,
+            LoadPattern::Open { rate, process, max_concurrency } => {
+                let schedule = Schedule::new(rate, process, plan.seed);
+                self.open(plan, schedule, max_concurrency, deadline).await
+            }
+        }
+    }
+
+    async fn one(&self, plan: &RunPlan, ticket: Ticket) {
+        let spec = plan.workload.request(ticket.id);
+        self.progress.sent.fetch_add(1, Ordering::Relaxed);
+        let rec = execute(&self.target, &self.clock, ticket, &spec, &self.cancel).await;
+        self.progress.finished(&rec);
+        self.sink.record(rec);
+    }
+
+    async fn closed(self: Arc<Self>, plan: &RunPlan, concurrency: usize, deadline: Option<Instant>) {
+        let next = Arc::new(AtomicU64::new(0));
+        let mut workers = JoinSet::new();
+        for _ in 0..concurrency {
+            let (me, next, plan) = (self.clone(), next.clone(), plan.clone());
+            workers.spawn(async move {
+                loop {
+                    if me.cancel.is_cancelled() || deadline.is_some_and(|d| Instant::now() >= d) {
+                        break;
+                    }
+                    let id = next.fetch_add(1, Ordering::Relaxed);
+                    if plan.total().is_some_and(|t| id >= t) {
+                        break;
+                    }
+                    let ticket = Ticket {
+                        id,
+                        scheduled_at_us: me.clock.now_us(),
+                        warmup: id < plan.warmup,
+                        waited_for_slot: false,
+                    };
+                    me.one(&plan, ticket).await;
+                }
+            });
+        }
+        while workers.join_next().await.is_some() {}
+    }
+
+    async fn open(
+        self: Arc<Self>,
+        plan: &RunPlan,
+        schedule: Schedule,
+        max_concurrency: Option<usize>,
+        deadline: Option<Instant>,
+    ) {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Duration)>();
+        let (total, origin, cancel) = (plan.total(), self.clock.origin(), self.cancel.clone());
+        let arrivals = std::thread::Builder::new()
+            .name("ts-arrival".into())
+            .spawn(move || {
+                for (id, offset) in schedule.enumerate() {
+                    let id = id as u64;
+                    let at = origin + offset;
+                    if total.is_some_and(|t| id >= t) || deadline.is_some_and(|d| at >= d) {
+                        break;
+                    }
+                    // Sleep in slices so cancellation is noticed within 50 ms.
+                    loop {
+                        if cancel.is_cancelled() {
+                            return;
+                        }
+                        let now = Instant::now();
+                        if now >= at {
+                            break;
+                        }
+                        std::thread::sleep((at - now).min(Duration::from_millis(50)));
+                    }
+                    if tx.send((id, offset)).is_err() {
+                        return;
+                    }
+                }
+            })
+            .expect("spawning the arrival thread");
+
+        let slots = max_concurrency.map(|n| Arc::new(Semaphore::new(n)));
+        let mut tasks = JoinSet::new();
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => break,
+                n = rx.recv() => n,
+            };
+            let Some((id, offset)) = next else { break };
+            let (permit, waited) = match &slots {
+                None => (None, false),
+                Some(sem) => match sem.clone().try_acquire_owned() {
+                    Ok(p) => (Some(p), false),
+                    Err(_) => {
+                        let p = tokio::select! {
+                            biased;
+                            _ = self.cancel.cancelled() => break,
+                            p = sem.clone().acquire_owned() => p.expect("semaphore is never closed"),
+                        };
+                        (Some(p), true)
+                    }
+                },
+            };
+            let ticket = Ticket {
+                id,
+                scheduled_at_us: offset.as_micros() as u64,
+                warmup: id < plan.warmup,
+                waited_for_slot: waited,
+            };
+            let (me, plan) = (self.clone(), plan.clone());
+            tasks.spawn(async move {
+                let _slot = permit;
+                me.one(&plan, ticket).await;
+            });
+            // Reap finished tasks so a long run does not hold them all.
+            while tasks.try_join_next().is_some() {}
+        }
+        drop(rx);
+        while tasks.join_next().await.is_some() {}
+        let _ = tokio::task::spawn_blocking(move || arrivals.join()).await;
+    }
+}

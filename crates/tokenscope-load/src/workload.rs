@@ -1,0 +1,247 @@
+//! Synthetic workload: prompt and output lengths drawn from a SPEC, prompts
+//! built from words that are one token each in the built-in tokenizer
+//! (cl100k), reproducible from `--seed` and unique per request unless a
+//! shared prefix is asked for.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution, LogNormal, Normal};
+
+/// A length distribution in tokens: `256`, `uniform:128..512`,
+/// `normal:512,64` (mean, std), `lognormal:512,256` (mean, std of the lengths).
+/// Every draw is at least 1.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LengthSpec {
+    Fixed(u64),
+    Uniform(u64, u64),
+    Normal { mean: f64, std: f64 },
+    LogNormal { mean: f64, std: f64 },
+}
+
+impl std::str::FromStr for LengthSpec {
+    type Err = String;
+    fn from_str(spec: &str) -> Result<Self, String> {
+        let bad = |why: &str| {
+            format!("`{spec}`: {why} (use 256, uniform:128..512, normal:512,64 or lognormal:512,256)")
+        };
+        let num = |s: &str| s.trim().parse::<f64>().map_err(|_| bad("not a number"));
+        let pair = |s: &str, sep: &str| -> Result<(f64, f64), String> {
+            let (a, b) = s.split_once(sep).ok_or_else(|| bad("expected two numbers"))?;
+            Ok((num(a)?, num(b)?))
+        };
+        let parsed = match spec.split_once(':') {
+            None => LengthSpec::Fixed(num(spec)? as u64),
+            Some(("uniform", rest)) => {
+                let (a, b) = pair(rest, "..")?;
+                if b < a {
+                    return Err(bad("the upper bound is below the lower one"));
+                }
+                LengthSpec::Uniform(a as u64, b as u64)
+            }
+            Some(("normal", rest)) => {
+                let (mean, std) = pair(rest, ",")?;
+                LengthSpec::Normal { mean, std }
+            }
+            Some(("lognormal", rest)) => {
+                let (mean, std) = pair(rest, ",")?;
+                LengthSpec::LogNormal { mean, std }
+            }
+            Some((kind, _)) => return Err(bad(&format!("unknown distribution `{kind}`"))),
+        };
+        match parsed {
+            LengthSpec::Fixed(0) => Err(bad("a length must be at least 1")),
+            LengthSpec::Normal { mean, std } | LengthSpec::LogNormal { mean, std }
+                if !(mean > 0.0 && std >= 0.0) =>
+            {
+                Err(bad("mean must be positive and std non-negative"))
+            }
+            ok => Ok(ok),
+        }
+    }
+}
+
+impl LengthSpec {
+    pub fn sample(&self, rng: &mut impl Rng) -> u64 {
+        let v = match *self {
+            LengthSpec::Fixed(n) => n as f64,
+            LengthSpec::Uniform(a, b) => rng.random_range(a..=b) as f64,
+            LengthSpec::Normal { mean, std } => {
+                Normal::new(mean, std).map_or(mean, |d| d.sample(rng))
+            }
+            LengthSpec::LogNormal { mean, std } => {
+                let sigma2 = (1.0 + (std / mean).powi(2)).ln();
+                let mu = mean.ln() - sigma2 / 2.0;
+                LogNormal::new(mu, sigma2.sqrt()).map_or(mean, |d| d.sample(rng))
+            }
+        };
+        v.round().max(1.0) as u64
+    }
+
+    /// The expected length.
+    pub fn mean(&self) -> f64 {
+        match *self {
+            LengthSpec::Fixed(n) => n as f64,
+            LengthSpec::Uniform(a, b) => (a + b) as f64 / 2.0,
+            LengthSpec::Normal { mean, .. } | LengthSpec::LogNormal { mean, .. } => mean,
+        }
+    }
+}
+
+/// Words that are exactly one cl100k token each, with their leading space
+/// (checked by a test), so a prompt of N words is N tokens in the built-in tokenizer.
+pub const WORDS: &[&str] = &[
+    " the", " of", " and", " to", " in", " is", " was", " for", " on", " that", " with", " as",
+    " by", " at", " from", " his", " it", " an", " were", " are", " which", " this", " be",
+    " or", " has", " had", " first", " not", " but", " after", " also", " new", " their",
+    " one", " two", " they", " its", " who", " been", " time", " her", " she", " he", " year",
+    " city", " school", " world", " used", " during", " would", " other", " there", " all",
+    " into", " more", " most", " can", " some", " such", " many", " only", " over", " later",
+    " war", " may", " about", " made", " team", " state", " film", " game", " music", " house",
+    " water", " light", " river", " paper", " stone", " green", " small", " large", " early",
+    " north", " south", " west", " east", " party", " family", " people", " group", " second",
+    " three", " four", " five", " life", " work", " part", " place", " name", " day", " night",
+    " number", " line", " form", " power", " country", " system", " public", " service",
+    " company", " market", " model", " data", " value", " point", " level", " order", " table",
+    " field", " road", " train", " plant", " animal", " color", " sound", " word", " story",
+    " book", " letter", " king", " church", " station", " island", " lake", " door", " street",
+];
+
+/// Words that encode the request index, so no two prompts share a prefix past the shared one.
+const ID_WORDS: usize = 3;
+
+/// What the workload asks of every request.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    pub input: LengthSpec,
+    /// `None`: no `max_tokens`, the server decides.
+    pub output: Option<LengthSpec>,
+    pub seed: u64,
+    /// Tokens at the start of every prompt that are the same for all requests.
+    pub shared_prefix: u64,
+}
+
+/// One request's prompt and length.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptSpec {
+    pub prompt: String,
+    /// Tokens in the built-in tokenizer (the server's usage count is preferred when it comes).
+    pub input_tokens: u64,
+    pub max_tokens: Option<u64>,
+}
+
+/// splitmix64: decorrelates per-request seeds.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl Workload {
+    /// The prompt and lengths of request `id`: the same for the same seed and id,
+    /// whatever the concurrency or timing.
+    pub fn request(&self, id: u64) -> PromptSpec {
+        let mut rng = StdRng::seed_from_u64(mix(self.seed ^ mix(id)));
+        let input_tokens = self.input.sample(&mut rng);
+        let max_tokens = self.output.map(|o| o.sample(&mut rng));
+
+        let mut prompt = String::with_capacity(input_tokens as usize * 7);
+        let mut shared = StdRng::seed_from_u64(mix(self.seed));
+        let prefix = self.shared_prefix.min(input_tokens);
+        for _ in 0..prefix {
+            prompt.push_str(WORDS[shared.random_range(0..WORDS.len())]);
+        }
+        let mut left = input_tokens - prefix;
+        let mut digits = id;
+        for _ in 0..ID_WORDS.min(left as usize) {
+            prompt.push_str(WORDS[(digits % WORDS.len() as u64) as usize]);
+            digits /= WORDS.len() as u64;
+            left -= 1;
+        }
+        for _ in 0..left {
+            prompt.push_str(WORDS[rng.random_range(0..WORDS.len())]);
+        }
+        PromptSpec { prompt, input_tokens, max_tokens }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse() {
+        assert_eq!("256".parse::<LengthSpec>().unwrap(), LengthSpec::Fixed(256));
+        assert_eq!("uniform:128..512".parse::<LengthSpec>().unwrap(), LengthSpec::Uniform(128, 512));
+        assert_eq!(
+            "normal:512,64".parse::<LengthSpec>().unwrap(),
+            LengthSpec::Normal { mean: 512.0, std: 64.0 }
+        );
+        assert!("lognormal:512,256".parse::<LengthSpec>().is_ok());
+        for bad in ["0", "abc", "uniform:5..1", "gauss:1,2", "normal:1", "normal:-1,2"] {
+            let err = bad.parse::<LengthSpec>().unwrap_err();
+            assert!(err.contains(bad), "{err}");
+        }
+    }
+
+    #[test]
+    fn samples_follow_the_spec() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let n = 20_000;
+        let u: Vec<u64> = (0..n).map(|_| LengthSpec::Uniform(10, 20).sample(&mut rng)).collect();
+        assert!(u.iter().all(|&v| (10..=20).contains(&v)));
+        let mean = |v: &[u64]| v.iter().sum::<u64>() as f64 / v.len() as f64;
+        assert!((mean(&u) - 15.0).abs() < 0.1);
+        let ln: Vec<u64> =
+            (0..n).map(|_| LengthSpec::LogNormal { mean: 512.0, std: 256.0 }.sample(&mut rng)).collect();
+        assert!((mean(&ln) - 512.0).abs() < 10.0, "{}", mean(&ln));
+        let nn: Vec<u64> =
+            (0..n).map(|_| LengthSpec::Normal { mean: 100.0, std: 10.0 }.sample(&mut rng)).collect();
+        assert!((mean(&nn) - 100.0).abs() < 0.5);
+    }
+
+    fn workload(shared_prefix: u64) -> Workload {
+        Workload {
+            input: LengthSpec::Uniform(50, 60),
+            output: Some(LengthSpec::Fixed(8)),
+            seed: 7,
+            shared_prefix,
+        }
+    }
+
+    #[test]
+    fn reproducible_and_unique() {
+        let w = workload(0);
+        assert_eq!(w.request(3), w.request(3));
+        let a = w.request(1);
+        let b = w.request(2);
+        assert_ne!(a.prompt, b.prompt);
+        // Different from the first words on: no accidental prefix-cache hit.
+        assert_ne!(a.prompt.split(' ').nth(1), b.prompt.split(' ').nth(1));
+        assert_eq!(a.max_tokens, Some(8));
+    }
+
+    #[test]
+    fn shared_prefix_is_shared() {
+        let w = workload(20);
+        let a = w.request(1);
+        let b = w.request(2);
+        let first20 = |s: &str| s.split(' ').take(21).collect::<Vec<_>>().join(" ");
+        assert_eq!(first20(&a.prompt), first20(&b.prompt));
+        assert_ne!(a.prompt, b.prompt);
+    }
+
+    #[test]
+    fn prompt_has_exactly_the_asked_tokens_in_cl100k() {
+        let bpe = tiktoken_rs::cl100k_base().unwrap();
+        for w in WORDS {
+            assert_eq!(bpe.encode_ordinary(w).len(), 1, "`{w}` is not one token");
+        }
+        let w = workload(5);
+        for id in 0..20 {
+            let p = w.request(id);
+            assert_eq!(bpe.encode_ordinary(&p.prompt).len() as u64, p.input_tokens);
+            assert_eq!(p.prompt.split_whitespace().count() as u64, p.input_tokens);
+        }
+    }
+}

@@ -1,0 +1,398 @@
+//! The exact server: an OpenAI-compatible streaming server whose timing is
+//! known, so measurements can be checked against the truth.
+//!
+//! For a request of n output tokens, token i (0-based) is ready at
+//! `arrival + ttft + i × itl`; a chunk of k tokens leaves when its last token is
+//! ready. Each token is one word that is one token in cl100k. Usage counts
+//! prompt tokens as whitespace-separated words (tokenscope's synthetic prompts
+//! are one token per word). Faults are drawn per request from a seeded hash of
+//! its arrival index, so a run's mix is reproducible.
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use crate::timer::sleep_until;
+use std::time::Instant;
+
+/// Words a response is made of, each one cl100k token.
+const TOKENS: [&str; 8] = [" the", " of", " and", " to", " in", " is", " was", " for"];
+
+/// Per-request fault probabilities (each 0..=1; their sum at most 1).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Faults {
+    pub http_429: f64,
+    pub http_500: f64,
+    pub http_503: f64,
+    /// The connection is cut halfway through the stream.
+    pub disconnect: f64,
+    /// A chunk halfway through the stream is not JSON.
+    pub malformed: f64,
+    /// The stream stops sending halfway for `stall` before going on.
+    pub stall: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ExactConfig {
+    pub model: String,
+    pub ttft: Duration,
+    /// Time between successive tokens.
+    pub itl: Duration,
+    pub tokens_per_chunk: u32,
+    /// Output length when the request sets no `max_tokens`.
+    pub default_output_tokens: u64,
+    pub faults: Faults,
+    pub stall: Duration,
+    pub seed: u64,
+}
+
+impl Default for ExactConfig {
+    fn default() -> Self {
+        ExactConfig {
+            model: "tokenscope-exact".into(),
+            ttft: Duration::from_millis(100),
+            itl: Duration::from_millis(20),
+            tokens_per_chunk: 1,
+            default_output_tokens: 128,
+            faults: Faults::default(),
+            stall: Duration::from_secs(5),
+            seed: 0,
+        }
+    }
+}
+
+/// Counters a test can read to know what the server did.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    pub requests: AtomicU64,
+    pub completed_streams: AtomicU64,
+}
+
+struct Shared {
+    config: ExactConfig,
+    model_json: String,
+    stats: Arc<ServerStats>,
+}
+
+/// A running exact server; dropping it does not stop it, [`ExactServer::shutdown`] does.
+pub struct ExactServer {
+    pub addr: SocketAddr,
+    pub stats: Arc<ServerStats>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ExactServer {
+    /// Binds `addr` (port 0 for a free one) and serves on the current runtime.
+    pub async fn start(addr: SocketAddr, config: ExactConfig) -> std::io::Result<ExactServer> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let stats = Arc::new(ServerStats::default());
+        let shared = Arc::new(Shared {
+            model_json: serde_json::to_string(&config.model).expect("a string serializes"),
+            config,
+            stats: stats.clone(),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/v1/completions", post(completions))
+            .route("/v1/models", get(models))
+            .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+            .with_state(shared);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app.into_make_service())
+                .with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        Ok(ExactServer { addr, stats, stop: Some(stop), task })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting, lets open streams finish, and waits.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = self.task.await;
+    }
+
+    /// Stops at once, cutting open streams.
+    pub fn abort(self) {
+        self.task.abort();
+    }
+}
+
+async fn models(State(s): State<Arc<Shared>>) -> Response {
+    let body = format!(
+        r#"{{"object":"list","data":[{{"id":{},"object":"model","owned_by":"tokenscope"}}]}}"#,
+        s.model_json
+    );
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn chat(state: State<Arc<Shared>>, Json(body): Json<Value>) -> Response {
+    let prompt_tokens = body["messages"]
+        .as_array()
+        .map(|m| m.iter().map(|m| words(&m["content"])).sum())
+        .unwrap_or(0);
+    respond(state.0, &body, prompt_tokens, true).await
+}
+
+async fn completions(state: State<Arc<Shared>>, Json(body): Json<Value>) -> Response {
+    let prompt_tokens = words(&body["prompt"]);
+    respond(state.0, &body, prompt_tokens, false).await
+}
+
+fn words(v: &Value) -> u64 {
+    v.as_str().map_or(0, |s| s.split_whitespace().count() as u64)
+}
+
+/// splitmix64 → a uniform number in [0, 1) for request `n`.
+fn uniform(seed: u64, n: u64) -> f64 {
+    let mut z = seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Fault {
+    None,
+    Status(u16),
+    Disconnect,
+    Malformed,
+    Stall,
+}
+
+fn pick_fault(f: &Faults, u: f64) -> Fault {
+    let table = [
+        (f.http_429, Fault::Status(429)),
+        (f.http_500, Fault::Status(500)),
+        (f.http_503, Fault::Status(503)),
+        (f.disconnect, Fault::Disconnect),
+        (f.malformed, Fault::Malformed),
+        (f.stall, Fault::Stall),
+    ];
+    let mut acc = 0.0;
+    for (p, fault) in table {
+        acc += p;
+        if u < acc {
+            return fault;
+        }
+    }
+    Fault::None
+}
+
+async fn respond(s: Arc<Shared>, body: &Value, prompt_tokens: u64, is_chat: bool) -> Response {
+    let arrival = Instant::now();
+    let n = s.stats.requests.fetch_add(1, Ordering::Relaxed);
+    let cfg = &s.config;
+    let fault = pick_fault(&cfg.faults, uniform(cfg.seed, n));
+    if let Fault::Status(code) = fault {
+        let status = StatusCode::from_u16(code).expect("valid status");
+        let msg = format!("injected {code}");
+        return (status, Json(json!({"error": {"message": msg, "type": "injected", "code": code}})))
+            .into_response();
+    }
+    let max_tokens = ["max_tokens", "max_completion_tokens", "n_predict"]
+        .iter()
+        .find_map(|k| body[k].as_u64())
+        .unwrap_or(cfg.default_output_tokens)
+        .max(1);
+    let stream = body["stream"].as_bool().unwrap_or(false);
+    let opts = &body["stream_options"];
+    let plan = Plan {
+        shared: s.clone(),
+        arrival,
+        n,
+        tokens: max_tokens,
+        prompt_tokens,
+        is_chat,
+        usage_at_end: opts["include_usage"].as_bool().unwrap_or(false),
+        usage_per_chunk: opts["continuous_usage_stats"].as_bool().unwrap_or(false),
+        fault,
+    };
+    if !stream {
+        return plan.whole().await.into_response();
+    }
+    let body = Body::from_stream(futures_util::stream::unfold((plan, 0u64), |(plan, step)| async move {
+        let item = plan.step(step).await?;
+        Some((item, (plan, step + 1)))
+    }));
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(body)
+        .expect("a valid response")
+}
+
+/// One response, step by step: 0 = role chunk (chat), 1..=chunks = content,
+/// then finish, usage, `[DONE]`.
+struct Plan {
+    shared: Arc<Shared>,
+    arrival: Instant,
+    n: u64,
+    tokens: u64,
+    prompt_tokens: u64,
+    is_chat: bool,
+    usage_at_end: bool,
+    usage_per_chunk: bool,
+    fault: Fault,
+}
+
+impl Plan {
+    fn chunks(&self) -> u64 {
+        let k = self.shared.config.tokens_per_chunk.max(1) as u64;
+        self.tokens.div_ceil(k)
+    }
+
+    /// When the last token of chunk `j` (0-based) is ready.
+    fn chunk_ready(&self, j: u64) -> Instant {
+        let cfg = &self.shared.config;
+        let k = cfg.tokens_per_chunk.max(1) as u64;
+        let last = ((j + 1) * k).min(self.tokens) - 1;
+        self.arrival + cfg.ttft + cfg.itl * last as u32
+    }
+
+    fn frame(&self, payload: &str) -> Result<Bytes, std::io::Error> {
+        Ok(Bytes::from(format!("data: {payload}\n\n")))
+    }
+
+    fn usage(&self, completion: u64) -> String {
+        format!(
+            r#"{{"prompt_tokens":{},"completion_tokens":{completion},"total_tokens":{}}}"#,
+            self.prompt_tokens,
+            self.prompt_tokens + completion
+        )
+    }
+
+    fn chunk_json(&self, choice: &str, usage: Option<String>) -> String {
+        let (id, object) = if self.is_chat {
+            ("chatcmpl", "chat.completion.chunk")
+        } else {
+            ("cmpl", "text_completion")
+        };
+        let usage = usage.map(|u| format!(r#","usage":{u}"#)).unwrap_or_default();
+        format!(
+            r#"{{"id":"{id}-exact-{}","object":"{object}","created":0,"model":{},"choices":[{choice}]{usage}}}"#,
+            self.n, self.shared.model_json
+        )
+    }
+
+    async fn step(&self, step: u64) -> Option<Result<Bytes, std::io::Error>> {
+        let chunks = self.chunks();
+        let k = self.shared.config.tokens_per_chunk.max(1) as u64;
+        if step == 0 {
+            // The role arrives at once, before any token: it must not start TTFT.
+            let choice = if self.is_chat {
+                r#"{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}"#
+            } else {
+                return Some(Ok(Bytes::new()));
+            };
+            return Some(self.frame(&self.chunk_json(choice, None)));
+        }
+        if step <= chunks {
+            let j = step - 1;
+            if j == chunks / 2 {
+                match self.fault {
+                    Fault::Disconnect => {
+                        return Some(Err(std::io::Error::other("injected disconnect")));
+                    }
+                    Fault::Malformed => return Some(self.frame(r#"{"choices":[{"delta":"#)),
+                    Fault::Stall => tokio::time::sleep(self.shared.config.stall).await,
+                    _ => {}
+                }
+            }
+            sleep_until(self.chunk_ready(j)).await;
+            let first = j * k;
+            let last = ((j + 1) * k).min(self.tokens);
+            let text: String = (first..last).map(|i| TOKENS[(i % 8) as usize]).collect();
+            let choice = if self.is_chat {
+                format!(r#"{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":null}}"#)
+            } else {
+                format!(r#"{{"index":0,"text":"{text}","logprobs":null,"finish_reason":null}}"#)
+            };
+            let usage = self.usage_per_chunk.then(|| self.usage(last));
+            return Some(self.frame(&self.chunk_json(&choice, usage)));
+        }
+        match step - chunks {
+            1 => {
+                let choice = if self.is_chat {
+                    r#"{"index":0,"delta":{},"finish_reason":"length"}"#
+                } else {
+                    r#"{"index":0,"text":"","logprobs":null,"finish_reason":"length"}"#
+                };
+                Some(self.frame(&self.chunk_json(choice, None)))
+            }
+            2 if self.usage_at_end => Some(self.frame(&self.chunk_json("", Some(self.usage(self.tokens))))),
+            2 | 3 => {
+                if step - chunks == 3 && !self.usage_at_end {
+                    return None;
+                }
+                self.shared.stats.completed_streams.fetch_add(1, Ordering::Relaxed);
+                Some(self.frame("[DONE]"))
+            }
+            _ => None,
+        }
+    }
+
+    async fn whole(&self) -> impl IntoResponse {
+        sleep_until(self.chunk_ready(self.chunks().saturating_sub(1))).await;
+        let text: String = (0..self.tokens).map(|i| TOKENS[(i % 8) as usize]).collect();
+        let choice = if self.is_chat {
+            json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"})
+        } else {
+            json!({"index": 0, "text": text, "finish_reason": "length"})
+        };
+        self.shared.stats.completed_streams.fetch_add(1, Ordering::Relaxed);
+        Json(json!({
+            "id": format!("exact-{}", self.n),
+            "object": if self.is_chat { "chat.completion" } else { "text_completion" },
+            "model": self.shared.config.model,
+            "choices": [choice],
+            "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.tokens,
+                      "total_tokens": self.prompt_tokens + self.tokens},
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn faults_follow_their_rates() {
+        let f = Faults { http_429: 0.1, http_500: 0.1, disconnect: 0.2, ..Default::default() };
+        let n = 100_000;
+        let mut counts = [0u32; 4];
+        for i in 0..n {
+            match pick_fault(&f, uniform(7, i)) {
+                Fault::Status(429) => counts[0] += 1,
+                Fault::Status(500) => counts[1] += 1,
+                Fault::Disconnect => counts[2] += 1,
+                Fault::None => counts[3] += 1,
+                _ => unreachable!(),
+            }
+        }
+        let share = |c: u32| c as f64 / n as f64;
+        assert!((share(counts[0]) - 0.1).abs() < 0.005);
+        assert!((share(counts[1]) - 0.1).abs() < 0.005);
+        assert!((share(counts[2]) - 0.2).abs() < 0.005);
+        assert!((share(counts[3]) - 0.6).abs() < 0.005);
+    }
+}

@@ -1,0 +1,358 @@
+//! `tokenscope bench`: probe the target, run the load, write the run
+//! directory, print the summary, choose the exit code.
+
+use crate::cli::{ApiChoice, BenchArgs};
+use crate::exit::Exit;
+use anyhow::Context;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
+use serde_json::json;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokenscope_core::cost::GpuPrice;
+use tokenscope_core::diagnosis::diagnose;
+use tokenscope_core::metrics::measure;
+use tokenscope_core::record::ErrorKind;
+use tokenscope_core::results::{self, ClientUsage, Efficiency, RunResults, Server, Tool};
+use tokenscope_load::arrival::LoadPattern;
+use tokenscope_load::clock::Clock;
+use tokenscope_load::openai::Api;
+use tokenscope_load::probe::{self, ProbeError};
+use tokenscope_load::recorder::Recorder;
+use tokenscope_load::request::Target;
+use tokenscope_load::runner::{Progress, RunPlan, Runner};
+use tokenscope_load::workload::Workload;
+use tokenscope_load::cpu::thread_cpu;
+use tokenscope_sim::exact::{ExactConfig, ExactServer};
+use tokio_util::sync::CancellationToken;
+
+/// Client threads are named with this prefix so their CPU time can be told
+/// apart from a built-in server's in the same process.
+const CLIENT_THREADS: &str = "ts-";
+
+/// A usage error that names its flag.
+fn usage(msg: String) -> anyhow::Error {
+    eprintln!("tokenscope: error: {msg}");
+    anyhow::Error::new(Exit::Usage).context("bad usage")
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
+    let threads = args.client_threads.map(|n| n as usize).unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(2, |n| n.get())
+    });
+    // The built-in server gets a runtime of its own (threads `srv-…`).
+    let builtin = match &args.url {
+        Some(_) => None,
+        None => Some(Builtin::start()?),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("ts-client")
+        .enable_all()
+        .build()?;
+    let url = args.url.clone().or_else(|| builtin.as_ref().map(|b| b.url.clone()));
+    let result = rt.block_on(bench(args, url.unwrap_or_default(), builtin.as_ref().map(|b| b.describe()), threads));
+    rt.shutdown_timeout(Duration::from_secs(1));
+    if let Some(b) = builtin {
+        b.rt.shutdown_background();
+    }
+    result
+}
+
+/// The exact server started when no `--url` is given.
+struct Builtin {
+    rt: tokio::runtime::Runtime,
+    url: String,
+    config: ExactConfig,
+}
+
+impl Builtin {
+    fn start() -> anyhow::Result<Builtin> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .thread_name("srv-exact")
+            .enable_all()
+            .build()?;
+        let config = ExactConfig::default();
+        let server = rt
+            .block_on(ExactServer::start(([127, 0, 0, 1], 0).into(), config.clone()))
+            .context("starting the built-in server on 127.0.0.1")?;
+        let url = server.url();
+        std::mem::forget(server); // lives as long as its runtime
+        Ok(Builtin { rt, url, config })
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "built-in exact server: TTFT {} ms, ITL {} ms, {} token/chunk",
+            self.config.ttft.as_millis(),
+            self.config.itl.as_millis(),
+            self.config.tokens_per_chunk
+        )
+    }
+}
+
+/// `http://host:port[/v1][/]` → `http://host:port`.
+fn base_url(url: &str) -> anyhow::Result<String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| usage(format!("--url `{url}`: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(usage(format!("--url `{url}`: only http and https are supported")));
+    }
+    let trimmed = url.trim_end_matches('/');
+    Ok(trimmed.strip_suffix("/v1").unwrap_or(trimmed).to_string())
+}
+
+fn request_headers(args: &BenchArgs) -> anyhow::Result<HeaderMap> {
+    let mut headers = HeaderMap::new();
+    for (k, v) in &args.headers {
+        let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| usage(format!("--header: `{k}` is not a header name")))?;
+        let mut value = HeaderValue::from_str(v).map_err(|_| usage(format!("--header {k}: the value is not valid in a header")))?;
+        value.set_sensitive(true);
+        headers.insert(name, value);
+    }
+    let key = match &args.api_key_env {
+        Some(var) => Some(std::env::var(var).map_err(|_| usage(format!("--api-key-env: the variable {var} is not set")))?),
+        None => std::env::var("OPENAI_API_KEY").ok().filter(|k| !k.is_empty()),
+    };
+    if let Some(key) = key {
+        let mut value = HeaderValue::from_str(&format!("Bearer {key}"))
+            .map_err(|_| usage("the API key contains characters not allowed in a header".into()))?;
+        value.set_sensitive(true);
+        headers.insert(AUTHORIZATION, value);
+    }
+    Ok(headers)
+}
+
+fn pattern(args: &BenchArgs) -> LoadPattern {
+    match args.rate {
+        Some(rate) => LoadPattern::Open {
+            rate,
+            process: args.arrival,
+            max_concurrency: args.max_concurrency.map(|n| n as usize),
+        },
+        None => LoadPattern::Closed { concurrency: args.concurrency.unwrap_or(10) as usize },
+    }
+}
+
+fn default_out_dir() -> PathBuf {
+    let stamp = humantime::format_rfc3339_seconds(SystemTime::now()).to_string().replace(':', "-");
+    PathBuf::from("runs").join(stamp)
+}
+
+/// The settings, as written into results.json. Header values and keys never appear.
+fn config_json(args: &BenchArgs, plan: &RunPlan) -> serde_json::Value {
+    let load = match plan.pattern {
+        LoadPattern::Closed { concurrency } => json!({"mode": "closed", "concurrency": concurrency}),
+        LoadPattern::Open { rate, process, max_concurrency } => json!({
+            "mode": "open", "rate": rate, "arrival": format!("{process:?}").to_lowercase(),
+            "max_concurrency": max_concurrency,
+        }),
+    };
+    json!({
+        "load": load,
+        "requests": plan.requests,
+        "duration_s": plan.duration.map(|d| d.as_secs_f64()),
+        "warmup": plan.warmup,
+        "input_tokens": format!("{:?}", args.input_tokens),
+        "output_tokens": format!("{:?}", args.output_tokens),
+        "ignore_eos": args.ignore_eos,
+        "shared_prefix": args.shared_prefix,
+        "seed": args.seed,
+        "headers": args.headers.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+        "api_key_env": args.api_key_env,
+        "timeout_s": args.timeout.as_secs_f64(),
+        "idle_timeout_s": args.idle_timeout.as_secs_f64(),
+        "slo": args.slo,
+        "gpu_price_usd_per_hour": args.gpu_price,
+        "gpus": args.gpus,
+    })
+}
+
+async fn bench(args: BenchArgs, url: String, builtin: Option<String>, threads: usize) -> anyhow::Result<Exit> {
+    let base = base_url(&url)?;
+    let headers = request_headers(&args)?;
+    let plan = RunPlan {
+        pattern: pattern(&args),
+        requests: match (args.requests, args.duration) {
+            (None, None) => Some(100),
+            (n, _) => n,
+        },
+        duration: args.duration,
+        warmup: args.warmup,
+        workload: Workload {
+            input: args.input_tokens,
+            output: Some(args.output_tokens),
+            seed: args.seed,
+            shared_prefix: args.shared_prefix,
+        },
+        seed: args.seed,
+    };
+    let client = reqwest::Client::builder()
+        .http1_only()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(plan.pattern.max_in_flight().unwrap_or(1024))
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+        .context("building the HTTP client")?;
+
+    let probe_err = |e: ProbeError| match e {
+        ProbeError::Unreachable { .. } => anyhow::Error::new(Exit::Unreachable).context(e.to_string()),
+        ProbeError::Refused(_) => anyhow::Error::new(Exit::Unreachable).context(e.to_string()),
+    };
+    let model = match &args.model {
+        Some(m) => m.clone(),
+        None => probe::list_models(&client, &base, &headers)
+            .await
+            .map_err(probe_err)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| anyhow::Error::new(Exit::Unreachable).context(format!("{base}/v1/models lists no model; pass --model")))?,
+    };
+    let api = match args.api {
+        ApiChoice::OpenaiChat => Api::Chat,
+        ApiChoice::OpenaiCompletions => Api::Completions,
+        ApiChoice::Auto => probe::detect_api(&client, &base, &headers, &model).await.map_err(probe_err)?,
+    };
+
+    let out_dir = args.out.clone().unwrap_or_else(default_out_dir);
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating the run directory {}", out_dir.display()))?;
+    let recorder = Recorder::create(&out_dir.join("requests.jsonl"))?;
+    let target = Target {
+        client,
+        url: reqwest::Url::parse(&format!("{base}{}", api.path())).context("endpoint URL")?,
+        api,
+        model: model.clone(),
+        headers,
+        ignore_eos: args.ignore_eos,
+        timeout: args.timeout,
+        idle_timeout: args.idle_timeout,
+    };
+    let started_at = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
+    let cancel = CancellationToken::new();
+    let progress = Arc::new(Progress::default());
+    let clock = Clock::start();
+    let runner = Arc::new(Runner { target, clock, sink: recorder.sink(), cancel: cancel.clone(), progress: progress.clone() });
+
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let on_ctrl_c = {
+        let (cancel, interrupted) = (cancel.clone(), interrupted.clone());
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                interrupted.store(true, Ordering::SeqCst);
+                cancel.cancel();
+            }
+        })
+    };
+    let reporter = (!args.quiet).then(|| tokio::spawn(report_progress(progress.clone(), clock, plan.requests.map(|n| n + plan.warmup))));
+    if !args.quiet {
+        eprintln!("tokenscope: {} · {} · model {model} · results in {}", base, api.name(), out_dir.display());
+    }
+
+    runner.clone().run(&plan).await;
+    on_ctrl_c.abort();
+    if let Some(r) = reporter {
+        r.abort();
+        if std::io::stderr().is_terminal() {
+            eprintln!();
+        }
+    }
+    drop(runner);
+    let records = recorder.finish()?;
+    let cpu = thread_cpu(CLIENT_THREADS);
+
+    let price = args.gpu_price.map(|p| GpuPrice { usd_per_gpu_hour: p, gpus: args.gpus });
+    let m = measure(&records, args.slo.as_ref(), price);
+    let client_usage = ClientUsage {
+        cpu_seconds: cpu.map(|(d, _)| d.as_secs_f64()),
+        cpu_cores: cpu.and_then(|(d, _)| (m.window.duration_s > 0.0).then(|| d.as_secs_f64() / m.window.duration_s)),
+        cpu_us_per_output_token: cpu.and_then(|(d, _)| {
+            (m.tokens.output_total > 0).then(|| d.as_secs_f64() * 1e6 / m.tokens.output_total as f64)
+        }),
+        threads: Some(threads),
+    };
+    let diagnosis = diagnose(&m.counts, &m.latency, &m.tokens, &client_usage);
+    let results = RunResults {
+        schema: results::SCHEMA.into(),
+        tool: Tool { name: "tokenscope".into(), version: env!("CARGO_PKG_VERSION").into() },
+        started_at,
+        partial: interrupted.load(Ordering::SeqCst),
+        target: results::Target { url: base.clone(), api: api.name().into(), model, builtin },
+        config: config_json(&args, &plan),
+        window: m.window,
+        latency: m.latency,
+        throughput: m.throughput,
+        counts: m.counts,
+        tokens: m.tokens,
+        slo: m.slo,
+        efficiency: Efficiency { cost: m.cost, gpu: None, kv_cache: None },
+        server: Server::default(),
+        client: client_usage,
+        diagnosis,
+    };
+    write_results(&out_dir, &results)?;
+
+    if args.json {
+        let mut stdout = std::io::stdout().lock();
+        serde_json::to_writer_pretty(&mut stdout, &results)?;
+        writeln!(stdout)?;
+    } else {
+        print!("{}", tokenscope_report::terminal::summary(&results));
+        println!("\nrun directory: {}", out_dir.display());
+    }
+
+    Ok(exit_code(&results))
+}
+
+fn write_results(dir: &Path, results: &RunResults) -> anyhow::Result<()> {
+    let path = dir.join("results.json");
+    let tmp = dir.join("results.json.tmp");
+    let text = serde_json::to_string_pretty(results)?;
+    std::fs::write(&tmp, text + "\n").with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+fn exit_code(r: &RunResults) -> Exit {
+    let c = &r.counts;
+    if r.partial {
+        Exit::Interrupted
+    } else if c.requests > 0 && c.succeeded == 0 {
+        let all_connect = c.errors.keys().all(|k| k == &ErrorKind::Connect.to_string());
+        if all_connect { Exit::Unreachable } else { Exit::AllFailed }
+    } else if r.slo.as_ref().is_some_and(|s| !s.met) {
+        Exit::SloNotMet
+    } else {
+        Exit::Success
+    }
+}
+
+/// A progress line on stderr: redrawn in place on a terminal, every 10 s otherwise.
+async fn report_progress(p: Arc<Progress>, clock: Clock, total: Option<u64>) {
+    let tty = std::io::stderr().is_terminal();
+    let period = if tty { Duration::from_millis(500) } else { Duration::from_secs(10) };
+    let mut last_tokens = 0;
+    loop {
+        tokio::time::sleep(period).await;
+        let (sent, done, failed, tokens) = (
+            p.sent.load(Ordering::Relaxed),
+            p.finished.load(Ordering::Relaxed),
+            p.failed.load(Ordering::Relaxed),
+            p.output_tokens.load(Ordering::Relaxed),
+        );
+        let rate = (tokens - last_tokens) as f64 / period.as_secs_f64();
+        last_tokens = tokens;
+        let of = total.map(|t| format!("/{t}")).unwrap_or_default();
+        let line = format!(
+            "[{:>6.1}s] {done}{of} done · {failed} failed · {} in flight · {rate:.0} tok/s",
+            clock.now_us() as f64 / 1e6,
+            sent - done
+        );
+        if tty {
+            eprint!("\r\x1b[2K{line}");
+        } else {
+            eprintln!("{line}");
+        }
+    }
+}
+

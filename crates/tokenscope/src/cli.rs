@@ -1,0 +1,213 @@
+//! Command-line interface: commands and flags (names fixed by DESIGN.md).
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+use tokenscope_core::duration::parse_duration;
+use tokenscope_core::slo::Slo;
+use tokenscope_load::arrival::Process;
+use tokenscope_load::workload::LengthSpec;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tokenscope",
+    version,
+    about = "Measure, explain and tune LLM inference servers",
+    after_help = "Examples:\n  \
+tokenscope bench                                   # the built-in server, 100 requests\n  \
+tokenscope bench --url http://localhost:8000 --concurrency 32 --requests 500\n  \
+tokenscope bench --url http://localhost:8000 --rate 8 --duration 60s --slo ttft_p99=500ms,tpot_p99=50ms\n  \
+tokenscope sim exact --port 8000 --ttft 100ms --itl 20ms\n\n\
+Exit codes: 0 success · 2 bad usage · 3 target unreachable · 4 every request failed · 5 SLO not met · 130 interrupted · 1 other error"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// One load test: drive load, time every token, report latency and throughput.
+    Bench(Box<BenchArgs>),
+    /// Built-in servers.
+    #[command(subcommand)]
+    Sim(SimCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SimCommand {
+    /// Serve the exact server: OpenAI-compatible streaming with exactly the given timing.
+    Exact(ExactArgs),
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    parse_duration(s)
+}
+
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("`{s}` is not a positive number")),
+    }
+}
+
+fn probability(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}` is not a probability between 0 and 1")),
+    }
+}
+
+fn header(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once(':').ok_or_else(|| format!("`{s}`: expected NAME:VALUE"))?;
+    let k = k.trim();
+    if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b)) {
+        return Err(format!("`{k}` is not a valid header name"));
+    }
+    Ok((k.to_string(), v.trim().to_string()))
+}
+
+/// `openai-chat`, `openai-completions` or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ApiChoice {
+    Auto,
+    OpenaiChat,
+    OpenaiCompletions,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+tokenscope bench\n  \
+tokenscope bench --url http://localhost:8000 --model meta-llama/Llama-3.1-8B-Instruct --concurrency 64 --requests 1000 --ignore-eos\n  \
+tokenscope bench --url http://localhost:8080 --rate 4 --arrival gamma:0.5 --duration 2m --input-tokens normal:1024,128 --output-tokens 256\n  \
+tokenscope bench --url http://localhost:8000 --slo ttft_p99=500ms,tpot_p99=50ms --gpu-price 2.50 --gpus 1 --json > results.json")]
+pub struct BenchArgs {
+    /// Server base URL (http or https). Without it the built-in exact server is started on 127.0.0.1.
+    #[arg(long)]
+    pub url: Option<String>,
+    /// API to use; `auto` probes chat, then completions.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub api: ApiChoice,
+    /// Model name; default: the first one the server lists at /v1/models.
+    #[arg(long)]
+    pub model: Option<String>,
+
+    /// Closed loop: exactly N requests in flight. Default 10 unless --rate is given.
+    #[arg(long, conflicts_with = "rate", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub concurrency: Option<u64>,
+    /// Open loop: requests per second, whatever the server does.
+    #[arg(long, value_parser = positive_f64)]
+    pub rate: Option<f64>,
+    /// Open-loop arrivals: poisson, constant or gamma:K (K < 1 burstier).
+    #[arg(long, default_value = "poisson", requires = "rate")]
+    pub arrival: Process,
+    /// Open loop: cap on requests in flight; late requests are counted and their lateness reported.
+    #[arg(long, requires = "rate", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub max_concurrency: Option<u64>,
+    /// Measured requests (default 100 when --duration is not given).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub requests: Option<u64>,
+    /// Stop starting requests after this long (e.g. 60s, 2m); those in flight finish.
+    #[arg(long, value_parser = duration)]
+    pub duration: Option<Duration>,
+    /// Requests sent first and excluded from the results.
+    #[arg(long, default_value_t = 0)]
+    pub warmup: u64,
+
+    /// Prompt length in tokens: 256, uniform:128..512, normal:512,64, lognormal:512,256.
+    #[arg(long, default_value = "256")]
+    pub input_tokens: LengthSpec,
+    /// Output length (max_tokens): same forms as --input-tokens.
+    #[arg(long, default_value = "128")]
+    pub output_tokens: LengthSpec,
+    /// Ask for exact output lengths (ignore_eos and min_tokens) where the server supports it.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// The first N prompt tokens are the same for every request (prefix caching on purpose).
+    #[arg(long, default_value_t = 0)]
+    pub shared_prefix: u64,
+    /// Seed for prompts, lengths and arrivals.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+
+    /// Environment variable holding the API key, sent as a bearer token (default: OPENAI_API_KEY when set).
+    #[arg(long, value_name = "NAME")]
+    pub api_key_env: Option<String>,
+    /// Extra request header, repeatable: --header 'X-Team: search'.
+    #[arg(long = "header", value_parser = header, value_name = "NAME:VALUE")]
+    pub headers: Vec<(String, String)>,
+    /// Longest one request may take.
+    #[arg(long, default_value = "10m", value_parser = duration)]
+    pub timeout: Duration,
+    /// Longest to wait for the response head or the next bytes of a stream.
+    #[arg(long, default_value = "120s", value_parser = duration)]
+    pub idle_timeout: Duration,
+
+    /// Service-level objectives: ttft_p99=500ms,tpot_p99=50ms (goodput, verdict, exit code 5).
+    #[arg(long, value_parser = Slo::parse)]
+    pub slo: Option<Slo>,
+    /// GPU price in $/GPU-hour, for cost per token.
+    #[arg(long, value_parser = positive_f64)]
+    pub gpu_price: Option<f64>,
+    /// GPUs behind the server.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub gpus: u32,
+
+    /// Run directory (default runs/<UTC timestamp>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print the results document alone on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress output.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Client worker threads (default: all cores).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub client_threads: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+pub struct ExactArgs {
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: std::net::IpAddr,
+    /// Port (0: a free one, printed at start).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    #[arg(long, default_value = "tokenscope-exact")]
+    pub model: String,
+    /// Time to first token.
+    #[arg(long, default_value = "100ms", value_parser = duration)]
+    pub ttft: Duration,
+    /// Time between tokens.
+    #[arg(long, default_value = "20ms", value_parser = duration)]
+    pub itl: Duration,
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub tokens_per_chunk: u32,
+    /// Output tokens when a request sets no max_tokens.
+    #[arg(long, default_value_t = 128)]
+    pub output_tokens: u64,
+    /// Share of requests answered 429.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub error_429: f64,
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub error_500: f64,
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub error_503: f64,
+    /// Share of streams cut halfway.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub disconnect: f64,
+    /// Share of streams with a malformed chunk halfway.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub malformed: f64,
+    /// Share of streams that stall halfway for --stall-for.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub stall: f64,
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub stall_for: Duration,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Server worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
