@@ -26,6 +26,8 @@ pub struct RunPlan {
     pub duration: Option<Duration>,
     /// Requests sent first and excluded from results.
     pub warmup: u64,
+    /// Closed loop: start the workers evenly over this long instead of all at once.
+    pub ramp_up: Option<Duration>,
     pub workload: Workload,
     /// Seeds the arrival process (the workload has its own).
     pub seed: u64,
@@ -90,9 +92,16 @@ impl Runner {
     async fn closed(self: Arc<Self>, plan: &RunPlan, concurrency: usize, deadline: Option<Instant>) {
         let next = Arc::new(AtomicU64::new(0));
         let mut workers = JoinSet::new();
-        for _ in 0..concurrency {
+        for worker in 0..concurrency {
             let (me, next, plan) = (self.clone(), next.clone(), plan.clone());
+            let start_at = plan.ramp_up.map(|r| me.clock.origin() + r.mul_f64(worker as f64 / concurrency as f64));
             workers.spawn(async move {
+                if let Some(at) = start_at {
+                    tokio::select! {
+                        _ = me.cancel.cancelled() => return,
+                        _ = tokio::time::sleep_until(at.into()) => {}
+                    }
+                }
                 loop {
                     if me.cancel.is_cancelled() || deadline.is_some_and(|d| Instant::now() >= d) {
                         break;

@@ -74,6 +74,7 @@ impl Default for ExactConfig {
 #[derive(Debug, Default)]
 pub struct ServerStats {
     pub requests: AtomicU64,
+    /// Streams that reached `[DONE]` (non-streaming answers not counted).
     pub completed_streams: AtomicU64,
 }
 
@@ -359,7 +360,6 @@ impl Plan {
         } else {
             json!({"index": 0, "text": text, "finish_reason": "length"})
         };
-        self.shared.stats.completed_streams.fetch_add(1, Ordering::Relaxed);
         Json(json!({
             "id": format!("exact-{}", self.n),
             "object": if self.is_chat { "chat.completion" } else { "text_completion" },

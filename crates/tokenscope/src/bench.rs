@@ -154,6 +154,7 @@ fn config_json(args: &BenchArgs, plan: &RunPlan) -> serde_json::Value {
         "requests": plan.requests,
         "duration_s": plan.duration.map(|d| d.as_secs_f64()),
         "warmup": plan.warmup,
+        "ramp_up_s": plan.ramp_up.map(|d| d.as_secs_f64()),
         "input_tokens": format!("{:?}", args.input_tokens),
         "output_tokens": format!("{:?}", args.output_tokens),
         "ignore_eos": args.ignore_eos,
@@ -180,6 +181,7 @@ async fn bench(args: BenchArgs, url: String, builtin: Option<String>, threads: u
         },
         duration: args.duration,
         warmup: args.warmup,
+        ramp_up: args.ramp_up,
         workload: Workload {
             input: args.input_tokens,
             output: Some(args.output_tokens),

@@ -113,6 +113,9 @@ pub struct BenchArgs {
     /// Requests sent first and excluded from the results.
     #[arg(long, default_value_t = 0)]
     pub warmup: u64,
+    /// Closed loop: start the N workers evenly over this long (e.g. 5s) instead of all at once.
+    #[arg(long, value_parser = duration, conflicts_with = "rate")]
+    pub ramp_up: Option<Duration>,
 
     /// Prompt length in tokens: 256, uniform:128..512, normal:512,64, lognormal:512,256.
     #[arg(long, default_value = "256")]

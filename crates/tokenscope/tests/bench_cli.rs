@@ -1,0 +1,100 @@
+//! The command contract: outputs, files, APIs.
+
+mod common;
+use common::*;
+
+#[test]
+fn json_flag_prints_only_the_results_document() {
+    let server = Server::start(exact(5, 1));
+    let out = run_dir("json");
+    let o = bench(&server.url, &out, &["--requests", "5", "--output-tokens", "8", "--json"]);
+    assert_ok(&o);
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    assert_eq!(doc["schema"], "tokenscope.run/v1");
+    assert_eq!(doc, results(&out));
+    for field in [
+        "latency.ttft_ms.p99",
+        "latency.tpot_ms.p50",
+        "latency.itl_ms.mean",
+        "latency.e2e_ms.max",
+        "throughput.output_tokens_per_s",
+        "throughput.total_tokens_per_s",
+        "throughput.requests_per_s",
+        "throughput.concurrency.mean",
+        "counts.requests",
+    ] {
+        stat(&doc, field);
+    }
+    assert!(doc["server"].get("kind").is_some() && doc["efficiency"].is_object());
+}
+
+#[test]
+fn auto_detects_chat_and_completions_work_too() {
+    let server = Server::start(exact(5, 1));
+    let out = run_dir("auto");
+    assert_ok(&bench(&server.url, &out, &["--requests", "3", "--output-tokens", "5"]));
+    let r = results(&out);
+    assert_eq!(r["target"]["api"], "openai-chat");
+    assert_eq!(r["target"]["model"], "tokenscope-exact", "the model comes from /v1/models");
+    let out = run_dir("completions");
+    assert_ok(&bench(&server.url, &out, &["--requests", "3", "--output-tokens", "5", "--api", "openai-completions"]));
+    let r = results(&out);
+    assert_eq!(r["target"]["api"], "openai-completions");
+    assert_eq!(stat(&r, "tokens.output_total"), 15.0);
+    assert_eq!(r["tokens"]["output_sources"]["server_usage"], 3);
+}
+
+#[test]
+fn warmup_is_recorded_but_excluded() {
+    let server = Server::start(exact(5, 1));
+    let out = run_dir("warmup");
+    assert_ok(&bench(&server.url, &out, &["--requests", "6", "--warmup", "2", "--output-tokens", "4"]));
+    let r = results(&out);
+    assert_eq!(stat(&r, "counts.requests"), 6.0);
+    assert_eq!(stat(&r, "counts.warmup"), 2.0);
+    let recs = records(&out);
+    assert_eq!(recs.len(), 8);
+    assert_eq!(recs.iter().filter(|r| r["warmup"] == true).count(), 2);
+}
+
+#[test]
+fn duration_bounds_the_run() {
+    let server = Server::start(exact(5, 5));
+    let out = run_dir("duration");
+    let started = std::time::Instant::now();
+    assert_ok(&bench(&server.url, &out, &["--duration", "1s", "--concurrency", "2", "--output-tokens", "4"]));
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    let r = results(&out);
+    assert!(stat(&r, "counts.requests") > 5.0);
+    assert!(stat(&r, "window.duration_s") < 1.5);
+}
+
+#[test]
+fn builtin_server_is_the_default_target() {
+    let out = run_dir("builtin");
+    let o = tokenscope()
+        .args(["bench", "--requests", "4", "--output-tokens", "8", "--concurrency", "2", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let text = String::from_utf8_lossy(&o.stdout);
+    for section in ["Latency", "Throughput", "Efficiency", "TTFT", "TPOT", "output tokens/s"] {
+        assert!(text.contains(section), "summary lacks {section}:\n{text}");
+    }
+    let r = results(&out);
+    assert!(r["target"]["builtin"].as_str().unwrap().contains("exact"));
+    assert!((stat(&r, "latency.ttft_ms.p50") - 100.0).abs() < 5.0);
+}
+
+#[test]
+fn cost_per_token_from_gpu_price() {
+    let server = Server::start(exact(5, 1));
+    let out = run_dir("cost");
+    assert_ok(&bench(&server.url, &out, &["--requests", "4", "--output-tokens", "8", "--gpu-price", "3.6", "--gpus", "2"]));
+    let r = results(&out);
+    let window = stat(&r, "window.duration_s");
+    let expected = 3.6 * 2.0 * window / 3600.0 / 32.0 * 1000.0;
+    let got = stat(&r, "efficiency.cost.usd_per_1k_output_tokens");
+    assert!((got - expected).abs() / expected < 1e-9, "{got} vs {expected}");
+}

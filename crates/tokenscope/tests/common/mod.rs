@@ -1,0 +1,101 @@
+//! Helpers for the end-to-end tests: an exact server in the test process on
+//! 127.0.0.1, and the `tokenscope` binary run against it.
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+use tokenscope_sim::exact::{ExactConfig, ExactServer};
+
+/// An exact server on its own runtime, stopped when dropped.
+pub struct Server {
+    pub url: String,
+    pub stats: std::sync::Arc<tokenscope_sim::exact::ServerStats>,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl Server {
+    pub fn start(config: ExactConfig) -> Server {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("test-srv")
+            .enable_all()
+            .build()
+            .unwrap();
+        let server = rt.block_on(ExactServer::start(([127, 0, 0, 1], 0).into(), config)).unwrap();
+        let (url, stats) = (server.url(), server.stats.clone());
+        std::mem::forget(server);
+        Server { url, stats, rt: Some(rt) }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+pub fn exact(ttft_ms: u64, itl_ms: u64) -> ExactConfig {
+    ExactConfig {
+        ttft: Duration::from_millis(ttft_ms),
+        itl: Duration::from_millis(itl_ms),
+        ..ExactConfig::default()
+    }
+}
+
+/// A fresh run directory under the target dir.
+pub fn run_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+pub fn tokenscope() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tokenscope"));
+    c.env_remove("OPENAI_API_KEY");
+    c
+}
+
+/// Runs `tokenscope bench --url URL --out DIR --quiet ARGS…`; returns the output.
+pub fn bench(url: &str, out: &Path, args: &[&str]) -> Output {
+    tokenscope()
+        .args(["bench", "--url", url, "--quiet", "--out"])
+        .arg(out)
+        .args(args)
+        .output()
+        .expect("running tokenscope")
+}
+
+pub fn results(out: &Path) -> Value {
+    let text = std::fs::read_to_string(out.join("results.json")).expect("results.json exists");
+    serde_json::from_str(&text).expect("results.json is JSON")
+}
+
+pub fn records(out: &Path) -> Vec<Value> {
+    std::fs::read_to_string(out.join("requests.jsonl"))
+        .expect("requests.jsonl exists")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every line is JSON"))
+        .collect()
+}
+
+pub fn stat(v: &Value, path: &str) -> f64 {
+    let mut cur = v;
+    for key in path.split('.') {
+        cur = &cur[key];
+    }
+    cur.as_f64().unwrap_or_else(|| panic!("{path} is not a number: {cur}"))
+}
+
+pub fn assert_ok(out: &Output) {
+    assert!(
+        out.status.success(),
+        "tokenscope failed ({:?}):\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,0 +1,42 @@
+//! Against the exact server (TTFT 100 ms, 20 ms between tokens, 256 tokens):
+//! measured TTFT and TPOT medians within 1 ms of the truth and E2E within 1 %,
+//! at concurrency 1, 64 and 512. One test, run levels one after another, so no
+//! other test of this binary competes for the 2 cores.
+//!
+//! The workers ramp up over 5 s and a first round is warm-up: what is measured
+//! is the steady state on open connections, not a burst of N simultaneous
+//! connects (which is real client + server queueing, not measurement error).
+
+mod common;
+use common::*;
+
+#[test]
+fn medians_match_the_truth_at_1_64_and_512_streams() {
+    let server = Server::start(exact(100, 20));
+    let truth_e2e = 100.0 + 255.0 * 20.0;
+    for (concurrency, requests) in [(1u64, 2u64), (64, 64), (512, 512)] {
+        let out = run_dir(&format!("accuracy-c{concurrency}"));
+        let c = concurrency.to_string();
+        let n = requests.to_string();
+        let o = bench(
+            &server.url,
+            &out,
+            &[
+                "--concurrency", &c, "--requests", &n, "--warmup", &c, "--ramp-up", "5s",
+                "--output-tokens", "256", "--input-tokens", "64",
+            ],
+        );
+        assert_ok(&o);
+        let r = results(&out);
+        assert_eq!(stat(&r, "counts.succeeded"), requests as f64, "all succeed at c={concurrency}");
+        let ttft = stat(&r, "latency.ttft_ms.p50");
+        let tpot = stat(&r, "latency.tpot_ms.p50");
+        let e2e = stat(&r, "latency.e2e_ms.p50");
+        eprintln!("c={concurrency}: TTFT p50 {ttft:.3} ms, TPOT p50 {tpot:.3} ms, E2E p50 {e2e:.1} ms");
+        assert!((ttft - 100.0).abs() <= 1.0, "c={concurrency}: TTFT p50 {ttft} ms vs 100 ms");
+        assert!((tpot - 20.0).abs() <= 1.0, "c={concurrency}: TPOT p50 {tpot} ms vs 20 ms");
+        assert!((e2e - truth_e2e).abs() / truth_e2e <= 0.01, "c={concurrency}: E2E p50 {e2e} ms vs {truth_e2e}");
+        assert_eq!(stat(&r, "tokens.output_total"), 256.0 * requests as f64);
+        assert_eq!(stat(&r, "throughput.concurrency.max"), concurrency as f64);
+    }
+}
