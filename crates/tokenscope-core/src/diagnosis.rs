@@ -70,6 +70,17 @@ pub fn diagnose(counts: &Counts, latency: &Latency, tokens: &Tokens, client: &Cl
             &[("errors", json!(counts.errors))],
         ));
     }
+    if counts.retried > 0 {
+        out.push(finding(
+            "server_closes_keepalive",
+            "info",
+            format!(
+                "{} requests found their kept-alive connection closed by the server and were sent again on a new one; TTFT includes that connect",
+                counts.retried
+            ),
+            &[("retried", json!(counts.retried)), ("requests", json!(counts.requests))],
+        ));
+    }
     if counts.waited_for_slot > 0 {
         out.push(finding(
             "max_concurrency_reached",

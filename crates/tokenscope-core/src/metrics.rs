@@ -190,6 +190,7 @@ fn counts(all: &[RequestRecord], measured: &[&RequestRecord]) -> Counts {
         warmup: (all.len() - measured.len()) as u64,
         short_outputs: measured.iter().filter(|r| r.short_output()).count() as u64,
         waited_for_slot: measured.iter().filter(|r| r.waited_for_slot).count() as u64,
+        retried: measured.iter().filter(|r| r.retries > 0).count() as u64,
     }
 }
 
@@ -268,6 +269,7 @@ mod tests {
             error_kind: None,
             error: None,
             finish_reason: Some("length".into()),
+            retries: 0,
             waited_for_slot: false,
             server_timings: None,
             chunks,

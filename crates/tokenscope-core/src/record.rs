@@ -128,6 +128,10 @@ pub struct RequestRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub finish_reason: Option<String>,
+    /// Times the request was sent again because a reused keep-alive connection
+    /// turned out closed before any response (see `request.rs`); `sent_at` is the last send.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retries: u32,
     /// Open loop with `--max-concurrency`: the request could not leave on time.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub waited_for_slot: bool,
@@ -136,6 +140,10 @@ pub struct RequestRecord {
     pub server_timings: Option<serde_json::Value>,
     /// Content-bearing chunks in arrival order.
     pub chunks: Vec<Chunk>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl RequestRecord {
@@ -224,6 +232,7 @@ mod tests {
             error_kind: None,
             error: None,
             finish_reason: Some("length".into()),
+            retries: 0,
             waited_for_slot: false,
             server_timings: None,
             chunks,

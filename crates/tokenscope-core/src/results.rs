@@ -125,6 +125,8 @@ pub struct Counts {
     pub short_outputs: u64,
     /// Open loop with `--max-concurrency`: requests that could not leave on time.
     pub waited_for_slot: u64,
+    /// Requests sent again because a kept-alive connection was found closed by the server.
+    pub retried: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -15,6 +15,13 @@ use tokenscope_core::record::{Chunk, ErrorKind, RequestRecord, TokenSource};
 use tokio::time::{timeout_at, Instant};
 use tokio_util::sync::CancellationToken;
 
+/// A kept-alive connection that the server closed while it sat in the pool
+/// fails the next request sent on it before any response. Servers do this
+/// (llama.cpp's closes after every stream although it answers `Keep-Alive`),
+/// so, like browsers and Go's net/http, such a request is sent again on a fresh
+/// connection. Only this failure is retried, and at most this often.
+const MAX_STALE_RETRIES: u32 = 2;
+
 /// Everything a request needs that is the same for the whole run.
 #[derive(Debug, Clone)]
 pub struct Target {
@@ -127,33 +134,36 @@ pub async fn execute(
         error_kind: None,
         error: None,
         finish_reason: None,
+        retries: 0,
         waited_for_slot: ticket.waited_for_slot,
         server_timings: None,
         chunks: Vec::new(),
     };
-    let request = target
-        .client
-        .post(target.url.clone())
-        .headers(target.headers.clone())
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
-        .body(body);
-
+    let body = bytes::Bytes::from(body);
     let deadline = Instant::now() + target.timeout;
-    rec.sent_at_us = clock.now_us();
     let next_deadline = || deadline.min(Instant::now() + target.idle_timeout);
-
-    let sent = tokio::select! {
-        biased;
-        _ = cancel.cancelled() => return fail(rec, clock, ErrorKind::Cancelled, "cancelled before the response".into()),
-        r = timeout_at(next_deadline(), request.send()) => r,
-    };
-    let mut response = match sent {
-        Err(_) => return fail(rec, clock, ErrorKind::Timeout, "no response head in time".into()),
-        Ok(Err(e)) => {
-            let kind = classify(&e);
-            return fail(rec, clock, kind, describe(&e));
+    let mut response = loop {
+        let request = target
+            .client
+            .post(target.url.clone())
+            .headers(target.headers.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.clone());
+        rec.sent_at_us = clock.now_us();
+        let sent = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return fail(rec, clock, ErrorKind::Cancelled, "cancelled before the response".into()),
+            r = timeout_at(next_deadline(), request.send()) => r,
+        };
+        match sent {
+            Err(_) => return fail(rec, clock, ErrorKind::Timeout, "no response head in time".into()),
+            Ok(Err(e)) if rec.retries < MAX_STALE_RETRIES && closed_before_response(&e) => rec.retries += 1,
+            Ok(Err(e)) => {
+                let kind = classify(&e);
+                return fail(rec, clock, kind, describe(&e));
+            }
+            Ok(Ok(r)) => break r,
         }
-        Ok(Ok(r)) => r,
     };
     rec.first_byte_at_us = Some(clock.now_us());
     let status = response.status();
@@ -207,6 +217,12 @@ pub async fn execute(
         }
     }
     rec.done_at_us = clock.now_us();
+    if stream.done {
+        // Read the body to its end (the chunked terminator usually follows
+        // `[DONE]` at once) so the connection goes back to the pool clean.
+        let drain = async { while let Ok(Some(_)) = response.chunk().await {} };
+        let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+    }
     settle(rec, stream)
 }
 
@@ -284,6 +300,26 @@ fn fail(mut rec: RequestRecord, clock: &Clock, kind: ErrorKind, msg: String) -> 
     rec.error_kind = Some(kind);
     rec.error = Some(msg);
     rec
+}
+
+/// The connection closed (or was reset) before any byte of a response came.
+fn closed_before_response(e: &reqwest::Error) -> bool {
+    let mut cur: Option<&dyn std::error::Error> = Some(e);
+    while let Some(err) = cur {
+        if let Some(h) = err.downcast_ref::<hyper::Error>() {
+            if h.is_incomplete_message() {
+                return true;
+            }
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind as K;
+            if matches!(io.kind(), K::BrokenPipe | K::ConnectionReset | K::ConnectionAborted) {
+                return true;
+            }
+        }
+        cur = err.source();
+    }
+    false
 }
 
 fn classify(e: &reqwest::Error) -> ErrorKind {

@@ -34,8 +34,7 @@ const CLIENT_THREADS: &str = "ts-";
 
 /// A usage error that names its flag.
 fn usage(msg: String) -> anyhow::Error {
-    eprintln!("tokenscope: error: {msg}");
-    anyhow::Error::new(Exit::Usage).context("bad usage")
+    anyhow::Error::new(Exit::Usage).context(msg)
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {

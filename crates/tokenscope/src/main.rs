@@ -18,9 +18,18 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code.into(),
         Err(e) => {
-            let code = e.downcast_ref::<Exit>().copied().unwrap_or(Exit::Error);
-            eprintln!("tokenscope: error: {e:#}");
-            code.into()
+            // An error that carries its exit code has its message as context;
+            // any other error prints its whole chain.
+            match e.downcast_ref::<Exit>().copied() {
+                Some(code) => {
+                    eprintln!("tokenscope: error: {e}");
+                    code.into()
+                }
+                None => {
+                    eprintln!("tokenscope: error: {e:#}");
+                    Exit::Error.into()
+                }
+            }
         }
     }
 }

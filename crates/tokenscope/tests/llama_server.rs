@@ -1,0 +1,221 @@
+//! End to end against a real inference server: llama.cpp's `llama-server`,
+//! built from source by `scripts/llama-fixture.sh` and serving generated
+//! random-weight models. The README's test command installs the fixture and
+//! sets LLAMA_SERVER / LLAMA_MODEL_*; without them these tests fail, saying so.
+
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One llama-server at a time: they share 2 cores with the client, and the
+/// agreement test needs them quiet.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn fixture(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!("{var} is not set: run the README's test command (scripts/test.sh), which builds the llama.cpp fixture")
+    })
+}
+
+/// A llama-server child process on 127.0.0.1, killed when dropped.
+struct Llama {
+    child: Option<Child>,
+    url: String,
+    _serial: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Llama {
+    fn start(model_var: &str, parallel: u32, threads: u32) -> Llama {
+        Self::start_with(model_var, parallel, threads, &[])
+    }
+
+    fn start_with(model_var: &str, parallel: u32, threads: u32, extra: &[&str]) -> Llama {
+        let guard = serial();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let log = std::fs::File::create(run_dir(&format!("llama-{port}.log")).with_extension("txt")).unwrap();
+        let child = Command::new(fixture("LLAMA_SERVER"))
+            .args(["-m", &fixture(model_var), "--alias", "random-llama", "--host", "127.0.0.1"])
+            .args(["--port", &port.to_string(), "--parallel", &parallel.to_string()])
+            .args(["-c", &(parallel * 2048).to_string(), "--threads", &threads.to_string()])
+            .args(["--threads-batch", &threads.to_string(), "--metrics", "--no-warmup"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting llama-server");
+        let llama = Llama { child: Some(child), url: format!("http://127.0.0.1:{port}"), _serial: guard };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while http_status(port, "/health") != Some(200) {
+            assert!(Instant::now() < deadline, "llama-server did not become healthy within 60 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        llama
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Llama {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn http_status(port: u16, path: &str) -> Option<u16> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+#[test]
+fn chat_and_completions_closed_loop_and_poisson() {
+    let llama = Llama::start("LLAMA_MODEL_TINY", 4, 1);
+    let cases: [(&str, &[&str]); 2] = [
+        ("llama-chat-closed", &["--api", "openai-chat", "--concurrency", "4", "--requests", "16"]),
+        ("llama-completions-poisson", &["--api", "openai-completions", "--rate", "20", "--requests", "30"]),
+    ];
+    for (name, load) in cases {
+        let out = run_dir(name);
+        let mut args = load.to_vec();
+        args.extend(["--output-tokens", "32", "--input-tokens", "64", "--ignore-eos"]);
+        let o = bench(&llama.url, &out, &args);
+        assert_ok(&o);
+        let r = results(&out);
+        let n = stat(&r, "counts.requests");
+        assert_eq!(stat(&r, "counts.succeeded"), n, "{name}: {}", r["counts"]);
+        assert_eq!(r["target"]["model"], "random-llama");
+        assert_eq!(stat(&r, "tokens.output_total"), 32.0 * n, "{name}: exact lengths with --ignore-eos");
+        assert_eq!(r["tokens"]["output_sources"]["server_usage"].as_f64(), Some(n));
+        assert_eq!(r["tokens"]["input_sources"]["server_usage"].as_f64(), Some(n));
+        assert_eq!(r["tokens"]["multi_token_chunks"], false, "llama.cpp sends one token per chunk");
+        assert_eq!(stat(&r, "counts.short_outputs"), 0.0);
+        for rec in records(&out) {
+            assert_eq!(rec["output_tokens"], 32);
+            assert_eq!(rec["chunks"].as_array().unwrap().len(), 32, "one chunk per token");
+            assert!(rec["server_timings"]["predicted_n"].as_u64().is_some(), "llama.cpp timings kept");
+        }
+        assert!(stat(&r, "latency.ttft_ms.p50") > 0.0 && stat(&r, "latency.tpot_ms.p50") > 0.0);
+    }
+}
+
+#[test]
+fn exact_lengths_with_ignore_eos_across_a_length_distribution() {
+    let llama = Llama::start("LLAMA_MODEL_TINY", 2, 1);
+    let out = run_dir("llama-lengths");
+    let o = bench(
+        &llama.url,
+        &out,
+        &["--concurrency", "2", "--requests", "12", "--output-tokens", "uniform:5..120", "--ignore-eos"],
+    );
+    assert_ok(&o);
+    let recs = records(&out);
+    assert_eq!(recs.len(), 12);
+    let mut lengths = std::collections::BTreeSet::new();
+    for rec in &recs {
+        assert_eq!(rec["output_tokens"], rec["requested_output_tokens"], "{rec}");
+        lengths.insert(rec["output_tokens"].as_u64().unwrap());
+    }
+    assert!(lengths.len() > 5, "lengths follow the distribution: {lengths:?}");
+}
+
+#[test]
+fn server_killed_mid_run_failures_are_classified_and_nothing_is_lost() {
+    let mut llama = Llama::start("LLAMA_MODEL_TINY", 2, 1);
+    let out = run_dir("llama-killed");
+    let child = tokenscope()
+        .args(["bench", "--url", &llama.url, "--quiet", "--concurrency", "2", "--requests", "300"])
+        .args(["--output-tokens", "400", "--ignore-eos", "--model", "random-llama", "--api", "openai-chat", "--out"])
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    llama.kill();
+    let o = child.wait_with_output().unwrap();
+    // The run completed (some requests succeeded); failures are in the results.
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = results(&out);
+    let recs = records(&out);
+    assert_eq!(recs.len(), 300, "every request is in requests.jsonl");
+    assert_eq!(stat(&r, "counts.requests"), 300.0);
+    let ok = stat(&r, "counts.succeeded");
+    assert!(ok >= 1.0, "some requests finished before the kill");
+    let errors = &r["counts"]["errors"];
+    assert!(errors["stream"].as_u64().unwrap_or(0) >= 1, "streams cut mid-way: {errors}");
+    assert!(errors["connect"].as_u64().unwrap_or(0) >= 1, "later requests cannot connect: {errors}");
+    assert_eq!(stat(&r, "counts.failed") + ok, 300.0);
+    for rec in recs.iter().filter(|r| r["error_kind"] == "stream") {
+        assert!(rec["chunks"].as_array().unwrap().len() < 400, "a cut stream keeps its partial chunks");
+    }
+}
+
+/// At concurrency 1 the server's own clock and ours must agree: TPOT against
+/// llama.cpp's predicted_per_token_ms, TTFT against its prompt_ms.
+///
+/// The host-RAM prompt cache is off (`--cache-ram 0`): with it on (the
+/// default), llama.cpp saves and restores slot prompts before prefill, which
+/// adds 12-20 ms to TTFT that prompt_ms does not include (docs/llama-server.md).
+#[test]
+fn agrees_with_the_servers_own_timings() {
+    let llama = Llama::start_with("LLAMA_MODEL_50M", 1, 2, &["--cache-ram", "0"]);
+    let out = run_dir("llama-agreement");
+    let o = bench(
+        &llama.url,
+        &out,
+        &["--concurrency", "1", "--requests", "10", "--warmup", "1", "--input-tokens", "128"],
+    );
+    assert_ok(&o);
+    let recs: Vec<_> = records(&out).into_iter().filter(|r| r["warmup"] != true).collect();
+    assert_eq!(recs.len(), 10);
+    let (mut tpot_ratio, mut ttft_excess, mut tpot_client, mut tpot_server, mut prompt_ms) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    for rec in &recs {
+        let t = &rec["server_timings"];
+        let chunks = rec["chunks"].as_array().unwrap();
+        let first = rec["first_token_at_us"].as_f64().unwrap();
+        let last = chunks.last().unwrap()[0].as_f64().unwrap();
+        let n = rec["output_tokens"].as_f64().unwrap();
+        let client_tpot = (last - first) / (n - 1.0) / 1e3;
+        let server_tpot = t["predicted_per_token_ms"].as_f64().unwrap();
+        let ttft = (first - rec["sent_at_us"].as_f64().unwrap()) / 1e3;
+        let prompt = t["prompt_ms"].as_f64().unwrap();
+        tpot_ratio.push(client_tpot / server_tpot);
+        ttft_excess.push(ttft - prompt);
+        tpot_client.push(client_tpot);
+        tpot_server.push(server_tpot);
+        prompt_ms.push(prompt);
+    }
+    let ratio = median(tpot_ratio);
+    let excess = median(ttft_excess.clone());
+    eprintln!(
+        "agreement: TPOT client p50 {:.3} ms vs server {:.3} ms (ratio {ratio:.4}); TTFT − prompt_ms p50 {excess:.2} ms (prompt_ms p50 {:.2}); excess per request {:?}",
+        median(tpot_client),
+        median(tpot_server),
+        median(prompt_ms),
+        ttft_excess.iter().map(|e| (e * 100.0).round() / 100.0).collect::<Vec<_>>()
+    );
+    assert!((ratio - 1.0).abs() <= 0.05, "TPOT median ratio {ratio}");
+    assert!(excess >= 0.0, "TTFT is shorter than the server's prompt time: {excess} ms");
+    assert!(excess <= 5.0, "TTFT exceeds prompt_ms by {excess} ms");
+}
