@@ -183,32 +183,47 @@ pub async fn execute(
 
     let mut stream = Stream::default();
     let mut sse = SseParser::new();
+    // One cancellation waiter and one watchdog timer per request, not per
+    // read: the watchdog fires at most once per idle period and re-arms
+    // itself from the time of the last read.
+    let cancelled = cancel.cancelled();
+    tokio::pin!(cancelled);
+    let watchdog = tokio::time::sleep_until(next_deadline());
+    tokio::pin!(watchdog);
+    let mut last_read = Instant::now();
     loop {
         let read = tokio::select! {
             biased;
-            _ = cancel.cancelled() => {
+            _ = &mut cancelled => {
                 stream.failure.get_or_insert((ErrorKind::Cancelled, "cancelled mid-stream".into()));
                 break;
             }
-            r = timeout_at(next_deadline(), response.chunk()) => r,
-        };
-        match read {
-            Err(_) => {
-                let why = if Instant::now() >= deadline { "request exceeded --timeout" } else { "stream stalled past --idle-timeout" };
+            _ = &mut watchdog => {
+                let now = Instant::now();
+                let idle_until = deadline.min(last_read + target.idle_timeout);
+                if now < idle_until {
+                    watchdog.as_mut().reset(idle_until);
+                    continue;
+                }
+                let why = if now >= deadline { "request exceeded --timeout" } else { "stream stalled past --idle-timeout" };
                 stream.failure.get_or_insert((ErrorKind::Timeout, why.into()));
                 break;
             }
-            Ok(Err(e)) => {
+            r = response.chunk() => r,
+        };
+        let now = std::time::Instant::now();
+        let at = clock.us(now);
+        last_read = now.into();
+        match read {
+            Err(e) => {
                 stream.failure.get_or_insert((ErrorKind::Stream, describe(&e)));
                 break;
             }
-            Ok(Ok(None)) => {
-                let at = clock.now_us();
+            Ok(None) => {
                 sse.finish(|ev| stream.event(ev.data, at));
                 break;
             }
-            Ok(Ok(Some(bytes))) => {
-                let at = clock.now_us();
+            Ok(Some(bytes)) => {
                 sse.feed(&bytes, |ev| stream.event(ev.data, at));
                 if stream.done || stream.failure.is_some() {
                     break;
