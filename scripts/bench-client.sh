@@ -56,24 +56,28 @@ stop_server
 echo
 echo "## Timing error (server: TTFT 100 ms, ITL 20 ms, 256 tokens; 5 s ramp-up, one warm-up round)"
 echo
-echo "| concurrency | TTFT p50 − 100 ms | TTFT p99 − 100 ms | ITL p50 − 20 ms | ITL p99 − 20 ms | TPOT p99 − 20 ms | client CPU cores | server CPU cores |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| concurrency | TTFT p50 − 100 ms | TTFT p99 − 100 ms | ITL p50 − 20 ms | ITL p99 − 20 ms | TPOT p99 − 20 ms | client CPU cores | server CPU cores | server's own lateness p50 / p99 |"
+echo "|---|---|---|---|---|---|---|---|---|"
 start_server --ttft 100ms --itl 20ms
 for c in 1 64 1024; do
   out="$work/t-$c"
   n=$(( c < 4 ? 4 : c ))
+  curl -sf "$url/stats?reset" > /dev/null
   cpu0=$(server_cpu); t0=$(date +%s.%N)
   taskset -c 0 "$bin" bench --url "$url" --quiet --client-threads 1 --concurrency "$c" --requests "$n" --warmup "$c" \
     --ramp-up 5s --output-tokens 256 --input-tokens 16 --model tokenscope-exact --api openai-chat --out "$out" > /dev/null
   cpu1=$(server_cpu); t1=$(date +%s.%N)
+  curl -sf "$url/stats" > "$work/stats-$c.json"
   r="$out/results.json"
-  printf '| %s | %+.3f ms | %+.3f ms | %+.3f ms | %+.3f ms | %+.3f ms | %.2f | %.2f |\n' "$c" \
+  printf '| %s | %+.3f ms | %+.3f ms | %+.3f ms | %+.3f ms | %+.3f ms | %.2f | %.2f | %.3f / %.3f ms |\n' "$c" \
     "$(field "$r" 'd["latency"]["ttft_ms"]["p50"] - 100')" \
     "$(field "$r" 'd["latency"]["ttft_ms"]["p99"] - 100')" \
     "$(field "$r" 'd["latency"]["itl_ms"]["p50"] - 20')" \
     "$(field "$r" 'd["latency"]["itl_ms"]["p99"] - 20')" \
     "$(field "$r" 'd["latency"]["tpot_ms"]["p99"] - 20')" \
     "$(field "$r" 'd["client"]["cpu_cores"]')" \
-    "$(python3 -c "print(($cpu1 - $cpu0) / ($t1 - $t0))")"
+    "$(python3 -c "print(($cpu1 - $cpu0) / ($t1 - $t0))")" \
+    "$(field "$work/stats-$c.json" 'd["lateness_us"]["p50"] / 1e3')" \
+    "$(field "$work/stats-$c.json" 'd["lateness_us"]["p99"] / 1e3')"
 done
 stop_server

@@ -52,7 +52,10 @@ mod tests {
 
     #[test]
     fn one_hour_of_two_gpus() {
-        let price = GpuPrice { usd_per_gpu_hour: 2.5, gpus: 2 };
+        let price = GpuPrice {
+            usd_per_gpu_hour: 2.5,
+            gpus: 2,
+        };
         let c = price.cost(3600.0, 1_000_000, 3_000_000, Some(500_000));
         assert!((c.window_usd - 5.0).abs() < 1e-12);
         assert!((c.usd_per_1k_output_tokens.unwrap() - 0.005).abs() < 1e-12);

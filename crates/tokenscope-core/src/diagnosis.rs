@@ -6,16 +6,29 @@ use crate::results::{ClientUsage, Counts, Finding, Latency, Tokens};
 use serde_json::json;
 use std::collections::BTreeMap;
 
-fn finding(rule: &str, severity: &str, message: String, evidence: &[(&str, serde_json::Value)]) -> Finding {
+fn finding(
+    rule: &str,
+    severity: &str,
+    message: String,
+    evidence: &[(&str, serde_json::Value)],
+) -> Finding {
     Finding {
         rule: rule.into(),
         severity: severity.into(),
         message,
-        evidence: evidence.iter().map(|(k, v)| (k.to_string(), v.clone())).collect::<BTreeMap<_, _>>(),
+        evidence: evidence
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect::<BTreeMap<_, _>>(),
     }
 }
 
-pub fn diagnose(counts: &Counts, latency: &Latency, tokens: &Tokens, client: &ClientUsage) -> Vec<Finding> {
+pub fn diagnose(
+    counts: &Counts,
+    latency: &Latency,
+    tokens: &Tokens,
+    client: &ClientUsage,
+) -> Vec<Finding> {
     let mut out = Vec::new();
     if let (Some(cores), Some(threads)) = (client.cpu_cores, client.threads) {
         if threads > 0 && cores >= 0.85 * threads as f64 {
@@ -66,7 +79,12 @@ pub fn diagnose(counts: &Counts, latency: &Latency, tokens: &Tokens, client: &Cl
         out.push(finding(
             "errors",
             if share > 0.05 { "critical" } else { "warning" },
-            format!("{} of {} requests failed ({:.1} %)", counts.failed, counts.requests, share * 100.0),
+            format!(
+                "{} of {} requests failed ({:.1} %)",
+                counts.failed,
+                counts.requests,
+                share * 100.0
+            ),
             &[("errors", json!(counts.errors))],
         ));
     }

@@ -19,7 +19,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         "ns" => value / 1e9,
         "m" | "min" => value * 60.0,
         "h" => value * 3600.0,
-        other => return Err(format!("unknown unit `{other}` in `{text}` (use ns, us, ms, s, m, h)")),
+        other => {
+            return Err(format!(
+                "unknown unit `{other}` in `{text}` (use ns, us, ms, s, m, h)"
+            ))
+        }
     };
     if !secs.is_finite() || secs < 0.0 {
         return Err(format!("`{text}` is not a valid duration"));

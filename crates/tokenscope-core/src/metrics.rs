@@ -1,14 +1,14 @@
 //! From records to numbers, exactly as `DESIGN.md` defines them.
 
+use crate::cost::Cost;
 use crate::cost::GpuPrice;
 use crate::record::{RequestRecord, TokenSource};
 use crate::results::{
     Concurrency, Counts, Latency, ObjectiveResult, SloReport, SteadyWindow, Throughput, Tokens,
     Window,
 };
-use crate::slo::{SloMetric, Slo};
+use crate::slo::{Slo, SloMetric};
 use crate::stats::Distribution;
-use crate::cost::Cost;
 use std::collections::BTreeMap;
 
 const US: f64 = 1e-6;
@@ -39,9 +39,15 @@ pub fn measure(records: &[RequestRecord], slo: Option<&Slo>, price: Option<GpuPr
 
     let window_s = window.duration_s;
     let rate = |x: f64| if window_s > 0.0 { x / window_s } else { 0.0 };
-    let good: Option<Vec<&RequestRecord>> =
-        slo.map(|s| ok.iter().copied().filter(|r| s.request_is_good(r)).collect());
-    let good_tokens = good.as_ref().map(|g| g.iter().map(|r| r.output_tokens).sum::<u64>());
+    let good: Option<Vec<&RequestRecord>> = slo.map(|s| {
+        ok.iter()
+            .copied()
+            .filter(|r| s.request_is_good(r))
+            .collect()
+    });
+    let good_tokens = good
+        .as_ref()
+        .map(|g| g.iter().map(|r| r.output_tokens).sum::<u64>());
 
     let mut per_user = Distribution::new();
     for tpot in ok.iter().filter_map(|r| r.tpot_us()) {
@@ -60,7 +66,8 @@ pub fn measure(records: &[RequestRecord], slo: Option<&Slo>, price: Option<GpuPr
         concurrency: concurrency(&measured, window.start_s, window.end_s),
     };
 
-    let slo_report = slo.map(|s| slo_report(s, &latency, good.as_ref().map_or(0, |g| g.len() as u64)));
+    let slo_report =
+        slo.map(|s| slo_report(s, &latency, good.as_ref().map_or(0, |g| g.len() as u64)));
     let cost = price.map(|p| {
         p.cost(
             window_s,
@@ -70,7 +77,15 @@ pub fn measure(records: &[RequestRecord], slo: Option<&Slo>, price: Option<GpuPr
         )
     });
 
-    Measured { window, latency, throughput, counts, tokens, slo: slo_report, cost }
+    Measured {
+        window,
+        latency,
+        throughput,
+        counts,
+        tokens,
+        slo: slo_report,
+        cost,
+    }
 }
 
 fn window(measured: &[&RequestRecord]) -> Window {
@@ -107,7 +122,12 @@ fn window(measured: &[&RequestRecord]) -> Window {
             concurrency_mean: concurrency(measured, a as f64 * US, b as f64 * US).mean,
         }
     });
-    Window { start_s, end_s, duration_s: end_s - start_s, steady }
+    Window {
+        start_s,
+        end_s,
+        duration_s: end_s - start_s,
+        steady,
+    }
 }
 
 /// In-flight requests (sent, not yet done): time-weighted mean over [from, to] and max.
@@ -131,7 +151,10 @@ fn concurrency(measured: &[&RequestRecord], from_s: f64, to_s: f64) -> Concurren
         }
     }
     let span = to.saturating_sub(from) as f64;
-    Concurrency { mean: if span > 0.0 { area / span } else { 0.0 }, max: max.max(0) as u64 }
+    Concurrency {
+        mean: if span > 0.0 { area / span } else { 0.0 },
+        max: max.max(0) as u64,
+    }
 }
 
 fn latency(measured: &[&RequestRecord], ok: &[&RequestRecord]) -> Latency {
@@ -209,8 +232,12 @@ fn tokens(ok: &[&RequestRecord]) -> Tokens {
     for r in ok {
         t.input_total += r.input_tokens.unwrap_or(0);
         t.output_total += r.output_tokens;
-        *t.input_sources.entry(source_name(r.input_token_source)).or_insert(0) += 1;
-        *t.output_sources.entry(source_name(r.output_token_source)).or_insert(0) += 1;
+        *t.input_sources
+            .entry(source_name(r.input_token_source))
+            .or_insert(0) += 1;
+        *t.output_sources
+            .entry(source_name(r.output_token_source))
+            .or_insert(0) += 1;
         for c in &r.chunks {
             *t.tokens_per_chunk.entry(c.tokens()).or_insert(0) += 1;
         }
@@ -240,7 +267,11 @@ fn slo_report(slo: &Slo, latency: &Latency, good_requests: u64) -> SloReport {
             }
         })
         .collect();
-    SloReport { met: objectives.iter().all(|o| o.met), objectives, good_requests }
+    SloReport {
+        met: objectives.iter().all(|o| o.met),
+        objectives,
+        good_requests,
+    }
 }
 
 #[cfg(test)]
@@ -250,30 +281,10 @@ mod tests {
 
     /// A request sent at `sent` (ms) with `n` tokens: first after `ttft` ms, then every `itl` ms.
     fn req(id: u64, sent: u64, ttft: u64, itl: u64, n: u64) -> RequestRecord {
-        let chunks: Vec<Chunk> =
-            (0..n).map(|i| Chunk((sent + ttft + i * itl) * 1000, 1)).collect();
-        RequestRecord {
-            id,
-            warmup: false,
-            scheduled_at_us: sent * 1000,
-            sent_at_us: sent * 1000,
-            first_byte_at_us: Some(sent * 1000),
-            first_token_at_us: chunks.first().map(Chunk::at_us),
-            done_at_us: chunks.last().unwrap().at_us(),
-            input_tokens: Some(100),
-            input_token_source: Some(TokenSource::ServerUsage),
-            output_tokens: n,
-            output_token_source: Some(TokenSource::ServerUsage),
-            requested_output_tokens: Some(n),
-            status: Some(200),
-            error_kind: None,
-            error: None,
-            finish_reason: Some("length".into()),
-            retries: 0,
-            waited_for_slot: false,
-            server_timings: None,
-            chunks,
-        }
+        let chunks: Vec<Chunk> = (0..n)
+            .map(|i| Chunk((sent + ttft + i * itl) * 1000, 1))
+            .collect();
+        RequestRecord::test_success(id, sent * 1000, chunks, 100)
     }
 
     #[test]
@@ -308,7 +319,11 @@ mod tests {
 
     #[test]
     fn failures_and_warmup_are_counted_not_averaged() {
-        let mut records = vec![req(0, 0, 100, 10, 5), req(1, 0, 100, 10, 5), req(2, 0, 100, 10, 5)];
+        let mut records = vec![
+            req(0, 0, 100, 10, 5),
+            req(1, 0, 100, 10, 5),
+            req(2, 0, 100, 10, 5),
+        ];
         records[0].warmup = true;
         records[2].error_kind = Some(ErrorKind::Http(429));
         records[2].chunks.clear();

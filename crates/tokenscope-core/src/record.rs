@@ -142,6 +142,42 @@ pub struct RequestRecord {
     pub chunks: Vec<Chunk>,
 }
 
+#[cfg(test)]
+impl RequestRecord {
+    /// A successful request for tests: sent at `sent_at_us`, its output the given
+    /// chunks (their tokens summed), done with the last chunk.
+    pub(crate) fn test_success(
+        id: u64,
+        sent_at_us: u64,
+        chunks: Vec<Chunk>,
+        input_tokens: u64,
+    ) -> Self {
+        let output_tokens = chunks.iter().map(|c| c.1 as u64).sum();
+        RequestRecord {
+            id,
+            warmup: false,
+            scheduled_at_us: sent_at_us,
+            sent_at_us,
+            first_byte_at_us: Some(sent_at_us),
+            first_token_at_us: chunks.first().map(Chunk::at_us),
+            done_at_us: chunks.last().map_or(sent_at_us, Chunk::at_us),
+            input_tokens: Some(input_tokens),
+            input_token_source: Some(TokenSource::ServerUsage),
+            output_tokens,
+            output_token_source: Some(TokenSource::ServerUsage),
+            requested_output_tokens: Some(output_tokens),
+            status: Some(200),
+            error_kind: None,
+            error: None,
+            finish_reason: Some("length".into()),
+            retries: 0,
+            waited_for_slot: false,
+            server_timings: None,
+            chunks,
+        }
+    }
+}
+
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }
@@ -171,7 +207,9 @@ impl RequestRecord {
         if self.output_tokens < 2 {
             return None;
         }
-        let span = self.last_token_at_us()?.checked_sub(self.first_token_at_us?)?;
+        let span = self
+            .last_token_at_us()?
+            .checked_sub(self.first_token_at_us?)?;
         Some(span as f64 / (self.output_tokens - 1) as f64)
     }
 
@@ -187,7 +225,9 @@ impl RequestRecord {
 
     /// Gaps between successive chunks (ICL), in µs.
     pub fn chunk_gaps_us(&self) -> impl Iterator<Item = u64> + '_ {
-        self.chunks.windows(2).map(|w| w[1].0.saturating_sub(w[0].0))
+        self.chunks
+            .windows(2)
+            .map(|w| w[1].0.saturating_sub(w[0].0))
     }
 
     /// Token-split inter-token latencies: each chunk after the first contributes
@@ -215,37 +255,26 @@ mod tests {
     use super::*;
 
     fn record(chunks: Vec<Chunk>, output_tokens: u64) -> RequestRecord {
-        RequestRecord {
-            id: 0,
-            warmup: false,
-            scheduled_at_us: 0,
-            sent_at_us: 1_000,
-            first_byte_at_us: Some(2_000),
-            first_token_at_us: chunks.first().map(Chunk::at_us),
-            done_at_us: chunks.last().map_or(5_000, |c| c.0 + 100),
-            input_tokens: Some(10),
-            input_token_source: Some(TokenSource::ServerUsage),
-            output_tokens,
-            output_token_source: Some(TokenSource::ServerUsage),
-            requested_output_tokens: Some(output_tokens),
-            status: Some(200),
-            error_kind: None,
-            error: None,
-            finish_reason: Some("length".into()),
-            retries: 0,
-            waited_for_slot: false,
-            server_timings: None,
-            chunks,
-        }
+        let mut r = RequestRecord::test_success(0, 1_000, chunks, 10);
+        r.output_tokens = output_tokens;
+        r.requested_output_tokens = Some(output_tokens);
+        r.done_at_us += 100;
+        r
     }
 
     #[test]
     fn definitions() {
-        let r = record(vec![Chunk(101_000, 1), Chunk(121_000, 1), Chunk(141_000, 1)], 3);
+        let r = record(
+            vec![Chunk(101_000, 1), Chunk(121_000, 1), Chunk(141_000, 1)],
+            3,
+        );
         assert_eq!(r.ttft_us(), Some(100_000));
         assert_eq!(r.tpot_us(), Some(20_000.0));
         assert_eq!(r.e2e_us(), 140_100);
-        assert_eq!(r.itl_us().collect::<Vec<_>>(), vec![(20_000.0, 1), (20_000.0, 1)]);
+        assert_eq!(
+            r.itl_us().collect::<Vec<_>>(),
+            vec![(20_000.0, 1), (20_000.0, 1)]
+        );
     }
 
     #[test]

@@ -79,14 +79,18 @@ impl Slo {
     pub fn parse(text: &str) -> Result<Slo, String> {
         let mut objectives = Vec::new();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (key, value) = part
-                .split_once('=')
-                .ok_or_else(|| format!("`{part}`: expected METRIC_STAT=LIMIT, e.g. ttft_p99=500ms"))?;
+            let (key, value) = part.split_once('=').ok_or_else(|| {
+                format!("`{part}`: expected METRIC_STAT=LIMIT, e.g. ttft_p99=500ms")
+            })?;
             let (metric, stat) = key.split_once('_').unwrap_or((key, "p99"));
-            let metric = SloMetric::parse(metric)
-                .ok_or_else(|| format!("`{part}`: unknown metric `{metric}` (ttft, tpot, itl, e2e)"))?;
+            let metric = SloMetric::parse(metric).ok_or_else(|| {
+                format!("`{part}`: unknown metric `{metric}` (ttft, tpot, itl, e2e)")
+            })?;
             if !STATS.contains(&stat) {
-                return Err(format!("`{part}`: unknown statistic `{stat}` ({})", STATS.join(", ")));
+                return Err(format!(
+                    "`{part}`: unknown statistic `{stat}` ({})",
+                    STATS.join(", ")
+                ));
             }
             let limit = parse_duration(value).map_err(|e| format!("`{part}`: {e}"))?;
             objectives.push(Objective {

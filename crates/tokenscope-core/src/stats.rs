@@ -171,7 +171,11 @@ mod tests {
 
     #[test]
     fn merge_equals_recording_everything() {
-        let (mut a, mut b, mut all) = (Distribution::new(), Distribution::new(), Distribution::new());
+        let (mut a, mut b, mut all) = (
+            Distribution::new(),
+            Distribution::new(),
+            Distribution::new(),
+        );
         for v in 0..500 {
             a.record(v as f64);
             all.record(v as f64);

@@ -26,8 +26,20 @@ impl std::str::FromStr for Process {
             "constant" => Ok(Process::Constant),
             _ => match s.strip_prefix("gamma:").map(str::parse::<f64>) {
                 Some(Ok(k)) if k > 0.0 && k.is_finite() => Ok(Process::Gamma(k)),
-                _ => Err(format!("`{s}`: expected poisson, constant or gamma:K with K > 0")),
+                _ => Err(format!(
+                    "`{s}`: expected poisson, constant or gamma:K with K > 0"
+                )),
             },
+        }
+    }
+}
+
+impl std::fmt::Display for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Process::Poisson => f.write_str("poisson"),
+            Process::Constant => f.write_str("constant"),
+            Process::Gamma(k) => write!(f, "gamma:{k}"),
         }
     }
 }
@@ -40,7 +52,11 @@ pub enum LoadPattern {
     /// Requests scheduled at `rate` per second by `process`, whatever the server does.
     /// With `max_concurrency`, a request that finds no free slot waits for one and
     /// is counted as late (`waited_for_slot`), its lateness reported as client lag.
-    Open { rate: f64, process: Process, max_concurrency: Option<usize> },
+    Open {
+        rate: f64,
+        process: Process,
+        max_concurrency: Option<usize>,
+    },
 }
 
 impl LoadPattern {
@@ -48,7 +64,9 @@ impl LoadPattern {
     pub fn max_in_flight(&self) -> Option<usize> {
         match *self {
             LoadPattern::Closed { concurrency } => Some(concurrency),
-            LoadPattern::Open { max_concurrency, .. } => max_concurrency,
+            LoadPattern::Open {
+                max_concurrency, ..
+            } => max_concurrency,
         }
     }
 }
@@ -63,16 +81,21 @@ pub struct Schedule {
 
 impl Schedule {
     pub fn new(rate: f64, process: Process, seed: u64) -> Self {
-        Schedule { rng: StdRng::seed_from_u64(seed), rate, process, next_s: 0.0 }
+        Schedule {
+            rng: StdRng::seed_from_u64(seed),
+            rate,
+            process,
+            next_s: 0.0,
+        }
     }
 
     fn gap_s(&mut self) -> f64 {
         match self.process {
             Process::Constant => 1.0 / self.rate,
             Process::Poisson => Exp::new(self.rate).expect("rate > 0").sample(&mut self.rng),
-            Process::Gamma(k) => {
-                Gamma::new(k, 1.0 / (k * self.rate)).expect("k, rate > 0").sample(&mut self.rng)
-            }
+            Process::Gamma(k) => Gamma::new(k, 1.0 / (k * self.rate))
+                .expect("k, rate > 0")
+                .sample(&mut self.rng),
         }
     }
 }
@@ -91,7 +114,10 @@ mod tests {
     use super::*;
 
     fn gaps(process: Process, rate: f64, n: usize) -> Vec<f64> {
-        let times: Vec<f64> = Schedule::new(rate, process, 42).take(n + 1).map(|d| d.as_secs_f64()).collect();
+        let times: Vec<f64> = Schedule::new(rate, process, 42)
+            .take(n + 1)
+            .map(|d| d.as_secs_f64())
+            .collect();
         times.windows(2).map(|w| w[1] - w[0]).collect()
     }
 
@@ -104,12 +130,18 @@ mod tests {
     #[test]
     fn processes_have_the_right_mean_and_burstiness() {
         let (m, cv) = mean_cv(&gaps(Process::Poisson, 10.0, 50_000));
-        assert!((m - 0.1).abs() < 0.002 && (cv - 1.0).abs() < 0.03, "{m} {cv}");
+        assert!(
+            (m - 0.1).abs() < 0.002 && (cv - 1.0).abs() < 0.03,
+            "{m} {cv}"
+        );
         let (m, cv) = mean_cv(&gaps(Process::Constant, 10.0, 1000));
         assert!((m - 0.1).abs() < 1e-9 && cv < 1e-6);
         // Gamma shape K has CV = 1/sqrt(K).
         let (m, cv) = mean_cv(&gaps(Process::Gamma(0.25), 10.0, 50_000));
-        assert!((m - 0.1).abs() < 0.004 && (cv - 2.0).abs() < 0.1, "{m} {cv}");
+        assert!(
+            (m - 0.1).abs() < 0.004 && (cv - 2.0).abs() < 0.1,
+            "{m} {cv}"
+        );
     }
 
     #[test]

@@ -9,7 +9,9 @@ pub struct Clock {
 
 impl Clock {
     pub fn start() -> Self {
-        Clock { start: Instant::now() }
+        Clock {
+            start: Instant::now(),
+        }
     }
 
     pub fn origin(&self) -> Instant {

@@ -12,20 +12,29 @@ pub fn thread_cpu(prefix: &str) -> Option<(Duration, usize)> {
     let mut threads = 0;
     for entry in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
         let dir = entry.path();
-        let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else { continue };
+        let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
+            continue;
+        };
         if !comm.trim_end().starts_with(prefix) {
             continue;
         }
-        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else { continue };
+        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
+            continue;
+        };
         // Fields after the parenthesised name: state is field 3, utime 14, stime 15.
-        let Some(after) = stat.rfind(')').map(|i| &stat[i + 2..]) else { continue };
+        let Some(after) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+            continue;
+        };
         let fields: Vec<&str> = after.split(' ').collect();
         let utime: u64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0);
         let stime: u64 = fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0);
         total += utime + stime;
         threads += 1;
     }
-    Some((Duration::from_secs_f64(total as f64 / ticks as f64), threads))
+    Some((
+        Duration::from_secs_f64(total as f64 / ticks as f64),
+        threads,
+    ))
 }
 
 fn clock_ticks_per_second() -> Option<u64> {
@@ -57,6 +66,9 @@ mod tests {
         let (cpu, n, _) = handle.join().unwrap();
         assert_eq!(n, 1);
         // A loaded machine may give the thread less than the wall time, never more.
-        assert!(cpu > Duration::from_millis(30) && cpu < Duration::from_millis(500), "{cpu:?}");
+        assert!(
+            cpu > Duration::from_millis(30) && cpu < Duration::from_millis(500),
+            "{cpu:?}"
+        );
     }
 }

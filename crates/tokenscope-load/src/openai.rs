@@ -138,11 +138,20 @@ pub fn parse_chunk(data: &str, text: &mut String) -> Result<ChunkInfo, Malformed
         reason: e.to_string(),
         snippet: data.chars().take(80).collect(),
     })?;
-    let mut info = ChunkInfo { usage: raw.usage, timings: raw.timings, ..Default::default() };
+    let mut info = ChunkInfo {
+        usage: raw.usage,
+        timings: raw.timings,
+        ..Default::default()
+    };
     if let Some(err) = raw.error {
         info.error = Some(error_message(&err));
     } else if raw.object.as_deref() == Some("error") {
-        info.error = Some(raw.message.as_deref().unwrap_or("error object in stream").to_string());
+        info.error = Some(
+            raw.message
+                .as_deref()
+                .unwrap_or("error object in stream")
+                .to_string(),
+        );
     }
     for choice in raw.choices {
         let mut add = |s: Option<Cow<'_, str>>| {
@@ -201,7 +210,8 @@ mod tests {
             r#"{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}]}"#,
         );
         assert_eq!(info.text_bytes, 0);
-        let (info, _) = parse(r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#);
+        let (info, _) =
+            parse(r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#);
         assert_eq!(info.text_bytes, 0, "empty content is not a token");
     }
 
@@ -211,7 +221,13 @@ mod tests {
             r#"{"choices":[],"usage":{"completion_tokens":3,"prompt_tokens":18,"total_tokens":21},"timings":{"prompt_ms":7.1}}"#,
         );
         assert_eq!(info.text_bytes, 0);
-        assert_eq!(info.usage, Some(Usage { prompt_tokens: Some(18), completion_tokens: Some(3) }));
+        assert_eq!(
+            info.usage,
+            Some(Usage {
+                prompt_tokens: Some(18),
+                completion_tokens: Some(3)
+            })
+        );
         assert!(info.timings.is_some());
     }
 
@@ -226,8 +242,9 @@ mod tests {
 
     #[test]
     fn completion_text_and_finish_reason() {
-        let (info, text) =
-            parse(r#"{"choices":[{"text":" duef","index":0,"logprobs":null,"finish_reason":"length"}]}"#);
+        let (info, text) = parse(
+            r#"{"choices":[{"text":" duef","index":0,"logprobs":null,"finish_reason":"length"}]}"#,
+        );
         assert_eq!((info.text_bytes, text.as_str()), (5, " duef"));
         assert_eq!(info.finish_reason.as_deref(), Some("length"));
     }
@@ -244,14 +261,16 @@ mod tests {
     fn escaped_text_is_decoded() {
         let (info, text) = parse(r#"{"choices":[{"delta":{"content":"a\nb\u00e9"}}]}"#);
         assert_eq!(text, "a\nbé");
-        assert_eq!(info.text_bytes, 4);
+        assert_eq!(info.text_bytes, 5, "bytes, not characters");
     }
 
     #[test]
     fn error_object_mid_stream() {
-        let (info, _) = parse(r#"{"error":{"code":500,"message":"slot died\nmore","type":"server_error"}}"#);
+        let (info, _) =
+            parse(r#"{"error":{"code":500,"message":"slot died\nmore","type":"server_error"}}"#);
         assert_eq!(info.error.as_deref(), Some("slot died"));
-        let (info, _) = parse(r#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#);
+        let (info, _) =
+            parse(r#"{"object":"error","message":"bad","type":"BadRequestError","code":400}"#);
         assert_eq!(info.error.as_deref(), Some("bad"));
     }
 
@@ -264,7 +283,12 @@ mod tests {
 
     #[test]
     fn bodies_ask_for_usage_and_exact_lengths() {
-        let p = RequestParams { model: "m", prompt: "hi", max_tokens: Some(7), ignore_eos: true };
+        let p = RequestParams {
+            model: "m",
+            prompt: "hi",
+            max_tokens: Some(7),
+            ignore_eos: true,
+        };
         let chat: Value = serde_json::from_slice(&request_body(Api::Chat, &p)).unwrap();
         assert_eq!(chat["messages"][0]["content"], "hi");
         assert_eq!(chat["stream"], true);
@@ -272,7 +296,10 @@ mod tests {
         assert_eq!(chat["max_tokens"], 7);
         assert_eq!(chat["min_tokens"], 7);
         assert_eq!(chat["ignore_eos"], true);
-        let p = RequestParams { ignore_eos: false, ..p };
+        let p = RequestParams {
+            ignore_eos: false,
+            ..p
+        };
         let comp: Value = serde_json::from_slice(&request_body(Api::Completions, &p)).unwrap();
         assert_eq!(comp["prompt"], "hi");
         assert!(comp.get("ignore_eos").is_none() && comp.get("min_tokens").is_none());

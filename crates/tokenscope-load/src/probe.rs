@@ -18,7 +18,10 @@ pub enum ProbeError {
 const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn unreachable(url: &str, e: reqwest::Error) -> ProbeError {
-    ProbeError::Unreachable { url: url.to_string(), reason: describe(&e) }
+    ProbeError::Unreachable {
+        url: url.to_string(),
+        reason: describe(&e),
+    }
 }
 
 /// `GET /v1/models`: the ids the server serves.
@@ -47,7 +50,11 @@ pub async fn list_models(
     })?;
     Ok(body["data"]
         .as_array()
-        .map(|a| a.iter().filter_map(|m| m["id"].as_str().map(str::to_owned)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|m| m["id"].as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default())
 }
 
@@ -61,7 +68,9 @@ pub async fn detect_api(
     let mut tried = Vec::new();
     for api in [Api::Chat, Api::Completions] {
         let body = match api {
-            Api::Chat => json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}),
+            Api::Chat => {
+                json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
+            }
             Api::Completions => json!({"model": model, "prompt": "hi", "max_tokens": 1}),
         };
         let resp = client

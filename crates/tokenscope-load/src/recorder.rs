@@ -12,7 +12,10 @@ use tokenscope_core::record::RequestRecord;
 #[derive(Debug, thiserror::Error)]
 pub enum RecorderError {
     #[error("cannot write {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// The sending side; cheap to clone into every request task.
@@ -36,14 +39,20 @@ pub struct Recorder {
 impl Recorder {
     /// Creates (truncates) `path` and starts the writer thread.
     pub fn create(path: &Path) -> Result<Recorder, RecorderError> {
-        let io = |source| RecorderError::Io { path: path.to_owned(), source };
+        let io = |source| RecorderError::Io {
+            path: path.to_owned(),
+            source,
+        };
         let file = File::create(path).map_err(io)?;
         let path = path.to_owned();
         let (tx, rx) = mpsc::channel::<RequestRecord>();
         let writer = std::thread::Builder::new()
             .name("ts-recorder".into())
             .spawn(move || {
-                let io = |source| RecorderError::Io { path: path.clone(), source };
+                let io = |source| RecorderError::Io {
+                    path: path.clone(),
+                    source,
+                };
                 let mut out = BufWriter::new(file);
                 let mut all = Vec::new();
                 for r in rx {
@@ -55,7 +64,10 @@ impl Recorder {
                 Ok(all)
             })
             .map_err(io)?;
-        Ok(Recorder { sink: RecordSink { tx }, writer })
+        Ok(Recorder {
+            sink: RecordSink { tx },
+            writer,
+        })
     }
 
     pub fn sink(&self) -> RecordSink {
@@ -66,6 +78,8 @@ impl Recorder {
     /// Every clone of the sink must be dropped first.
     pub fn finish(self) -> Result<Vec<RequestRecord>, RecorderError> {
         drop(self.sink);
-        self.writer.join().expect("the recorder thread does not panic")
+        self.writer
+            .join()
+            .expect("the recorder thread does not panic")
     }
 }

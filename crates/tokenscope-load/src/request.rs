@@ -80,7 +80,8 @@ impl Stream {
                     return;
                 }
                 if info.text_bytes > 0 {
-                    self.chunks.push(Chunk(at_us, info.text_bytes.min(u32::MAX as usize) as u32));
+                    self.chunks
+                        .push(Chunk(at_us, info.text_bytes.min(u32::MAX as usize) as u32));
                     if let Some(c) = info.usage.and_then(|u| u.completion_tokens) {
                         self.chunk_usage.push(c);
                     }
@@ -156,8 +157,17 @@ pub async fn execute(
             r = timeout_at(next_deadline(), request.send()) => r,
         };
         match sent {
-            Err(_) => return fail(rec, clock, ErrorKind::Timeout, "no response head in time".into()),
-            Ok(Err(e)) if rec.retries < MAX_STALE_RETRIES && closed_before_response(&e) => rec.retries += 1,
+            Err(_) => {
+                return fail(
+                    rec,
+                    clock,
+                    ErrorKind::Timeout,
+                    "no response head in time".into(),
+                )
+            }
+            Ok(Err(e)) if rec.retries < MAX_STALE_RETRIES && closed_before_response(&e) => {
+                rec.retries += 1
+            }
             Ok(Err(e)) => {
                 let kind = classify(&e);
                 return fail(rec, clock, kind, describe(&e));
@@ -216,7 +226,9 @@ pub async fn execute(
         last_read = now.into();
         match read {
             Err(e) => {
-                stream.failure.get_or_insert((ErrorKind::Stream, describe(&e)));
+                stream
+                    .failure
+                    .get_or_insert((ErrorKind::Stream, describe(&e)));
                 break;
             }
             Ok(None) => {
@@ -247,7 +259,10 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> RequestRecord {
     rec.finish_reason = s.finish_reason.take();
     rec.server_timings = s.timings.take();
     if s.failure.is_none() && !s.done && rec.finish_reason.is_none() {
-        s.failure = Some((ErrorKind::Stream, "stream ended without [DONE] or a finish reason".into()));
+        s.failure = Some((
+            ErrorKind::Stream,
+            "stream ended without [DONE] or a finish reason".into(),
+        ));
     }
     if let Some(p) = s.usage.and_then(|u| u.prompt_tokens) {
         rec.input_tokens = Some(p);
@@ -262,7 +277,11 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> RequestRecord {
         },
     };
     split_tokens(&mut s.chunks, &s.chunk_usage, total);
-    rec.output_tokens = if s.chunks.is_empty() { total.min(n_chunks) } else { total };
+    rec.output_tokens = if s.chunks.is_empty() {
+        total.min(n_chunks)
+    } else {
+        total
+    };
     rec.output_token_source = Some(source);
     rec.chunks = s.chunks;
     if let Some((kind, msg)) = s.failure {
@@ -328,7 +347,10 @@ fn closed_before_response(e: &reqwest::Error) -> bool {
         }
         if let Some(io) = err.downcast_ref::<std::io::Error>() {
             use std::io::ErrorKind as K;
-            if matches!(io.kind(), K::BrokenPipe | K::ConnectionReset | K::ConnectionAborted) {
+            if matches!(
+                io.kind(),
+                K::BrokenPipe | K::ConnectionReset | K::ConnectionAborted
+            ) {
                 return true;
             }
         }
@@ -362,7 +384,9 @@ pub(crate) fn describe(e: &reqwest::Error) -> String {
         cur = err.source();
     }
     if let Some(url) = e.url() {
-        msg = msg.replace(&format!(" ({url})"), "").replace(url.as_str(), "<url>");
+        msg = msg
+            .replace(&format!(" ({url})"), "")
+            .replace(url.as_str(), "<url>");
     }
     msg
 }
@@ -372,7 +396,11 @@ mod tests {
     use super::*;
 
     fn chunks(bytes: &[u32]) -> Vec<Chunk> {
-        bytes.iter().enumerate().map(|(i, &b)| Chunk(i as u64, b)).collect()
+        bytes
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| Chunk(i as u64, b))
+            .collect()
     }
 
     #[test]

@@ -54,7 +54,8 @@ impl Progress {
         if !r.succeeded() {
             self.failed.fetch_add(1, Ordering::Relaxed);
         }
-        self.output_tokens.fetch_add(r.output_tokens, Ordering::Relaxed);
+        self.output_tokens
+            .fetch_add(r.output_tokens, Ordering::Relaxed);
     }
 }
 
@@ -74,7 +75,11 @@ impl Runner {
         let deadline = plan.duration.map(|d| self.clock.origin() + d);
         match plan.pattern {
             LoadPattern::Closed { concurrency } => self.closed(plan, concurrency, deadline).await,
-            LoadPattern::Open { rate, process, max_concurrency } => {
+            LoadPattern::Open {
+                rate,
+                process,
+                max_concurrency,
+            } => {
                 let schedule = Schedule::new(rate, process, plan.seed);
                 self.open(plan, schedule, max_concurrency, deadline).await
             }
@@ -89,12 +94,19 @@ impl Runner {
         self.sink.record(rec);
     }
 
-    async fn closed(self: Arc<Self>, plan: &RunPlan, concurrency: usize, deadline: Option<Instant>) {
+    async fn closed(
+        self: Arc<Self>,
+        plan: &RunPlan,
+        concurrency: usize,
+        deadline: Option<Instant>,
+    ) {
         let next = Arc::new(AtomicU64::new(0));
         let mut workers = JoinSet::new();
         for worker in 0..concurrency {
             let (me, next, plan) = (self.clone(), next.clone(), plan.clone());
-            let start_at = plan.ramp_up.map(|r| me.clock.origin() + r.mul_f64(worker as f64 / concurrency as f64));
+            let start_at = plan
+                .ramp_up
+                .map(|r| me.clock.origin() + r.mul_f64(worker as f64 / concurrency as f64));
             workers.spawn(async move {
                 if let Some(at) = start_at {
                     tokio::select! {

@@ -77,7 +77,10 @@ impl SseParser {
     fn line(&mut self, line: &[u8], on_event: &mut impl FnMut(SseEvent<'_>)) {
         if line.is_empty() {
             if self.has_data {
-                on_event(SseEvent { event: self.event.as_deref(), data: &self.data });
+                on_event(SseEvent {
+                    event: self.event.as_deref(),
+                    data: &self.data,
+                });
             }
             self.data.clear();
             self.has_data = false;
@@ -119,7 +122,9 @@ mod tests {
         let mut p = SseParser::new();
         let mut out = vec![];
         for r in reads {
-            p.feed(r, |e| out.push((e.event.map(str::to_owned), e.data.to_owned())));
+            p.feed(r, |e| {
+                out.push((e.event.map(str::to_owned), e.data.to_owned()))
+            });
         }
         p.finish(|e| out.push((e.event.map(str::to_owned), e.data.to_owned())));
         out
@@ -131,7 +136,10 @@ mod tests {
 
     #[test]
     fn one_event_per_read() {
-        assert_eq!(datas(&[b"data: {\"a\":1}\n\n", b"data: [DONE]\n\n"]), ["{\"a\":1}", "[DONE]"]);
+        assert_eq!(
+            datas(&[b"data: {\"a\":1}\n\n", b"data: [DONE]\n\n"]),
+            ["{\"a\":1}", "[DONE]"]
+        );
     }
 
     #[test]
@@ -141,12 +149,18 @@ mod tests {
 
     #[test]
     fn many_events_in_one_read() {
-        assert_eq!(datas(&[b"data: 1\n\ndata: 2\n\ndata: 3\n\n"]), ["1", "2", "3"]);
+        assert_eq!(
+            datas(&[b"data: 1\n\ndata: 2\n\ndata: 3\n\n"]),
+            ["1", "2", "3"]
+        );
     }
 
     #[test]
     fn crlf_and_cr_line_endings() {
-        assert_eq!(datas(&[b"data: a\r\n\r\ndata: b\r\rdata: c\n\n"]), ["a", "b", "c"]);
+        assert_eq!(
+            datas(&[b"data: a\r\n\r\ndata: b\r\rdata: c\n\n"]),
+            ["a", "b", "c"]
+        );
     }
 
     #[test]
@@ -169,7 +183,10 @@ mod tests {
 
     #[test]
     fn multi_line_data_is_joined() {
-        assert_eq!(datas(&[b"data: {\ndata:  \"a\": 1\ndata: }\n\n"]), ["{\n \"a\": 1\n}"]);
+        assert_eq!(
+            datas(&[b"data: {\ndata:  \"a\": 1\ndata: }\n\n"]),
+            ["{\n \"a\": 1\n}"]
+        );
     }
 
     #[test]

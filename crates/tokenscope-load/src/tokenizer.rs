@@ -9,7 +9,9 @@ static CL100K: OnceLock<Option<CoreBPE>> = OnceLock::new();
 
 /// Counts the tokens of `text` with the built-in tokenizer.
 pub fn count_tokens(text: &str) -> Option<u64> {
-    let bpe = CL100K.get_or_init(|| tiktoken_rs::cl100k_base().ok()).as_ref()?;
+    let bpe = CL100K
+        .get_or_init(|| tiktoken_rs::cl100k_base().ok())
+        .as_ref()?;
     Some(bpe.encode_ordinary(text).len() as u64)
 }
 

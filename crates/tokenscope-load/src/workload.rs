@@ -22,11 +22,15 @@ impl std::str::FromStr for LengthSpec {
     type Err = String;
     fn from_str(spec: &str) -> Result<Self, String> {
         let bad = |why: &str| {
-            format!("`{spec}`: {why} (use 256, uniform:128..512, normal:512,64 or lognormal:512,256)")
+            format!(
+                "`{spec}`: {why} (use 256, uniform:128..512, normal:512,64 or lognormal:512,256)"
+            )
         };
         let num = |s: &str| s.trim().parse::<f64>().map_err(|_| bad("not a number"));
         let pair = |s: &str, sep: &str| -> Result<(f64, f64), String> {
-            let (a, b) = s.split_once(sep).ok_or_else(|| bad("expected two numbers"))?;
+            let (a, b) = s
+                .split_once(sep)
+                .ok_or_else(|| bad("expected two numbers"))?;
             Ok((num(a)?, num(b)?))
         };
         let parsed = match spec.split_once(':') {
@@ -56,6 +60,18 @@ impl std::str::FromStr for LengthSpec {
                 Err(bad("mean must be positive and std non-negative"))
             }
             ok => Ok(ok),
+        }
+    }
+}
+
+impl std::fmt::Display for LengthSpec {
+    /// The SPEC form it was parsed from.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LengthSpec::Fixed(n) => write!(f, "{n}"),
+            LengthSpec::Uniform(a, b) => write!(f, "uniform:{a}..{b}"),
+            LengthSpec::Normal { mean, std } => write!(f, "normal:{mean},{std}"),
+            LengthSpec::LogNormal { mean, std } => write!(f, "lognormal:{mean},{std}"),
         }
     }
 }
@@ -91,19 +107,19 @@ impl LengthSpec {
 /// (checked by a test), so a prompt of N words is N tokens in the built-in tokenizer.
 pub const WORDS: &[&str] = &[
     " the", " of", " and", " to", " in", " is", " was", " for", " on", " that", " with", " as",
-    " by", " at", " from", " his", " it", " an", " were", " are", " which", " this", " be",
-    " or", " has", " had", " first", " not", " but", " after", " also", " new", " their",
-    " one", " two", " they", " its", " who", " been", " time", " her", " she", " he", " year",
-    " city", " school", " world", " used", " during", " would", " other", " there", " all",
-    " into", " more", " most", " can", " some", " such", " many", " only", " over", " later",
-    " war", " may", " about", " made", " team", " state", " film", " game", " music", " house",
-    " water", " light", " river", " paper", " stone", " green", " small", " large", " early",
-    " north", " south", " west", " east", " party", " family", " people", " group", " second",
-    " three", " four", " five", " life", " work", " part", " place", " name", " day", " night",
-    " number", " line", " form", " power", " country", " system", " public", " service",
-    " company", " market", " model", " data", " value", " point", " level", " order", " table",
-    " field", " road", " train", " plant", " animal", " color", " sound", " word", " story",
-    " book", " letter", " king", " church", " station", " island", " lake", " door", " street",
+    " by", " at", " from", " his", " it", " an", " were", " are", " which", " this", " be", " or",
+    " has", " had", " first", " not", " but", " after", " also", " new", " their", " one", " two",
+    " they", " its", " who", " been", " time", " her", " she", " he", " year", " city", " school",
+    " world", " used", " during", " would", " other", " there", " all", " into", " more", " most",
+    " can", " some", " such", " many", " only", " over", " later", " war", " may", " about",
+    " made", " team", " state", " film", " game", " music", " house", " water", " light", " river",
+    " paper", " stone", " green", " small", " large", " early", " north", " south", " west",
+    " east", " party", " family", " people", " group", " second", " three", " four", " five",
+    " life", " work", " part", " place", " name", " day", " night", " number", " line", " form",
+    " power", " country", " system", " public", " service", " company", " market", " model",
+    " data", " value", " point", " level", " order", " table", " field", " road", " train",
+    " plant", " animal", " color", " sound", " word", " story", " book", " letter", " king",
+    " church", " station", " island", " lake", " door", " street",
 ];
 
 /// Words that encode the request index, so no two prompts share a prefix past the shared one.
@@ -161,7 +177,11 @@ impl Workload {
         for _ in 0..left {
             prompt.push_str(WORDS[rng.random_range(0..WORDS.len())]);
         }
-        PromptSpec { prompt, input_tokens, max_tokens }
+        PromptSpec {
+            prompt,
+            input_tokens,
+            max_tokens,
+        }
     }
 }
 
@@ -172,13 +192,34 @@ mod tests {
     #[test]
     fn specs_parse() {
         assert_eq!("256".parse::<LengthSpec>().unwrap(), LengthSpec::Fixed(256));
-        assert_eq!("uniform:128..512".parse::<LengthSpec>().unwrap(), LengthSpec::Uniform(128, 512));
+        assert_eq!(
+            "uniform:128..512".parse::<LengthSpec>().unwrap(),
+            LengthSpec::Uniform(128, 512)
+        );
         assert_eq!(
             "normal:512,64".parse::<LengthSpec>().unwrap(),
-            LengthSpec::Normal { mean: 512.0, std: 64.0 }
+            LengthSpec::Normal {
+                mean: 512.0,
+                std: 64.0
+            }
         );
         assert!("lognormal:512,256".parse::<LengthSpec>().is_ok());
-        for bad in ["0", "abc", "uniform:5..1", "gauss:1,2", "normal:1", "normal:-1,2"] {
+        for spec in [
+            "256",
+            "uniform:128..512",
+            "normal:512,64",
+            "lognormal:512,256",
+        ] {
+            assert_eq!(spec.parse::<LengthSpec>().unwrap().to_string(), spec);
+        }
+        for bad in [
+            "0",
+            "abc",
+            "uniform:5..1",
+            "gauss:1,2",
+            "normal:1",
+            "normal:-1,2",
+        ] {
             let err = bad.parse::<LengthSpec>().unwrap_err();
             assert!(err.contains(bad), "{err}");
         }
@@ -188,15 +229,31 @@ mod tests {
     fn samples_follow_the_spec() {
         let mut rng = StdRng::seed_from_u64(1);
         let n = 20_000;
-        let u: Vec<u64> = (0..n).map(|_| LengthSpec::Uniform(10, 20).sample(&mut rng)).collect();
+        let u: Vec<u64> = (0..n)
+            .map(|_| LengthSpec::Uniform(10, 20).sample(&mut rng))
+            .collect();
         assert!(u.iter().all(|&v| (10..=20).contains(&v)));
         let mean = |v: &[u64]| v.iter().sum::<u64>() as f64 / v.len() as f64;
         assert!((mean(&u) - 15.0).abs() < 0.1);
-        let ln: Vec<u64> =
-            (0..n).map(|_| LengthSpec::LogNormal { mean: 512.0, std: 256.0 }.sample(&mut rng)).collect();
+        let ln: Vec<u64> = (0..n)
+            .map(|_| {
+                LengthSpec::LogNormal {
+                    mean: 512.0,
+                    std: 256.0,
+                }
+                .sample(&mut rng)
+            })
+            .collect();
         assert!((mean(&ln) - 512.0).abs() < 10.0, "{}", mean(&ln));
-        let nn: Vec<u64> =
-            (0..n).map(|_| LengthSpec::Normal { mean: 100.0, std: 10.0 }.sample(&mut rng)).collect();
+        let nn: Vec<u64> = (0..n)
+            .map(|_| {
+                LengthSpec::Normal {
+                    mean: 100.0,
+                    std: 10.0,
+                }
+                .sample(&mut rng)
+            })
+            .collect();
         assert!((mean(&nn) - 100.0).abs() < 0.5);
     }
 

@@ -23,8 +23,17 @@ fn row(out: &mut String, name: &str, s: Option<&Summary>) {
 pub fn summary(r: &RunResults) -> String {
     let mut out = String::new();
     let c = &r.counts;
-    let builtin = r.target.builtin.as_deref().map(|b| format!(" ({b})")).unwrap_or_default();
-    let _ = writeln!(out, "tokenscope {} · {} · model {}", r.tool.version, r.target.api, r.target.model);
+    let builtin = r
+        .target
+        .builtin
+        .as_deref()
+        .map(|b| format!(" ({b})"))
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "tokenscope {} · {} · model {}",
+        r.tool.version, r.target.api, r.target.model
+    );
     let _ = writeln!(out, "target {}{builtin}", r.target.url);
     let _ = writeln!(
         out,
@@ -32,25 +41,51 @@ pub fn summary(r: &RunResults) -> String {
         c.requests,
         c.succeeded,
         c.failed,
-        if c.warmup > 0 { format!(" · {} warm-up excluded", c.warmup) } else { String::new() },
+        if c.warmup > 0 {
+            format!(" · {} warm-up excluded", c.warmup)
+        } else {
+            String::new()
+        },
         r.window.duration_s,
-        if r.partial { " · PARTIAL (interrupted)" } else { "" },
+        if r.partial {
+            " · PARTIAL (interrupted)"
+        } else {
+            ""
+        },
     );
 
-    let _ = writeln!(out, "\nLatency (ms)                mean      p50      p90      p95      p99      max");
+    let _ = writeln!(
+        out,
+        "\nLatency (ms)                mean      p50      p90      p95      p99      max"
+    );
     row(&mut out, "TTFT", r.latency.ttft_ms.as_ref());
     row(&mut out, "TPOT", r.latency.tpot_ms.as_ref());
-    row(&mut out, if r.tokens.multi_token_chunks { "ITL (split*)" } else { "ITL" }, r.latency.itl_ms.as_ref());
+    row(
+        &mut out,
+        if r.tokens.multi_token_chunks {
+            "ITL (split*)"
+        } else {
+            "ITL"
+        },
+        r.latency.itl_ms.as_ref(),
+    );
     if r.tokens.multi_token_chunks {
         row(&mut out, "ICL (chunk gaps)", r.latency.icl_ms.as_ref());
     }
     row(&mut out, "E2E", r.latency.e2e_ms.as_ref());
     if r.latency.client_lag_ms.is_some_and(|l| l.max >= 1.0) {
         row(&mut out, "client lag", r.latency.client_lag_ms.as_ref());
-        row(&mut out, "TTFT from schedule", r.latency.ttft_from_scheduled_ms.as_ref());
+        row(
+            &mut out,
+            "TTFT from schedule",
+            r.latency.ttft_from_scheduled_ms.as_ref(),
+        );
     }
     if r.tokens.multi_token_chunks {
-        let _ = writeln!(out, "  * chunks carried several tokens: ITL splits each chunk gap over its tokens");
+        let _ = writeln!(
+            out,
+            "  * chunks carried several tokens: ITL splits each chunk gap over its tokens"
+        );
     }
 
     let t = &r.throughput;
@@ -60,8 +95,16 @@ pub fn summary(r: &RunResults) -> String {
         .steady
         .map(|s| format!("   (steady state {:.1})", s.output_tokens_per_s))
         .unwrap_or_default();
-    let _ = writeln!(out, "  output tokens/s       {:>10.1}{steady}", t.output_tokens_per_s);
-    let _ = writeln!(out, "  total tokens/s        {:>10.1}", t.total_tokens_per_s);
+    let _ = writeln!(
+        out,
+        "  output tokens/s       {:>10.1}{steady}",
+        t.output_tokens_per_s
+    );
+    let _ = writeln!(
+        out,
+        "  total tokens/s        {:>10.1}",
+        t.total_tokens_per_s
+    );
     let _ = writeln!(out, "  requests/s            {:>10.2}", t.requests_per_s);
     if let Some(g) = t.goodput_requests_per_s {
         let _ = writeln!(
@@ -71,9 +114,17 @@ pub fn summary(r: &RunResults) -> String {
             t.goodput_output_tokens_per_s.unwrap_or(0.0)
         );
     }
-    let _ = writeln!(out, "  concurrency           {:>10.2}   (max {})", t.concurrency.mean, t.concurrency.max);
+    let _ = writeln!(
+        out,
+        "  concurrency           {:>10.2}   (max {})",
+        t.concurrency.mean, t.concurrency.max
+    );
     if let Some(u) = &t.per_user_output_tokens_per_s {
-        let _ = writeln!(out, "  per-user tokens/s     {:>10.1}   (p50; p10 ≈ slowest users: see results.json)", u.p50);
+        let _ = writeln!(
+            out,
+            "  per-user tokens/s     {:>10.1}   (p50; p10 ≈ slowest users: see results.json)",
+            u.p50
+        );
     }
 
     let _ = writeln!(out, "\nEfficiency");
@@ -87,23 +138,45 @@ pub fn summary(r: &RunResults) -> String {
                 cost.usd_per_gpu_hour,
                 cost.gpus
             );
-            let _ = writeln!(out, "  cost / 1M output tokens {:>12}", per(cost.usd_per_1m_output_tokens));
-            let _ = writeln!(out, "  cost / 1K total tokens  {:>12}", per(cost.usd_per_1k_total_tokens));
+            let _ = writeln!(
+                out,
+                "  cost / 1M output tokens {:>12}",
+                per(cost.usd_per_1m_output_tokens)
+            );
+            let _ = writeln!(
+                out,
+                "  cost / 1K total tokens  {:>12}",
+                per(cost.usd_per_1k_total_tokens)
+            );
             if cost.usd_per_1k_good_output_tokens.is_some() {
-                let _ = writeln!(out, "  cost / 1K good tokens   {:>12}", per(cost.usd_per_1k_good_output_tokens));
+                let _ = writeln!(
+                    out,
+                    "  cost / 1K good tokens   {:>12}",
+                    per(cost.usd_per_1k_good_output_tokens)
+                );
             }
         }
         None => {
-            let _ = writeln!(out, "  cost                    —   (set --gpu-price $/GPU-hour and --gpus)");
+            let _ = writeln!(
+                out,
+                "  cost                    —   (set --gpu-price $/GPU-hour and --gpus)"
+            );
         }
     }
     let _ = writeln!(
         out,
         "  GPU, KV cache           {}",
-        if r.efficiency.gpu.is_some() || r.efficiency.kv_cache.is_some() { "see results.json" } else { "not measured" }
+        if r.efficiency.gpu.is_some() || r.efficiency.kv_cache.is_some() {
+            "see results.json"
+        } else {
+            "not measured"
+        }
     );
     if let (Some(cpu), Some(per_tok)) = (r.client.cpu_cores, r.client.cpu_us_per_output_token) {
-        let _ = writeln!(out, "  client CPU              {cpu:.2} cores, {per_tok:.2} µs per output token");
+        let _ = writeln!(
+            out,
+            "  client CPU              {cpu:.2} cores, {per_tok:.2} µs per output token"
+        );
     }
 
     if !c.errors.is_empty() {
@@ -117,9 +190,17 @@ pub fn summary(r: &RunResults) -> String {
         for o in &slo.objectives {
             let value = o.value_ms.map_or("—".into(), |v| format!("{v:.2} ms"));
             let mark = if o.met { "ok" } else { "FAIL" };
-            let _ = writeln!(out, "  {}_{} ≤ {} ms: {value}  {mark}", o.metric, o.stat, o.limit_ms);
+            let _ = writeln!(
+                out,
+                "  {}_{} ≤ {} ms: {value}  {mark}",
+                o.metric, o.stat, o.limit_ms
+            );
         }
-        let _ = writeln!(out, "  good requests: {} of {}", slo.good_requests, c.requests);
+        let _ = writeln!(
+            out,
+            "  good requests: {} of {}",
+            slo.good_requests, c.requests
+        );
     }
     if !r.diagnosis.is_empty() {
         let _ = writeln!(out, "\nDiagnosis");

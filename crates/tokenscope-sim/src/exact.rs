@@ -8,6 +8,7 @@
 //! are one token per word). Faults are drawn per request from a seeded hash of
 //! its arrival index, so a run's mix is reproducible.
 
+use crate::timer::sleep_until;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -20,9 +21,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
-use crate::timer::sleep_until;
 use std::time::Instant;
+use tokio::net::TcpListener;
 
 /// Words a response is made of, each one cl100k token.
 const TOKENS: [&str; 8] = [" the", " of", " and", " to", " in", " is", " was", " for"];
@@ -76,6 +76,39 @@ pub struct ServerStats {
     pub requests: AtomicU64,
     /// Streams that reached `[DONE]` (non-streaming answers not counted).
     pub completed_streams: AtomicU64,
+    /// How late chunks left compared with their due time, in µs: the server's
+    /// own share of any timing error a client measures. Merged per stream.
+    pub lateness_us: std::sync::Mutex<Option<hdrhistogram::Histogram<u64>>>,
+}
+
+impl ServerStats {
+    fn add_lateness(&self, h: &hdrhistogram::Histogram<u64>) {
+        let mut all = self.lateness_us.lock().unwrap_or_else(|p| p.into_inner());
+        match all.as_mut() {
+            Some(a) => {
+                let _ = a.add(h);
+            }
+            None => *all = Some(h.clone()),
+        }
+    }
+
+    /// `{requests, completed_streams, lateness_us: {count, p50, p99, p999, max}}`;
+    /// `reset` clears the lateness histogram afterwards.
+    pub fn snapshot(&self, reset: bool) -> Value {
+        let mut all = self.lateness_us.lock().unwrap_or_else(|p| p.into_inner());
+        let lateness = all.as_ref().map(|h| {
+            json!({"count": h.len(), "p50": h.value_at_quantile(0.5), "p99": h.value_at_quantile(0.99),
+                   "p999": h.value_at_quantile(0.999), "max": h.max()})
+        });
+        if reset {
+            *all = None;
+        }
+        json!({
+            "requests": self.requests.load(Ordering::Relaxed),
+            "completed_streams": self.completed_streams.load(Ordering::Relaxed),
+            "lateness_us": lateness,
+        })
+    }
 }
 
 struct Shared {
@@ -108,6 +141,7 @@ impl ExactServer {
             .route("/v1/completions", post(completions))
             .route("/v1/models", get(models))
             .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+            .route("/stats", get(stats_handler))
             .with_state(shared);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
@@ -117,7 +151,12 @@ impl ExactServer {
                 })
                 .await;
         });
-        Ok(ExactServer { addr, stats, stop: Some(stop), task })
+        Ok(ExactServer {
+            addr,
+            stats,
+            stop: Some(stop),
+            task,
+        })
     }
 
     pub fn url(&self) -> String {
@@ -136,6 +175,14 @@ impl ExactServer {
     pub fn abort(self) {
         self.task.abort();
     }
+}
+
+/// `GET /stats[?reset]`: what the server did and how late it was.
+async fn stats_handler(State(s): State<Arc<Shared>>, uri: axum::http::Uri) -> Response {
+    let reset = uri
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "reset"));
+    Json(s.stats.snapshot(reset)).into_response()
 }
 
 async fn models(State(s): State<Arc<Shared>>) -> Response {
@@ -160,7 +207,8 @@ async fn completions(state: State<Arc<Shared>>, Json(body): Json<Value>) -> Resp
 }
 
 fn words(v: &Value) -> u64 {
-    v.as_str().map_or(0, |s| s.split_whitespace().count() as u64)
+    v.as_str()
+        .map_or(0, |s| s.split_whitespace().count() as u64)
 }
 
 /// splitmix64 → a uniform number in [0, 1) for request `n`.
@@ -207,7 +255,10 @@ async fn respond(s: Arc<Shared>, body: &Value, prompt_tokens: u64, is_chat: bool
     if let Fault::Status(code) = fault {
         let status = StatusCode::from_u16(code).expect("valid status");
         let msg = format!("injected {code}");
-        return (status, Json(json!({"error": {"message": msg, "type": "injected", "code": code}})))
+        return (
+            status,
+            Json(json!({"error": {"message": msg, "type": "injected", "code": code}})),
+        )
             .into_response();
     }
     let max_tokens = ["max_tokens", "max_completion_tokens", "n_predict"]
@@ -227,14 +278,18 @@ async fn respond(s: Arc<Shared>, body: &Value, prompt_tokens: u64, is_chat: bool
         usage_at_end: opts["include_usage"].as_bool().unwrap_or(false),
         usage_per_chunk: opts["continuous_usage_stats"].as_bool().unwrap_or(false),
         fault,
+        lateness: hdrhistogram::Histogram::new(3).expect("valid precision"),
     };
     if !stream {
         return plan.whole().await.into_response();
     }
-    let body = Body::from_stream(futures_util::stream::unfold((plan, 0u64), |(plan, step)| async move {
-        let item = plan.step(step).await?;
-        Some((item, (plan, step + 1)))
-    }));
+    let body = Body::from_stream(futures_util::stream::unfold(
+        (plan, 0u64),
+        |(mut plan, step)| async move {
+            let item = plan.step(step).await?;
+            Some((item, (plan, step + 1)))
+        },
+    ));
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
@@ -254,6 +309,8 @@ struct Plan {
     usage_at_end: bool,
     usage_per_chunk: bool,
     fault: Fault,
+    /// This stream's chunk lateness, merged into the server's at `[DONE]`.
+    lateness: hdrhistogram::Histogram<u64>,
 }
 
 impl Plan {
@@ -288,14 +345,16 @@ impl Plan {
         } else {
             ("cmpl", "text_completion")
         };
-        let usage = usage.map(|u| format!(r#","usage":{u}"#)).unwrap_or_default();
+        let usage = usage
+            .map(|u| format!(r#","usage":{u}"#))
+            .unwrap_or_default();
         format!(
             r#"{{"id":"{id}-exact-{}","object":"{object}","created":0,"model":{},"choices":[{choice}]{usage}}}"#,
             self.n, self.shared.model_json
         )
     }
 
-    async fn step(&self, step: u64) -> Option<Result<Bytes, std::io::Error>> {
+    async fn step(&mut self, step: u64) -> Option<Result<Bytes, std::io::Error>> {
         let chunks = self.chunks();
         let k = self.shared.config.tokens_per_chunk.max(1) as u64;
         if step == 0 {
@@ -319,7 +378,10 @@ impl Plan {
                     _ => {}
                 }
             }
-            sleep_until(self.chunk_ready(j)).await;
+            let due = self.chunk_ready(j);
+            sleep_until(due).await;
+            let late = Instant::now().saturating_duration_since(due).as_micros() as u64;
+            let _ = self.lateness.record(late);
             let first = j * k;
             let last = ((j + 1) * k).min(self.tokens);
             let text: String = (first..last).map(|i| TOKENS[(i % 8) as usize]).collect();
@@ -340,12 +402,18 @@ impl Plan {
                 };
                 Some(self.frame(&self.chunk_json(choice, None)))
             }
-            2 if self.usage_at_end => Some(self.frame(&self.chunk_json("", Some(self.usage(self.tokens))))),
+            2 if self.usage_at_end => {
+                Some(self.frame(&self.chunk_json("", Some(self.usage(self.tokens)))))
+            }
             2 | 3 => {
                 if step - chunks == 3 && !self.usage_at_end {
                     return None;
                 }
-                self.shared.stats.completed_streams.fetch_add(1, Ordering::Relaxed);
+                self.shared
+                    .stats
+                    .completed_streams
+                    .fetch_add(1, Ordering::Relaxed);
+                self.shared.stats.add_lateness(&self.lateness);
                 Some(self.frame("[DONE]"))
             }
             _ => None,
@@ -377,7 +445,12 @@ mod tests {
 
     #[test]
     fn faults_follow_their_rates() {
-        let f = Faults { http_429: 0.1, http_500: 0.1, disconnect: 0.2, ..Default::default() };
+        let f = Faults {
+            http_429: 0.1,
+            http_500: 0.1,
+            disconnect: 0.2,
+            ..Default::default()
+        };
         let n = 100_000;
         let mut counts = [0u32; 4];
         for i in 0..n {

@@ -18,13 +18,13 @@ use tokenscope_core::record::ErrorKind;
 use tokenscope_core::results::{self, ClientUsage, Efficiency, RunResults, Server, Tool};
 use tokenscope_load::arrival::LoadPattern;
 use tokenscope_load::clock::Clock;
+use tokenscope_load::cpu::thread_cpu;
 use tokenscope_load::openai::Api;
 use tokenscope_load::probe::{self, ProbeError};
 use tokenscope_load::recorder::Recorder;
 use tokenscope_load::request::Target;
 use tokenscope_load::runner::{Progress, RunPlan, Runner};
 use tokenscope_load::workload::Workload;
-use tokenscope_load::cpu::thread_cpu;
 use tokenscope_sim::exact::{ExactConfig, ExactServer};
 use tokio_util::sync::CancellationToken;
 
@@ -38,9 +38,10 @@ fn usage(msg: String) -> anyhow::Error {
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
-    let threads = args.client_threads.map(|n| n as usize).unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(2, |n| n.get())
-    });
+    let threads = args
+        .client_threads
+        .map(|n| n as usize)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
     // The built-in server gets a runtime of its own (threads `srv-…`).
     let builtin = match &args.url {
         Some(_) => None,
@@ -51,8 +52,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
         .thread_name("ts-client")
         .enable_all()
         .build()?;
-    let url = args.url.clone().or_else(|| builtin.as_ref().map(|b| b.url.clone()));
-    let result = rt.block_on(bench(args, url.unwrap_or_default(), builtin.as_ref().map(|b| b.describe()), threads));
+    let url = args
+        .url
+        .clone()
+        .or_else(|| builtin.as_ref().map(|b| b.url.clone()));
+    let result = rt.block_on(bench(
+        args,
+        url.unwrap_or_default(),
+        builtin.as_ref().map(|b| b.describe()),
+        threads,
+    ));
     rt.shutdown_timeout(Duration::from_secs(1));
     if let Some(b) = builtin {
         b.rt.shutdown_background();
@@ -75,7 +84,10 @@ impl Builtin {
             .build()?;
         let config = ExactConfig::default();
         let server = rt
-            .block_on(ExactServer::start(([127, 0, 0, 1], 0).into(), config.clone()))
+            .block_on(ExactServer::start(
+                ([127, 0, 0, 1], 0).into(),
+                config.clone(),
+            ))
             .context("starting the built-in server on 127.0.0.1")?;
         let url = server.url();
         std::mem::forget(server); // lives as long as its runtime
@@ -96,7 +108,9 @@ impl Builtin {
 fn base_url(url: &str) -> anyhow::Result<String> {
     let parsed = reqwest::Url::parse(url).map_err(|e| usage(format!("--url `{url}`: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(usage(format!("--url `{url}`: only http and https are supported")));
+        return Err(usage(format!(
+            "--url `{url}`: only http and https are supported"
+        )));
     }
     let trimmed = url.trim_end_matches('/');
     Ok(trimmed.strip_suffix("/v1").unwrap_or(trimmed).to_string())
@@ -105,14 +119,21 @@ fn base_url(url: &str) -> anyhow::Result<String> {
 fn request_headers(args: &BenchArgs) -> anyhow::Result<HeaderMap> {
     let mut headers = HeaderMap::new();
     for (k, v) in &args.headers {
-        let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| usage(format!("--header: `{k}` is not a header name")))?;
-        let mut value = HeaderValue::from_str(v).map_err(|_| usage(format!("--header {k}: the value is not valid in a header")))?;
+        let name = HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| usage(format!("--header: `{k}` is not a header name")))?;
+        let mut value = HeaderValue::from_str(v)
+            .map_err(|_| usage(format!("--header {k}: the value is not valid in a header")))?;
         value.set_sensitive(true);
         headers.insert(name, value);
     }
     let key = match &args.api_key_env {
-        Some(var) => Some(std::env::var(var).map_err(|_| usage(format!("--api-key-env: the variable {var} is not set")))?),
-        None => std::env::var("OPENAI_API_KEY").ok().filter(|k| !k.is_empty()),
+        Some(var) => Some(
+            std::env::var(var)
+                .map_err(|_| usage(format!("--api-key-env: the variable {var} is not set")))?,
+        ),
+        None => std::env::var("OPENAI_API_KEY")
+            .ok()
+            .filter(|k| !k.is_empty()),
     };
     if let Some(key) = key {
         let mut value = HeaderValue::from_str(&format!("Bearer {key}"))
@@ -130,21 +151,31 @@ fn pattern(args: &BenchArgs) -> LoadPattern {
             process: args.arrival,
             max_concurrency: args.max_concurrency.map(|n| n as usize),
         },
-        None => LoadPattern::Closed { concurrency: args.concurrency.unwrap_or(10) as usize },
+        None => LoadPattern::Closed {
+            concurrency: args.concurrency.unwrap_or(10) as usize,
+        },
     }
 }
 
 fn default_out_dir() -> PathBuf {
-    let stamp = humantime::format_rfc3339_seconds(SystemTime::now()).to_string().replace(':', "-");
+    let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
+        .to_string()
+        .replace(':', "-");
     PathBuf::from("runs").join(stamp)
 }
 
 /// The settings, as written into results.json. Header values and keys never appear.
 fn config_json(args: &BenchArgs, plan: &RunPlan) -> serde_json::Value {
     let load = match plan.pattern {
-        LoadPattern::Closed { concurrency } => json!({"mode": "closed", "concurrency": concurrency}),
-        LoadPattern::Open { rate, process, max_concurrency } => json!({
-            "mode": "open", "rate": rate, "arrival": format!("{process:?}").to_lowercase(),
+        LoadPattern::Closed { concurrency } => {
+            json!({"mode": "closed", "concurrency": concurrency})
+        }
+        LoadPattern::Open {
+            rate,
+            process,
+            max_concurrency,
+        } => json!({
+            "mode": "open", "rate": rate, "arrival": process.to_string(),
             "max_concurrency": max_concurrency,
         }),
     };
@@ -154,8 +185,8 @@ fn config_json(args: &BenchArgs, plan: &RunPlan) -> serde_json::Value {
         "duration_s": plan.duration.map(|d| d.as_secs_f64()),
         "warmup": plan.warmup,
         "ramp_up_s": plan.ramp_up.map(|d| d.as_secs_f64()),
-        "input_tokens": format!("{:?}", args.input_tokens),
-        "output_tokens": format!("{:?}", args.output_tokens),
+        "input_tokens": args.input_tokens.to_string(),
+        "output_tokens": args.output_tokens.to_string(),
         "ignore_eos": args.ignore_eos,
         "shared_prefix": args.shared_prefix,
         "seed": args.seed,
@@ -169,7 +200,12 @@ fn config_json(args: &BenchArgs, plan: &RunPlan) -> serde_json::Value {
     })
 }
 
-async fn bench(args: BenchArgs, url: String, builtin: Option<String>, threads: usize) -> anyhow::Result<Exit> {
+async fn bench(
+    args: BenchArgs,
+    url: String,
+    builtin: Option<String>,
+    threads: usize,
+) -> anyhow::Result<Exit> {
     let base = base_url(&url)?;
     let headers = request_headers(&args)?;
     let plan = RunPlan {
@@ -198,7 +234,9 @@ async fn bench(args: BenchArgs, url: String, builtin: Option<String>, threads: u
         .context("building the HTTP client")?;
 
     let probe_err = |e: ProbeError| match e {
-        ProbeError::Unreachable { .. } => anyhow::Error::new(Exit::Unreachable).context(e.to_string()),
+        ProbeError::Unreachable { .. } => {
+            anyhow::Error::new(Exit::Unreachable).context(e.to_string())
+        }
         ProbeError::Refused(_) => anyhow::Error::new(Exit::Unreachable).context(e.to_string()),
     };
     let model = match &args.model {
@@ -208,16 +246,22 @@ async fn bench(args: BenchArgs, url: String, builtin: Option<String>, threads: u
             .map_err(probe_err)?
             .into_iter()
             .next()
-            .ok_or_else(|| anyhow::Error::new(Exit::Unreachable).context(format!("{base}/v1/models lists no model; pass --model")))?,
+            .ok_or_else(|| {
+                anyhow::Error::new(Exit::Unreachable)
+                    .context(format!("{base}/v1/models lists no model; pass --model"))
+            })?,
     };
     let api = match args.api {
         ApiChoice::OpenaiChat => Api::Chat,
         ApiChoice::OpenaiCompletions => Api::Completions,
-        ApiChoice::Auto => probe::detect_api(&client, &base, &headers, &model).await.map_err(probe_err)?,
+        ApiChoice::Auto => probe::detect_api(&client, &base, &headers, &model)
+            .await
+            .map_err(probe_err)?,
     };
 
     let out_dir = args.out.clone().unwrap_or_else(default_out_dir);
-    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating the run directory {}", out_dir.display()))?;
+    std::fs::create_dir_all(&out_dir)
+        .with_context(|| format!("creating the run directory {}", out_dir.display()))?;
     let recorder = Recorder::create(&out_dir.join("requests.jsonl"))?;
     let target = Target {
         client,
@@ -233,7 +277,13 @@ async fn bench(args: BenchArgs, url: String, builtin: Option<String>, threads: u
     let cancel = CancellationToken::new();
     let progress = Arc::new(Progress::default());
     let clock = Clock::start();
-    let runner = Arc::new(Runner { target, clock, sink: recorder.sink(), cancel: cancel.clone(), progress: progress.clone() });
+    let runner = Arc::new(Runner {
+        target,
+        clock,
+        sink: recorder.sink(),
+        cancel: cancel.clone(),
+        progress: progress.clone(),
+    });
 
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let on_ctrl_c = {
@@ -245,9 +295,20 @@ async fn bench(args: BenchArgs, url: String, builtin: Option<String>, threads: u
             }
         })
     };
-    let reporter = (!args.quiet).then(|| tokio::spawn(report_progress(progress.clone(), clock, plan.requests.map(|n| n + plan.warmup))));
+    let reporter = (!args.quiet).then(|| {
+        tokio::spawn(report_progress(
+            progress.clone(),
+            clock,
+            plan.requests.map(|n| n + plan.warmup),
+        ))
+    });
     if !args.quiet {
-        eprintln!("tokenscope: {} · {} · model {model} · results in {}", base, api.name(), out_dir.display());
+        eprintln!(
+            "tokenscope: {} · {} · model {model} · results in {}",
+            base,
+            api.name(),
+            out_dir.display()
+        );
     }
 
     runner.clone().run(&plan).await;
@@ -262,23 +323,37 @@ async fn bench(args: BenchArgs, url: String, builtin: Option<String>, threads: u
     let records = recorder.finish()?;
     let cpu = thread_cpu(CLIENT_THREADS);
 
-    let price = args.gpu_price.map(|p| GpuPrice { usd_per_gpu_hour: p, gpus: args.gpus });
+    let price = args.gpu_price.map(|p| GpuPrice {
+        usd_per_gpu_hour: p,
+        gpus: args.gpus,
+    });
     let m = measure(&records, args.slo.as_ref(), price);
     let client_usage = ClientUsage {
         cpu_seconds: cpu.map(|(d, _)| d.as_secs_f64()),
-        cpu_cores: cpu.and_then(|(d, _)| (m.window.duration_s > 0.0).then(|| d.as_secs_f64() / m.window.duration_s)),
+        cpu_cores: cpu.and_then(|(d, _)| {
+            (m.window.duration_s > 0.0).then(|| d.as_secs_f64() / m.window.duration_s)
+        }),
         cpu_us_per_output_token: cpu.and_then(|(d, _)| {
-            (m.tokens.output_total > 0).then(|| d.as_secs_f64() * 1e6 / m.tokens.output_total as f64)
+            (m.tokens.output_total > 0)
+                .then(|| d.as_secs_f64() * 1e6 / m.tokens.output_total as f64)
         }),
         threads: Some(threads),
     };
     let diagnosis = diagnose(&m.counts, &m.latency, &m.tokens, &client_usage);
     let results = RunResults {
         schema: results::SCHEMA.into(),
-        tool: Tool { name: "tokenscope".into(), version: env!("CARGO_PKG_VERSION").into() },
+        tool: Tool {
+            name: "tokenscope".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
         started_at,
         partial: interrupted.load(Ordering::SeqCst),
-        target: results::Target { url: base.clone(), api: api.name().into(), model, builtin },
+        target: results::Target {
+            url: base.clone(),
+            api: api.name().into(),
+            model,
+            builtin,
+        },
         config: config_json(&args, &plan),
         window: m.window,
         latency: m.latency,
@@ -286,7 +361,11 @@ async fn bench(args: BenchArgs, url: String, builtin: Option<String>, threads: u
         counts: m.counts,
         tokens: m.tokens,
         slo: m.slo,
-        efficiency: Efficiency { cost: m.cost, gpu: None, kv_cache: None },
+        efficiency: Efficiency {
+            cost: m.cost,
+            gpu: None,
+            kv_cache: None,
+        },
         server: Server::default(),
         client: client_usage,
         diagnosis,
@@ -319,8 +398,15 @@ fn exit_code(r: &RunResults) -> Exit {
     if r.partial {
         Exit::Interrupted
     } else if c.requests > 0 && c.succeeded == 0 {
-        let all_connect = c.errors.keys().all(|k| k == &ErrorKind::Connect.to_string());
-        if all_connect { Exit::Unreachable } else { Exit::AllFailed }
+        let all_connect = c
+            .errors
+            .keys()
+            .all(|k| k == &ErrorKind::Connect.to_string());
+        if all_connect {
+            Exit::Unreachable
+        } else {
+            Exit::AllFailed
+        }
     } else if r.slo.as_ref().is_some_and(|s| !s.met) {
         Exit::SloNotMet
     } else {
@@ -331,7 +417,11 @@ fn exit_code(r: &RunResults) -> Exit {
 /// A progress line on stderr: redrawn in place on a terminal, every 10 s otherwise.
 async fn report_progress(p: Arc<Progress>, clock: Clock, total: Option<u64>) {
     let tty = std::io::stderr().is_terminal();
-    let period = if tty { Duration::from_millis(500) } else { Duration::from_secs(10) };
+    let period = if tty {
+        Duration::from_millis(500)
+    } else {
+        Duration::from_secs(10)
+    };
     let mut last_tokens = 0;
     loop {
         tokio::time::sleep(period).await;
@@ -356,4 +446,3 @@ async fn report_progress(p: Arc<Progress>, clock: Clock, total: Option<u64>) {
         }
     }
 }
-

@@ -59,9 +59,15 @@ fn probability(s: &str) -> Result<f64, String> {
 }
 
 fn header(s: &str) -> Result<(String, String), String> {
-    let (k, v) = s.split_once(':').ok_or_else(|| format!("`{s}`: expected NAME:VALUE"))?;
+    let (k, v) = s
+        .split_once(':')
+        .ok_or_else(|| format!("`{s}`: expected NAME:VALUE"))?;
     let k = k.trim();
-    if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b)) {
+    if k.is_empty()
+        || !k
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
+    {
         return Err(format!("`{k}` is not a valid header name"));
     }
     Ok((k.to_string(), v.trim().to_string()))

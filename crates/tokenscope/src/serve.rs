@@ -27,7 +27,12 @@ pub fn exact_config(a: &ExactArgs) -> ExactConfig {
 
 pub fn exact(args: ExactArgs) -> anyhow::Result<Exit> {
     let faults = exact_config(&args).faults;
-    let total = faults.http_429 + faults.http_500 + faults.http_503 + faults.disconnect + faults.malformed + faults.stall;
+    let total = faults.http_429
+        + faults.http_500
+        + faults.http_503
+        + faults.disconnect
+        + faults.malformed
+        + faults.stall;
     if total > 1.0 {
         eprintln!("tokenscope: error: the fault shares add up to {total}, more than 1");
         return Ok(Exit::Usage);

@@ -7,9 +7,14 @@ use common::*;
 fn json_flag_prints_only_the_results_document() {
     let server = Server::start(exact(5, 1));
     let out = run_dir("json");
-    let o = bench(&server.url, &out, &["--requests", "5", "--output-tokens", "8", "--json"]);
+    let o = bench(
+        &server.url,
+        &out,
+        &["--requests", "5", "--output-tokens", "8", "--json"],
+    );
     assert_ok(&o);
-    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    let doc: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
     assert_eq!(doc["schema"], "tokenscope.run/v1");
     assert_eq!(doc, results(&out));
     for field in [
@@ -32,12 +37,30 @@ fn json_flag_prints_only_the_results_document() {
 fn auto_detects_chat_and_completions_work_too() {
     let server = Server::start(exact(5, 1));
     let out = run_dir("auto");
-    assert_ok(&bench(&server.url, &out, &["--requests", "3", "--output-tokens", "5"]));
+    assert_ok(&bench(
+        &server.url,
+        &out,
+        &["--requests", "3", "--output-tokens", "5"],
+    ));
     let r = results(&out);
     assert_eq!(r["target"]["api"], "openai-chat");
-    assert_eq!(r["target"]["model"], "tokenscope-exact", "the model comes from /v1/models");
+    assert_eq!(
+        r["target"]["model"], "tokenscope-exact",
+        "the model comes from /v1/models"
+    );
     let out = run_dir("completions");
-    assert_ok(&bench(&server.url, &out, &["--requests", "3", "--output-tokens", "5", "--api", "openai-completions"]));
+    assert_ok(&bench(
+        &server.url,
+        &out,
+        &[
+            "--requests",
+            "3",
+            "--output-tokens",
+            "5",
+            "--api",
+            "openai-completions",
+        ],
+    ));
     let r = results(&out);
     assert_eq!(r["target"]["api"], "openai-completions");
     assert_eq!(stat(&r, "tokens.output_total"), 15.0);
@@ -48,7 +71,11 @@ fn auto_detects_chat_and_completions_work_too() {
 fn warmup_is_recorded_but_excluded() {
     let server = Server::start(exact(5, 1));
     let out = run_dir("warmup");
-    assert_ok(&bench(&server.url, &out, &["--requests", "6", "--warmup", "2", "--output-tokens", "4"]));
+    assert_ok(&bench(
+        &server.url,
+        &out,
+        &["--requests", "6", "--warmup", "2", "--output-tokens", "4"],
+    ));
     let r = results(&out);
     assert_eq!(stat(&r, "counts.requests"), 6.0);
     assert_eq!(stat(&r, "counts.warmup"), 2.0);
@@ -62,7 +89,18 @@ fn duration_bounds_the_run() {
     let server = Server::start(exact(5, 5));
     let out = run_dir("duration");
     let started = std::time::Instant::now();
-    assert_ok(&bench(&server.url, &out, &["--duration", "1s", "--concurrency", "2", "--output-tokens", "4"]));
+    assert_ok(&bench(
+        &server.url,
+        &out,
+        &[
+            "--duration",
+            "1s",
+            "--concurrency",
+            "2",
+            "--output-tokens",
+            "4",
+        ],
+    ));
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
     let r = results(&out);
     assert!(stat(&r, "counts.requests") > 5.0);
@@ -73,13 +111,29 @@ fn duration_bounds_the_run() {
 fn builtin_server_is_the_default_target() {
     let out = run_dir("builtin");
     let o = tokenscope()
-        .args(["bench", "--requests", "4", "--output-tokens", "8", "--concurrency", "2", "--out"])
+        .args([
+            "bench",
+            "--requests",
+            "4",
+            "--output-tokens",
+            "8",
+            "--concurrency",
+            "2",
+            "--out",
+        ])
         .arg(&out)
         .output()
         .unwrap();
     assert_ok(&o);
     let text = String::from_utf8_lossy(&o.stdout);
-    for section in ["Latency", "Throughput", "Efficiency", "TTFT", "TPOT", "output tokens/s"] {
+    for section in [
+        "Latency",
+        "Throughput",
+        "Efficiency",
+        "TTFT",
+        "TPOT",
+        "output tokens/s",
+    ] {
         assert!(text.contains(section), "summary lacks {section}:\n{text}");
     }
     let r = results(&out);
@@ -91,10 +145,26 @@ fn builtin_server_is_the_default_target() {
 fn cost_per_token_from_gpu_price() {
     let server = Server::start(exact(5, 1));
     let out = run_dir("cost");
-    assert_ok(&bench(&server.url, &out, &["--requests", "4", "--output-tokens", "8", "--gpu-price", "3.6", "--gpus", "2"]));
+    assert_ok(&bench(
+        &server.url,
+        &out,
+        &[
+            "--requests",
+            "4",
+            "--output-tokens",
+            "8",
+            "--gpu-price",
+            "3.6",
+            "--gpus",
+            "2",
+        ],
+    ));
     let r = results(&out);
     let window = stat(&r, "window.duration_s");
     let expected = 3.6 * 2.0 * window / 3600.0 / 32.0 * 1000.0;
     let got = stat(&r, "efficiency.cost.usd_per_1k_output_tokens");
-    assert!((got - expected).abs() / expected < 1e-9, "{got} vs {expected}");
+    assert!(
+        (got - expected).abs() / expected < 1e-9,
+        "{got} vs {expected}"
+    );
 }

@@ -23,15 +23,39 @@ fn injected_failures_are_each_counted_under_their_kind() {
     let o = bench(
         &server.url,
         &out,
-        &["--concurrency", "8", "--requests", "200", "--output-tokens", "20", "--idle-timeout", "1s"],
+        &[
+            "--concurrency",
+            "8",
+            "--requests",
+            "200",
+            "--output-tokens",
+            "20",
+            "--idle-timeout",
+            "1s",
+        ],
     );
     assert_ok(&o); // some requests succeeded: the run itself succeeded
     let r = results(&out);
     let errors = &r["counts"]["errors"];
-    for kind in ["http_429", "http_500", "http_503", "stream", "malformed", "timeout"] {
-        assert!(errors[kind].as_u64().unwrap_or(0) > 0, "no `{kind}` among {errors}");
+    for kind in [
+        "http_429",
+        "http_500",
+        "http_503",
+        "stream",
+        "malformed",
+        "timeout",
+    ] {
+        assert!(
+            errors[kind].as_u64().unwrap_or(0) > 0,
+            "no `{kind}` among {errors}"
+        );
     }
-    let failed: u64 = errors.as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+    let failed: u64 = errors
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
     assert_eq!(stat(&r, "counts.failed") as u64, failed);
     assert_eq!(stat(&r, "counts.requests"), 200.0);
     // Every request is in requests.jsonl, failures with a one-line message.
@@ -41,7 +65,9 @@ fn injected_failures_are_each_counted_under_their_kind() {
         let msg = rec["error"].as_str().unwrap();
         assert!(!msg.is_empty() && !msg.contains('\n'), "{msg:?}");
     }
-    assert!(recs.iter().any(|r| r["error_kind"] == "http_429" && r["status"] == 429));
+    assert!(recs
+        .iter()
+        .any(|r| r["error_kind"] == "http_429" && r["status"] == 429));
 }
 
 #[test]
@@ -49,7 +75,16 @@ fn ctrl_c_cancels_in_flight_requests_and_keeps_every_finished_one() {
     let server = Server::start(exact(10, 10));
     let out = run_dir("sigint");
     let child = tokenscope()
-        .args(["bench", "--url", &server.url, "--quiet", "--concurrency", "4", "--requests", "100000"])
+        .args([
+            "bench",
+            "--url",
+            &server.url,
+            "--quiet",
+            "--concurrency",
+            "4",
+            "--requests",
+            "100000",
+        ])
         .args(["--output-tokens", "20", "--out"])
         .arg(&out)
         .stdout(std::process::Stdio::piped())
@@ -59,30 +94,62 @@ fn ctrl_c_cancels_in_flight_requests_and_keeps_every_finished_one() {
     std::thread::sleep(Duration::from_millis(2500));
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let o = child.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(130), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let r = results(&out);
     assert_eq!(r["partial"], true);
     let recs = records(&out);
-    assert_eq!(recs.len() as f64, stat(&r, "counts.requests"), "every sent request is recorded");
-    let cancelled = recs.iter().filter(|r| r["error_kind"] == "cancelled").count();
-    assert_eq!(cancelled, 4, "the 4 in-flight requests are recorded as cancelled");
+    assert_eq!(
+        recs.len() as f64,
+        stat(&r, "counts.requests"),
+        "every sent request is recorded"
+    );
+    let cancelled = recs
+        .iter()
+        .filter(|r| r["error_kind"] == "cancelled")
+        .count();
+    assert_eq!(
+        cancelled, 4,
+        "the 4 in-flight requests are recorded as cancelled"
+    );
     let succeeded = recs.iter().filter(|r| r["error_kind"].is_null()).count();
     assert!(succeeded > 10, "only {succeeded} finished before SIGINT");
     // Nothing sent is missing: ids are handed out in order, so they are 0..n.
     let mut ids: Vec<u64> = recs.iter().map(|r| r["id"].as_u64().unwrap()).collect();
     ids.sort_unstable();
-    assert!(ids.iter().enumerate().all(|(i, &id)| i as u64 == id), "gaps in the recorded ids");
+    assert!(
+        ids.iter().enumerate().all(|(i, &id)| i as u64 == id),
+        "gaps in the recorded ids"
+    );
     // Every stream the server finished is among the successes, except those
     // whose [DONE] was on the wire when the client stopped reading.
-    let served = server.stats.completed_streams.load(std::sync::atomic::Ordering::Relaxed) as usize;
-    assert!(served >= succeeded && served <= succeeded + 4, "served {served}, recorded {succeeded}");
+    let served = server
+        .stats
+        .completed_streams
+        .load(std::sync::atomic::Ordering::Relaxed) as usize;
+    assert!(
+        served >= succeeded && served <= succeeded + 4,
+        "served {served}, recorded {succeeded}"
+    );
 }
 
 #[test]
 fn unreachable_target_exits_3_with_one_line() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let out = run_dir("unreachable");
-    let o = bench(&format!("http://127.0.0.1:{port}"), &out, &["--requests", "1"]);
+    let o = bench(
+        &format!("http://127.0.0.1:{port}"),
+        &out,
+        &["--requests", "1"],
+    );
     assert_eq!(o.status.code(), Some(3));
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
@@ -95,8 +162,24 @@ fn every_request_failing_exits_4() {
     config.faults.http_500 = 1.0;
     let server = Server::start(config);
     let out = run_dir("allfail");
-    let o = bench(&server.url, &out, &["--requests", "5", "--model", "m", "--api", "openai-completions"]);
-    assert_eq!(o.status.code(), Some(4), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = bench(
+        &server.url,
+        &out,
+        &[
+            "--requests",
+            "5",
+            "--model",
+            "m",
+            "--api",
+            "openai-completions",
+        ],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_eq!(stat(&results(&out), "counts.errors.http_500"), 5.0);
 }
 
@@ -104,13 +187,35 @@ fn every_request_failing_exits_4() {
 fn slo_not_met_exits_5_and_goodput_is_reported() {
     let server = Server::start(exact(100, 1));
     let out = run_dir("slo");
-    let o = bench(&server.url, &out, &["--requests", "4", "--output-tokens", "4", "--slo", "ttft_p99=20ms"]);
+    let o = bench(
+        &server.url,
+        &out,
+        &[
+            "--requests",
+            "4",
+            "--output-tokens",
+            "4",
+            "--slo",
+            "ttft_p99=20ms",
+        ],
+    );
     assert_eq!(o.status.code(), Some(5));
     let r = results(&out);
     assert_eq!(r["slo"]["met"], false);
     assert_eq!(stat(&r, "throughput.goodput_requests_per_s"), 0.0);
     let out = run_dir("slo-met");
-    let o = bench(&server.url, &out, &["--requests", "4", "--output-tokens", "4", "--slo", "ttft_p99=2s"]);
+    let o = bench(
+        &server.url,
+        &out,
+        &[
+            "--requests",
+            "4",
+            "--output-tokens",
+            "4",
+            "--slo",
+            "ttft_p99=2s",
+        ],
+    );
     assert_ok(&o);
     assert!(stat(&results(&out), "throughput.goodput_requests_per_s") > 0.0);
 }
@@ -119,11 +224,20 @@ fn slo_not_met_exits_5_and_goodput_is_reported() {
 fn bad_flags_exit_2_naming_the_flag() {
     for (args, needle) in [
         (vec!["bench", "--concurrency", "0"], "--concurrency"),
-        (vec!["bench", "--input-tokens", "gauss:1,2"], "--input-tokens"),
+        (
+            vec!["bench", "--input-tokens", "gauss:1,2"],
+            "--input-tokens",
+        ),
         (vec!["bench", "--slo", "ttft_p42=1s"], "--slo"),
-        (vec!["bench", "--rate", "5", "--concurrency", "3"], "--concurrency"),
+        (
+            vec!["bench", "--rate", "5", "--concurrency", "3"],
+            "--concurrency",
+        ),
         (vec!["bench", "--url", "ftp://x"], "--url"),
-        (vec!["bench", "--api-key-env", "TOKENSCOPE_SURELY_UNSET"], "--api-key-env"),
+        (
+            vec!["bench", "--api-key-env", "TOKENSCOPE_SURELY_UNSET"],
+            "--api-key-env",
+        ),
     ] {
         let o = tokenscope().args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
@@ -139,7 +253,15 @@ fn api_key_is_sent_but_never_written() {
     let secret = "sk-tokenscope-test-secret-4242";
     let o = tokenscope()
         .env("MY_KEY", secret)
-        .args(["bench", "--url", &server.url, "--requests", "3", "--api-key-env", "MY_KEY"])
+        .args([
+            "bench",
+            "--url",
+            &server.url,
+            "--requests",
+            "3",
+            "--api-key-env",
+            "MY_KEY",
+        ])
         .args(["--header", "X-Api-Key: also-secret-777", "--json", "--out"])
         .arg(&out)
         .output()
@@ -150,7 +272,10 @@ fn api_key_is_sent_but_never_written() {
     for f in std::fs::read_dir(&out).unwrap() {
         everything += &std::fs::read_to_string(f.unwrap().path()).unwrap();
     }
-    assert!(everything.contains("MY_KEY"), "the variable's name is recorded");
+    assert!(
+        everything.contains("MY_KEY"),
+        "the variable's name is recorded"
+    );
     assert!(!everything.contains(secret));
     assert!(!everything.contains("also-secret-777"));
 }

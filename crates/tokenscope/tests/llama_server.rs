@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn fixture(var: &str) -> String {
@@ -38,22 +40,57 @@ impl Llama {
 
     fn start_with(model_var: &str, parallel: u32, threads: u32, extra: &[&str]) -> Llama {
         let guard = serial();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let log = std::fs::File::create(run_dir(&format!("llama-{port}.log")).with_extension("txt")).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log =
+            std::fs::File::create(run_dir(&format!("llama-{port}.log")).with_extension("txt"))
+                .unwrap();
         let child = Command::new(fixture("LLAMA_SERVER"))
-            .args(["-m", &fixture(model_var), "--alias", "random-llama", "--host", "127.0.0.1"])
-            .args(["--port", &port.to_string(), "--parallel", &parallel.to_string()])
-            .args(["-c", &(parallel * 2048).to_string(), "--threads", &threads.to_string()])
-            .args(["--threads-batch", &threads.to_string(), "--metrics", "--no-warmup"])
+            .args([
+                "-m",
+                &fixture(model_var),
+                "--alias",
+                "random-llama",
+                "--host",
+                "127.0.0.1",
+            ])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--parallel",
+                &parallel.to_string(),
+            ])
+            .args([
+                "-c",
+                &(parallel * 2048).to_string(),
+                "--threads",
+                &threads.to_string(),
+            ])
+            .args([
+                "--threads-batch",
+                &threads.to_string(),
+                "--metrics",
+                "--no-warmup",
+            ])
             .args(extra)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("starting llama-server");
-        let llama = Llama { child: Some(child), url: format!("http://127.0.0.1:{port}"), _serial: guard };
+        let llama = Llama {
+            child: Some(child),
+            url: format!("http://127.0.0.1:{port}"),
+            _serial: guard,
+        };
         let deadline = Instant::now() + Duration::from_secs(60);
         while http_status(port, "/health") != Some(200) {
-            assert!(Instant::now() < deadline, "llama-server did not become healthy within 60 s");
+            assert!(
+                Instant::now() < deadline,
+                "llama-server did not become healthy within 60 s"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         llama
@@ -76,7 +113,11 @@ impl Drop for Llama {
 fn http_status(port: u16, path: &str) -> Option<u16> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut head = [0u8; 12];
     s.read_exact(&mut head).ok()?;
     std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
@@ -91,28 +132,74 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn chat_and_completions_closed_loop_and_poisson() {
     let llama = Llama::start("LLAMA_MODEL_TINY", 4, 1);
     let cases: [(&str, &[&str]); 2] = [
-        ("llama-chat-closed", &["--api", "openai-chat", "--concurrency", "4", "--requests", "16"]),
-        ("llama-completions-poisson", &["--api", "openai-completions", "--rate", "20", "--requests", "30"]),
+        (
+            "llama-chat-closed",
+            &[
+                "--api",
+                "openai-chat",
+                "--concurrency",
+                "4",
+                "--requests",
+                "16",
+            ],
+        ),
+        (
+            "llama-completions-poisson",
+            &[
+                "--api",
+                "openai-completions",
+                "--rate",
+                "20",
+                "--requests",
+                "30",
+            ],
+        ),
     ];
     for (name, load) in cases {
         let out = run_dir(name);
         let mut args = load.to_vec();
-        args.extend(["--output-tokens", "32", "--input-tokens", "64", "--ignore-eos"]);
+        args.extend([
+            "--output-tokens",
+            "32",
+            "--input-tokens",
+            "64",
+            "--ignore-eos",
+        ]);
         let o = bench(&llama.url, &out, &args);
         assert_ok(&o);
         let r = results(&out);
         let n = stat(&r, "counts.requests");
         assert_eq!(stat(&r, "counts.succeeded"), n, "{name}: {}", r["counts"]);
         assert_eq!(r["target"]["model"], "random-llama");
-        assert_eq!(stat(&r, "tokens.output_total"), 32.0 * n, "{name}: exact lengths with --ignore-eos");
-        assert_eq!(r["tokens"]["output_sources"]["server_usage"].as_f64(), Some(n));
-        assert_eq!(r["tokens"]["input_sources"]["server_usage"].as_f64(), Some(n));
-        assert_eq!(r["tokens"]["multi_token_chunks"], false, "llama.cpp sends one token per chunk");
+        assert_eq!(
+            stat(&r, "tokens.output_total"),
+            32.0 * n,
+            "{name}: exact lengths with --ignore-eos"
+        );
+        assert_eq!(
+            r["tokens"]["output_sources"]["server_usage"].as_f64(),
+            Some(n)
+        );
+        assert_eq!(
+            r["tokens"]["input_sources"]["server_usage"].as_f64(),
+            Some(n)
+        );
+        assert_eq!(
+            r["tokens"]["multi_token_chunks"], false,
+            "llama.cpp sends one token per chunk"
+        );
         assert_eq!(stat(&r, "counts.short_outputs"), 0.0);
         for rec in records(&out) {
             assert_eq!(rec["output_tokens"], 32);
-            assert_eq!(rec["chunks"].as_array().unwrap().len(), 32, "one chunk per token");
-            assert!(rec["server_timings"]["predicted_n"].as_u64().is_some(), "llama.cpp timings kept");
+            assert_eq!(
+                rec["chunks"].as_array().unwrap().len(),
+                32,
+                "one chunk per token"
+            );
+            assert!(
+                rec["server_timings"]["predicted_n"].as_u64().is_some(),
+                "llama.cpp timings kept"
+            );
         }
         assert!(stat(&r, "latency.ttft_ms.p50") > 0.0 && stat(&r, "latency.tpot_ms.p50") > 0.0);
     }
@@ -125,17 +212,31 @@ fn exact_lengths_with_ignore_eos_across_a_length_distribution() {
     let o = bench(
         &llama.url,
         &out,
-        &["--concurrency", "2", "--requests", "12", "--output-tokens", "uniform:5..120", "--ignore-eos"],
+        &[
+            "--concurrency",
+            "2",
+            "--requests",
+            "12",
+            "--output-tokens",
+            "uniform:5..120",
+            "--ignore-eos",
+        ],
     );
     assert_ok(&o);
     let recs = records(&out);
     assert_eq!(recs.len(), 12);
     let mut lengths = std::collections::BTreeSet::new();
     for rec in &recs {
-        assert_eq!(rec["output_tokens"], rec["requested_output_tokens"], "{rec}");
+        assert_eq!(
+            rec["output_tokens"], rec["requested_output_tokens"],
+            "{rec}"
+        );
         lengths.insert(rec["output_tokens"].as_u64().unwrap());
     }
-    assert!(lengths.len() > 5, "lengths follow the distribution: {lengths:?}");
+    assert!(
+        lengths.len() > 5,
+        "lengths follow the distribution: {lengths:?}"
+    );
 }
 
 #[test]
@@ -143,8 +244,26 @@ fn server_killed_mid_run_failures_are_classified_and_nothing_is_lost() {
     let mut llama = Llama::start("LLAMA_MODEL_TINY", 2, 1);
     let out = run_dir("llama-killed");
     let child = tokenscope()
-        .args(["bench", "--url", &llama.url, "--quiet", "--concurrency", "2", "--requests", "300"])
-        .args(["--output-tokens", "400", "--ignore-eos", "--model", "random-llama", "--api", "openai-chat", "--out"])
+        .args([
+            "bench",
+            "--url",
+            &llama.url,
+            "--quiet",
+            "--concurrency",
+            "2",
+            "--requests",
+            "300",
+        ])
+        .args([
+            "--output-tokens",
+            "400",
+            "--ignore-eos",
+            "--model",
+            "random-llama",
+            "--api",
+            "openai-chat",
+            "--out",
+        ])
         .arg(&out)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -154,7 +273,12 @@ fn server_killed_mid_run_failures_are_classified_and_nothing_is_lost() {
     llama.kill();
     let o = child.wait_with_output().unwrap();
     // The run completed (some requests succeeded); failures are in the results.
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let r = results(&out);
     let recs = records(&out);
     assert_eq!(recs.len(), 300, "every request is in requests.jsonl");
@@ -162,11 +286,20 @@ fn server_killed_mid_run_failures_are_classified_and_nothing_is_lost() {
     let ok = stat(&r, "counts.succeeded");
     assert!(ok >= 1.0, "some requests finished before the kill");
     let errors = &r["counts"]["errors"];
-    assert!(errors["stream"].as_u64().unwrap_or(0) >= 1, "streams cut mid-way: {errors}");
-    assert!(errors["connect"].as_u64().unwrap_or(0) >= 1, "later requests cannot connect: {errors}");
+    assert!(
+        errors["stream"].as_u64().unwrap_or(0) >= 1,
+        "streams cut mid-way: {errors}"
+    );
+    assert!(
+        errors["connect"].as_u64().unwrap_or(0) >= 1,
+        "later requests cannot connect: {errors}"
+    );
     assert_eq!(stat(&r, "counts.failed") + ok, 300.0);
     for rec in recs.iter().filter(|r| r["error_kind"] == "stream") {
-        assert!(rec["chunks"].as_array().unwrap().len() < 400, "a cut stream keeps its partial chunks");
+        assert!(
+            rec["chunks"].as_array().unwrap().len() < 400,
+            "a cut stream keeps its partial chunks"
+        );
     }
 }
 
@@ -183,10 +316,22 @@ fn agrees_with_the_servers_own_timings() {
     let o = bench(
         &llama.url,
         &out,
-        &["--concurrency", "1", "--requests", "10", "--warmup", "1", "--input-tokens", "128"],
+        &[
+            "--concurrency",
+            "1",
+            "--requests",
+            "10",
+            "--warmup",
+            "1",
+            "--input-tokens",
+            "128",
+        ],
     );
     assert_ok(&o);
-    let recs: Vec<_> = records(&out).into_iter().filter(|r| r["warmup"] != true).collect();
+    let recs: Vec<_> = records(&out)
+        .into_iter()
+        .filter(|r| r["warmup"] != true)
+        .collect();
     assert_eq!(recs.len(), 10);
     let (mut tpot_ratio, mut ttft_excess, mut tpot_client, mut tpot_server, mut prompt_ms) =
         (vec![], vec![], vec![], vec![], vec![]);
@@ -216,6 +361,9 @@ fn agrees_with_the_servers_own_timings() {
         ttft_excess.iter().map(|e| (e * 100.0).round() / 100.0).collect::<Vec<_>>()
     );
     assert!((ratio - 1.0).abs() <= 0.05, "TPOT median ratio {ratio}");
-    assert!(excess >= 0.0, "TTFT is shorter than the server's prompt time: {excess} ms");
+    assert!(
+        excess >= 0.0,
+        "TTFT is shorter than the server's prompt time: {excess} ms"
+    );
     assert!(excess <= 5.0, "TTFT exceeds prompt_ms by {excess} ms");
 }

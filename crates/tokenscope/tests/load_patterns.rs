@@ -12,7 +12,9 @@ fn ks_exponential(samples: &mut [f64], rate: f64) -> f64 {
         .enumerate()
         .map(|(i, &x)| {
             let cdf = 1.0 - (-rate * x).exp();
-            (cdf - i as f64 / n).abs().max(((i + 1) as f64 / n - cdf).abs())
+            (cdf - i as f64 / n)
+                .abs()
+                .max(((i + 1) as f64 / n - cdf).abs())
         })
         .fold(0.0, f64::max)
 }
@@ -25,20 +27,39 @@ fn poisson_arrivals_keep_the_rate_and_are_exponential() {
     let o = bench(
         &server.url,
         &out,
-        &["--rate", "100", "--requests", "600", "--output-tokens", "4", "--input-tokens", "16", "--seed", "3"],
+        &[
+            "--rate",
+            "100",
+            "--requests",
+            "600",
+            "--output-tokens",
+            "4",
+            "--input-tokens",
+            "16",
+            "--seed",
+            "3",
+        ],
     );
     assert_ok(&o);
-    let mut sent: Vec<f64> =
-        records(&out).iter().map(|r| r["sent_at_us"].as_f64().unwrap() / 1e6).collect();
+    let mut sent: Vec<f64> = records(&out)
+        .iter()
+        .map(|r| r["sent_at_us"].as_f64().unwrap() / 1e6)
+        .collect();
     assert_eq!(sent.len(), 600);
     sent.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let achieved = (sent.len() - 1) as f64 / (sent[sent.len() - 1] - sent[0]);
-    assert!((achieved - rate).abs() / rate < 0.05, "achieved {achieved:.1}/s for a target of {rate}/s");
+    assert!(
+        (achieved - rate).abs() / rate < 0.05,
+        "achieved {achieved:.1}/s for a target of {rate}/s"
+    );
     let mut gaps: Vec<f64> = sent.windows(2).map(|w| w[1] - w[0]).collect();
     let d = ks_exponential(&mut gaps, rate);
     // Critical value at alpha = 0.01 is 1.628 / sqrt(n).
     let critical = 1.628 / (gaps.len() as f64).sqrt();
-    assert!(d < critical, "KS D = {d:.4} ≥ {critical:.4}: inter-arrivals are not exponential");
+    assert!(
+        d < critical,
+        "KS D = {d:.4} ≥ {critical:.4}: inter-arrivals are not exponential"
+    );
     // And the test can tell: constant gaps are far from exponential.
     let mut constant = vec![1.0 / rate; gaps.len()];
     assert!(ks_exponential(&mut constant, rate) > critical);
@@ -48,19 +69,35 @@ fn poisson_arrivals_keep_the_rate_and_are_exponential() {
 fn closed_loop_holds_exactly_n_in_flight() {
     let server = Server::start(exact(5, 5));
     let out = run_dir("closed");
-    let o = bench(&server.url, &out, &["--concurrency", "8", "--requests", "80", "--output-tokens", "10"]);
+    let o = bench(
+        &server.url,
+        &out,
+        &[
+            "--concurrency",
+            "8",
+            "--requests",
+            "80",
+            "--output-tokens",
+            "10",
+        ],
+    );
     assert_ok(&o);
     let r = results(&out);
     assert_eq!(stat(&r, "throughput.concurrency.max"), 8.0);
     let steady = stat(&r, "window.steady.concurrency_mean");
-    assert!(steady > 7.8 && steady <= 8.0 + 1e-9, "steady-state concurrency {steady}");
+    assert!(
+        steady > 7.8 && steady <= 8.0 + 1e-9,
+        "steady-state concurrency {steady}"
+    );
     // From the records: whenever a request is sent, at most 7 others are in flight.
     let recs = records(&out);
     for r in &recs {
         let t = r["sent_at_us"].as_u64().unwrap();
         let in_flight = recs
             .iter()
-            .filter(|o| o["sent_at_us"].as_u64().unwrap() <= t && o["done_at_us"].as_u64().unwrap() > t)
+            .filter(|o| {
+                o["sent_at_us"].as_u64().unwrap() <= t && o["done_at_us"].as_u64().unwrap() > t
+            })
             .count();
         assert!(in_flight <= 8, "{in_flight} in flight at {t} µs");
     }
@@ -74,14 +111,32 @@ fn max_concurrency_in_open_loop_counts_late_requests() {
     let o = bench(
         &server.url,
         &out,
-        &["--rate", "50", "--arrival", "constant", "--max-concurrency", "2", "--requests", "30", "--output-tokens", "10"],
+        &[
+            "--rate",
+            "50",
+            "--arrival",
+            "constant",
+            "--max-concurrency",
+            "2",
+            "--requests",
+            "30",
+            "--output-tokens",
+            "10",
+        ],
     );
     assert_ok(&o);
     let r = results(&out);
     assert!(stat(&r, "counts.waited_for_slot") > 10.0, "{}", r["counts"]);
     assert_eq!(stat(&r, "throughput.concurrency.max"), 2.0);
-    assert!(stat(&r, "latency.client_lag_ms.max") > 100.0, "lateness is reported, not absorbed");
-    assert!(r["diagnosis"].as_array().unwrap().iter().any(|f| f["rule"] == "max_concurrency_reached"));
+    assert!(
+        stat(&r, "latency.client_lag_ms.max") > 100.0,
+        "lateness is reported, not absorbed"
+    );
+    assert!(r["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["rule"] == "max_concurrency_reached"));
 }
 
 #[test]
@@ -90,14 +145,35 @@ fn multi_token_chunks_split_itl_to_the_per_token_truth() {
     config.tokens_per_chunk = 4;
     let server = Server::start(config);
     let out = run_dir("chunks4");
-    let o = bench(&server.url, &out, &["--concurrency", "4", "--requests", "8", "--output-tokens", "64"]);
+    let o = bench(
+        &server.url,
+        &out,
+        &[
+            "--concurrency",
+            "4",
+            "--requests",
+            "8",
+            "--output-tokens",
+            "64",
+        ],
+    );
     assert_ok(&o);
     let r = results(&out);
     assert_eq!(r["tokens"]["multi_token_chunks"], true);
     assert_eq!(r["tokens"]["tokens_per_chunk"]["4"], 8 * 16);
     let itl = stat(&r, "latency.itl_ms.p50");
-    assert!((itl - 20.0).abs() <= 1.0, "ITL p50 {itl} ms, per-token truth 20 ms");
+    assert!(
+        (itl - 20.0).abs() <= 1.0,
+        "ITL p50 {itl} ms, per-token truth 20 ms"
+    );
     let icl = stat(&r, "latency.icl_ms.p50");
-    assert!((icl - 80.0).abs() <= 1.0, "ICL p50 {icl} ms, chunk truth 80 ms");
-    assert!(r["diagnosis"].as_array().unwrap().iter().any(|f| f["rule"] == "multi_token_chunks"));
+    assert!(
+        (icl - 80.0).abs() <= 1.0,
+        "ICL p50 {icl} ms, chunk truth 80 ms"
+    );
+    assert!(r["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["rule"] == "multi_token_chunks"));
 }

@@ -22,20 +22,45 @@ fn medians_match_the_truth_at_1_64_and_512_streams() {
             &server.url,
             &out,
             &[
-                "--concurrency", &c, "--requests", &n, "--warmup", &c, "--ramp-up", "5s",
-                "--output-tokens", "256", "--input-tokens", "64",
+                "--concurrency",
+                &c,
+                "--requests",
+                &n,
+                "--warmup",
+                &c,
+                "--ramp-up",
+                "5s",
+                "--output-tokens",
+                "256",
+                "--input-tokens",
+                "64",
             ],
         );
         assert_ok(&o);
         let r = results(&out);
-        assert_eq!(stat(&r, "counts.succeeded"), requests as f64, "all succeed at c={concurrency}");
+        assert_eq!(
+            stat(&r, "counts.succeeded"),
+            requests as f64,
+            "all succeed at c={concurrency}"
+        );
         let ttft = stat(&r, "latency.ttft_ms.p50");
         let tpot = stat(&r, "latency.tpot_ms.p50");
         let e2e = stat(&r, "latency.e2e_ms.p50");
-        eprintln!("c={concurrency}: TTFT p50 {ttft:.3} ms, TPOT p50 {tpot:.3} ms, E2E p50 {e2e:.1} ms");
-        assert!((ttft - 100.0).abs() <= 1.0, "c={concurrency}: TTFT p50 {ttft} ms vs 100 ms");
-        assert!((tpot - 20.0).abs() <= 1.0, "c={concurrency}: TPOT p50 {tpot} ms vs 20 ms");
-        assert!((e2e - truth_e2e).abs() / truth_e2e <= 0.01, "c={concurrency}: E2E p50 {e2e} ms vs {truth_e2e}");
+        eprintln!(
+            "c={concurrency}: TTFT p50 {ttft:.3} ms, TPOT p50 {tpot:.3} ms, E2E p50 {e2e:.1} ms"
+        );
+        assert!(
+            (ttft - 100.0).abs() <= 1.0,
+            "c={concurrency}: TTFT p50 {ttft} ms vs 100 ms"
+        );
+        assert!(
+            (tpot - 20.0).abs() <= 1.0,
+            "c={concurrency}: TPOT p50 {tpot} ms vs 20 ms"
+        );
+        assert!(
+            (e2e - truth_e2e).abs() / truth_e2e <= 0.01,
+            "c={concurrency}: E2E p50 {e2e} ms vs {truth_e2e}"
+        );
         assert_eq!(stat(&r, "tokens.output_total"), 256.0 * requests as f64);
         assert_eq!(stat(&r, "throughput.concurrency.max"), concurrency as f64);
     }

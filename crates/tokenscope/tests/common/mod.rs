@@ -24,10 +24,16 @@ impl Server {
             .enable_all()
             .build()
             .unwrap();
-        let server = rt.block_on(ExactServer::start(([127, 0, 0, 1], 0).into(), config)).unwrap();
+        let server = rt
+            .block_on(ExactServer::start(([127, 0, 0, 1], 0).into(), config))
+            .unwrap();
         let (url, stats) = (server.url(), server.stats.clone());
         std::mem::forget(server);
-        Server { url, stats, rt: Some(rt) }
+        Server {
+            url,
+            stats,
+            rt: Some(rt),
+        }
     }
 }
 
@@ -88,7 +94,8 @@ pub fn stat(v: &Value, path: &str) -> f64 {
     for key in path.split('.') {
         cur = &cur[key];
     }
-    cur.as_f64().unwrap_or_else(|| panic!("{path} is not a number: {cur}"))
+    cur.as_f64()
+        .unwrap_or_else(|| panic!("{path} is not a number: {cur}"))
 }
 
 pub fn assert_ok(out: &Output) {
