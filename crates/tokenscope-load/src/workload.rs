@@ -154,12 +154,29 @@ fn mix(mut z: u64) -> u64 {
 }
 
 impl Workload {
-    /// The prompt and lengths of request `id`: the same for the same seed and id,
-    /// whatever the concurrency or timing.
-    pub fn request(&self, id: u64) -> PromptSpec {
+    /// Request `id`'s prompt and output lengths, as [`Workload::request`] draws
+    /// them, without building the prompt (the simulator needs only lengths).
+    pub fn lengths(&self, id: u64) -> (u64, Option<u64>) {
+        let (_, input, output) = self.draw_lengths(id);
+        (input, output)
+    }
+
+    /// The shared prefix's identity: equal for every request of this workload.
+    pub fn prefix_key(&self) -> u64 {
+        mix(self.seed)
+    }
+
+    fn draw_lengths(&self, id: u64) -> (StdRng, u64, Option<u64>) {
         let mut rng = StdRng::seed_from_u64(mix(self.seed ^ mix(id)));
         let input_tokens = self.input.sample(&mut rng);
         let max_tokens = self.output.map(|o| o.sample(&mut rng));
+        (rng, input_tokens, max_tokens)
+    }
+
+    /// The prompt and lengths of request `id`: the same for the same seed and id,
+    /// whatever the concurrency or timing.
+    pub fn request(&self, id: u64) -> PromptSpec {
+        let (mut rng, input_tokens, max_tokens) = self.draw_lengths(id);
 
         let mut prompt = String::with_capacity(input_tokens as usize * 7);
         let mut shared = StdRng::seed_from_u64(mix(self.seed));
@@ -276,6 +293,7 @@ mod tests {
         // Different from the first words on: no accidental prefix-cache hit.
         assert_ne!(a.prompt.split(' ').nth(1), b.prompt.split(' ').nth(1));
         assert_eq!(a.max_tokens, Some(8));
+        assert_eq!(w.lengths(1), (a.input_tokens, a.max_tokens));
     }
 
     #[test]

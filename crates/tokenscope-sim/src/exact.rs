@@ -279,6 +279,8 @@ async fn respond(s: Arc<Shared>, body: &Value, prompt_tokens: u64, is_chat: bool
         usage_per_chunk: opts["continuous_usage_stats"].as_bool().unwrap_or(false),
         fault,
         lateness: hdrhistogram::Histogram::new(3).expect("valid precision"),
+        first_sent: None,
+        last_sent: arrival,
     };
     if !stream {
         return plan.whole().await.into_response();
@@ -311,6 +313,9 @@ struct Plan {
     fault: Fault,
     /// This stream's chunk lateness, merged into the server's at `[DONE]`.
     lateness: hdrhistogram::Histogram<u64>,
+    /// When the first and the latest content chunks were handed to the connection.
+    first_sent: Option<Instant>,
+    last_sent: Instant,
 }
 
 impl Plan {
@@ -391,7 +396,11 @@ impl Plan {
                 format!(r#"{{"index":0,"text":"{text}","logprobs":null,"finish_reason":null}}"#)
             };
             let usage = self.usage_per_chunk.then(|| self.usage(last));
-            return Some(self.frame(&self.chunk_json(&choice, usage)));
+            let frame = self.frame(&self.chunk_json(&choice, usage));
+            let now = Instant::now();
+            self.first_sent.get_or_insert(now);
+            self.last_sent = now;
+            return Some(frame);
         }
         match step - chunks {
             1 => {
@@ -400,7 +409,18 @@ impl Plan {
                 } else {
                     r#"{"index":0,"text":"","logprobs":null,"finish_reason":"length"}"#
                 };
-                Some(self.frame(&self.chunk_json(choice, None)))
+                // What the server actually did, in the manner of llama.cpp's
+                // `timings`: a loaded machine can make it differ from the config.
+                let first = self.first_sent.unwrap_or(self.arrival);
+                let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+                let timings = format!(
+                    r#","timings":{{"ttft_ms":{:.4},"tpot_ms":{:.4}}}"#,
+                    ms(first - self.arrival),
+                    ms(self.last_sent - first) / (self.tokens.max(2) - 1) as f64
+                );
+                let mut chunk = self.chunk_json(choice, None);
+                chunk.insert_str(chunk.len() - 1, &timings);
+                Some(self.frame(&chunk))
             }
             2 if self.usage_at_end => {
                 Some(self.frame(&self.chunk_json("", Some(self.usage(self.tokens)))))

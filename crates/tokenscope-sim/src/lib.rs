@@ -1,7 +1,10 @@
-//! Servers built into tokenscope, so that `bench` has a target with no GPU and
-//! the tests have ground truth. [`exact`] streams with exactly the timing it is
-//! configured with; the engine model (continuous batching, paged KV cache) is
-//! to come beside it.
+//! Servers and engines built into tokenscope, so `bench` has a target with no
+//! GPU and the tests have ground truth: [`exact`] streams with exactly the
+//! timing it is given; [`engine`] models a vLLM-like engine (continuous
+//! batching, paged KV cache, preemption) on a hardware cost model, and
+//! [`plan`] runs it on a virtual clock.
 
+pub mod engine;
 pub mod exact;
+pub mod plan;
 pub mod timer;

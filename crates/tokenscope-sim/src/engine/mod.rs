@@ -1,0 +1,174 @@
+//! The simulated engine: a vLLM-V1-like scheduler ([`scheduler`]) over a paged
+//! KV cache ([`kv`]), timed by a roofline cost model ([`cost`]) of a model and
+//! a GPU from the [`catalogue`]. [`Engine`] ties them together and is driven
+//! by a clock: virtual for `sim plan`, real for `sim serve`.
+
+pub mod catalogue;
+pub mod cost;
+pub mod kv;
+pub mod scheduler;
+
+use catalogue::{Gpu, Model};
+use cost::{CostModel, Dtype, Efficiency};
+use kv::KvCache;
+use scheduler::{Limits, Scheduler, Seq, StepResult};
+use serde::Serialize;
+
+/// Everything that defines a deployment.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub model: Model,
+    pub gpu: Gpu,
+    pub tp: u32,
+    pub weights: Dtype,
+    pub kv_dtype: Dtype,
+    pub gpu_memory_utilization: f64,
+    /// `None`: vLLM's default for the GPU.
+    pub max_num_seqs: Option<u32>,
+    pub max_num_batched_tokens: Option<u32>,
+    pub block_size: u32,
+    pub prefix_caching: bool,
+    /// Activations, CUDA context, graphs: memory that is neither weights nor KV (GiB per GPU).
+    pub reserved_gib: f64,
+    pub efficiency: Efficiency,
+}
+
+impl EngineConfig {
+    pub fn new(model: Model, gpu: Gpu) -> Self {
+        let block_size = if model.mla.is_some() { 64 } else { 16 };
+        EngineConfig {
+            model,
+            gpu,
+            tp: 1,
+            weights: Dtype::Bf16,
+            kv_dtype: Dtype::Bf16,
+            gpu_memory_utilization: 0.9,
+            max_num_seqs: None,
+            max_num_batched_tokens: None,
+            block_size,
+            prefix_caching: true,
+            reserved_gib: 3.0,
+            efficiency: Efficiency::default(),
+        }
+    }
+
+    /// vLLM's defaults for `vllm serve` (reference §1.1): large GPUs other than A100 get more.
+    fn big_gpu(&self) -> bool {
+        self.gpu.memory_gib >= 70.0 && !self.gpu.name.to_ascii_lowercase().contains("a100")
+    }
+
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_num_seqs: self
+                .max_num_seqs
+                .unwrap_or(if self.big_gpu() { 1024 } else { 256 }),
+            max_num_batched_tokens: self.max_num_batched_tokens.unwrap_or(if self.big_gpu() {
+                8192
+            } else {
+                2048
+            }),
+        }
+    }
+
+    pub fn cost_model(&self) -> CostModel {
+        CostModel {
+            model: self.model.clone(),
+            gpu: self.gpu.clone(),
+            tp: self.tp,
+            weights: self.weights,
+            kv: self.kv_dtype,
+            efficiency: self.efficiency,
+        }
+    }
+
+    /// KV blocks per GPU: (memory × utilisation − weights − reserved) ÷ block bytes.
+    pub fn kv_blocks(&self) -> Result<u64, String> {
+        let cost = self.cost_model();
+        let gib = 1024f64.powi(3);
+        let available = self.gpu.memory_gib * gib * self.gpu_memory_utilization
+            - cost.weight_bytes_per_gpu()
+            - self.reserved_gib * gib;
+        let block_bytes = cost.kv_bytes_per_token_per_gpu() * self.block_size as f64;
+        if available < block_bytes {
+            return Err(format!(
+                "{} does not fit on {} × {} at {:.0} % memory: weights need {:.1} GiB per GPU of {:.1} GiB usable",
+                self.model.name,
+                self.tp,
+                self.gpu.name,
+                self.gpu_memory_utilization * 100.0,
+                cost.weight_bytes_per_gpu() / gib,
+                self.gpu.memory_gib * self.gpu_memory_utilization - self.reserved_gib
+            ));
+        }
+        Ok((available / block_bytes).floor() as u64)
+    }
+
+    /// A one-line description for reports.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} {:?} on {} × {} (TP {}), KV {:?}, {:.0} % memory",
+            self.model.name,
+            self.weights,
+            self.tp,
+            self.gpu.name,
+            self.tp,
+            self.kv_dtype,
+            self.gpu_memory_utilization * 100.0
+        )
+    }
+}
+
+/// The engine's state as its metrics show it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct EngineState {
+    pub running: usize,
+    pub waiting: usize,
+    pub kv_usage: f64,
+    pub preemptions_total: u64,
+}
+
+pub struct Engine {
+    pub config: EngineConfig,
+    pub cost: CostModel,
+    pub scheduler: Scheduler,
+}
+
+impl Engine {
+    pub fn new(config: EngineConfig) -> Result<Engine, String> {
+        let blocks = config.kv_blocks()?;
+        let kv = KvCache::new(blocks, config.block_size, config.prefix_caching);
+        Ok(Engine {
+            cost: config.cost_model(),
+            scheduler: Scheduler::new(config.limits(), kv),
+            config,
+        })
+    }
+
+    pub fn add(&mut self, seq: Seq) {
+        self.scheduler.add(seq);
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.scheduler.is_idle()
+    }
+
+    pub fn state(&self) -> EngineState {
+        EngineState {
+            running: self.scheduler.running.len(),
+            waiting: self.scheduler.waiting.len(),
+            kv_usage: self.scheduler.kv.usage(),
+            preemptions_total: self.scheduler.preemptions_total,
+        }
+    }
+
+    /// Plans a step at `now`; returns its duration (0 when there is nothing to do).
+    pub fn begin_step(&mut self, now: f64) -> (f64, cost::StepWork) {
+        let work = self.scheduler.plan(now);
+        (self.cost.step_time(&work), work)
+    }
+
+    /// Completes the step begun with [`Engine::begin_step`], at `now`.
+    pub fn end_step(&mut self, now: f64, work: cost::StepWork) -> StepResult {
+        self.scheduler.finish_step(now, work)
+    }
+}

@@ -1,0 +1,424 @@
+//! One engine step as vLLM's V1 scheduler takes it (reference engine-model.md
+//! §1.2–1.4): running requests first, each given what it still needs up to the
+//! step's token budget (a decode needs 1, a prompt a chunk of it); KV blocks
+//! allocated as needed; when they run out the most recently admitted running
+//! request is preempted (blocks freed, recomputed later, back to the front of
+//! the queue); waiting requests are admitted in order only in a step that
+//! preempted nobody, while there are sequence slots, budget and blocks.
+
+use super::cost::StepWork;
+use super::kv::KvCache;
+use std::collections::VecDeque;
+
+/// A request inside the engine.
+#[derive(Debug, Clone)]
+pub struct Seq {
+    pub id: u64,
+    pub prompt: u32,
+    pub max_output: u32,
+    /// Tokens whose KV is computed.
+    pub computed: u32,
+    pub generated: u32,
+    /// Blocks this sequence owns (a cached prefix it uses is not counted).
+    pub blocks: u32,
+    /// Shared prefix: key and tokens (0: none).
+    pub prefix_key: u64,
+    pub prefix_tokens: u32,
+    /// Prefix blocks it uses from the cache (owned by the cache).
+    pub prefix_blocks: u32,
+    pub arrived_at: f64,
+    /// Entered the waiting queue last (arrival or preemption).
+    pub queued_at: f64,
+    /// Seconds spent waiting, summed over every wait.
+    pub queue_time: f64,
+    pub first_scheduled_at: Option<f64>,
+    pub preemptions: u32,
+}
+
+impl Seq {
+    pub fn new(id: u64, prompt: u32, max_output: u32, arrived_at: f64) -> Seq {
+        Seq {
+            id,
+            prompt: prompt.max(1),
+            max_output: max_output.max(1),
+            computed: 0,
+            generated: 0,
+            blocks: 0,
+            prefix_key: 0,
+            prefix_tokens: 0,
+            prefix_blocks: 0,
+            arrived_at,
+            queued_at: arrived_at,
+            queue_time: 0.0,
+            first_scheduled_at: None,
+            preemptions: 0,
+        }
+    }
+
+    /// Tokens the sequence holds: prompt + generated so far.
+    fn tokens(&self) -> u32 {
+        self.prompt + self.generated
+    }
+}
+
+/// Scheduler limits (vLLM names).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_num_seqs: u32,
+    pub max_num_batched_tokens: u32,
+}
+
+/// One scheduled sequence: index into `running` and new tokens this step.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    id: u64,
+    new_tokens: u32,
+}
+
+/// What a step produced.
+#[derive(Debug, Default)]
+pub struct StepResult {
+    pub work: StepWork,
+    /// Requests that got a token: (id, tokens generated so far, finished).
+    pub emitted: Vec<(u64, u32, bool)>,
+    pub preempted: u32,
+    /// Sequences that finished (removed from the engine).
+    pub finished: Vec<Seq>,
+}
+
+#[derive(Debug)]
+pub struct Scheduler {
+    pub limits: Limits,
+    pub kv: KvCache,
+    pub waiting: VecDeque<Seq>,
+    pub running: Vec<Seq>,
+    pub preemptions_total: u64,
+    scheduled: Vec<Slot>,
+    preempted_in_step: u32,
+}
+
+impl Scheduler {
+    pub fn new(limits: Limits, kv: KvCache) -> Self {
+        Scheduler {
+            limits,
+            kv,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            preemptions_total: 0,
+            scheduled: Vec::new(),
+            preempted_in_step: 0,
+        }
+    }
+
+    pub fn add(&mut self, seq: Seq) {
+        self.waiting.push_back(seq);
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.running.is_empty()
+    }
+
+    /// Gives `seq` blocks for `tokens` tokens in total.
+    fn grow(kv: &mut KvCache, seq: &mut Seq, tokens: u32) -> bool {
+        let need = kv
+            .blocks_for(tokens as u64)
+            .saturating_sub((seq.blocks + seq.prefix_blocks) as u64);
+        if need == 0 {
+            return true;
+        }
+        if kv.allocate(need) {
+            seq.blocks += need as u32;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn free(kv: &mut KvCache, seq: &mut Seq, now: f64) {
+        kv.release(seq.blocks as u64);
+        seq.blocks = 0;
+        if seq.prefix_blocks > 0 {
+            kv.unuse(seq.prefix_key, now);
+            seq.prefix_blocks = 0;
+        }
+    }
+
+    /// Plans the step that starts at `now`: which sequences get how many tokens.
+    /// Returns the work for the cost model; [`Scheduler::finish_step`] applies it.
+    pub fn plan(&mut self, now: f64) -> StepWork {
+        self.scheduled.clear();
+        self.preempted_in_step = 0;
+        let mut budget = self.limits.max_num_batched_tokens;
+        let mut preempted_any = false;
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let need = self.running[i].tokens() - self.running[i].computed;
+            let n = need.min(budget);
+            let target = self.running[i].computed + n;
+            let mut scheduled_self = true;
+            loop {
+                let (kv, seq) = (&mut self.kv, &mut self.running[i]);
+                if Self::grow(kv, seq, target) {
+                    break;
+                }
+                // Out of blocks: preempt the most recently admitted running request.
+                let mut victim = self.running.pop().expect("running is not empty here");
+                Self::free(&mut self.kv, &mut victim, now);
+                victim.computed = 0;
+                victim.preemptions += 1;
+                victim.queued_at = now;
+                self.preemptions_total += 1;
+                self.preempted_in_step += 1;
+                preempted_any = true;
+                let was_self = self.running.len() == i;
+                // Undo anything already scheduled for the victim this step.
+                self.scheduled.retain(|s| s.id != victim.id);
+                self.waiting.push_front(victim);
+                if was_self {
+                    scheduled_self = false;
+                    break;
+                }
+            }
+            if !scheduled_self {
+                break;
+            }
+            budget -= n;
+            self.scheduled.push(Slot {
+                id: self.running[i].id,
+                new_tokens: n,
+            });
+            i += 1;
+        }
+        if !preempted_any {
+            while budget > 0 && (self.running.len() as u32) < self.limits.max_num_seqs {
+                let Some(mut seq) = self.waiting.pop_front() else {
+                    break;
+                };
+                if seq.computed == 0 && seq.prefix_tokens > 0 {
+                    seq.prefix_blocks =
+                        self.kv
+                            .lookup(seq.prefix_key, seq.prefix_tokens, seq.prompt, now);
+                    seq.computed = seq.prefix_blocks * self.kv.block_size;
+                }
+                let n = (seq.tokens() - seq.computed).min(budget);
+                let target = seq.computed + n;
+                if !Self::grow(&mut self.kv, &mut seq, target) {
+                    // Head-of-line blocking: it stays first in the queue.
+                    if seq.prefix_blocks > 0 {
+                        self.kv.unuse(seq.prefix_key, now);
+                        seq.prefix_blocks = 0;
+                        seq.computed = 0;
+                    }
+                    self.waiting.push_front(seq);
+                    break;
+                }
+                seq.queue_time += now - seq.queued_at;
+                seq.first_scheduled_at.get_or_insert(now);
+                budget -= n;
+                self.scheduled.push(Slot {
+                    id: seq.id,
+                    new_tokens: n,
+                });
+                self.running.push(seq);
+            }
+        }
+        self.work()
+    }
+
+    fn work(&self) -> StepWork {
+        let mut w = StepWork::default();
+        // `scheduled` follows `running` order, so one pass pairs them.
+        let mut slots = self.scheduled.iter().peekable();
+        for seq in &self.running {
+            let Some(slot) = slots.next_if(|s| s.id == seq.id) else {
+                continue;
+            };
+            let n = slot.new_tokens as u64;
+            let p = seq.computed as f64;
+            w.sequences += 1;
+            w.tokens += n;
+            w.attended += n as f64 * p + (n * n) as f64 / 2.0;
+            w.kv_read_tokens += p;
+            if seq.computed + slot.new_tokens == seq.tokens() {
+                w.logits += 1;
+            }
+        }
+        w
+    }
+
+    /// Applies the planned step, which ended at `now`.
+    pub fn finish_step(&mut self, now: f64, work: StepWork) -> StepResult {
+        let mut result = StepResult {
+            work,
+            preempted: self.preempted_in_step,
+            ..Default::default()
+        };
+        let mut slots = self.scheduled.iter().peekable();
+        let mut i = 0;
+        while i < self.running.len() {
+            let Some(slot) = slots.next_if(|s| s.id == self.running[i].id) else {
+                i += 1;
+                continue;
+            };
+            let seq = &mut self.running[i];
+            seq.computed += slot.new_tokens;
+            // The shared prefix's full blocks become reusable once computed.
+            if seq.prefix_tokens > 0 && seq.prefix_blocks == 0 {
+                let full = seq.prefix_tokens.min(seq.prompt.saturating_sub(1)) / self.kv.block_size;
+                if full > 0
+                    && seq.computed >= full * self.kv.block_size
+                    && self.kv.register(seq.prefix_key, full, now)
+                {
+                    seq.blocks -= full;
+                    seq.prefix_blocks = full;
+                }
+            }
+            if seq.computed == seq.tokens() {
+                seq.generated += 1;
+                let done = seq.generated >= seq.max_output;
+                result.emitted.push((seq.id, seq.generated, done));
+                if done {
+                    let mut seq = self.running.remove(i);
+                    Self::free(&mut self.kv, &mut seq, now);
+                    result.finished.push(seq);
+                    continue;
+                }
+            }
+            i += 1;
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sched(blocks: u64, max_seqs: u32, budget: u32) -> Scheduler {
+        Scheduler::new(
+            Limits {
+                max_num_seqs: max_seqs,
+                max_num_batched_tokens: budget,
+            },
+            KvCache::new(blocks, 16, false),
+        )
+    }
+
+    fn run_step(s: &mut Scheduler, now: f64) -> StepResult {
+        let w = s.plan(now);
+        s.finish_step(now + 0.01, w)
+    }
+
+    #[test]
+    fn prefill_then_one_token_per_step() {
+        let mut s = sched(100, 8, 2048);
+        s.add(Seq::new(1, 100, 3, 0.0));
+        let r = run_step(&mut s, 0.0);
+        assert_eq!(r.work.tokens, 100);
+        assert_eq!(
+            r.emitted,
+            vec![(1, 1, false)],
+            "the prefill step yields the first token"
+        );
+        let r = run_step(&mut s, 0.01);
+        assert_eq!(r.work.tokens, 1);
+        let r = run_step(&mut s, 0.02);
+        assert_eq!(r.emitted, vec![(1, 3, true)]);
+        assert!(s.is_idle());
+        assert_eq!(s.kv.usage(), 0.0);
+    }
+
+    #[test]
+    fn chunked_prefill_shares_the_budget_with_decodes() {
+        let mut s = sched(1000, 8, 512);
+        s.add(Seq::new(1, 10, 100, 0.0));
+        run_step(&mut s, 0.0);
+        s.add(Seq::new(2, 2000, 5, 0.0));
+        let r = run_step(&mut s, 0.01);
+        // One decode for request 1, 511 prompt tokens for request 2.
+        assert_eq!(r.work.tokens, 512);
+        assert_eq!(r.emitted.len(), 1);
+        let mut steps = 1;
+        while s.running.iter().find(|q| q.id == 2).unwrap().generated == 0 {
+            run_step(&mut s, 0.01 * steps as f64);
+            steps += 1;
+        }
+        assert_eq!(steps, 4, "2000 prompt tokens in chunks of 511");
+    }
+
+    #[test]
+    fn max_num_seqs_caps_admission() {
+        let mut s = sched(1000, 2, 8192);
+        for id in 0..5 {
+            s.add(Seq::new(id, 10, 10, 0.0));
+        }
+        run_step(&mut s, 0.0);
+        assert_eq!(s.running.len(), 2);
+        assert_eq!(s.waiting.len(), 3);
+    }
+
+    #[test]
+    fn out_of_blocks_preempts_the_newest_and_requeues_it_first() {
+        // 6 blocks of 16: two sequences of 40 prompt tokens take 3 each.
+        let mut s = sched(6, 8, 8192);
+        s.add(Seq::new(1, 40, 100, 0.0));
+        s.add(Seq::new(2, 40, 100, 0.0));
+        s.add(Seq::new(3, 10, 10, 0.0));
+        run_step(&mut s, 0.0);
+        assert_eq!(s.running.len(), 2, "request 3 waits: no blocks");
+        let mut t = 0.01;
+        while s.preemptions_total == 0 {
+            run_step(&mut s, t);
+            t += 0.01;
+        }
+        // Request 1 crossed into a 4th block: request 2 (admitted last) was preempted.
+        assert_eq!(s.running.iter().map(|q| q.id).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(s.waiting.front().unwrap().id, 2);
+        assert_eq!(
+            s.waiting.front().unwrap().computed,
+            0,
+            "recompute from scratch"
+        );
+        assert_eq!(s.waiting.front().unwrap().preemptions, 1);
+    }
+
+    #[test]
+    fn no_admission_in_a_step_that_preempted() {
+        let mut s = sched(6, 8, 8192);
+        s.add(Seq::new(1, 47, 100, 0.0)); // 3 blocks, crosses into the 4th at its 2nd token
+        s.add(Seq::new(2, 48, 100, 0.0)); // 3 blocks, full
+        run_step(&mut s, 0.0);
+        s.add(Seq::new(3, 1, 1, 0.0));
+        let r = run_step(&mut s, 0.01);
+        assert_eq!(r.preempted, 1);
+        assert_eq!(s.preemptions_total, 1);
+        assert!(
+            s.running.iter().all(|q| q.id != 3),
+            "nothing admitted in the preempting step"
+        );
+    }
+
+    #[test]
+    fn shared_prefix_hits_the_cache() {
+        let mut s = Scheduler::new(
+            Limits {
+                max_num_seqs: 8,
+                max_num_batched_tokens: 8192,
+            },
+            KvCache::new(100, 16, true),
+        );
+        let mut a = Seq::new(1, 100, 2, 0.0);
+        a.prefix_key = 9;
+        a.prefix_tokens = 64;
+        s.add(a);
+        run_step(&mut s, 0.0);
+        let mut b = Seq::new(2, 100, 2, 0.0);
+        b.prefix_key = 9;
+        b.prefix_tokens = 64;
+        s.add(b);
+        let r = run_step(&mut s, 0.01);
+        // Request 1 decodes 1 token, request 2 computes 100 − 64 prompt tokens.
+        assert_eq!(r.work.tokens, 1 + 36);
+        assert_eq!(s.kv.hits, 64);
+    }
+}

@@ -1,0 +1,266 @@
+//! `sim plan`: the engine on a virtual clock. Discrete events — arrivals and
+//! step completions — so an hour of traffic takes a second. The output is the
+//! same per-request records a real run writes, plus the engine's time series.
+
+use crate::engine::scheduler::Seq;
+use crate::engine::{Engine, EngineConfig, EngineState};
+use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use tokenscope_core::record::{Chunk, RequestRecord, TokenSource};
+use tokenscope_load::arrival::{LoadPattern, Schedule};
+use tokenscope_load::workload::Workload;
+
+/// The load to simulate (the same notions as `bench`).
+#[derive(Debug, Clone)]
+pub struct PlanLoad {
+    pub pattern: LoadPattern,
+    /// Measured requests (`None`: until `duration_s`).
+    pub requests: Option<u64>,
+    pub duration_s: Option<f64>,
+    pub warmup: u64,
+    /// Closed loop: spread the clients' first requests over this long.
+    pub ramp_up_s: Option<f64>,
+    pub workload: Workload,
+    pub seed: u64,
+}
+
+/// One sample of the engine's state (virtual seconds since the start).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Sample {
+    pub t_s: f64,
+    #[serde(flatten)]
+    pub state: EngineState,
+    pub output_tokens_total: u64,
+    pub steps_total: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EngineSummary {
+    pub kv_capacity_tokens: u64,
+    pub kv_blocks: u64,
+    pub block_size: u32,
+    pub max_num_seqs: u32,
+    pub max_num_batched_tokens: u32,
+    pub steps: u64,
+    /// Virtual seconds the engine was stepping.
+    pub busy_s: f64,
+    pub preemptions_total: u64,
+    pub prefix_cache_queries_tokens: u64,
+    pub prefix_cache_hits_tokens: u64,
+}
+
+pub struct PlanOutput {
+    pub records: Vec<RequestRecord>,
+    pub samples: Vec<Sample>,
+    pub summary: EngineSummary,
+}
+
+fn us(t: f64) -> u64 {
+    (t * 1e6).round() as u64
+}
+
+/// Arrivals still to come, earliest first (ties by id).
+struct Arrivals {
+    heap: BinaryHeap<Reverse<(u64, u64)>>, // (time µs, id)
+    open: Option<(Schedule, u64)>,         // open loop: the schedule and the next id
+}
+
+impl Arrivals {
+    fn next_time(&mut self) -> Option<u64> {
+        self.heap.peek().map(|Reverse((t, _))| *t)
+    }
+}
+
+/// Runs the plan to its end. Errors only when the deployment does not fit.
+pub fn simulate(config: &EngineConfig, load: &PlanLoad) -> Result<PlanOutput, String> {
+    simulate_with_sampling(config, load, 1.0)
+}
+
+/// As [`simulate`], sampling the engine's state every `sample_every_s` virtual seconds.
+pub fn simulate_with_sampling(
+    config: &EngineConfig,
+    load: &PlanLoad,
+    sample_every_s: f64,
+) -> Result<PlanOutput, String> {
+    let mut engine = Engine::new(config.clone())?;
+    let total = load.requests.map(|n| n + load.warmup);
+    let deadline_us = load.duration_s.map(us);
+    let allowed =
+        |id: u64, at_us: u64| total.is_none_or(|t| id < t) && deadline_us.is_none_or(|d| at_us < d);
+    let prefix_key = load.workload.prefix_key();
+
+    let mut arrivals = Arrivals {
+        heap: BinaryHeap::new(),
+        open: None,
+    };
+    let mut next_id = 0u64;
+    match load.pattern {
+        LoadPattern::Closed { concurrency } => {
+            for c in 0..concurrency as u64 {
+                let at = load
+                    .ramp_up_s
+                    .map_or(0, |r| us(r * c as f64 / concurrency as f64));
+                if allowed(next_id, at) {
+                    arrivals.heap.push(Reverse((at, next_id)));
+                    next_id += 1;
+                }
+            }
+        }
+        LoadPattern::Open {
+            rate,
+            process,
+            max_concurrency,
+        } => {
+            if max_concurrency.is_some() {
+                return Err(
+                    "--max-concurrency is not simulated; use --concurrency or --rate alone".into(),
+                );
+            }
+            let mut schedule = Schedule::new(rate, process, load.seed);
+            if let Some(first) = schedule.next() {
+                if allowed(0, us(first.as_secs_f64())) {
+                    arrivals.heap.push(Reverse((us(first.as_secs_f64()), 0)));
+                    next_id = 1;
+                }
+            }
+            arrivals.open = Some((schedule, next_id));
+        }
+    }
+
+    let mut records: Vec<Option<RequestRecord>> = Vec::new();
+    let mut samples = Vec::new();
+    let mut next_sample = 0.0;
+    let (mut steps, mut busy, mut tokens_total) = (0u64, 0.0f64, 0u64);
+    let mut t = 0.0f64;
+
+    loop {
+        if engine.is_idle() {
+            // Nothing to do: jump to the next arrival, or stop.
+            match arrivals.next_time() {
+                None => break,
+                Some(at) => t = t.max(at as f64 / 1e6),
+            }
+        }
+        // Everything that arrived by `t` joins the queue before the next step.
+        while arrivals.next_time().is_some_and(|at| at <= us(t)) {
+            let Reverse((at, id)) = arrivals.heap.pop().expect("peeked");
+            let (input, output) = load.workload.lengths(id);
+            let max_output = output.unwrap_or(256) as u32;
+            let mut seq = Seq::new(id, input as u32, max_output, at as f64 / 1e6);
+            if load.workload.shared_prefix > 0 {
+                seq.prefix_key = prefix_key;
+                seq.prefix_tokens = load.workload.shared_prefix as u32;
+            }
+            engine.add(seq);
+            if records.len() <= id as usize {
+                records.resize(id as usize + 1, None);
+            }
+            records[id as usize] = Some(new_record(id, id < load.warmup, at, input, max_output));
+            if let Some((schedule, open_next)) = arrivals.open.as_mut() {
+                if let Some(when) = schedule.next() {
+                    let when = us(when.as_secs_f64());
+                    if allowed(*open_next, when) {
+                        arrivals.heap.push(Reverse((when, *open_next)));
+                        *open_next += 1;
+                    }
+                }
+            }
+        }
+        let (dt, work) = engine.begin_step(t);
+        let t_end = t + dt.max(1e-6);
+        let result = engine.end_step(t_end, work);
+        steps += 1;
+        busy += t_end - t;
+        let at = us(t_end);
+        for &(id, _generated, done) in &result.emitted {
+            tokens_total += 1;
+            let rec = records[id as usize]
+                .as_mut()
+                .expect("emitting requests have records");
+            rec.chunks.push(Chunk(at, 1));
+            if done {
+                rec.done_at_us = at;
+                if let LoadPattern::Closed { .. } = load.pattern {
+                    if allowed(next_id, at) {
+                        arrivals.heap.push(Reverse((at, next_id)));
+                        next_id += 1;
+                    }
+                }
+            }
+        }
+        for seq in result.finished {
+            let rec = records[seq.id as usize]
+                .as_mut()
+                .expect("finished requests have records");
+            settle(rec, &seq);
+        }
+        while t_end >= next_sample {
+            samples.push(Sample {
+                t_s: next_sample,
+                state: engine.state(),
+                output_tokens_total: tokens_total,
+                steps_total: steps,
+            });
+            next_sample += sample_every_s;
+        }
+        t = t_end;
+    }
+
+    let kv = &engine.scheduler.kv;
+    let limits = engine.config.limits();
+    let summary = EngineSummary {
+        kv_capacity_tokens: kv.capacity_tokens(),
+        kv_blocks: kv.total_blocks,
+        block_size: kv.block_size,
+        max_num_seqs: limits.max_num_seqs,
+        max_num_batched_tokens: limits.max_num_batched_tokens,
+        steps,
+        busy_s: busy,
+        preemptions_total: engine.scheduler.preemptions_total,
+        prefix_cache_queries_tokens: kv.queries,
+        prefix_cache_hits_tokens: kv.hits,
+    };
+    Ok(PlanOutput {
+        records: records.into_iter().flatten().collect(),
+        samples,
+        summary,
+    })
+}
+
+fn new_record(id: u64, warmup: bool, at_us: u64, input: u64, max_output: u32) -> RequestRecord {
+    RequestRecord {
+        id,
+        warmup,
+        scheduled_at_us: at_us,
+        sent_at_us: at_us,
+        first_byte_at_us: Some(at_us),
+        first_token_at_us: None,
+        done_at_us: at_us,
+        input_tokens: Some(input),
+        input_token_source: Some(TokenSource::ServerUsage),
+        output_tokens: 0,
+        output_token_source: Some(TokenSource::ServerUsage),
+        requested_output_tokens: Some(max_output as u64),
+        status: Some(200),
+        error_kind: None,
+        error: None,
+        finish_reason: Some("length".into()),
+        retries: 0,
+        waited_for_slot: false,
+        server_timings: None,
+        chunks: Vec::new(),
+    }
+}
+
+/// The engine's own view of a finished request, kept beside the client view.
+fn settle(rec: &mut RequestRecord, seq: &Seq) {
+    rec.first_token_at_us = rec.chunks.first().map(Chunk::at_us);
+    rec.output_tokens = rec.chunks.len() as u64;
+    let first_scheduled = seq.first_scheduled_at.unwrap_or(seq.arrived_at);
+    rec.server_timings = Some(serde_json::json!({
+        "queue_ms": seq.queue_time * 1e3,
+        "prefill_ms": rec.first_token_at_us.map(|f| f as f64 / 1e3 - first_scheduled * 1e3),
+        "preemptions": seq.preemptions,
+    }));
+}
