@@ -18,6 +18,10 @@ pub struct RunResults {
     pub started_at: String,
     /// The run was cut short (Ctrl-C); every finished request is still recorded.
     pub partial: bool,
+    /// Present when no server was measured: the run was simulated by `sim plan`
+    /// on a virtual clock, and this describes the simulated deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub simulated: Option<serde_json::Value>,
     pub target: Target,
     /// The settings the run used (credentials never appear here).
     pub config: serde_json::Value,

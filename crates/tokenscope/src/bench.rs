@@ -3,28 +3,22 @@
 
 use crate::cli::{ApiChoice, BenchArgs};
 use crate::exit::Exit;
+use crate::outcome::{self, RunFacts};
 use anyhow::Context;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
 use serde_json::json;
-use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
-use tokenscope_core::cost::GpuPrice;
-use tokenscope_core::diagnosis::diagnose;
-use tokenscope_core::metrics::measure;
-use tokenscope_core::record::ErrorKind;
-use tokenscope_core::results::{self, ClientUsage, Efficiency, RunResults, Server, Tool};
-use tokenscope_load::arrival::LoadPattern;
+use std::time::Duration;
+use tokenscope_core::results::{self, Server};
 use tokenscope_load::clock::Clock;
 use tokenscope_load::cpu::thread_cpu;
 use tokenscope_load::openai::Api;
 use tokenscope_load::probe::{self, ProbeError};
 use tokenscope_load::recorder::Recorder;
 use tokenscope_load::request::Target;
-use tokenscope_load::runner::{Progress, RunPlan, Runner};
-use tokenscope_load::workload::Workload;
+use tokenscope_load::runner::{Progress, Runner};
 use tokenscope_sim::exact::{ExactConfig, ExactServer};
 use tokio_util::sync::CancellationToken;
 
@@ -144,62 +138,6 @@ fn request_headers(args: &BenchArgs) -> anyhow::Result<HeaderMap> {
     Ok(headers)
 }
 
-fn pattern(args: &BenchArgs) -> LoadPattern {
-    match args.rate {
-        Some(rate) => LoadPattern::Open {
-            rate,
-            process: args.arrival,
-            max_concurrency: args.max_concurrency.map(|n| n as usize),
-        },
-        None => LoadPattern::Closed {
-            concurrency: args.concurrency.unwrap_or(10) as usize,
-        },
-    }
-}
-
-fn default_out_dir() -> PathBuf {
-    let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
-        .to_string()
-        .replace(':', "-");
-    PathBuf::from("runs").join(stamp)
-}
-
-/// The settings, as written into results.json. Header values and keys never appear.
-fn config_json(args: &BenchArgs, plan: &RunPlan) -> serde_json::Value {
-    let load = match plan.pattern {
-        LoadPattern::Closed { concurrency } => {
-            json!({"mode": "closed", "concurrency": concurrency})
-        }
-        LoadPattern::Open {
-            rate,
-            process,
-            max_concurrency,
-        } => json!({
-            "mode": "open", "rate": rate, "arrival": process.to_string(),
-            "max_concurrency": max_concurrency,
-        }),
-    };
-    json!({
-        "load": load,
-        "requests": plan.requests,
-        "duration_s": plan.duration.map(|d| d.as_secs_f64()),
-        "warmup": plan.warmup,
-        "ramp_up_s": plan.ramp_up.map(|d| d.as_secs_f64()),
-        "input_tokens": args.input_tokens.to_string(),
-        "output_tokens": args.output_tokens.to_string(),
-        "ignore_eos": args.ignore_eos,
-        "shared_prefix": args.shared_prefix,
-        "seed": args.seed,
-        "headers": args.headers.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
-        "api_key_env": args.api_key_env,
-        "timeout_s": args.timeout.as_secs_f64(),
-        "idle_timeout_s": args.idle_timeout.as_secs_f64(),
-        "slo": args.slo,
-        "gpu_price_usd_per_hour": args.gpu_price,
-        "gpus": args.gpus,
-    })
-}
-
 async fn bench(
     args: BenchArgs,
     url: String,
@@ -208,23 +146,7 @@ async fn bench(
 ) -> anyhow::Result<Exit> {
     let base = base_url(&url)?;
     let headers = request_headers(&args)?;
-    let plan = RunPlan {
-        pattern: pattern(&args),
-        requests: match (args.requests, args.duration) {
-            (None, None) => Some(100),
-            (n, _) => n,
-        },
-        duration: args.duration,
-        warmup: args.warmup,
-        ramp_up: args.ramp_up,
-        workload: Workload {
-            input: args.input_tokens,
-            output: Some(args.output_tokens),
-            seed: args.seed,
-            shared_prefix: args.shared_prefix,
-        },
-        seed: args.seed,
-    };
+    let plan = outcome::plan(&args.load);
     let client = reqwest::Client::builder()
         .http1_only()
         .tcp_nodelay(true)
@@ -259,7 +181,11 @@ async fn bench(
             .map_err(probe_err)?,
     };
 
-    let out_dir = args.out.clone().unwrap_or_else(default_out_dir);
+    let out_dir = args
+        .output
+        .out
+        .clone()
+        .unwrap_or_else(outcome::default_out_dir);
     std::fs::create_dir_all(&out_dir)
         .with_context(|| format!("creating the run directory {}", out_dir.display()))?;
     let recorder = Recorder::create(&out_dir.join("requests.jsonl"))?;
@@ -273,7 +199,7 @@ async fn bench(
         timeout: args.timeout,
         idle_timeout: args.idle_timeout,
     };
-    let started_at = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
+    let started_at = outcome::now_rfc3339();
     let cancel = CancellationToken::new();
     let progress = Arc::new(Progress::default());
     let clock = Clock::start();
@@ -295,14 +221,14 @@ async fn bench(
             }
         })
     };
-    let reporter = (!args.quiet).then(|| {
+    let reporter = (!args.output.quiet).then(|| {
         tokio::spawn(report_progress(
             progress.clone(),
             clock,
             plan.requests.map(|n| n + plan.warmup),
         ))
     });
-    if !args.quiet {
+    if !args.output.quiet {
         eprintln!(
             "tokenscope: {} · {} · model {model} · results in {}",
             base,
@@ -323,29 +249,17 @@ async fn bench(
     let records = recorder.finish()?;
     let cpu = thread_cpu(CLIENT_THREADS);
 
-    let price = args.gpu_price.map(|p| GpuPrice {
-        usd_per_gpu_hour: p,
-        gpus: args.gpus,
-    });
-    let m = measure(&records, args.slo.as_ref(), price);
-    let client_usage = ClientUsage {
-        cpu_seconds: cpu.map(|(d, _)| d.as_secs_f64()),
-        cpu_cores: cpu.and_then(|(d, _)| {
-            (m.window.duration_s > 0.0).then(|| d.as_secs_f64() / m.window.duration_s)
+    let config = outcome::merge(
+        outcome::config_json(&args.load, &plan, &args.output),
+        json!({
+            "ignore_eos": args.ignore_eos,
+            "headers": args.headers.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+            "api_key_env": args.api_key_env,
+            "timeout_s": args.timeout.as_secs_f64(),
+            "idle_timeout_s": args.idle_timeout.as_secs_f64(),
         }),
-        cpu_us_per_output_token: cpu.and_then(|(d, _)| {
-            (m.tokens.output_total > 0)
-                .then(|| d.as_secs_f64() * 1e6 / m.tokens.output_total as f64)
-        }),
-        threads: Some(threads),
-    };
-    let diagnosis = diagnose(&m.counts, &m.latency, &m.tokens, &client_usage);
-    let results = RunResults {
-        schema: results::SCHEMA.into(),
-        tool: Tool {
-            name: "tokenscope".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-        },
+    );
+    let facts = RunFacts {
         started_at,
         partial: interrupted.load(Ordering::SeqCst),
         target: results::Target {
@@ -354,64 +268,17 @@ async fn bench(
             model,
             builtin,
         },
-        config: config_json(&args, &plan),
-        window: m.window,
-        latency: m.latency,
-        throughput: m.throughput,
-        counts: m.counts,
-        tokens: m.tokens,
-        slo: m.slo,
-        efficiency: Efficiency {
-            cost: m.cost,
-            gpu: None,
-            kv_cache: None,
-        },
+        config,
         server: Server::default(),
-        client: client_usage,
-        diagnosis,
+        kv_cache: None,
+        client_cpu: cpu.map(|(d, _)| (d.as_secs_f64(), threads)),
+        extra_findings: Vec::new(),
+        simulated: None,
     };
-    write_results(&out_dir, &results)?;
-
-    if args.json {
-        let mut stdout = std::io::stdout().lock();
-        serde_json::to_writer_pretty(&mut stdout, &results)?;
-        writeln!(stdout)?;
-    } else {
-        print!("{}", tokenscope_report::terminal::summary(&results));
-        println!("\nrun directory: {}", out_dir.display());
-    }
-
-    Ok(exit_code(&results))
-}
-
-fn write_results(dir: &Path, results: &RunResults) -> anyhow::Result<()> {
-    let path = dir.join("results.json");
-    let tmp = dir.join("results.json.tmp");
-    let text = serde_json::to_string_pretty(results)?;
-    std::fs::write(&tmp, text + "\n").with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
-}
-
-fn exit_code(r: &RunResults) -> Exit {
-    let c = &r.counts;
-    if r.partial {
-        Exit::Interrupted
-    } else if c.requests > 0 && c.succeeded == 0 {
-        let all_connect = c
-            .errors
-            .keys()
-            .all(|k| k == &ErrorKind::Connect.to_string());
-        if all_connect {
-            Exit::Unreachable
-        } else {
-            Exit::AllFailed
-        }
-    } else if r.slo.as_ref().is_some_and(|s| !s.met) {
-        Exit::SloNotMet
-    } else {
-        Exit::Success
-    }
+    let results = outcome::assemble(&records, &args.output, facts);
+    outcome::write_results(&out_dir, &results)?;
+    outcome::print(&results, &args.output, &out_dir)?;
+    Ok(outcome::exit_code(&results))
 }
 
 /// A progress line on stderr: redrawn in place on a terminal, every 10 s otherwise.

@@ -7,6 +7,7 @@ use tokenscope_core::duration::parse_duration;
 use tokenscope_core::slo::Slo;
 use tokenscope_load::arrival::Process;
 use tokenscope_load::workload::LengthSpec;
+use tokenscope_sim::engine::cost::Dtype;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -38,6 +39,104 @@ pub enum Command {
 pub enum SimCommand {
     /// Serve the exact server: OpenAI-compatible streaming with exactly the given timing.
     Exact(ExactArgs),
+    /// Predict a deployment on a virtual clock: the same workload flags as bench, results in seconds.
+    Plan(Box<PlanArgs>),
+    /// List the GPUs and models the engine knows.
+    List(ListArgs),
+}
+
+/// The simulated deployment.
+#[derive(Args, Debug, Clone)]
+pub struct EngineArgs {
+    /// Model from the catalogue (`tokenscope sim list`).
+    #[arg(long, default_value = "llama-3.1-8b")]
+    pub model: String,
+    /// GPU from the catalogue.
+    #[arg(long, default_value = "h100-sxm")]
+    pub gpu: String,
+    /// Tensor-parallel GPUs.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub tp: u32,
+    /// Weight type: bf16 or fp8.
+    #[arg(long, default_value = "bf16")]
+    pub dtype: Dtype,
+    /// KV-cache type: bf16 or fp8.
+    #[arg(long, default_value = "bf16")]
+    pub kv_dtype: Dtype,
+    /// Share of GPU memory the engine may use (vLLM's --gpu-memory-utilization).
+    #[arg(long, default_value_t = 0.9, value_parser = probability)]
+    pub gpu_memory_utilization: f64,
+    /// Running sequences at most (default: vLLM's for the GPU).
+    #[arg(long)]
+    pub max_num_seqs: Option<u32>,
+    /// Token budget per step (default: vLLM's for the GPU).
+    #[arg(long)]
+    pub max_num_batched_tokens: Option<u32>,
+    #[arg(long)]
+    pub no_prefix_caching: bool,
+    /// Extra GPUs and models: a JSON file {"gpus": [...], "models": [...]}.
+    #[arg(long)]
+    pub catalogue: Option<PathBuf>,
+}
+
+/// A load series for `sim plan --sweep`: `concurrency:1,4,16` or `rate:1,2,4`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sweep {
+    Concurrency(Vec<u64>),
+    Rate(Vec<f64>),
+}
+
+impl std::str::FromStr for Sweep {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("`{s}`: expected concurrency:1,4,16 or rate:0.5,1,2");
+        let (kind, list) = s.split_once(':').ok_or_else(bad)?;
+        match kind {
+            "concurrency" => list
+                .split(',')
+                .map(|v| v.trim().parse::<u64>().ok().filter(|&n| n > 0))
+                .collect::<Option<Vec<_>>>()
+                .map(Sweep::Concurrency)
+                .ok_or_else(bad),
+            "rate" => list
+                .split(',')
+                .map(|v| {
+                    v.trim()
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|&r| r > 0.0 && r.is_finite())
+                })
+                .collect::<Option<Vec<_>>>()
+                .map(Sweep::Rate)
+                .ok_or_else(bad),
+            _ => Err(bad()),
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+tokenscope sim plan --concurrency 64 --requests 1000\n  \
+tokenscope sim plan --model llama-3.1-70b --gpu h100-sxm --tp 4 --rate 8 --duration 10m\n  \
+tokenscope sim plan --gpu-memory-utilization 0.3 --concurrency 128 --output-tokens 2048\n  \
+tokenscope sim plan --sweep concurrency:1,4,16,64,256 --requests 500")]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[command(flatten)]
+    pub load: LoadArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// Run a series of loads in one call; each point gets its own run directory.
+    #[arg(long)]
+    pub sweep: Option<Sweep>,
+}
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    /// Extra GPUs and models: a JSON file {"gpus": [...], "models": [...]}.
+    #[arg(long)]
+    pub catalogue: Option<PathBuf>,
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -97,7 +196,33 @@ pub struct BenchArgs {
     /// Model name; default: the first one the server lists at /v1/models.
     #[arg(long)]
     pub model: Option<String>,
+    #[command(flatten)]
+    pub load: LoadArgs,
+    /// Ask for exact output lengths (ignore_eos and min_tokens) where the server supports it.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Environment variable holding the API key, sent as a bearer token (default: OPENAI_API_KEY when set).
+    #[arg(long, value_name = "NAME")]
+    pub api_key_env: Option<String>,
+    /// Extra request header, repeatable: --header 'X-Team: search'.
+    #[arg(long = "header", value_parser = header, value_name = "NAME:VALUE")]
+    pub headers: Vec<(String, String)>,
+    /// Longest one request may take.
+    #[arg(long, default_value = "10m", value_parser = duration)]
+    pub timeout: Duration,
+    /// Longest to wait for the response head or the next bytes of a stream.
+    #[arg(long, default_value = "120s", value_parser = duration)]
+    pub idle_timeout: Duration,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// Client worker threads (default: all cores).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub client_threads: Option<u64>,
+}
 
+/// How much load, of what shape: shared by `bench` and `sim plan`.
+#[derive(Args, Debug, Clone)]
+pub struct LoadArgs {
     /// Closed loop: exactly N requests in flight. Default 10 unless --rate is given.
     #[arg(long, conflicts_with = "rate", value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub concurrency: Option<u64>,
@@ -122,36 +247,23 @@ pub struct BenchArgs {
     /// Closed loop: start the N workers evenly over this long (e.g. 5s) instead of all at once.
     #[arg(long, value_parser = duration, conflicts_with = "rate")]
     pub ramp_up: Option<Duration>,
-
     /// Prompt length in tokens: 256, uniform:128..512, normal:512,64, lognormal:512,256.
     #[arg(long, default_value = "256")]
     pub input_tokens: LengthSpec,
     /// Output length (max_tokens): same forms as --input-tokens.
     #[arg(long, default_value = "128")]
     pub output_tokens: LengthSpec,
-    /// Ask for exact output lengths (ignore_eos and min_tokens) where the server supports it.
-    #[arg(long)]
-    pub ignore_eos: bool,
     /// The first N prompt tokens are the same for every request (prefix caching on purpose).
     #[arg(long, default_value_t = 0)]
     pub shared_prefix: u64,
     /// Seed for prompts, lengths and arrivals.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+}
 
-    /// Environment variable holding the API key, sent as a bearer token (default: OPENAI_API_KEY when set).
-    #[arg(long, value_name = "NAME")]
-    pub api_key_env: Option<String>,
-    /// Extra request header, repeatable: --header 'X-Team: search'.
-    #[arg(long = "header", value_parser = header, value_name = "NAME:VALUE")]
-    pub headers: Vec<(String, String)>,
-    /// Longest one request may take.
-    #[arg(long, default_value = "10m", value_parser = duration)]
-    pub timeout: Duration,
-    /// Longest to wait for the response head or the next bytes of a stream.
-    #[arg(long, default_value = "120s", value_parser = duration)]
-    pub idle_timeout: Duration,
-
+/// What to judge and where to write: shared by `bench` and `sim plan`.
+#[derive(Args, Debug, Clone)]
+pub struct OutputArgs {
     /// Service-level objectives: ttft_p99=500ms,tpot_p99=50ms (goodput, verdict, exit code 5).
     #[arg(long, value_parser = Slo::parse)]
     pub slo: Option<Slo>,
@@ -161,7 +273,6 @@ pub struct BenchArgs {
     /// GPUs behind the server.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub gpus: u32,
-
     /// Run directory (default runs/<UTC timestamp>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -171,9 +282,6 @@ pub struct BenchArgs {
     /// No progress output.
     #[arg(long, short)]
     pub quiet: bool,
-    /// Client worker threads (default: all cores).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
-    pub client_threads: Option<u64>,
 }
 
 #[derive(Args, Debug)]

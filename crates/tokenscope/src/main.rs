@@ -3,6 +3,8 @@
 mod bench;
 mod cli;
 mod exit;
+mod outcome;
+mod plan;
 mod serve;
 
 use clap::Parser;
@@ -14,6 +16,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         cli::Command::Bench(args) => bench::run(*args),
         cli::Command::Sim(cli::SimCommand::Exact(args)) => serve::exact(args),
+        cli::Command::Sim(cli::SimCommand::Plan(args)) => plan::run(*args),
+        cli::Command::Sim(cli::SimCommand::List(args)) => plan::list(args),
     };
     match result {
         Ok(code) => code.into(),

@@ -1,0 +1,250 @@
+//! The seed's trade-offs, on the virtual clock with the default deployment
+//! (Llama-3.1-8B BF16 on one H100 SXM, vLLM defaults).
+
+use tokenscope_core::metrics::measure;
+use tokenscope_core::record::RequestRecord;
+use tokenscope_load::arrival::{LoadPattern, Process};
+use tokenscope_load::workload::{LengthSpec, Workload};
+use tokenscope_sim::engine::catalogue::Catalogue;
+use tokenscope_sim::engine::scheduler::Seq;
+use tokenscope_sim::engine::{Engine, EngineConfig};
+use tokenscope_sim::plan::{simulate, PlanLoad, PlanOutput};
+
+fn default_engine() -> EngineConfig {
+    let cat = Catalogue::builtin();
+    EngineConfig::new(
+        cat.model("llama-3.1-8b").unwrap(),
+        cat.gpu("h100-sxm").unwrap(),
+    )
+}
+
+fn load(pattern: LoadPattern, requests: u64, input: u64, output: u64) -> PlanLoad {
+    PlanLoad {
+        pattern,
+        requests: Some(requests),
+        duration_s: None,
+        warmup: 0,
+        ramp_up_s: None,
+        workload: Workload {
+            input: LengthSpec::Fixed(input),
+            output: Some(LengthSpec::Fixed(output)),
+            seed: 1,
+            shared_prefix: 0,
+        },
+        seed: 1,
+    }
+}
+
+fn closed(c: usize) -> LoadPattern {
+    LoadPattern::Closed { concurrency: c }
+}
+
+fn median(records: &[RequestRecord], f: impl Fn(&RequestRecord) -> Option<f64>) -> f64 {
+    let mut v: Vec<f64> = records.iter().filter_map(f).collect();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn run(cfg: &EngineConfig, l: &PlanLoad) -> PlanOutput {
+    simulate(cfg, l).expect("the deployment fits")
+}
+
+#[test]
+fn a_more_concurrency_more_tokens_per_second_and_longer_ttft() {
+    let cfg = default_engine();
+    let mut last = (0.0, 0.0);
+    for c in [1usize, 4, 16, 64, 256] {
+        // Clients start over 2 s and outputs vary, so requests do not stay in
+        // lockstep; the first round is warm-up.
+        let mut l = load(closed(c), (8 * c as u64).max(40), 512, 0);
+        l.workload.output = Some(LengthSpec::Uniform(128, 384));
+        l.warmup = c as u64;
+        l.ramp_up_s = Some(2.0);
+        let out = run(&cfg, &l);
+        let m = measure(&out.records, None, None);
+        let tps = m.throughput.output_tokens_per_s;
+        let ttft = m.latency.ttft_ms.unwrap().p50;
+        eprintln!(
+            "c={c}: {tps:.0} output tokens/s, TTFT p50 {ttft:.1} ms, TPOT p50 {:.2} ms",
+            m.latency.tpot_ms.unwrap().p50
+        );
+        assert!(
+            tps > last.0,
+            "c={c}: tokens/s {tps} did not rise above {}",
+            last.0
+        );
+        assert!(
+            ttft > last.1,
+            "c={c}: TTFT {ttft} did not rise above {}",
+            last.1
+        );
+        last = (tps, ttft);
+    }
+}
+
+#[test]
+fn b_overload_queues_grow_while_throughput_plateaus() {
+    let cfg = default_engine();
+    let l = PlanLoad {
+        requests: None,
+        duration_s: Some(60.0),
+        ..load(
+            LoadPattern::Open {
+                rate: 150.0,
+                process: Process::Poisson,
+                max_concurrency: None,
+            },
+            0,
+            512,
+            256,
+        )
+    };
+    let out = run(&cfg, &l);
+    // Queue time and TTFT by arrival: the last third waits far longer than the first.
+    let mut recs = out.records.clone();
+    recs.sort_by_key(|r| r.sent_at_us);
+    let third = recs.len() / 3;
+    let queue = |r: &RequestRecord| r.server_timings.as_ref()?["queue_ms"].as_f64();
+    let ttft = |r: &RequestRecord| r.ttft_us().map(|t| t as f64 / 1e3);
+    let (q_first, q_last) = (
+        median(&recs[..third], queue),
+        median(&recs[2 * third..], queue),
+    );
+    let (t_first, t_last) = (
+        median(&recs[..third], ttft),
+        median(&recs[2 * third..], ttft),
+    );
+    eprintln!("queue p50 {q_first:.0} → {q_last:.0} ms, TTFT p50 {t_first:.0} → {t_last:.0} ms");
+    assert!(
+        q_last > 5.0 * q_first.max(1.0),
+        "queue time grows through the run"
+    );
+    assert!(t_last > 2.0 * t_first, "TTFT grows through the run");
+    // While requests arrive (60 s), waiting requests grow and tokens/s is flat
+    // over the second half (within 10 %).
+    let s: Vec<_> = out.samples.iter().filter(|s| s.t_s <= 60.0).collect();
+    assert!(
+        s[45].state.waiting > s[15].state.waiting + 100,
+        "{} → {}",
+        s[15].state.waiting,
+        s[45].state.waiting
+    );
+    let rate = |a: usize, b: usize| {
+        (s[b].output_tokens_total - s[a].output_tokens_total) as f64 / (s[b].t_s - s[a].t_s)
+    };
+    let (r1, r2) = (rate(30, 45), rate(45, 60));
+    eprintln!("tokens/s over 30-45 s: {r1:.0}, over 45-60 s: {r2:.0}");
+    assert!(
+        (r1 - r2).abs() / r1 < 0.1,
+        "tokens/s plateaus: {r1} then {r2}"
+    );
+}
+
+#[test]
+fn c_kv_cut_causes_preemption_and_slower_tokens() {
+    let ample = default_engine();
+    let mut cut = default_engine();
+    cut.gpu_memory_utilization = 0.25; // ~1.9 GiB of KV: ~15K tokens
+    let l = load(closed(64), 128, 256, 1024);
+    let a = run(&ample, &l);
+    let c = run(&cut, &l);
+    assert_eq!(a.summary.preemptions_total, 0, "ample KV: no preemption");
+    assert!(c.summary.preemptions_total > 0, "cut KV: preemptions");
+    let (ma, mc) = (
+        measure(&a.records, None, None),
+        measure(&c.records, None, None),
+    );
+    let (tpot_a, tpot_c) = (
+        ma.latency.tpot_ms.unwrap().p50,
+        mc.latency.tpot_ms.unwrap().p50,
+    );
+    let (e2e_a, e2e_c) = (
+        ma.latency.e2e_ms.unwrap().p50,
+        mc.latency.e2e_ms.unwrap().p50,
+    );
+    eprintln!(
+        "KV {} vs {} tokens: preemptions {}, TPOT p50 {tpot_a:.2} → {tpot_c:.2} ms, E2E p50 {e2e_a:.0} → {e2e_c:.0} ms",
+        a.summary.kv_capacity_tokens, c.summary.kv_capacity_tokens, c.summary.preemptions_total
+    );
+    assert!(tpot_c > tpot_a && e2e_c > e2e_a);
+}
+
+#[test]
+fn d_ttft_grows_with_prompt_length() {
+    let cfg = default_engine();
+    let mut last = 0.0;
+    for prompt in [128u64, 512, 2048, 8192] {
+        let out = run(&cfg, &load(closed(1), 5, prompt, 16));
+        let ttft = median(&out.records, |r| r.ttft_us().map(|t| t as f64 / 1e3));
+        eprintln!("prompt {prompt}: TTFT {ttft:.1} ms");
+        assert!(
+            ttft > last,
+            "prompt {prompt}: TTFT {ttft} ms not above {last} ms"
+        );
+        last = ttft;
+    }
+}
+
+#[test]
+fn d_a_long_prefill_raises_the_itl_of_requests_decoding_beside_it() {
+    let mut engine = Engine::new(default_engine()).unwrap();
+    for id in 0..8 {
+        engine.add(Seq::new(id, 64, 1000, 0.0));
+    }
+    let mut t = 0.0;
+    let mut decode_step = 0.0;
+    for _ in 0..20 {
+        let (dt, w) = engine.begin_step(t);
+        t += dt;
+        engine.end_step(t, w);
+        decode_step = dt;
+    }
+    engine.add(Seq::new(99, 8000, 10, t));
+    let (dt, w) = engine.begin_step(t);
+    let r = engine.end_step(t + dt, w);
+    let decoders = r.emitted.iter().filter(|(id, _, _)| *id < 8).count();
+    eprintln!(
+        "decode step {:.2} ms; with an 8000-token prefill chunk {:.2} ms",
+        decode_step * 1e3,
+        dt * 1e3
+    );
+    assert_eq!(
+        decoders, 8,
+        "the decoding requests still get their token in that step"
+    );
+    assert!(
+        dt > 5.0 * decode_step,
+        "their inter-token latency for that token rises"
+    );
+}
+
+#[test]
+fn same_seed_same_output() {
+    let cfg = default_engine();
+    let l = PlanLoad {
+        workload: Workload {
+            input: LengthSpec::Normal {
+                mean: 512.0,
+                std: 128.0,
+            },
+            output: Some(LengthSpec::Uniform(16, 256)),
+            seed: 9,
+            shared_prefix: 0,
+        },
+        ..load(
+            LoadPattern::Open {
+                rate: 20.0,
+                process: Process::Poisson,
+                max_concurrency: None,
+            },
+            300,
+            0,
+            0,
+        )
+    };
+    let a = run(&cfg, &l);
+    let b = run(&cfg, &l);
+    assert_eq!(a.records, b.records);
+    let other = PlanLoad { seed: 10, ..l };
+    assert_ne!(run(&cfg, &other).records, a.records);
+}

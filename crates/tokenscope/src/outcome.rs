@@ -1,0 +1,207 @@
+//! What `bench` and `sim plan` share: turning load flags into a plan, the
+//! records into `results.json`, and the results into output and an exit code.
+
+use crate::cli::{LoadArgs, OutputArgs};
+use crate::exit::Exit;
+use anyhow::Context;
+use serde_json::json;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+use tokenscope_core::cost::GpuPrice;
+use tokenscope_core::diagnosis::diagnose;
+use tokenscope_core::metrics::{measure, Measured};
+use tokenscope_core::record::{ErrorKind, RequestRecord};
+use tokenscope_core::results::{self, ClientUsage, Efficiency, Finding, RunResults, Server, Tool};
+use tokenscope_load::arrival::LoadPattern;
+use tokenscope_load::runner::RunPlan;
+use tokenscope_load::workload::Workload;
+
+pub fn pattern(load: &LoadArgs) -> LoadPattern {
+    match load.rate {
+        Some(rate) => LoadPattern::Open {
+            rate,
+            process: load.arrival,
+            max_concurrency: load.max_concurrency.map(|n| n as usize),
+        },
+        None => LoadPattern::Closed {
+            concurrency: load.concurrency.unwrap_or(10) as usize,
+        },
+    }
+}
+
+/// The plan the flags describe (100 requests when neither a count nor a duration is given).
+pub fn plan(load: &LoadArgs) -> RunPlan {
+    RunPlan {
+        pattern: pattern(load),
+        requests: match (load.requests, load.duration) {
+            (None, None) => Some(100),
+            (n, _) => n,
+        },
+        duration: load.duration,
+        warmup: load.warmup,
+        ramp_up: load.ramp_up,
+        workload: Workload {
+            input: load.input_tokens,
+            output: Some(load.output_tokens),
+            seed: load.seed,
+            shared_prefix: load.shared_prefix,
+        },
+        seed: load.seed,
+    }
+}
+
+/// The load and output settings as written into `config`.
+pub fn config_json(load: &LoadArgs, plan: &RunPlan, output: &OutputArgs) -> serde_json::Value {
+    let mode = match plan.pattern {
+        LoadPattern::Closed { concurrency } => {
+            json!({"mode": "closed", "concurrency": concurrency})
+        }
+        LoadPattern::Open {
+            rate,
+            process,
+            max_concurrency,
+        } => json!({
+            "mode": "open", "rate": rate, "arrival": process.to_string(),
+            "max_concurrency": max_concurrency,
+        }),
+    };
+    json!({
+        "load": mode,
+        "requests": plan.requests,
+        "duration_s": plan.duration.map(|d| d.as_secs_f64()),
+        "warmup": plan.warmup,
+        "ramp_up_s": plan.ramp_up.map(|d| d.as_secs_f64()),
+        "input_tokens": load.input_tokens.to_string(),
+        "output_tokens": load.output_tokens.to_string(),
+        "shared_prefix": load.shared_prefix,
+        "seed": load.seed,
+        "slo": output.slo,
+        "gpu_price_usd_per_hour": output.gpu_price,
+        "gpus": output.gpus,
+    })
+}
+
+/// Adds `extra`'s fields to the object `base`.
+pub fn merge(mut base: serde_json::Value, extra: serde_json::Value) -> serde_json::Value {
+    if let (Some(b), serde_json::Value::Object(e)) = (base.as_object_mut(), extra) {
+        b.extend(e);
+    }
+    base
+}
+
+pub fn default_out_dir() -> PathBuf {
+    let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
+        .to_string()
+        .replace(':', "-");
+    PathBuf::from("runs").join(stamp)
+}
+
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+/// Everything about a run besides its records.
+pub struct RunFacts {
+    pub started_at: String,
+    pub partial: bool,
+    pub target: results::Target,
+    pub config: serde_json::Value,
+    pub server: Server,
+    pub kv_cache: Option<serde_json::Value>,
+    /// Client CPU: (seconds, threads), when measured.
+    pub client_cpu: Option<(f64, usize)>,
+    pub extra_findings: Vec<Finding>,
+    pub simulated: Option<serde_json::Value>,
+}
+
+/// Computes the metrics and assembles `results.json`.
+pub fn assemble(records: &[RequestRecord], output: &OutputArgs, facts: RunFacts) -> RunResults {
+    let price = output.gpu_price.map(|p| GpuPrice {
+        usd_per_gpu_hour: p,
+        gpus: output.gpus,
+    });
+    let m: Measured = measure(records, output.slo.as_ref(), price);
+    let client = match facts.client_cpu {
+        Some((cpu, threads)) => ClientUsage {
+            cpu_seconds: Some(cpu),
+            cpu_cores: (m.window.duration_s > 0.0).then(|| cpu / m.window.duration_s),
+            cpu_us_per_output_token: (m.tokens.output_total > 0)
+                .then(|| cpu * 1e6 / m.tokens.output_total as f64),
+            threads: Some(threads),
+        },
+        None => ClientUsage::default(),
+    };
+    let mut diagnosis = diagnose(&m.counts, &m.latency, &m.tokens, &client);
+    diagnosis.extend(facts.extra_findings);
+    RunResults {
+        schema: results::SCHEMA.into(),
+        tool: Tool {
+            name: "tokenscope".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
+        started_at: facts.started_at,
+        partial: facts.partial,
+        simulated: facts.simulated,
+        target: facts.target,
+        config: facts.config,
+        window: m.window,
+        latency: m.latency,
+        throughput: m.throughput,
+        counts: m.counts,
+        tokens: m.tokens,
+        slo: m.slo,
+        efficiency: Efficiency {
+            cost: m.cost,
+            gpu: None,
+            kv_cache: facts.kv_cache,
+        },
+        server: facts.server,
+        client,
+        diagnosis,
+    }
+}
+
+/// Writes `results.json` atomically (temporary file, then rename).
+pub fn write_results(dir: &Path, results: &RunResults) -> anyhow::Result<()> {
+    let path = dir.join("results.json");
+    let tmp = dir.join("results.json.tmp");
+    let text = serde_json::to_string_pretty(results)?;
+    std::fs::write(&tmp, text + "\n").with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// The summary on stdout, or with `--json` the results document alone.
+pub fn print(results: &RunResults, output: &OutputArgs, dir: &Path) -> anyhow::Result<()> {
+    if output.json {
+        let mut stdout = std::io::stdout().lock();
+        serde_json::to_writer_pretty(&mut stdout, results)?;
+        writeln!(stdout)?;
+    } else {
+        print!("{}", tokenscope_report::terminal::summary(results));
+        println!("\nrun directory: {}", dir.display());
+    }
+    Ok(())
+}
+
+pub fn exit_code(r: &RunResults) -> Exit {
+    let c = &r.counts;
+    if r.partial {
+        Exit::Interrupted
+    } else if c.requests > 0 && c.succeeded == 0 {
+        let all_connect = c
+            .errors
+            .keys()
+            .all(|k| k == &ErrorKind::Connect.to_string());
+        if all_connect {
+            Exit::Unreachable
+        } else {
+            Exit::AllFailed
+        }
+    } else if r.slo.as_ref().is_some_and(|s| !s.met) {
+        Exit::SloNotMet
+    } else {
+        Exit::Success
+    }
+}

@@ -1,0 +1,279 @@
+//! `tokenscope sim plan` and `sim list`: the engine on a virtual clock.
+
+use crate::cli::{EngineArgs, ListArgs, PlanArgs, Sweep};
+use crate::exit::Exit;
+use crate::outcome::{self, RunFacts};
+use anyhow::Context;
+use serde_json::json;
+use std::io::Write;
+use std::path::Path;
+use tokenscope_core::results::{self, RunResults, Server};
+use tokenscope_core::stats::Distribution;
+use tokenscope_sim::engine::catalogue::Catalogue;
+use tokenscope_sim::engine::EngineConfig;
+use tokenscope_sim::plan::{simulate, PlanLoad, PlanOutput};
+
+fn usage(msg: String) -> anyhow::Error {
+    anyhow::Error::new(Exit::Usage).context(msg)
+}
+
+fn catalogue(path: Option<&Path>) -> anyhow::Result<Catalogue> {
+    match path {
+        Some(p) => Catalogue::with_file(p).map_err(|e| usage(format!("--catalogue: {e}"))),
+        None => Ok(Catalogue::builtin()),
+    }
+}
+
+/// The deployment the flags describe; an unknown name or one that does not fit is a usage error.
+pub fn engine_config(a: &EngineArgs) -> anyhow::Result<EngineConfig> {
+    let cat = catalogue(a.catalogue.as_deref())?;
+    let model = cat
+        .model(&a.model)
+        .map_err(|e| usage(format!("--model: {e}")))?;
+    let gpu = cat.gpu(&a.gpu).map_err(|e| usage(format!("--gpu: {e}")))?;
+    let mut cfg = EngineConfig::new(model, gpu);
+    cfg.tp = a.tp;
+    cfg.weights = a.dtype;
+    cfg.kv_dtype = a.kv_dtype;
+    cfg.gpu_memory_utilization = a.gpu_memory_utilization;
+    cfg.max_num_seqs = a.max_num_seqs;
+    cfg.max_num_batched_tokens = a.max_num_batched_tokens;
+    cfg.prefix_caching = !a.no_prefix_caching;
+    cfg.kv_blocks().map_err(usage)?;
+    Ok(cfg)
+}
+
+/// What the simulated engine was, for `results.json`.
+fn deployment_json(cfg: &EngineConfig, out: &PlanOutput) -> serde_json::Value {
+    json!({
+        "engine": "tokenscope-sim (vLLM V1 scheduler model)",
+        "model": cfg.model.name,
+        "gpu": cfg.gpu.name,
+        "tp": cfg.tp,
+        "weights": cfg.weights,
+        "kv_dtype": cfg.kv_dtype,
+        "gpu_memory_utilization": cfg.gpu_memory_utilization,
+        "prefix_caching": cfg.prefix_caching,
+        "efficiency": cfg.efficiency,
+        "engine_summary": out.summary,
+    })
+}
+
+/// The engine's own metrics over the run, as a server's telemetry would give them.
+fn server_metrics(out: &PlanOutput) -> serde_json::Value {
+    let mut queue = Distribution::new();
+    for r in out.records.iter().filter(|r| !r.warmup) {
+        if let Some(q) = r
+            .server_timings
+            .as_ref()
+            .and_then(|t| t["queue_ms"].as_f64())
+        {
+            queue.record(q * 1e3); // µs
+        }
+    }
+    let s = &out.samples;
+    let mean = |f: &dyn Fn(&tokenscope_sim::plan::Sample) -> f64| {
+        if s.is_empty() {
+            0.0
+        } else {
+            s.iter().map(f).sum::<f64>() / s.len() as f64
+        }
+    };
+    json!({
+        "queue_time_ms": queue.summary(1e-3),
+        "num_requests_running": {"mean": mean(&|x| x.state.running as f64), "max": s.iter().map(|x| x.state.running).max()},
+        "num_requests_waiting": {"mean": mean(&|x| x.state.waiting as f64), "max": s.iter().map(|x| x.state.waiting).max()},
+        "kv_cache_usage": {"mean": mean(&|x| x.state.kv_usage), "max": s.iter().map(|x| x.state.kv_usage).fold(0.0, f64::max)},
+        "num_preemptions": out.summary.preemptions_total,
+        "prefix_cache_hit_rate": (out.summary.prefix_cache_queries_tokens > 0)
+            .then(|| out.summary.prefix_cache_hits_tokens as f64 / out.summary.prefix_cache_queries_tokens as f64),
+        "steps": out.summary.steps,
+        "busy_s": out.summary.busy_s,
+    })
+}
+
+fn write_jsonl<T: serde::Serialize>(path: &Path, items: &[T]) -> anyhow::Result<()> {
+    let file =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    for item in items {
+        serde_json::to_writer(&mut w, item)?;
+        w.write_all(b"\n")?;
+    }
+    w.flush()
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Simulates one load and writes its run directory.
+fn one_point(
+    cfg: &EngineConfig,
+    args: &PlanArgs,
+    load: &crate::cli::LoadArgs,
+    dir: &Path,
+) -> anyhow::Result<RunResults> {
+    let plan = outcome::plan(load);
+    let plan_load = PlanLoad {
+        pattern: plan.pattern,
+        requests: plan.requests,
+        duration_s: plan.duration.map(|d| d.as_secs_f64()),
+        warmup: plan.warmup,
+        ramp_up_s: plan.ramp_up.map(|d| d.as_secs_f64()),
+        workload: plan.workload.clone(),
+        seed: plan.seed,
+    };
+    let started_at = outcome::now_rfc3339();
+    let out = simulate(cfg, &plan_load).map_err(usage)?;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating the run directory {}", dir.display()))?;
+    write_jsonl(&dir.join("requests.jsonl"), &out.records)?;
+    write_jsonl(&dir.join("timeseries.jsonl"), &out.samples)?;
+    let kv = json!({
+        "capacity_tokens": out.summary.kv_capacity_tokens,
+        "block_size": out.summary.block_size,
+        "usage_mean": server_metrics(&out)["kv_cache_usage"]["mean"],
+        "usage_max": server_metrics(&out)["kv_cache_usage"]["max"],
+        "preemptions": out.summary.preemptions_total,
+    });
+    let facts = RunFacts {
+        started_at,
+        partial: false,
+        target: results::Target {
+            url: format!("sim://{}@{}x{}", cfg.model.name, cfg.tp, cfg.gpu.name),
+            api: "simulated".into(),
+            model: cfg.model.name.clone(),
+            builtin: Some(format!("simulated on a virtual clock: {}", cfg.describe())),
+        },
+        config: outcome::config_json(load, &plan, &args.output),
+        server: Server {
+            kind: Some("tokenscope-sim".into()),
+            metrics: Some(server_metrics(&out)),
+        },
+        kv_cache: Some(kv),
+        client_cpu: None,
+        extra_findings: Vec::new(),
+        simulated: Some(deployment_json(cfg, &out)),
+    };
+    let results = outcome::assemble(&out.records, &args.output, facts);
+    outcome::write_results(dir, &results)?;
+    Ok(results)
+}
+
+pub fn run(args: PlanArgs) -> anyhow::Result<Exit> {
+    let cfg = engine_config(&args.engine)?;
+    let dir = args
+        .output
+        .out
+        .clone()
+        .unwrap_or_else(outcome::default_out_dir);
+    let Some(sweep) = args.sweep.clone() else {
+        let results = one_point(&cfg, &args, &args.load, &dir)?;
+        outcome::print(&results, &args.output, &dir)?;
+        return Ok(outcome::exit_code(&results));
+    };
+    let loads: Vec<(String, crate::cli::LoadArgs)> = match &sweep {
+        Sweep::Concurrency(levels) => levels
+            .iter()
+            .map(|&c| {
+                (
+                    format!("concurrency {c}"),
+                    crate::cli::LoadArgs {
+                        concurrency: Some(c),
+                        rate: None,
+                        ..args.load.clone()
+                    },
+                )
+            })
+            .collect(),
+        Sweep::Rate(rates) => rates
+            .iter()
+            .map(|&r| {
+                (
+                    format!("rate {r}/s"),
+                    crate::cli::LoadArgs {
+                        rate: Some(r),
+                        concurrency: None,
+                        ramp_up: None,
+                        ..args.load.clone()
+                    },
+                )
+            })
+            .collect(),
+    };
+    let mut points = Vec::new();
+    for (i, (label, load)) in loads.iter().enumerate() {
+        let results = one_point(&cfg, &args, load, &dir.join(format!("point-{i:02}")))?;
+        points.push((label.clone(), results));
+    }
+    if args.output.json {
+        let doc: Vec<_> = points
+            .iter()
+            .map(|(label, r)| json!({"point": label, "results": r}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        println!("simulated: {}", cfg.describe());
+        print!("{}", sweep_table(&points));
+        println!("\nrun directories: {}/point-NN", dir.display());
+    }
+    let worst = points
+        .iter()
+        .map(|(_, r)| outcome::exit_code(r))
+        .find(|e| *e != Exit::Success);
+    Ok(worst.unwrap_or(Exit::Success))
+}
+
+fn sweep_table(points: &[(String, RunResults)]) -> String {
+    let mut out = String::from(
+        "\nload               out tok/s   TTFT p50   TTFT p99   TPOT p50   TPOT p99    E2E p50   KV max  preempt\n",
+    );
+    for (label, r) in points {
+        let l = &r.latency;
+        let ms = |s: Option<tokenscope_core::stats::Summary>,
+                  p: fn(&tokenscope_core::stats::Summary) -> f64| {
+            s.as_ref()
+                .map_or("—".to_string(), |s| format!("{:.1}", p(s)))
+        };
+        let kv = r.efficiency.kv_cache.as_ref();
+        out += &format!(
+            "{label:<18} {:>10.0} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7.0}% {:>8}\n",
+            r.throughput.output_tokens_per_s,
+            ms(l.ttft_ms, |s| s.p50),
+            ms(l.ttft_ms, |s| s.p99),
+            ms(l.tpot_ms, |s| s.p50),
+            ms(l.tpot_ms, |s| s.p99),
+            ms(l.e2e_ms, |s| s.p50),
+            kv.and_then(|k| k["usage_max"].as_f64()).unwrap_or(0.0) * 100.0,
+            kv.and_then(|k| k["preemptions"].as_u64()).unwrap_or(0),
+        );
+    }
+    out
+}
+
+pub fn list(args: ListArgs) -> anyhow::Result<Exit> {
+    let cat = catalogue(args.catalogue.as_deref())?;
+    println!("GPUs (dense peaks)      memory   bandwidth   BF16 TFLOPS   FP8 TFLOPS");
+    for g in &cat.gpus {
+        let fp8 = g.fp8_tflops.map_or("—".to_string(), |f| format!("{f:.0}"));
+        println!(
+            "  {:<20} {:>6.0} GiB {:>7.0} GB/s {:>12.0} {:>12}",
+            g.name, g.memory_gib, g.bandwidth_gbs, g.bf16_tflops, fp8
+        );
+    }
+    println!(
+        "\nmodels                 params (active)  layers  hidden  heads/kv  KV bytes/token (BF16)"
+    );
+    for m in &cat.models {
+        println!(
+            "  {:<20} {:>6.1}B ({:>5.1}B) {:>7} {:>7} {:>5}/{:<4} {:>12.0}",
+            m.name,
+            m.params_b,
+            m.active_params_b,
+            m.layers,
+            m.hidden,
+            m.heads,
+            m.kv_heads,
+            m.kv_elements_per_token(1) * 2.0
+        );
+    }
+    Ok(Exit::Success)
+}
