@@ -8,6 +8,8 @@
 //! are one token per word). Faults are drawn per request from a seeded hash of
 //! its arrival index, so a run's mix is reproducible.
 
+use crate::faults::{pick_fault, uniform, Fault, Faults};
+use crate::http::{bad_request, parse_body};
 use crate::timer::sleep_until;
 use axum::body::Body;
 use axum::extract::State;
@@ -26,20 +28,6 @@ use tokio::net::TcpListener;
 
 /// Words a response is made of, each one cl100k token.
 const TOKENS: [&str; 8] = [" the", " of", " and", " to", " in", " is", " was", " for"];
-
-/// Per-request fault probabilities (each 0..=1; their sum at most 1).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Faults {
-    pub http_429: f64,
-    pub http_500: f64,
-    pub http_503: f64,
-    /// The connection is cut halfway through the stream.
-    pub disconnect: f64,
-    /// A chunk halfway through the stream is not JSON.
-    pub malformed: f64,
-    /// The stream stops sending halfway for `stall` before going on.
-    pub stall: f64,
-}
 
 #[derive(Debug, Clone)]
 pub struct ExactConfig {
@@ -145,11 +133,7 @@ impl ExactServer {
             .with_state(shared);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app.into_make_service())
-                .with_graceful_shutdown(async {
-                    let _ = stopped.await;
-                })
-                .await;
+            crate::http::serve(listener, app, stopped).await;
         });
         Ok(ExactServer {
             addr,
@@ -193,7 +177,11 @@ async fn models(State(s): State<Arc<Shared>>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-async fn chat(state: State<Arc<Shared>>, Json(body): Json<Value>) -> Response {
+async fn chat(state: State<Arc<Shared>>, body: Bytes) -> Response {
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(msg) => return bad_request(&msg),
+    };
     let prompt_tokens = body["messages"]
         .as_array()
         .map(|m| m.iter().map(|m| words(&m["content"])).sum())
@@ -201,7 +189,11 @@ async fn chat(state: State<Arc<Shared>>, Json(body): Json<Value>) -> Response {
     respond(state.0, &body, prompt_tokens, true).await
 }
 
-async fn completions(state: State<Arc<Shared>>, Json(body): Json<Value>) -> Response {
+async fn completions(state: State<Arc<Shared>>, body: Bytes) -> Response {
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(msg) => return bad_request(&msg),
+    };
     let prompt_tokens = words(&body["prompt"]);
     respond(state.0, &body, prompt_tokens, false).await
 }
@@ -209,42 +201,6 @@ async fn completions(state: State<Arc<Shared>>, Json(body): Json<Value>) -> Resp
 fn words(v: &Value) -> u64 {
     v.as_str()
         .map_or(0, |s| s.split_whitespace().count() as u64)
-}
-
-/// splitmix64 → a uniform number in [0, 1) for request `n`.
-fn uniform(seed: u64, n: u64) -> f64 {
-    let mut z = seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-}
-
-#[derive(Clone, Copy, PartialEq)]
-enum Fault {
-    None,
-    Status(u16),
-    Disconnect,
-    Malformed,
-    Stall,
-}
-
-fn pick_fault(f: &Faults, u: f64) -> Fault {
-    let table = [
-        (f.http_429, Fault::Status(429)),
-        (f.http_500, Fault::Status(500)),
-        (f.http_503, Fault::Status(503)),
-        (f.disconnect, Fault::Disconnect),
-        (f.malformed, Fault::Malformed),
-        (f.stall, Fault::Stall),
-    ];
-    let mut acc = 0.0;
-    for (p, fault) in table {
-        acc += p;
-        if u < acc {
-            return fault;
-        }
-    }
-    Fault::None
 }
 
 async fn respond(s: Arc<Shared>, body: &Value, prompt_tokens: u64, is_chat: bool) -> Response {
@@ -456,36 +412,5 @@ impl Plan {
             "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.tokens,
                       "total_tokens": self.prompt_tokens + self.tokens},
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn faults_follow_their_rates() {
-        let f = Faults {
-            http_429: 0.1,
-            http_500: 0.1,
-            disconnect: 0.2,
-            ..Default::default()
-        };
-        let n = 100_000;
-        let mut counts = [0u32; 4];
-        for i in 0..n {
-            match pick_fault(&f, uniform(7, i)) {
-                Fault::Status(429) => counts[0] += 1,
-                Fault::Status(500) => counts[1] += 1,
-                Fault::Disconnect => counts[2] += 1,
-                Fault::None => counts[3] += 1,
-                _ => unreachable!(),
-            }
-        }
-        let share = |c: u32| c as f64 / n as f64;
-        assert!((share(counts[0]) - 0.1).abs() < 0.005);
-        assert!((share(counts[1]) - 0.1).abs() < 0.005);
-        assert!((share(counts[2]) - 0.2).abs() < 0.005);
-        assert!((share(counts[3]) - 0.6).abs() < 0.005);
     }
 }

@@ -6,5 +6,9 @@
 
 pub mod engine;
 pub mod exact;
+pub mod faults;
+pub mod http;
 pub mod plan;
+pub mod prom;
+pub mod serve;
 pub mod timer;

@@ -23,7 +23,14 @@ pub struct PlanLoad {
     pub ramp_up_s: Option<f64>,
     pub workload: Workload,
     pub seed: u64,
+    /// One-way network delay between client and server (request and every
+    /// token). A closed-loop client's next request therefore reaches the
+    /// engine after its next step has begun, and waits for it, as in real life.
+    pub network_delay_s: f64,
 }
+
+/// One-way delay `sim plan` assumes: a client in the same data centre.
+pub const DEFAULT_NETWORK_DELAY_S: f64 = 0.0005;
 
 /// One sample of the engine's state (virtual seconds since the start).
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -128,6 +135,7 @@ pub fn simulate_with_sampling(
         }
     }
 
+    let delay = us(load.network_delay_s);
     let mut records: Vec<Option<RequestRecord>> = Vec::new();
     let mut samples = Vec::new();
     let mut next_sample = 0.0;
@@ -139,12 +147,16 @@ pub fn simulate_with_sampling(
             // Nothing to do: jump to the next arrival, or stop.
             match arrivals.next_time() {
                 None => break,
-                Some(at) => t = t.max(at as f64 / 1e6),
+                Some(sent) => t = t.max((sent + delay) as f64 / 1e6),
             }
         }
         // Everything that arrived by `t` joins the queue before the next step.
-        while arrivals.next_time().is_some_and(|at| at <= us(t)) {
-            let Reverse((at, id)) = arrivals.heap.pop().expect("peeked");
+        while arrivals
+            .next_time()
+            .is_some_and(|sent| sent + delay <= us(t))
+        {
+            let Reverse((sent, id)) = arrivals.heap.pop().expect("peeked");
+            let at = sent + delay;
             let (input, output) = load.workload.lengths(id);
             let max_output = output.unwrap_or(256) as u32;
             let mut seq = Seq::new(id, input as u32, max_output, at as f64 / 1e6);
@@ -156,7 +168,9 @@ pub fn simulate_with_sampling(
             if records.len() <= id as usize {
                 records.resize(id as usize + 1, None);
             }
-            records[id as usize] = Some(new_record(id, id < load.warmup, at, input, max_output));
+            let mut rec = new_record(id, id < load.warmup, sent, input, max_output);
+            rec.first_byte_at_us = Some(sent + 2 * delay);
+            records[id as usize] = Some(rec);
             if let Some((schedule, open_next)) = arrivals.open.as_mut() {
                 if let Some(when) = schedule.next() {
                     let when = us(when.as_secs_f64());
@@ -172,7 +186,7 @@ pub fn simulate_with_sampling(
         let result = engine.end_step(t_end, work);
         steps += 1;
         busy += t_end - t;
-        let at = us(t_end);
+        let at = us(t_end) + delay; // when the client has it
         for &(id, _generated, done) in &result.emitted {
             tokens_total += 1;
             let rec = records[id as usize]
@@ -193,7 +207,7 @@ pub fn simulate_with_sampling(
             let rec = records[seq.id as usize]
                 .as_mut()
                 .expect("finished requests have records");
-            settle(rec, &seq);
+            settle(rec, &seq, delay);
         }
         while t_end >= next_sample {
             samples.push(Sample {
@@ -254,13 +268,13 @@ fn new_record(id: u64, warmup: bool, at_us: u64, input: u64, max_output: u32) ->
 }
 
 /// The engine's own view of a finished request, kept beside the client view.
-fn settle(rec: &mut RequestRecord, seq: &Seq) {
+fn settle(rec: &mut RequestRecord, seq: &Seq, delay_us: u64) {
     rec.first_token_at_us = rec.chunks.first().map(Chunk::at_us);
     rec.output_tokens = rec.chunks.len() as u64;
     let first_scheduled = seq.first_scheduled_at.unwrap_or(seq.arrived_at);
     rec.server_timings = Some(serde_json::json!({
         "queue_ms": seq.queue_time * 1e3,
-        "prefill_ms": rec.first_token_at_us.map(|f| f as f64 / 1e3 - first_scheduled * 1e3),
+        "prefill_ms": rec.first_token_at_us.map(|f| (f - delay_us) as f64 / 1e3 - first_scheduled * 1e3),
         "preemptions": seq.preemptions,
     }));
 }

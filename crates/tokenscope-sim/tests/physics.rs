@@ -8,7 +8,7 @@ use tokenscope_load::workload::{LengthSpec, Workload};
 use tokenscope_sim::engine::catalogue::Catalogue;
 use tokenscope_sim::engine::scheduler::Seq;
 use tokenscope_sim::engine::{Engine, EngineConfig};
-use tokenscope_sim::plan::{simulate, PlanLoad, PlanOutput};
+use tokenscope_sim::plan::{simulate, PlanLoad, PlanOutput, DEFAULT_NETWORK_DELAY_S};
 
 fn default_engine() -> EngineConfig {
     let cat = Catalogue::builtin();
@@ -32,6 +32,7 @@ fn load(pattern: LoadPattern, requests: u64, input: u64, output: u64) -> PlanLoa
             shared_prefix: 0,
         },
         seed: 1,
+        network_delay_s: DEFAULT_NETWORK_DELAY_S,
     }
 }
 

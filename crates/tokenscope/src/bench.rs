@@ -1,7 +1,7 @@
 //! `tokenscope bench`: probe the target, run the load, write the run
 //! directory, print the summary, choose the exit code.
 
-use crate::cli::{ApiChoice, BenchArgs};
+use crate::cli::{ApiChoice, BenchArgs, BuiltinChoice};
 use crate::exit::Exit;
 use crate::outcome::{self, RunFacts};
 use anyhow::Context;
@@ -19,7 +19,10 @@ use tokenscope_load::probe::{self, ProbeError};
 use tokenscope_load::recorder::Recorder;
 use tokenscope_load::request::Target;
 use tokenscope_load::runner::{Progress, Runner};
+use tokenscope_sim::engine::catalogue::Catalogue;
+use tokenscope_sim::engine::EngineConfig;
 use tokenscope_sim::exact::{ExactConfig, ExactServer};
+use tokenscope_sim::serve::{EngineServer, ServeOptions};
 use tokio_util::sync::CancellationToken;
 
 /// Client threads are named with this prefix so their CPU time can be told
@@ -39,7 +42,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     // The built-in server gets a runtime of its own (threads `srv-…`).
     let builtin = match &args.url {
         Some(_) => None,
-        None => Some(Builtin::start()?),
+        None => Some(Builtin::start(args.builtin)?),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
@@ -53,7 +56,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     let result = rt.block_on(bench(
         args,
         url.unwrap_or_default(),
-        builtin.as_ref().map(|b| b.describe()),
+        builtin.as_ref().map(|b| b.description.clone()),
         threads,
     ));
     rt.shutdown_timeout(Duration::from_secs(1));
@@ -67,34 +70,54 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
 struct Builtin {
     rt: tokio::runtime::Runtime,
     url: String,
-    config: ExactConfig,
+    description: String,
 }
 
 impl Builtin {
-    fn start() -> anyhow::Result<Builtin> {
+    fn start(choice: BuiltinChoice) -> anyhow::Result<Builtin> {
         let rt = tokio::runtime::Builder::new_multi_thread()
-            .thread_name("srv-exact")
+            .thread_name("srv-builtin")
             .enable_all()
             .build()?;
-        let config = ExactConfig::default();
-        let server = rt
-            .block_on(ExactServer::start(
-                ([127, 0, 0, 1], 0).into(),
-                config.clone(),
-            ))
-            .context("starting the built-in server on 127.0.0.1")?;
-        let url = server.url();
-        std::mem::forget(server); // lives as long as its runtime
-        Ok(Builtin { rt, url, config })
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "built-in exact server: TTFT {} ms, ITL {} ms, {} token/chunk",
-            self.config.ttft.as_millis(),
-            self.config.itl.as_millis(),
-            self.config.tokens_per_chunk
-        )
+        let addr: std::net::SocketAddr = ([127, 0, 0, 1], 0).into();
+        let (url, description) = match choice {
+            BuiltinChoice::Exact => {
+                let config = ExactConfig::default();
+                let server = rt
+                    .block_on(ExactServer::start(addr, config.clone()))
+                    .context("starting the built-in server on 127.0.0.1")?;
+                let url = server.url();
+                std::mem::forget(server); // lives as long as its runtime
+                let description = format!(
+                    "built-in exact server: TTFT {} ms, ITL {} ms, {} token/chunk",
+                    config.ttft.as_millis(),
+                    config.itl.as_millis(),
+                    config.tokens_per_chunk
+                );
+                (url, description)
+            }
+            BuiltinChoice::Engine => {
+                let cat = Catalogue::builtin();
+                let config = EngineConfig::new(
+                    cat.model("llama-3.1-8b").expect("in the catalogue"),
+                    cat.gpu("h100-sxm").expect("in the catalogue"),
+                );
+                let description = format!("built-in simulated engine: {}", config.describe());
+                let options = ServeOptions::for_config(&config);
+                let server = rt
+                    .block_on(EngineServer::start(addr, config, options))
+                    .map_err(anyhow::Error::msg)
+                    .context("starting the built-in server on 127.0.0.1")?;
+                let url = server.url();
+                std::mem::forget(server); // lives as long as its runtime
+                (url, description)
+            }
+        };
+        Ok(Builtin {
+            rt,
+            url,
+            description,
+        })
     }
 }
 

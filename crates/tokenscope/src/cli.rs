@@ -39,6 +39,8 @@ pub enum Command {
 pub enum SimCommand {
     /// Serve the exact server: OpenAI-compatible streaming with exactly the given timing.
     Exact(ExactArgs),
+    /// Serve the simulated engine in real time: OpenAI-compatible, with vLLM's /metrics.
+    Serve(Box<ServeArgs>),
     /// Predict a deployment on a virtual clock: the same workload flags as bench, results in seconds.
     Plan(Box<PlanArgs>),
     /// List the GPUs and models the engine knows.
@@ -130,6 +132,9 @@ pub struct PlanArgs {
     /// Run a series of loads in one call; each point gets its own run directory.
     #[arg(long)]
     pub sweep: Option<Sweep>,
+    /// One-way client–server delay for the request and every token.
+    #[arg(long, default_value = "0.5ms", value_parser = duration)]
+    pub network_delay: Duration,
 }
 
 #[derive(Args, Debug)]
@@ -187,7 +192,7 @@ tokenscope bench --url http://localhost:8000 --model meta-llama/Llama-3.1-8B-Ins
 tokenscope bench --url http://localhost:8080 --rate 4 --arrival gamma:0.5 --duration 2m --input-tokens normal:1024,128 --output-tokens 256\n  \
 tokenscope bench --url http://localhost:8000 --slo ttft_p99=500ms,tpot_p99=50ms --gpu-price 2.50 --gpus 1 --json > results.json")]
 pub struct BenchArgs {
-    /// Server base URL (http or https). Without it the built-in exact server is started on 127.0.0.1.
+    /// Server base URL (http or https). Without it a built-in server (--builtin) is started on 127.0.0.1.
     #[arg(long)]
     pub url: Option<String>,
     /// API to use; `auto` probes chat, then completions.
@@ -218,6 +223,17 @@ pub struct BenchArgs {
     /// Client worker threads (default: all cores).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub client_threads: Option<u64>,
+    /// Without --url: which built-in server to test. `engine` simulates Llama-3.1-8B on
+    /// one H100 SXM (vLLM-like batching and KV cache); `exact` streams with exactly
+    /// 100 ms TTFT and 20 ms between tokens (ground truth).
+    #[arg(long, value_enum, default_value = "engine", conflicts_with = "url")]
+    pub builtin: BuiltinChoice,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BuiltinChoice {
+    Engine,
+    Exact,
 }
 
 /// How much load, of what shape: shared by `bench` and `sim plan`.
@@ -284,6 +300,54 @@ pub struct OutputArgs {
     pub quiet: bool,
 }
 
+/// Fault injection for the built-in servers.
+#[derive(Args, Debug, Clone)]
+pub struct FaultArgs {
+    /// Share of requests answered 429.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub error_429: f64,
+    /// Share of requests answered 500.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub error_500: f64,
+    /// Share of requests answered 503.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub error_503: f64,
+    /// Share of streams cut halfway.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub disconnect: f64,
+    /// Share of streams with a malformed chunk halfway.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub malformed: f64,
+    /// Share of streams that stall halfway for --stall-for.
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub stall: f64,
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    pub stall_for: Duration,
+    /// Seed of the fault draw.
+    #[arg(long, default_value_t = 0)]
+    pub fault_seed: u64,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+tokenscope sim serve --port 8000\n  \
+tokenscope sim serve --model llama-3.1-70b --gpu h100-sxm --tp 4 --port 8000\n  \
+tokenscope sim serve --port 8000 --error-429 0.05 --disconnect 0.01")]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: std::net::IpAddr,
+    /// Port (0: a free one, printed at start).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// Output tokens when a request sets no max_tokens.
+    #[arg(long, default_value_t = 256)]
+    pub default_max_tokens: u32,
+    #[command(flatten)]
+    pub faults: FaultArgs,
+}
+
 #[derive(Args, Debug)]
 pub struct ExactArgs {
     #[arg(long, default_value = "127.0.0.1")]
@@ -304,26 +368,8 @@ pub struct ExactArgs {
     /// Output tokens when a request sets no max_tokens.
     #[arg(long, default_value_t = 128)]
     pub output_tokens: u64,
-    /// Share of requests answered 429.
-    #[arg(long, default_value_t = 0.0, value_parser = probability)]
-    pub error_429: f64,
-    #[arg(long, default_value_t = 0.0, value_parser = probability)]
-    pub error_500: f64,
-    #[arg(long, default_value_t = 0.0, value_parser = probability)]
-    pub error_503: f64,
-    /// Share of streams cut halfway.
-    #[arg(long, default_value_t = 0.0, value_parser = probability)]
-    pub disconnect: f64,
-    /// Share of streams with a malformed chunk halfway.
-    #[arg(long, default_value_t = 0.0, value_parser = probability)]
-    pub malformed: f64,
-    /// Share of streams that stall halfway for --stall-for.
-    #[arg(long, default_value_t = 0.0, value_parser = probability)]
-    pub stall: f64,
-    #[arg(long, default_value = "5s", value_parser = duration)]
-    pub stall_for: Duration,
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    #[command(flatten)]
+    pub faults: FaultArgs,
     /// Server worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,

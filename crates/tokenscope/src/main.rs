@@ -16,6 +16,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         cli::Command::Bench(args) => bench::run(*args),
         cli::Command::Sim(cli::SimCommand::Exact(args)) => serve::exact(args),
+        cli::Command::Sim(cli::SimCommand::Serve(args)) => serve::engine(*args),
         cli::Command::Sim(cli::SimCommand::Plan(args)) => plan::run(*args),
         cli::Command::Sim(cli::SimCommand::List(args)) => plan::list(args),
     };

@@ -120,6 +120,7 @@ fn one_point(
         ramp_up_s: plan.ramp_up.map(|d| d.as_secs_f64()),
         workload: plan.workload.clone(),
         seed: plan.seed,
+        network_delay_s: args.network_delay.as_secs_f64(),
     };
     let started_at = outcome::now_rfc3339();
     let out = simulate(cfg, &plan_load).map_err(usage)?;

@@ -1,9 +1,11 @@
 //! `tokenscope sim exact`: the exact server on its own, for other tools and benchmarks.
 
-use crate::cli::ExactArgs;
+use crate::cli::{ExactArgs, FaultArgs, ServeArgs};
 use crate::exit::Exit;
 use anyhow::Context;
-use tokenscope_sim::exact::{ExactConfig, ExactServer, Faults};
+use tokenscope_sim::exact::{ExactConfig, ExactServer};
+use tokenscope_sim::faults::Faults;
+use tokenscope_sim::serve::{EngineServer, ServeOptions};
 
 pub fn exact_config(a: &ExactArgs) -> ExactConfig {
     ExactConfig {
@@ -12,30 +14,66 @@ pub fn exact_config(a: &ExactArgs) -> ExactConfig {
         itl: a.itl,
         tokens_per_chunk: a.tokens_per_chunk,
         default_output_tokens: a.output_tokens,
-        faults: Faults {
-            http_429: a.error_429,
-            http_500: a.error_500,
-            http_503: a.error_503,
-            disconnect: a.disconnect,
-            malformed: a.malformed,
-            stall: a.stall,
-        },
-        stall: a.stall_for,
-        seed: a.seed,
+        faults: faults(&a.faults),
+        stall: a.faults.stall_for,
+        seed: a.faults.fault_seed,
     }
 }
 
+fn faults(a: &FaultArgs) -> Faults {
+    Faults {
+        http_429: a.error_429,
+        http_500: a.error_500,
+        http_503: a.error_503,
+        disconnect: a.disconnect,
+        malformed: a.malformed,
+        stall: a.stall,
+    }
+}
+
+fn check_faults(f: &Faults) -> Option<Exit> {
+    (f.total() > 1.0).then(|| {
+        eprintln!(
+            "tokenscope: error: the fault shares add up to {}, more than 1",
+            f.total()
+        );
+        Exit::Usage
+    })
+}
+
+/// `tokenscope sim serve`: the engine in real time.
+pub fn engine(args: ServeArgs) -> anyhow::Result<Exit> {
+    let f = faults(&args.faults);
+    if let Some(code) = check_faults(&f) {
+        return Ok(code);
+    }
+    let config = crate::plan::engine_config(&args.engine)?;
+    let mut options = ServeOptions::for_config(&config);
+    options.default_max_tokens = args.default_max_tokens;
+    options.faults = f;
+    options.stall = args.faults.stall_for;
+    options.seed = args.faults.fault_seed;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .thread_name("srv-engine")
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let addr = std::net::SocketAddr::new(args.host, args.port);
+        let describe = config.describe();
+        let server = EngineServer::start(addr, config, options)
+            .await
+            .map_err(anyhow::Error::msg)?;
+        println!("tokenscope simulated engine listening on {}", server.url());
+        eprintln!("{describe} · OpenAI API at /v1, vLLM metrics at /metrics · Ctrl-C stops");
+        tokio::signal::ctrl_c().await?;
+        server.shutdown().await;
+        Ok(Exit::Success)
+    })
+}
+
 pub fn exact(args: ExactArgs) -> anyhow::Result<Exit> {
-    let faults = exact_config(&args).faults;
-    let total = faults.http_429
-        + faults.http_500
-        + faults.http_503
-        + faults.disconnect
-        + faults.malformed
-        + faults.stall;
-    if total > 1.0 {
-        eprintln!("tokenscope: error: the fault shares add up to {total}, more than 1");
-        return Ok(Exit::Usage);
+    if let Some(code) = check_faults(&exact_config(&args).faults) {
+        return Ok(code);
     }
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.threads {

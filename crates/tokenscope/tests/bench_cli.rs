@@ -137,6 +137,34 @@ fn builtin_server_is_the_default_target() {
         assert!(text.contains(section), "summary lacks {section}:\n{text}");
     }
     let r = results(&out);
+    let builtin = r["target"]["builtin"].as_str().unwrap();
+    assert!(
+        builtin.contains("simulated engine")
+            && builtin.contains("llama-3.1-8b")
+            && builtin.contains("h100-sxm")
+    );
+    assert_eq!(r["target"]["model"], "llama-3.1-8b");
+    // An 8B model on an H100 decodes a small batch in ~8-9 ms per token.
+    let tpot = stat(&r, "latency.tpot_ms.p50");
+    assert!((6.0..12.0).contains(&tpot), "TPOT {tpot} ms");
+
+    let out = run_dir("builtin-exact");
+    let o = tokenscope()
+        .args([
+            "bench",
+            "--builtin",
+            "exact",
+            "--requests",
+            "2",
+            "--output-tokens",
+            "8",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let r = results(&out);
     assert!(r["target"]["builtin"].as_str().unwrap().contains("exact"));
     assert!((stat(&r, "latency.ttft_ms.p50") - 100.0).abs() < 5.0);
 }

@@ -3,7 +3,7 @@
 mod common;
 use common::*;
 use std::time::Duration;
-use tokenscope_sim::exact::Faults;
+use tokenscope_sim::faults::Faults;
 
 #[test]
 fn injected_failures_are_each_counted_under_their_kind() {

@@ -152,6 +152,10 @@ impl Engine {
         self.scheduler.is_idle()
     }
 
+    pub fn abort(&mut self, id: u64, now: f64) -> bool {
+        self.scheduler.abort(id, now)
+    }
+
     pub fn state(&self) -> EngineState {
         EngineState {
             running: self.scheduler.running.len(),

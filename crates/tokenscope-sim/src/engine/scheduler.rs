@@ -118,6 +118,20 @@ impl Scheduler {
         self.waiting.is_empty() && self.running.is_empty()
     }
 
+    /// Drops a request whose client went away, freeing its blocks. Call between steps.
+    pub fn abort(&mut self, id: u64, now: f64) -> bool {
+        if let Some(i) = self.running.iter().position(|s| s.id == id) {
+            let mut seq = self.running.remove(i);
+            Self::free(&mut self.kv, &mut seq, now);
+            return true;
+        }
+        if let Some(i) = self.waiting.iter().position(|s| s.id == id) {
+            self.waiting.remove(i);
+            return true;
+        }
+        false
+    }
+
     /// Gives `seq` blocks for `tokens` tokens in total.
     fn grow(kv: &mut KvCache, seq: &mut Seq, tokens: u32) -> bool {
         let need = kv
@@ -396,6 +410,18 @@ mod tests {
             s.running.iter().all(|q| q.id != 3),
             "nothing admitted in the preempting step"
         );
+    }
+
+    #[test]
+    fn abort_frees_the_blocks() {
+        let mut s = sched(10, 8, 8192);
+        s.add(Seq::new(1, 100, 50, 0.0));
+        s.add(Seq::new(2, 10, 50, 0.0));
+        run_step(&mut s, 0.0);
+        assert!(s.kv.usage() > 0.5);
+        assert!(s.abort(1, 0.01));
+        assert!(s.kv.usage() < 0.2);
+        assert!(!s.abort(1, 0.01));
     }
 
     #[test]

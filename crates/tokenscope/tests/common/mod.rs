@@ -106,3 +106,77 @@ pub fn assert_ok(out: &Output) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The simulated engine server on its own runtime, stopped when dropped.
+pub struct Engine {
+    pub url: String,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl Engine {
+    pub fn start(config: tokenscope_sim::engine::EngineConfig) -> Engine {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("test-engine")
+            .enable_all()
+            .build()
+            .unwrap();
+        let options = tokenscope_sim::serve::ServeOptions::for_config(&config);
+        let server = rt
+            .block_on(tokenscope_sim::serve::EngineServer::start(
+                ([127, 0, 0, 1], 0).into(),
+                config,
+                options,
+            ))
+            .unwrap();
+        let url = server.url();
+        std::mem::forget(server);
+        Engine { url, rt: Some(rt) }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// The default simulated deployment: Llama-3.1-8B BF16 on one H100 SXM.
+pub fn default_engine() -> tokenscope_sim::engine::EngineConfig {
+    let cat = tokenscope_sim::engine::catalogue::Catalogue::builtin();
+    tokenscope_sim::engine::EngineConfig::new(
+        cat.model("llama-3.1-8b").unwrap(),
+        cat.gpu("h100-sxm").unwrap(),
+    )
+}
+
+/// `GET url` on 127.0.0.1 with a plain TCP request; the body as text.
+pub fn http_get(url: &str) -> String {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://").expect("http URL");
+    let (host, path) = rest
+        .split_once('/')
+        .map_or((rest, "/".to_string()), |(h, p)| (h, format!("/{p}")));
+    let mut s = std::net::TcpStream::connect(host).expect("connect");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    body.to_string()
+}
+
+/// The value of an unlabelled-or-labelled Prometheus series, by exact name (first match).
+pub fn prom_value(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no series {name} in:\n{text}"))
+}

@@ -1,0 +1,705 @@
+//! `sim serve`: the engine in real time behind an OpenAI-compatible HTTP
+//! front, with vLLM V1's `/metrics` (names, types, units, buckets), so
+//! tokenscope and any Prometheus scraper read it like a vLLM server.
+//!
+//! One task owns the engine: it takes new requests between steps, plans a
+//! step, sleeps for the step's modelled duration on the precise timer, then
+//! hands each request its token. A request whose client is gone is aborted and
+//! its KV blocks freed, as vLLM does.
+
+use crate::engine::scheduler::Seq;
+use crate::engine::{Engine, EngineConfig, EngineState};
+use crate::faults::{Fault, Faults};
+use crate::http::{bad_request, parse_body};
+use crate::prom::{self, Exposition, Histogram};
+use crate::timer;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+/// Words a response is made of, each one cl100k token.
+const TOKENS: [&str; 8] = [" the", " of", " and", " to", " in", " is", " was", " for"];
+
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Name served at /v1/models and in responses.
+    pub model_name: String,
+    /// Output length when a request sets no `max_tokens`.
+    pub default_max_tokens: u32,
+    pub faults: Faults,
+    pub stall: Duration,
+    pub seed: u64,
+}
+
+impl ServeOptions {
+    pub fn for_config(config: &EngineConfig) -> Self {
+        ServeOptions {
+            model_name: config.model.name.clone(),
+            default_max_tokens: 256,
+            faults: Faults::default(),
+            stall: Duration::from_secs(5),
+            seed: 0,
+        }
+    }
+}
+
+enum Event {
+    Token,
+    /// The last token, with the engine's own view of the request.
+    Done(Value),
+}
+
+struct Submit {
+    seq: Seq,
+    events: mpsc::UnboundedSender<Event>,
+    arrived: Instant,
+}
+
+/// What `/metrics` shows, updated by the engine task after every step.
+struct Metrics {
+    state: EngineState,
+    prompt_tokens: u64,
+    generation_tokens: u64,
+    finished_length: u64,
+    finished_abort: u64,
+    prefix_queries: u64,
+    prefix_hits: u64,
+    ttft: Histogram,
+    itl: Histogram,
+    tpot: Histogram,
+    e2e: Histogram,
+    queue: Histogram,
+    prefill: Histogram,
+    decode: Histogram,
+    inference: Histogram,
+    iteration_tokens: Histogram,
+}
+
+impl Metrics {
+    fn new() -> Self {
+        Metrics {
+            state: EngineState {
+                running: 0,
+                waiting: 0,
+                kv_usage: 0.0,
+                preemptions_total: 0,
+            },
+            prompt_tokens: 0,
+            generation_tokens: 0,
+            finished_length: 0,
+            finished_abort: 0,
+            prefix_queries: 0,
+            prefix_hits: 0,
+            ttft: Histogram::new(prom::TTFT_BUCKETS),
+            itl: Histogram::new(prom::ITL_BUCKETS),
+            tpot: Histogram::new(prom::ITL_BUCKETS),
+            e2e: Histogram::new(prom::REQUEST_BUCKETS),
+            queue: Histogram::new(prom::REQUEST_BUCKETS),
+            prefill: Histogram::new(prom::REQUEST_BUCKETS),
+            decode: Histogram::new(prom::REQUEST_BUCKETS),
+            inference: Histogram::new(prom::REQUEST_BUCKETS),
+            iteration_tokens: Histogram::new(prom::ITERATION_TOKEN_BUCKETS),
+        }
+    }
+}
+
+struct Shared {
+    submit: mpsc::UnboundedSender<Submit>,
+    next_id: AtomicU64,
+    metrics: Arc<Mutex<Metrics>>,
+    options: ServeOptions,
+    config: EngineConfig,
+    kv_blocks: u64,
+    model_json: String,
+}
+
+/// A running simulated server.
+pub struct EngineServer {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+    /// The engine's live state, for tests to compare with what `/metrics` said.
+    metrics: Arc<Mutex<Metrics>>,
+}
+
+impl EngineServer {
+    /// Binds `addr` (port 0 for a free one) and serves on the current runtime.
+    pub async fn start(
+        addr: SocketAddr,
+        config: EngineConfig,
+        options: ServeOptions,
+    ) -> Result<EngineServer, String> {
+        let engine = Engine::new(config.clone())?;
+        let kv_blocks = engine.scheduler.kv.total_blocks;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let metrics = Arc::new(Mutex::new(Metrics::new()));
+        let (submit, submissions) = mpsc::unbounded_channel();
+        tokio::spawn(run_engine(engine, submissions, metrics.clone()));
+        let shared = Arc::new(Shared {
+            submit,
+            next_id: AtomicU64::new(0),
+            metrics: metrics.clone(),
+            model_json: serde_json::to_string(&options.model_name).expect("a string serializes"),
+            options,
+            config,
+            kv_blocks,
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/v1/completions", post(completions))
+            .route("/v1/models", get(models))
+            .route("/health", get(|| async { StatusCode::OK }))
+            .route("/metrics", get(metrics_text))
+            .with_state(shared);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            crate::http::serve(listener, app, stopped).await;
+        });
+        Ok(EngineServer {
+            addr,
+            stop: Some(stop),
+            task,
+            metrics,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The engine's state after its latest step.
+    pub fn state(&self) -> EngineState {
+        self.metrics.lock().unwrap_or_else(|p| p.into_inner()).state
+    }
+
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = self.task.await;
+    }
+}
+
+struct Live {
+    events: mpsc::UnboundedSender<Event>,
+    arrived: Instant,
+    first: Option<Instant>,
+    last: Instant,
+    prompt: u32,
+}
+
+/// The engine task: steps in real time while there is work.
+async fn run_engine(
+    mut engine: Engine,
+    mut submissions: mpsc::UnboundedReceiver<Submit>,
+    metrics: Arc<Mutex<Metrics>>,
+) {
+    let origin = Instant::now();
+    let secs = |at: Instant| at.duration_since(origin).as_secs_f64();
+    let mut live: HashMap<u64, Live> = HashMap::new();
+    let add = |engine: &mut Engine, live: &mut HashMap<u64, Live>, s: Submit| {
+        let mut seq = s.seq;
+        let now = secs(Instant::now());
+        seq.arrived_at = now;
+        seq.queued_at = now;
+        live.insert(
+            seq.id,
+            Live {
+                events: s.events,
+                arrived: s.arrived,
+                first: None,
+                last: s.arrived,
+                prompt: seq.prompt,
+            },
+        );
+        engine.add(seq);
+    };
+    // Back-to-back steps start at the previous step's deadline, not when the
+    // loop gets round to them, so bookkeeping time does not stretch the clock.
+    let mut previous_end: Option<Instant> = None;
+    loop {
+        while let Ok(s) = submissions.try_recv() {
+            add(&mut engine, &mut live, s);
+        }
+        if engine.is_idle() {
+            previous_end = None;
+            match submissions.recv().await {
+                Some(s) => add(&mut engine, &mut live, s),
+                None => return,
+            }
+            continue;
+        }
+        let start = previous_end.unwrap_or_else(Instant::now);
+        let (dt, work) = engine.begin_step(secs(start));
+        let end = start + Duration::from_secs_f64(dt);
+        timer::sleep_until(end).await;
+        previous_end = Some(end);
+        let now = Instant::now();
+        let result = engine.end_step(secs(now), work);
+
+        let mut m = metrics.lock().unwrap_or_else(|p| p.into_inner());
+        m.iteration_tokens.observe(work.tokens as f64);
+        let mut gone = Vec::new();
+        for &(id, _, done) in &result.emitted {
+            let Some(l) = live.get_mut(&id) else { continue };
+            match l.first {
+                None => {
+                    l.first = Some(now);
+                    m.ttft.observe((now - l.arrived).as_secs_f64());
+                    m.prompt_tokens += l.prompt as u64;
+                }
+                Some(_) => m.itl.observe((now - l.last).as_secs_f64()),
+            }
+            l.last = now;
+            m.generation_tokens += 1;
+            let event = if done {
+                let seq = result
+                    .finished
+                    .iter()
+                    .find(|s| s.id == id)
+                    .expect("done requests are finished");
+                let scheduled = seq.first_scheduled_at.unwrap_or(seq.arrived_at);
+                Event::Done(json!({
+                    "queue_ms": seq.queue_time * 1e3,
+                    "prefill_ms": (secs(l.first.unwrap_or(now)) - scheduled) * 1e3,
+                    "preemptions": seq.preemptions,
+                }))
+            } else {
+                Event::Token
+            };
+            if l.events.send(event).is_err() {
+                gone.push(id);
+            }
+        }
+        for seq in &result.finished {
+            let Some(l) = live.remove(&seq.id) else {
+                continue;
+            };
+            let first = l.first.unwrap_or(now);
+            let scheduled =
+                origin + Duration::from_secs_f64(seq.first_scheduled_at.unwrap_or(seq.arrived_at));
+            m.finished_length += 1;
+            m.e2e.observe((now - l.arrived).as_secs_f64());
+            m.queue.observe(seq.queue_time);
+            m.prefill
+                .observe(first.saturating_duration_since(scheduled).as_secs_f64());
+            m.decode.observe((now - first).as_secs_f64());
+            m.inference
+                .observe(now.saturating_duration_since(scheduled).as_secs_f64());
+            if seq.generated > 1 {
+                m.tpot
+                    .observe((now - first).as_secs_f64() / (seq.generated - 1) as f64);
+            }
+        }
+        // Requests whose client left: abort them now, between steps.
+        live.retain(|id, l| {
+            let closed = l.events.is_closed() || gone.contains(id);
+            if closed {
+                engine.abort(*id, secs(now));
+                m.finished_abort += 1;
+            }
+            !closed
+        });
+        m.state = engine.state();
+        m.prefix_queries = engine.scheduler.kv.queries;
+        m.prefix_hits = engine.scheduler.kv.hits;
+    }
+}
+
+async fn models(State(s): State<Arc<Shared>>) -> Response {
+    let body = format!(
+        r#"{{"object":"list","data":[{{"id":{},"object":"model","owned_by":"tokenscope-sim","max_model_len":{}}}]}}"#,
+        s.model_json, s.config.model.max_context
+    );
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn metrics_text(State(s): State<Arc<Shared>>) -> Response {
+    let labels = format!("model_name={},engine=\"0\"", s.model_json);
+    let mut e = Exposition::new(&labels);
+    let m = s.metrics.lock().unwrap_or_else(|p| p.into_inner());
+    e.gauge(
+        "vllm:num_requests_running",
+        "Number of requests in model execution batches.",
+        m.state.running as f64,
+    );
+    e.gauge(
+        "vllm:num_requests_waiting",
+        "Number of requests waiting to be processed.",
+        m.state.waiting as f64,
+    );
+    e.gauge(
+        "vllm:kv_cache_usage_perc",
+        "KV-cache usage. 1 means 100 percent usage.",
+        m.state.kv_usage,
+    );
+    e.counter(
+        "vllm:num_preemptions",
+        "Cumulative number of preemption from the engine.",
+        m.state.preemptions_total as f64,
+    );
+    e.counter(
+        "vllm:prefix_cache_queries",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        m.prefix_queries as f64,
+    );
+    e.counter(
+        "vllm:prefix_cache_hits",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        m.prefix_hits as f64,
+    );
+    e.counter(
+        "vllm:prompt_tokens",
+        "Number of prefill tokens processed.",
+        m.prompt_tokens as f64,
+    );
+    e.counter(
+        "vllm:generation_tokens",
+        "Number of generation tokens processed.",
+        m.generation_tokens as f64,
+    );
+    e.counter_by(
+        "vllm:request_success",
+        "Count of successfully processed requests.",
+        "finished_reason",
+        &[
+            ("stop", 0.0),
+            ("length", m.finished_length as f64),
+            ("abort", m.finished_abort as f64),
+        ],
+    );
+    e.histogram(
+        "vllm:iteration_tokens_total",
+        "Number of tokens per engine_step.",
+        &m.iteration_tokens,
+    );
+    e.histogram(
+        "vllm:time_to_first_token_seconds",
+        "Histogram of time to first token in seconds.",
+        &m.ttft,
+    );
+    e.histogram(
+        "vllm:inter_token_latency_seconds",
+        "Histogram of inter-token latency in seconds.",
+        &m.itl,
+    );
+    e.histogram(
+        "vllm:request_time_per_output_token_seconds",
+        "Histogram of time_per_output_token_seconds per request.",
+        &m.tpot,
+    );
+    e.histogram(
+        "vllm:e2e_request_latency_seconds",
+        "Histogram of e2e request latency in seconds.",
+        &m.e2e,
+    );
+    e.histogram(
+        "vllm:request_queue_time_seconds",
+        "Histogram of time spent in WAITING phase for request.",
+        &m.queue,
+    );
+    e.histogram(
+        "vllm:request_prefill_time_seconds",
+        "Histogram of time spent in PREFILL phase for request.",
+        &m.prefill,
+    );
+    e.histogram(
+        "vllm:request_decode_time_seconds",
+        "Histogram of time spent in DECODE phase for request.",
+        &m.decode,
+    );
+    e.histogram(
+        "vllm:request_inference_time_seconds",
+        "Histogram of time spent in RUNNING phase for request.",
+        &m.inference,
+    );
+    drop(m);
+    let c = &s.config;
+    e.info(
+        "vllm:cache_config_info",
+        "Information of the LLMEngine CacheConfig",
+        &[
+            ("block_size", c.block_size.to_string()),
+            ("cache_dtype", format!("{:?}", c.kv_dtype).to_lowercase()),
+            (
+                "enable_prefix_caching",
+                c.prefix_caching.to_string().to_uppercase(),
+            ),
+            (
+                "gpu_memory_utilization",
+                c.gpu_memory_utilization.to_string(),
+            ),
+            ("num_gpu_blocks", s.kv_blocks.to_string()),
+        ],
+    );
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        e.finish(),
+    )
+        .into_response()
+}
+
+async fn chat(state: State<Arc<Shared>>, body: Bytes) -> Response {
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(msg) => return bad_request(&msg),
+    };
+    let prompt = body["messages"]
+        .as_array()
+        .map(|m| m.iter().map(|m| words(&m["content"])).sum())
+        .unwrap_or(0);
+    respond(state.0, &body, prompt, true).await
+}
+
+async fn completions(state: State<Arc<Shared>>, body: Bytes) -> Response {
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(msg) => return bad_request(&msg),
+    };
+    let prompt = words(&body["prompt"]);
+    respond(state.0, &body, prompt, false).await
+}
+
+fn words(v: &Value) -> u32 {
+    v.as_str()
+        .map_or(0, |s| s.split_whitespace().count() as u32)
+}
+
+async fn respond(s: Arc<Shared>, body: &Value, prompt: u32, is_chat: bool) -> Response {
+    let id = s.next_id.fetch_add(1, Ordering::Relaxed);
+    let fault = s.options.faults.for_request(s.options.seed, id);
+    if let Fault::Status(code) = fault {
+        let status = StatusCode::from_u16(code).expect("valid status");
+        return (status, Json(json!({"error": {"message": format!("injected {code}"), "type": "injected", "code": code}})))
+            .into_response();
+    }
+    let max_tokens = ["max_tokens", "max_completion_tokens"]
+        .iter()
+        .find_map(|k| body[k].as_u64())
+        .map_or(s.options.default_max_tokens, |n| {
+            n.clamp(1, u32::MAX as u64) as u32
+        });
+    let prompt = prompt.max(1);
+    if prompt as u64 + max_tokens as u64 > s.config.model.max_context as u64 {
+        let msg = format!(
+            "This model's maximum context length is {} tokens; the request asks for {} ({prompt} prompt + {max_tokens} output)",
+            s.config.model.max_context,
+            prompt as u64 + max_tokens as u64
+        );
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": {"message": msg, "type": "BadRequestError", "code": 400}})),
+        )
+            .into_response();
+    }
+    let (events, mut rx) = mpsc::unbounded_channel();
+    let seq = Seq::new(id, prompt, max_tokens, 0.0);
+    if s.submit
+        .send(Submit {
+            seq,
+            events,
+            arrived: Instant::now(),
+        })
+        .is_err()
+    {
+        return (StatusCode::SERVICE_UNAVAILABLE, "engine stopped").into_response();
+    }
+    let stream = body["stream"].as_bool().unwrap_or(false);
+    let include_usage = body["stream_options"]["include_usage"]
+        .as_bool()
+        .unwrap_or(false);
+    let out = Output {
+        shared: s.clone(),
+        id,
+        is_chat,
+        prompt,
+    };
+    if !stream {
+        let mut n = 0;
+        while let Some(ev) = rx.recv().await {
+            n += 1;
+            if let Event::Done(_) = ev {
+                break;
+            }
+        }
+        return Json(out.whole(n)).into_response();
+    }
+    let half = max_tokens / 2;
+    let state = StreamState {
+        out,
+        rx,
+        sent: 0,
+        phase: Phase::Role,
+        include_usage,
+        fault,
+        half,
+    };
+    let body = Body::from_stream(futures_util::stream::unfold(state, |mut st| async move {
+        let item = st.next().await?;
+        Some((item, st))
+    }));
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(body)
+        .expect("a valid response")
+}
+
+/// Renders chunks for one response.
+struct Output {
+    shared: Arc<Shared>,
+    id: u64,
+    is_chat: bool,
+    prompt: u32,
+}
+
+impl Output {
+    fn chunk(&self, choice: &str, usage: Option<u32>) -> Bytes {
+        let (id, object) = if self.is_chat {
+            ("chatcmpl", "chat.completion.chunk")
+        } else {
+            ("cmpl", "text_completion")
+        };
+        let usage = usage
+            .map(|c| {
+                format!(
+                    r#","usage":{{"prompt_tokens":{},"completion_tokens":{c},"total_tokens":{}}}"#,
+                    self.prompt,
+                    self.prompt + c
+                )
+            })
+            .unwrap_or_default();
+        Bytes::from(format!(
+            "data: {{\"id\":\"{id}-sim-{}\",\"object\":\"{object}\",\"created\":0,\"model\":{},\"choices\":[{choice}]{usage}}}\n\n",
+            self.id, self.shared.model_json
+        ))
+    }
+
+    fn token(&self, i: u32) -> Bytes {
+        let text = TOKENS[(i % 8) as usize];
+        let choice = if self.is_chat {
+            format!(r#"{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":null}}"#)
+        } else {
+            format!(r#"{{"index":0,"text":"{text}","logprobs":null,"finish_reason":null}}"#)
+        };
+        self.chunk(&choice, None)
+    }
+
+    /// The finish chunk, carrying the engine's timings as llama.cpp carries its own.
+    fn finish(&self, timings: &Value) -> Bytes {
+        let choice = if self.is_chat {
+            r#"{"index":0,"delta":{},"finish_reason":"length"}"#
+        } else {
+            r#"{"index":0,"text":"","logprobs":null,"finish_reason":"length"}"#
+        };
+        let chunk = self.chunk(choice, None);
+        let text = std::str::from_utf8(&chunk).expect("chunks are UTF-8");
+        let end = text.trim_end().len() - 1; // before the closing brace
+        Bytes::from(format!("{},\"timings\":{timings}}}\n\n", &text[..end]))
+    }
+
+    fn whole(&self, n: u32) -> Value {
+        let text: String = (0..n).map(|i| TOKENS[(i % 8) as usize]).collect();
+        let choice = if self.is_chat {
+            json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"})
+        } else {
+            json!({"index": 0, "text": text, "finish_reason": "length"})
+        };
+        json!({
+            "id": format!("sim-{}", self.id),
+            "object": if self.is_chat { "chat.completion" } else { "text_completion" },
+            "model": self.shared.options.model_name,
+            "choices": [choice],
+            "usage": {"prompt_tokens": self.prompt, "completion_tokens": n, "total_tokens": self.prompt + n},
+        })
+    }
+}
+
+enum Phase {
+    Role,
+    Tokens,
+    Usage,
+    Done,
+    End,
+}
+
+struct StreamState {
+    out: Output,
+    rx: mpsc::UnboundedReceiver<Event>,
+    sent: u32,
+    phase: Phase,
+    include_usage: bool,
+    fault: Fault,
+    half: u32,
+}
+
+impl StreamState {
+    async fn next(&mut self) -> Option<Result<Bytes, std::io::Error>> {
+        loop {
+            match self.phase {
+                Phase::Role => {
+                    self.phase = Phase::Tokens;
+                    if self.out.is_chat {
+                        let role = r#"{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}"#;
+                        return Some(Ok(self.out.chunk(role, None)));
+                    }
+                }
+                Phase::Tokens => {
+                    let ev = self.rx.recv().await?;
+                    if self.sent == self.half {
+                        match self.fault {
+                            Fault::Disconnect => {
+                                return Some(Err(std::io::Error::other("injected disconnect")))
+                            }
+                            Fault::Malformed => {
+                                return Some(Ok(Bytes::from_static(
+                                    b"data: {\"choices\":[{\"delta\":\n\n",
+                                )))
+                            }
+                            Fault::Stall => tokio::time::sleep(self.out.shared.options.stall).await,
+                            _ => {}
+                        }
+                    }
+                    let token = self.out.token(self.sent);
+                    self.sent += 1;
+                    if let Event::Done(timings) = ev {
+                        self.phase = Phase::Usage;
+                        let mut both = token.to_vec();
+                        both.extend_from_slice(&self.out.finish(&timings));
+                        return Some(Ok(Bytes::from(both)));
+                    }
+                    return Some(Ok(token));
+                }
+                Phase::Usage => {
+                    self.phase = Phase::Done;
+                    if self.include_usage {
+                        return Some(Ok(self.out.chunk("", Some(self.sent))));
+                    }
+                }
+                Phase::Done => {
+                    self.phase = Phase::End;
+                    return Some(Ok(Bytes::from_static(b"data: [DONE]\n\n")));
+                }
+                Phase::End => return None,
+            }
+        }
+    }
+}

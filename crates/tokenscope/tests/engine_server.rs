@@ -1,0 +1,130 @@
+//! The simulated engine served in real time (`sim serve`, bench's default
+//! target): its `/metrics` agree with what its clients saw, and it agrees with
+//! the same engine on the virtual clock (`sim plan`).
+
+mod common;
+use common::*;
+
+#[test]
+fn metrics_agree_with_what_the_clients_saw() {
+    let mut config = default_engine();
+    config.gpu_memory_utilization = 0.25; // ~16K tokens of KV: 64 streams of 512 overflow it
+    let engine = Engine::start(config);
+    let out = run_dir("engine-metrics");
+    let child = tokenscope()
+        .args([
+            "bench",
+            "--url",
+            &engine.url,
+            "--quiet",
+            "--concurrency",
+            "64",
+            "--requests",
+            "64",
+        ])
+        .args(["--input-tokens", "256", "--output-tokens", "256", "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mid = http_get(&format!("{}/metrics", engine.url));
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let after = http_get(&format!("{}/metrics", engine.url));
+
+    // Mid-run the cache is nearly full and requests wait; afterwards all is free.
+    let kv_mid = prom_value(&mid, "vllm:kv_cache_usage_perc");
+    assert!(kv_mid > 0.8, "KV usage mid-run {kv_mid}");
+    assert!(prom_value(&mid, "vllm:num_requests_running") > 0.0);
+    assert!(prom_value(&mid, "vllm:num_requests_waiting") > 0.0);
+    assert_eq!(prom_value(&after, "vllm:kv_cache_usage_perc"), 0.0);
+    assert_eq!(prom_value(&after, "vllm:num_requests_running"), 0.0);
+
+    // Counters and histograms add up to the per-request truth the clients got
+    // (the records' `server_timings`), plus the one-token API probe.
+    let recs = records(&out);
+    let sum = |key: &str| {
+        recs.iter()
+            .map(|r| r["server_timings"][key].as_f64().unwrap())
+            .sum::<f64>()
+    };
+    let preemptions = sum("preemptions");
+    assert!(preemptions > 0.0, "the cut cache preempts");
+    assert_eq!(
+        prom_value(&after, "vllm:num_preemptions_total"),
+        preemptions
+    );
+    assert_eq!(
+        prom_value(&after, "vllm:request_queue_time_seconds_count"),
+        65.0
+    );
+    let queue_s = prom_value(&after, "vllm:request_queue_time_seconds_sum");
+    assert!(
+        queue_s >= sum("queue_ms") / 1e3 && queue_s - sum("queue_ms") / 1e3 < 0.05,
+        "queue time: metrics {queue_s} s, requests {} s",
+        sum("queue_ms") / 1e3
+    );
+    let tokens: f64 = recs
+        .iter()
+        .map(|r| r["output_tokens"].as_f64().unwrap())
+        .sum();
+    assert_eq!(
+        prom_value(&after, "vllm:generation_tokens_total"),
+        tokens + 1.0
+    );
+    let r = results(&out);
+    assert_eq!(stat(&r, "tokens.output_total"), tokens);
+    let ttft_count = prom_value(&after, "vllm:time_to_first_token_seconds_count");
+    assert_eq!(ttft_count, 65.0);
+}
+
+#[test]
+fn real_time_serving_agrees_with_the_virtual_clock() {
+    let engine = Engine::start(default_engine());
+    let load = [
+        "--concurrency",
+        "8",
+        "--requests",
+        "48",
+        "--warmup",
+        "8",
+        "--ramp-up",
+        "1s",
+    ];
+    let shape = [
+        "--input-tokens",
+        "uniform:128..512",
+        "--output-tokens",
+        "uniform:32..96",
+        "--seed",
+        "5",
+    ];
+    let served = run_dir("engine-served");
+    let o = bench(&engine.url, &served, &[&load[..], &shape[..]].concat());
+    assert_ok(&o);
+    let planned = run_dir("engine-planned");
+    let o = tokenscope()
+        .args(["sim", "plan", "--quiet", "--out"])
+        .arg(&planned)
+        .args(load)
+        .args(shape)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let (s, p) = (results(&served), results(&planned));
+    assert_eq!(p["simulated"]["model"], "llama-3.1-8b");
+    for (metric, tolerance) in [
+        ("latency.tpot_ms.p50", 0.05),
+        ("latency.e2e_ms.p50", 0.05),
+        ("latency.ttft_ms.p50", 0.2),
+    ] {
+        let (a, b) = (stat(&s, metric), stat(&p, metric));
+        eprintln!("{metric}: served {a:.2}, planned {b:.2}");
+        assert!(
+            (a - b).abs() / b <= tolerance,
+            "{metric}: served {a} vs planned {b}"
+        );
+    }
+}
