@@ -27,6 +27,10 @@ pub struct PlanLoad {
     /// token). A closed-loop client's next request therefore reaches the
     /// engine after its next step has begun, and waits for it, as in real life.
     pub network_delay_s: f64,
+    /// Replay: request `id` gets these (input, output) lengths instead of the
+    /// workload's draw (from a measured run's records). Requests past its end
+    /// fall back to the workload.
+    pub trace: Option<Vec<(u64, u64)>>,
 }
 
 /// One-way delay `sim plan` assumes: a client in the same data centre.
@@ -157,7 +161,10 @@ pub fn simulate_with_sampling(
         {
             let Reverse((sent, id)) = arrivals.heap.pop().expect("peeked");
             let at = sent + delay;
-            let (input, output) = load.workload.lengths(id);
+            let (input, output) = match load.trace.as_ref().and_then(|t| t.get(id as usize)) {
+                Some(&(i, o)) => (i, Some(o)),
+                None => load.workload.lengths(id),
+            };
             let max_output = output.unwrap_or(256) as u32;
             let mut seq = Seq::new(id, input as u32, max_output, at as f64 / 1e6);
             if load.workload.shared_prefix > 0 {

@@ -33,6 +33,7 @@ fn load(pattern: LoadPattern, requests: u64, input: u64, output: u64) -> PlanLoa
         },
         seed: 1,
         network_delay_s: DEFAULT_NETWORK_DELAY_S,
+        trace: None,
     }
 }
 
@@ -248,4 +249,43 @@ fn same_seed_same_output() {
     assert_eq!(a.records, b.records);
     let other = PlanLoad { seed: 10, ..l };
     assert_ne!(run(&cfg, &other).records, a.records);
+}
+
+#[test]
+fn calibration_recovers_a_known_deployment() {
+    use tokenscope_sim::calibrate::{calibrate, predict};
+    use tokenscope_sim::engine::cost::Efficiency;
+    let mut truth = default_engine();
+    truth.efficiency = Efficiency {
+        compute: 0.3,
+        memory: 0.45,
+        step_overhead_s: 0.006,
+        per_sequence_s: 10e-6,
+    };
+    let mut l = load(closed(8), 64, 0, 0);
+    l.workload.input = LengthSpec::Uniform(64, 2048);
+    l.workload.output = Some(LengthSpec::Uniform(32, 256));
+    let measured = predict(&truth, &l, truth.efficiency).unwrap();
+    let (fitted, predicted, residual) =
+        calibrate(&default_engine(), &[(l.clone(), measured)]).unwrap();
+    let predicted = predicted[0];
+    eprintln!("fitted {fitted:?}; measured {measured:?}; predicted {predicted:?}");
+    assert!(residual < 1e-3, "residual {residual}");
+    for (a, b) in [
+        (predicted.ttft_p50_ms, measured.ttft_p50_ms),
+        (predicted.tpot_p50_ms, measured.tpot_p50_ms),
+        (predicted.e2e_p50_ms, measured.e2e_p50_ms),
+    ] {
+        assert!((a - b).abs() / b < 0.03, "{a} vs {b}");
+    }
+    // The fit generalises: at another load the calibrated engine predicts the truth.
+    let other = load(closed(32), 96, 512, 128);
+    let (t, p) = (
+        predict(&truth, &other, truth.efficiency).unwrap(),
+        predict(&default_engine(), &other, fitted).unwrap(),
+    );
+    assert!(
+        (p.tpot_p50_ms - t.tpot_p50_ms).abs() / t.tpot_p50_ms < 0.1,
+        "{p:?} vs {t:?}"
+    );
 }

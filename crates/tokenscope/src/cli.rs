@@ -43,6 +43,8 @@ pub enum SimCommand {
     Serve(Box<ServeArgs>),
     /// Predict a deployment on a virtual clock: the same workload flags as bench, results in seconds.
     Plan(Box<PlanArgs>),
+    /// Fit the engine's efficiency factors to a measured run of a real server.
+    Calibrate(Box<CalibrateArgs>),
     /// List the GPUs and models the engine knows.
     List(ListArgs),
 }
@@ -133,6 +135,32 @@ pub struct PlanArgs {
     #[arg(long)]
     pub sweep: Option<Sweep>,
     /// One-way client–server delay for the request and every token.
+    #[arg(long, default_value = "0.5ms", value_parser = duration)]
+    pub network_delay: Duration,
+    /// Replay a measured run: its load pattern and its requests' token counts (overrides the load flags).
+    #[arg(long, value_name = "RUN_DIR")]
+    pub replay: Option<PathBuf>,
+    /// Efficiency factors fitted by `sim calibrate`.
+    #[arg(long, value_name = "PROFILE")]
+    pub profile: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:\n  \
+tokenscope bench --url http://localhost:8000 --concurrency 16 --out runs/c16\n  \
+tokenscope sim calibrate runs/c16 --model llama-3.1-8b --gpu a100-80gb\n  \
+tokenscope sim plan --profile runs/c16/profile.json --model llama-3.1-8b --gpu a100-80gb --concurrency 64")]
+pub struct CalibrateArgs {
+    /// Run directories written by `bench` against the real server; runs at
+    /// different loads separate per-step from per-sequence cost.
+    #[arg(required = true)]
+    pub run_dirs: Vec<PathBuf>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Where to write the profile (default: profile.json in the first run directory).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// One-way client–server delay of the measured setup.
     #[arg(long, default_value = "0.5ms", value_parser = duration)]
     pub network_delay: Duration,
 }

@@ -19,6 +19,7 @@ fn main() -> ExitCode {
         cli::Command::Sim(cli::SimCommand::Serve(args)) => serve::engine(*args),
         cli::Command::Sim(cli::SimCommand::Plan(args)) => plan::run(*args),
         cli::Command::Sim(cli::SimCommand::List(args)) => plan::list(args),
+        cli::Command::Sim(cli::SimCommand::Calibrate(args)) => plan::calibrate(*args),
     };
     match result {
         Ok(code) => code.into(),

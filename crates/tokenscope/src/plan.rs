@@ -1,6 +1,6 @@
 //! `tokenscope sim plan` and `sim list`: the engine on a virtual clock.
 
-use crate::cli::{EngineArgs, ListArgs, PlanArgs, Sweep};
+use crate::cli::{CalibrateArgs, EngineArgs, ListArgs, PlanArgs, Sweep};
 use crate::exit::Exit;
 use crate::outcome::{self, RunFacts};
 use anyhow::Context;
@@ -9,6 +9,7 @@ use std::io::Write;
 use std::path::Path;
 use tokenscope_core::results::{self, RunResults, Server};
 use tokenscope_core::stats::Distribution;
+use tokenscope_sim::calibrate::{CalibrationRun, Profile, Targets};
 use tokenscope_sim::engine::catalogue::Catalogue;
 use tokenscope_sim::engine::EngineConfig;
 use tokenscope_sim::plan::{simulate, PlanLoad, PlanOutput};
@@ -104,15 +105,10 @@ fn write_jsonl<T: serde::Serialize>(path: &Path, items: &[T]) -> anyhow::Result<
         .with_context(|| format!("writing {}", path.display()))
 }
 
-/// Simulates one load and writes its run directory.
-fn one_point(
-    cfg: &EngineConfig,
-    args: &PlanArgs,
-    load: &crate::cli::LoadArgs,
-    dir: &Path,
-) -> anyhow::Result<RunResults> {
+/// The virtual-clock load the flags describe.
+fn plan_load(load: &crate::cli::LoadArgs, network_delay: std::time::Duration) -> PlanLoad {
     let plan = outcome::plan(load);
-    let plan_load = PlanLoad {
+    PlanLoad {
         pattern: plan.pattern,
         requests: plan.requests,
         duration_s: plan.duration.map(|d| d.as_secs_f64()),
@@ -120,7 +116,104 @@ fn one_point(
         ramp_up_s: plan.ramp_up.map(|d| d.as_secs_f64()),
         workload: plan.workload.clone(),
         seed: plan.seed,
-        network_delay_s: args.network_delay.as_secs_f64(),
+        network_delay_s: network_delay.as_secs_f64(),
+        trace: None,
+    }
+}
+
+/// A measured run to replay: its load flags, its requests' token counts, and its medians.
+struct Replay {
+    load: crate::cli::LoadArgs,
+    trace: Vec<(u64, u64)>,
+    measured: Targets,
+}
+
+fn read_replay(dir: &Path, defaults: &crate::cli::LoadArgs) -> anyhow::Result<Replay> {
+    let bad = |what: &str| usage(format!("{}: {what}", dir.display()));
+    let text = std::fs::read_to_string(dir.join("results.json"))
+        .map_err(|e| bad(&format!("no results.json ({e})")))?;
+    let r: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(&format!("results.json is not JSON ({e})")))?;
+    let c = &r["config"];
+    let mut load = defaults.clone();
+    match c["load"]["mode"].as_str() {
+        Some("closed") => {
+            load.concurrency = c["load"]["concurrency"].as_u64();
+            load.rate = None;
+        }
+        Some("open") => {
+            load.rate = c["load"]["rate"].as_f64();
+            load.concurrency = None;
+            if let Some(a) = c["load"]["arrival"].as_str() {
+                load.arrival = a.parse().map_err(|e: String| bad(&e))?;
+            }
+        }
+        _ => return Err(bad("results.json has no config.load.mode")),
+    }
+    load.requests = c["requests"].as_u64();
+    load.duration = c["duration_s"]
+        .as_f64()
+        .map(std::time::Duration::from_secs_f64);
+    load.warmup = c["warmup"].as_u64().unwrap_or(0);
+    load.ramp_up = c["ramp_up_s"]
+        .as_f64()
+        .map(std::time::Duration::from_secs_f64);
+    load.seed = c["seed"].as_u64().unwrap_or(0);
+    let lines = std::fs::read_to_string(dir.join("requests.jsonl"))
+        .map_err(|e| bad(&format!("no requests.jsonl ({e})")))?;
+    let mut recs: Vec<tokenscope_core::record::RequestRecord> = lines
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .map_err(|e| bad(&format!("requests.jsonl: {e}")))?;
+    recs.sort_by_key(|r| r.id);
+    let trace = recs
+        .iter()
+        .map(|r| (r.input_tokens.unwrap_or(1), r.output_tokens.max(1)))
+        .collect();
+    let l = &r["latency"];
+    let ms = |path: &str, stat: &str| l[path][stat].as_f64().unwrap_or(0.0);
+    let measured = Targets {
+        ttft_p50_ms: ms("ttft_ms", "p50"),
+        ttft_p90_ms: ms("ttft_ms", "p90"),
+        tpot_p50_ms: ms("tpot_ms", "p50"),
+        e2e_p50_ms: ms("e2e_ms", "p50"),
+    };
+    Ok(Replay {
+        load,
+        trace,
+        measured,
+    })
+}
+
+fn read_profile(path: &Path) -> anyhow::Result<Profile> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| usage(format!("--profile {}: {e}", path.display())))?;
+    serde_json::from_str(&text)
+        .map_err(|e| usage(format!("--profile {}: not a profile ({e})", path.display())))
+}
+
+/// Simulates one load and writes its run directory.
+fn one_point(
+    cfg: &EngineConfig,
+    args: &PlanArgs,
+    load: &crate::cli::LoadArgs,
+    dir: &Path,
+) -> anyhow::Result<RunResults> {
+    one_point_traced(cfg, args, load, None, dir)
+}
+
+fn one_point_traced(
+    cfg: &EngineConfig,
+    args: &PlanArgs,
+    load: &crate::cli::LoadArgs,
+    trace: Option<Vec<(u64, u64)>>,
+    dir: &Path,
+) -> anyhow::Result<RunResults> {
+    let plan = outcome::plan(load);
+    let plan_load = PlanLoad {
+        trace,
+        ..plan_load(load, args.network_delay)
     };
     let started_at = outcome::now_rfc3339();
     let out = simulate(cfg, &plan_load).map_err(usage)?;
@@ -160,12 +253,21 @@ fn one_point(
 }
 
 pub fn run(args: PlanArgs) -> anyhow::Result<Exit> {
-    let cfg = engine_config(&args.engine)?;
+    let mut cfg = engine_config(&args.engine)?;
+    if let Some(p) = &args.profile {
+        cfg.efficiency = read_profile(p)?.efficiency;
+    }
     let dir = args
         .output
         .out
         .clone()
         .unwrap_or_else(outcome::default_out_dir);
+    if let Some(run) = &args.replay {
+        let replay = read_replay(run, &args.load)?;
+        let results = one_point_traced(&cfg, &args, &replay.load, Some(replay.trace), &dir)?;
+        outcome::print(&results, &args.output, &dir)?;
+        return Ok(outcome::exit_code(&results));
+    }
     let Some(sweep) = args.sweep.clone() else {
         let results = one_point(&cfg, &args, &args.load, &dir)?;
         outcome::print(&results, &args.output, &dir)?;
@@ -248,6 +350,87 @@ fn sweep_table(points: &[(String, RunResults)]) -> String {
         );
     }
     out
+}
+
+/// `tokenscope sim calibrate RUN_DIR`: fits the efficiency factors and writes a profile.
+pub fn calibrate(args: CalibrateArgs) -> anyhow::Result<Exit> {
+    let cfg = engine_config(&args.engine)?;
+    let defaults = crate::cli::LoadArgs {
+        concurrency: None,
+        rate: None,
+        arrival: tokenscope_load::arrival::Process::Poisson,
+        max_concurrency: None,
+        requests: None,
+        duration: None,
+        warmup: 0,
+        ramp_up: None,
+        input_tokens: tokenscope_load::workload::LengthSpec::Fixed(256),
+        output_tokens: tokenscope_load::workload::LengthSpec::Fixed(128),
+        shared_prefix: 0,
+        seed: 0,
+    };
+    let mut runs = Vec::new();
+    for dir in &args.run_dirs {
+        let replay = read_replay(dir, &defaults)?;
+        let load = PlanLoad {
+            trace: Some(replay.trace),
+            ..plan_load(&replay.load, args.network_delay)
+        };
+        runs.push((load, replay.measured));
+    }
+    let (efficiency, predicted, residual) =
+        tokenscope_sim::calibrate::calibrate(&cfg, &runs).map_err(usage)?;
+    let profile = Profile {
+        model: cfg.model.name.clone(),
+        gpu: cfg.gpu.name.clone(),
+        tp: cfg.tp,
+        efficiency,
+        runs: args
+            .run_dirs
+            .iter()
+            .zip(runs.iter().zip(&predicted))
+            .map(|(dir, ((_, measured), predicted))| CalibrationRun {
+                run_dir: dir.display().to_string(),
+                measured: *measured,
+                predicted: *predicted,
+            })
+            .collect(),
+        residual,
+    };
+    let path = args
+        .out
+        .clone()
+        .unwrap_or_else(|| args.run_dirs[0].join("profile.json"));
+    std::fs::write(&path, serde_json::to_string_pretty(&profile)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!(
+        "calibrated {} on {} × {}",
+        cfg.model.name, cfg.tp, cfg.gpu.name
+    );
+    for run in &profile.runs {
+        let (m, p) = (&run.measured, &run.predicted);
+        println!("{}\n                 measured   predicted", run.run_dir);
+        for (name, a, b) in [
+            ("TTFT p50 (ms)", m.ttft_p50_ms, p.ttft_p50_ms),
+            ("TTFT p90 (ms)", m.ttft_p90_ms, p.ttft_p90_ms),
+            ("TPOT p50 (ms)", m.tpot_p50_ms, p.tpot_p50_ms),
+            ("E2E p50 (ms)", m.e2e_p50_ms, p.e2e_p50_ms),
+        ] {
+            println!(
+                "  {name:<14} {a:>9.2} {b:>11.2}   ({:+.1} %)",
+                (b - a) / a.max(1e-9) * 100.0
+            );
+        }
+    }
+    println!(
+        "fitted: compute efficiency {:.3}, memory efficiency {:.3}, step overhead {:.2} ms, per sequence {:.3} ms",
+        efficiency.compute,
+        efficiency.memory,
+        efficiency.step_overhead_s * 1e3,
+        efficiency.per_sequence_s * 1e3
+    );
+    println!("profile: {}", path.display());
+    Ok(Exit::Success)
 }
 
 pub fn list(args: ListArgs) -> anyhow::Result<Exit> {

@@ -1,0 +1,196 @@
+//! `sim calibrate`: fit the cost model's efficiency factors and per-step
+//! overhead to a measured run, by replaying that run's load on the virtual
+//! clock and minimising the error on its latency medians (Nelder–Mead in log
+//! space). The fitted factors form a profile that `sim plan --profile` uses.
+
+use crate::engine::cost::Efficiency;
+use crate::engine::EngineConfig;
+use crate::plan::{simulate, PlanLoad};
+use serde::{Deserialize, Serialize};
+use tokenscope_core::metrics::measure;
+
+/// The medians a calibration matches (milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Targets {
+    pub ttft_p50_ms: f64,
+    pub ttft_p90_ms: f64,
+    pub tpot_p50_ms: f64,
+    pub e2e_p50_ms: f64,
+}
+
+impl Targets {
+    fn error(&self, other: &Targets) -> f64 {
+        let d = |a: f64, b: f64| (a.max(1e-6) / b.max(1e-6)).ln().powi(2);
+        d(self.ttft_p50_ms, other.ttft_p50_ms)
+            + d(self.ttft_p90_ms, other.ttft_p90_ms)
+            + d(self.tpot_p50_ms, other.tpot_p50_ms)
+            + d(self.e2e_p50_ms, other.e2e_p50_ms)
+    }
+}
+
+/// What a calibration found.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Profile {
+    pub model: String,
+    pub gpu: String,
+    pub tp: u32,
+    pub efficiency: Efficiency,
+    /// Per calibration run: its directory, what was measured and what the fit predicts.
+    pub runs: Vec<CalibrationRun>,
+    /// Sum over runs of squared log ratios over the four medians (0 = exact).
+    pub residual: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CalibrationRun {
+    pub run_dir: String,
+    pub measured: Targets,
+    pub predicted: Targets,
+}
+
+/// Simulates `load` with `efficiency` and reads the four medians.
+pub fn predict(
+    config: &EngineConfig,
+    load: &PlanLoad,
+    efficiency: Efficiency,
+) -> Result<Targets, String> {
+    let mut cfg = config.clone();
+    cfg.efficiency = efficiency;
+    let out = simulate(&cfg, load)?;
+    let m = measure(&out.records, None, None);
+    let l = &m.latency;
+    let p = |s: Option<tokenscope_core::stats::Summary>,
+             q: fn(&tokenscope_core::stats::Summary) -> f64| s.as_ref().map_or(0.0, q);
+    Ok(Targets {
+        ttft_p50_ms: p(l.ttft_ms, |s| s.p50),
+        ttft_p90_ms: p(l.ttft_ms, |s| s.p90),
+        tpot_p50_ms: p(l.tpot_ms, |s| s.p50),
+        e2e_p50_ms: p(l.e2e_ms, |s| s.p50),
+    })
+}
+
+/// Parameters live in log space: compute, memory, step overhead, per-sequence cost.
+fn efficiency_at(x: &[f64; 4]) -> Efficiency {
+    Efficiency {
+        compute: x[0].exp().clamp(1e-4, 1.0),
+        memory: x[1].exp().clamp(1e-4, 1.0),
+        step_overhead_s: x[2].exp().clamp(1e-6, 1.0),
+        per_sequence_s: x[3].exp().clamp(1e-7, 1.0),
+    }
+}
+
+/// Fits compute and memory efficiency, the per-step overhead and the
+/// per-sequence cost so the replays of `runs` (load, measured medians) match
+/// their measurements together. One run pins down prefill and decode cost at
+/// its batch size; runs at different loads also separate the per-step from
+/// the per-sequence cost. Returns the factors, each run's prediction, and the
+/// summed residual.
+pub fn calibrate(
+    config: &EngineConfig,
+    runs: &[(PlanLoad, Targets)],
+) -> Result<(Efficiency, Vec<Targets>, f64), String> {
+    let start = config.efficiency;
+    let cost = |x: &[f64; 4]| -> f64 {
+        runs.iter()
+            .map(|(load, measured)| {
+                predict(config, load, efficiency_at(x)).map_or(f64::INFINITY, |t| t.error(measured))
+            })
+            .sum()
+    };
+    let x0 = [
+        start.compute.ln(),
+        start.memory.ln(),
+        start.step_overhead_s.ln(),
+        start.per_sequence_s.ln(),
+    ];
+    let best = nelder_mead(cost, x0, 1.0, 400);
+    let eff = efficiency_at(&best);
+    let predicted = runs
+        .iter()
+        .map(|(load, _)| predict(config, load, eff))
+        .collect::<Result<Vec<_>, _>>()?;
+    let residual = runs
+        .iter()
+        .zip(&predicted)
+        .map(|((_, m), p)| p.error(m))
+        .sum();
+    Ok((eff, predicted, residual))
+}
+
+/// Nelder–Mead minimisation in N dimensions, from `x0` with initial step `step`.
+fn nelder_mead<const N: usize>(
+    f: impl Fn(&[f64; N]) -> f64,
+    x0: [f64; N],
+    step: f64,
+    max_evals: usize,
+) -> [f64; N] {
+    let mut simplex: Vec<([f64; N], f64)> = (0..=N)
+        .map(|i| {
+            let mut x = x0;
+            if i > 0 {
+                x[i - 1] += step;
+            }
+            (x, f(&x))
+        })
+        .collect();
+    let mut evals = N + 1;
+    let combine = |a: &[f64; N], b: &[f64; N], t: f64| -> [f64; N] {
+        std::array::from_fn(|k| a[k] + t * (b[k] - a[k]))
+    };
+    while evals < max_evals {
+        simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
+        if (simplex[N].1 - simplex[0].1).abs() < 1e-10 {
+            break;
+        }
+        let centroid: [f64; N] =
+            std::array::from_fn(|k| simplex[..N].iter().map(|s| s.0[k]).sum::<f64>() / N as f64);
+        let worst = simplex[N];
+        let reflected = combine(&centroid, &worst.0, -1.0);
+        let fr = f(&reflected);
+        evals += 1;
+        if fr < simplex[0].1 {
+            let expanded = combine(&centroid, &worst.0, -2.0);
+            let fe = f(&expanded);
+            evals += 1;
+            simplex[N] = if fe < fr {
+                (expanded, fe)
+            } else {
+                (reflected, fr)
+            };
+        } else if fr < simplex[N - 1].1 {
+            simplex[N] = (reflected, fr);
+        } else {
+            let contracted = combine(&centroid, &worst.0, 0.5);
+            let fc = f(&contracted);
+            evals += 1;
+            if fc < worst.1 {
+                simplex[N] = (contracted, fc);
+            } else {
+                let best = simplex[0].0;
+                for s in simplex.iter_mut().skip(1) {
+                    s.0 = combine(&best, &s.0, 0.5);
+                    s.1 = f(&s.0);
+                    evals += 1;
+                }
+            }
+        }
+    }
+    simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
+    simplex[0].0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nelder_mead_finds_a_quadratic_minimum() {
+        let f =
+            |x: &[f64; 3]| (x[0] - 1.0).powi(2) + 2.0 * (x[1] + 2.0).powi(2) + (x[2] - 0.5).powi(2);
+        let x = nelder_mead(f, [0.0, 0.0, 0.0], 1.0, 500);
+        assert!(
+            (x[0] - 1.0).abs() < 1e-3 && (x[1] + 2.0).abs() < 1e-3 && (x[2] - 0.5).abs() < 1e-3,
+            "{x:?}"
+        );
+    }
+}
