@@ -154,10 +154,6 @@ impl RequestRecord {
     ) -> Self {
         let output_tokens = chunks.iter().map(|c| c.1 as u64).sum();
         RequestRecord {
-            id,
-            warmup: false,
-            scheduled_at_us: sent_at_us,
-            sent_at_us,
             first_byte_at_us: Some(sent_at_us),
             first_token_at_us: chunks.first().map(Chunk::at_us),
             done_at_us: chunks.last().map_or(sent_at_us, Chunk::at_us),
@@ -167,13 +163,9 @@ impl RequestRecord {
             output_token_source: Some(TokenSource::ServerUsage),
             requested_output_tokens: Some(output_tokens),
             status: Some(200),
-            error_kind: None,
-            error: None,
             finish_reason: Some("length".into()),
-            retries: 0,
-            waited_for_slot: false,
-            server_timings: None,
             chunks,
+            ..RequestRecord::sent(id, sent_at_us, sent_at_us)
         }
     }
 }
@@ -183,6 +175,33 @@ fn is_zero(n: &u32) -> bool {
 }
 
 impl RequestRecord {
+    /// A request that has been sent and has nothing back yet; the stages
+    /// that follow fill in the rest.
+    pub fn sent(id: u64, scheduled_at_us: u64, sent_at_us: u64) -> Self {
+        RequestRecord {
+            id,
+            warmup: false,
+            scheduled_at_us,
+            sent_at_us,
+            first_byte_at_us: None,
+            first_token_at_us: None,
+            done_at_us: sent_at_us,
+            input_tokens: None,
+            input_token_source: None,
+            output_tokens: 0,
+            output_token_source: None,
+            requested_output_tokens: None,
+            status: None,
+            error_kind: None,
+            error: None,
+            finish_reason: None,
+            retries: 0,
+            waited_for_slot: false,
+            server_timings: None,
+            chunks: Vec::new(),
+        }
+    }
+
     pub fn succeeded(&self) -> bool {
         self.error_kind.is_none()
     }

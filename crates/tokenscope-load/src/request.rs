@@ -119,26 +119,12 @@ pub async fn execute(
         },
     );
     let mut rec = RequestRecord {
-        id: ticket.id,
         warmup: ticket.warmup,
-        scheduled_at_us: ticket.scheduled_at_us,
-        sent_at_us: 0,
-        first_byte_at_us: None,
-        first_token_at_us: None,
-        done_at_us: 0,
         input_tokens: Some(spec.input_tokens),
         input_token_source: Some(TokenSource::Tokenizer),
-        output_tokens: 0,
-        output_token_source: None,
         requested_output_tokens: spec.max_tokens,
-        status: None,
-        error_kind: None,
-        error: None,
-        finish_reason: None,
-        retries: 0,
         waited_for_slot: ticket.waited_for_slot,
-        server_timings: None,
-        chunks: Vec::new(),
+        ..RequestRecord::sent(ticket.id, ticket.scheduled_at_us, 0)
     };
     let body = bytes::Bytes::from(body);
     let deadline = Instant::now() + target.timeout;

@@ -251,26 +251,14 @@ pub fn simulate_with_sampling(
 
 fn new_record(id: u64, warmup: bool, at_us: u64, input: u64, max_output: u32) -> RequestRecord {
     RequestRecord {
-        id,
         warmup,
-        scheduled_at_us: at_us,
-        sent_at_us: at_us,
-        first_byte_at_us: Some(at_us),
-        first_token_at_us: None,
-        done_at_us: at_us,
         input_tokens: Some(input),
         input_token_source: Some(TokenSource::ServerUsage),
-        output_tokens: 0,
         output_token_source: Some(TokenSource::ServerUsage),
         requested_output_tokens: Some(max_output as u64),
         status: Some(200),
-        error_kind: None,
-        error: None,
         finish_reason: Some("length".into()),
-        retries: 0,
-        waited_for_slot: false,
-        server_timings: None,
-        chunks: Vec::new(),
+        ..RequestRecord::sent(id, at_us, at_us)
     }
 }
 
