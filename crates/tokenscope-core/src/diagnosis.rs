@@ -55,6 +55,21 @@ pub fn diagnose(
             ));
         }
     }
+    if let Some(itl) = latency.itl_ms {
+        if itl.p50 > 0.0 && itl.p99 / itl.p50 > 3.0 {
+            out.push(finding(
+                "stutter",
+                "warning",
+                format!(
+                    "tokens stutter: ITL p99 {:.1} ms is {:.1}× the median {:.1} ms (prefills or preemptions stall decoding)",
+                    itl.p99,
+                    itl.p99 / itl.p50,
+                    itl.p50
+                ),
+                &[("itl_p50_ms", json!(itl.p50)), ("itl_p99_ms", json!(itl.p99))],
+            ));
+        }
+    }
     if counts.short_outputs > 0 {
         out.push(finding(
             "short_outputs",

@@ -276,7 +276,7 @@ async fn run_engine(
                 let scheduled = seq.first_scheduled_at.unwrap_or(seq.arrived_at);
                 Event::Done(json!({
                     "queue_ms": seq.queue_time * 1e3,
-                    "prefill_ms": (secs(l.first.unwrap_or(now)) - scheduled) * 1e3,
+                    "prefill_ms": ((secs(l.first.unwrap_or(now)) - scheduled) * 1e3).max(0.0),
                     "preemptions": seq.preemptions,
                 }))
             } else {
@@ -430,6 +430,15 @@ async fn metrics_text(State(s): State<Arc<Shared>>) -> Response {
     );
     drop(m);
     let c = &s.config;
+    e.info(
+        "tokenscope:engine_info",
+        "The simulated deployment behind this server (tokenscope sim serve).",
+        &[
+            ("model", c.model.name.clone()),
+            ("gpu", c.gpu.name.clone()),
+            ("tp", c.tp.to_string()),
+        ],
+    );
     e.info(
         "vllm:cache_config_info",
         "Information of the LLMEngine CacheConfig",

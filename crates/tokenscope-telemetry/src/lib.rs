@@ -5,6 +5,8 @@
 //! window figures: counter deltas and rates, histogram quantiles from bucket
 //! deltas, gauge means and trends. What a server does not expose stays `None`.
 
+pub mod diagnose;
 pub mod kinds;
 pub mod prometheus;
+pub mod scraper;
 pub mod window;

@@ -24,11 +24,15 @@ pub struct GaugeSummary {
     pub slope_per_s: f64,
 }
 
-/// A histogram over the window, in milliseconds.
+/// A histogram over the window, in milliseconds. The mean is exact (sum ÷
+/// count); quantiles are interpolated inside buckets, so they are no finer
+/// than the buckets: `first_bucket_ms` is the lowest bound (vLLM's request
+/// histograms start at 300 ms).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct HistSummary {
     pub count: f64,
     pub mean_ms: f64,
+    pub first_bucket_ms: f64,
     pub p50_ms: f64,
     pub p90_ms: f64,
     pub p99_ms: f64,
@@ -166,14 +170,26 @@ fn hist(scrapes: &[Scrape], f: impl Fn(&Concepts) -> Option<Hist>) -> Option<His
     Some(HistSummary {
         count: d.count,
         mean_ms: d.sum / d.count * 1e3,
+        first_bucket_ms: d.buckets.first().map_or(0.0, |b| b.0 * 1e3),
         p50_ms: quantile(&d, 0.5)? * 1e3,
         p90_ms: quantile(&d, 0.9)? * 1e3,
         p99_ms: quantile(&d, 0.99)? * 1e3,
     })
 }
 
-/// Summarises the scrapes of one run (in time order).
-pub fn summarize(scrapes: &[Scrape]) -> ServerSummary {
+/// Summarises the scrapes of one run (in time order). Gauges describe the
+/// load phase — scrapes up to `load_end_s` (the last send) and the first one
+/// after it — so a drain at the end does not hide a queue that grew;
+/// counters and histograms cover every scrape.
+pub fn summarize(scrapes: &[Scrape], load_end_s: Option<f64>) -> ServerSummary {
+    let cut = match load_end_s {
+        Some(end) => scrapes
+            .iter()
+            .position(|s| s.t_s > end)
+            .map_or(scrapes.len(), |i| i + 1),
+        None => scrapes.len(),
+    };
+    let loaded = &scrapes[..cut.max(scrapes.len().min(1))];
     let window_s = match (scrapes.first(), scrapes.last()) {
         (Some(a), Some(b)) => b.t_s - a.t_s,
         _ => 0.0,
@@ -184,9 +200,9 @@ pub fn summarize(scrapes: &[Scrape]) -> ServerSummary {
     ServerSummary {
         scrapes: scrapes.len(),
         window_s,
-        running: gauge(scrapes, |c| c.running),
-        waiting: gauge(scrapes, |c| c.waiting),
-        kv_usage: gauge(scrapes, |c| c.kv_usage),
+        running: gauge(loaded, |c| c.running),
+        waiting: gauge(loaded, |c| c.waiting),
+        kv_usage: gauge(loaded, |c| c.kv_usage),
         kv_capacity_tokens: endpoints(scrapes, |c| c.kv_capacity_tokens).map(|p| p.1),
         prompt_tokens: counter(scrapes, |c| c.prompt_tokens),
         generation_tokens,
@@ -203,10 +219,10 @@ pub fn summarize(scrapes: &[Scrape]) -> ServerSummary {
         itl: hist(scrapes, |c| c.itl.clone()),
         e2e: hist(scrapes, |c| c.e2e.clone()),
         prefill_time: hist(scrapes, |c| c.prefill_time.clone()),
-        gpu_util_time_pct: gauge(scrapes, |c| c.gpu_util_time_pct),
-        gpu_sm_active: gauge(scrapes, |c| c.gpu_sm_active),
-        gpu_power_w: gauge(scrapes, |c| c.gpu_power_w),
-        gpu_memory_used_bytes: gauge(scrapes, |c| c.gpu_memory_used_bytes),
+        gpu_util_time_pct: gauge(loaded, |c| c.gpu_util_time_pct),
+        gpu_sm_active: gauge(loaded, |c| c.gpu_sm_active),
+        gpu_power_w: gauge(loaded, |c| c.gpu_power_w),
+        gpu_memory_used_bytes: gauge(loaded, |c| c.gpu_memory_used_bytes),
         gpu_memory_total_bytes: endpoints(scrapes, |c| c.gpu_memory_total_bytes).map(|p| p.1),
         gpu_energy_j: counter(scrapes, |c| c.gpu_energy_j),
     }
@@ -275,5 +291,20 @@ mod tests {
         assert_eq!(s.generation_tokens_per_s, Some(200.0));
         assert_eq!(s.kv_usage, None, "not exposed is None, not zero");
         assert_eq!(s.preemptions, None);
+        // A drain after the last send does not hide the growth.
+        let drained = [
+            scrape(0.0, 0.0, 0.0),
+            scrape(1.0, 8.0, 10.0),
+            scrape(2.0, 16.0, 20.0),
+            scrape(3.0, 0.0, 30.0),
+            scrape(4.0, 0.0, 40.0),
+        ];
+        let s = summarize(&drained, Some(1.5));
+        assert_eq!(s.waiting.unwrap().last, 16.0);
+        assert_eq!(
+            s.generation_tokens,
+            Some(40.0),
+            "counters cover the whole run"
+        );
     }
 }

@@ -23,6 +23,7 @@ use tokenscope_sim::engine::catalogue::Catalogue;
 use tokenscope_sim::engine::EngineConfig;
 use tokenscope_sim::exact::{ExactConfig, ExactServer};
 use tokenscope_sim::serve::{EngineServer, ServeOptions};
+use tokenscope_telemetry::scraper::{ScrapeConfig, Scraper};
 use tokio_util::sync::CancellationToken;
 
 /// Client threads are named with this prefix so their CPU time can be told
@@ -169,6 +170,7 @@ async fn bench(
 ) -> anyhow::Result<Exit> {
     let base = base_url(&url)?;
     let headers = request_headers(&args)?;
+    let metrics_headers = headers.clone();
     let plan = outcome::plan(&args.load);
     let client = reqwest::Client::builder()
         .http1_only()
@@ -226,6 +228,41 @@ async fn bench(
     let cancel = CancellationToken::new();
     let progress = Arc::new(Progress::default());
     let clock = Clock::start();
+    let scraper = if args.no_metrics {
+        None
+    } else {
+        let urls = if args.metrics_urls.is_empty() {
+            vec![format!("{base}/metrics")]
+        } else {
+            args.metrics_urls.clone()
+        };
+        let config = ScrapeConfig {
+            urls,
+            interval: args.scrape_interval,
+            headers: metrics_headers.clone(),
+        };
+        let progress = progress.clone();
+        let in_flight = Arc::new(move || {
+            progress
+                .sent
+                .load(Ordering::Relaxed)
+                .saturating_sub(progress.finished.load(Ordering::Relaxed))
+        });
+        let client = reqwest::Client::builder()
+            .build()
+            .context("building the metrics client")?;
+        Some(
+            Scraper::start(
+                client,
+                config,
+                clock.origin(),
+                &out_dir.join("timeseries.jsonl"),
+                in_flight,
+            )
+            .await
+            .with_context(|| format!("creating {}", out_dir.join("timeseries.jsonl").display()))?,
+        )
+    };
     let runner = Arc::new(Runner {
         target,
         clock,
@@ -269,6 +306,10 @@ async fn bench(
         }
     }
     drop(runner);
+    let telemetry = match scraper {
+        Some(s) => Some(s.finish().await),
+        None => None,
+    };
     let records = recorder.finish()?;
     let cpu = thread_cpu(CLIENT_THREADS);
 
@@ -297,6 +338,14 @@ async fn bench(
         client_cpu: cpu.map(|(d, _)| (d.as_secs_f64(), threads)),
         extra_findings: Vec::new(),
         simulated: None,
+        telemetry: telemetry.as_ref().map(|log| {
+            let last_sent = records
+                .iter()
+                .filter(|r| !r.warmup)
+                .map(|r| r.sent_at_us)
+                .max();
+            outcome::Telemetry::from_log(log, last_sent.map(|us| us as f64 / 1e6))
+        }),
     };
     let results = outcome::assemble(&records, &args.output, facts);
     outcome::write_results(&out_dir, &results)?;

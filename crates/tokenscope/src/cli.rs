@@ -176,6 +176,14 @@ fn duration(s: &str) -> Result<Duration, String> {
     parse_duration(s)
 }
 
+fn scrape_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_millis(100) {
+        return Err(format!("`{s}` is below the 100ms minimum"));
+    }
+    Ok(d)
+}
+
 fn positive_f64(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v > 0.0 && v.is_finite() => Ok(v),
@@ -246,6 +254,16 @@ pub struct BenchArgs {
     /// Longest to wait for the response head or the next bytes of a stream.
     #[arg(long, default_value = "120s", value_parser = duration)]
     pub idle_timeout: Duration,
+    /// Prometheus endpoint(s) to sample during the run, repeatable (a DCGM exporter, a
+    /// second replica). Default: the server's own /metrics.
+    #[arg(long = "metrics-url", value_name = "URL")]
+    pub metrics_urls: Vec<String>,
+    /// How often to sample the metrics (100ms or more).
+    #[arg(long, default_value = "1s", value_parser = scrape_interval)]
+    pub scrape_interval: Duration,
+    /// Do not read the server's metrics.
+    #[arg(long, conflicts_with = "metrics_urls")]
+    pub no_metrics: bool,
     #[command(flatten)]
     pub output: OutputArgs,
     /// Client worker threads (default: all cores).

@@ -16,6 +16,8 @@ use tokenscope_core::results::{self, ClientUsage, Efficiency, Finding, RunResult
 use tokenscope_load::arrival::LoadPattern;
 use tokenscope_load::runner::RunPlan;
 use tokenscope_load::workload::Workload;
+use tokenscope_telemetry::scraper::ScrapeLog;
+use tokenscope_telemetry::window::{summarize, ServerSummary};
 
 pub fn pattern(load: &LoadArgs) -> LoadPattern {
     match load.rate {
@@ -113,6 +115,34 @@ pub struct RunFacts {
     pub client_cpu: Option<(f64, usize)>,
     pub extra_findings: Vec<Finding>,
     pub simulated: Option<serde_json::Value>,
+    /// What the server's own metrics said, when they were read.
+    pub telemetry: Option<Telemetry>,
+}
+
+/// The server's metrics over the run.
+pub struct Telemetry {
+    pub summary: ServerSummary,
+    pub kind: Option<String>,
+    pub sources: Vec<(String, String)>,
+    pub errors: u64,
+    pub first_error: Option<String>,
+}
+
+impl Telemetry {
+    /// `load_end_s`: the last send, on the run's clock.
+    pub fn from_log(log: &ScrapeLog, load_end_s: Option<f64>) -> Telemetry {
+        Telemetry {
+            summary: summarize(&log.scrapes, load_end_s),
+            kind: log.server_kind().map(|k| k.name().to_string()),
+            sources: log
+                .sources
+                .iter()
+                .map(|(u, k)| (u.clone(), k.name().to_string()))
+                .collect(),
+            errors: log.errors,
+            first_error: log.first_error.clone(),
+        }
+    }
 }
 
 /// Computes the metrics and assembles `results.json`.
@@ -134,6 +164,29 @@ pub fn assemble(records: &[RequestRecord], output: &OutputArgs, facts: RunFacts)
     };
     let mut diagnosis = diagnose(&m.counts, &m.latency, &m.tokens, &client);
     diagnosis.extend(facts.extra_findings);
+    let (mut server, mut kv_cache, mut gpu) = (facts.server, facts.kv_cache, None);
+    if let Some(t) = &facts.telemetry {
+        diagnosis.extend(tokenscope_telemetry::diagnose::diagnose(
+            &t.summary, &m.latency,
+        ));
+        server.kind = t.kind.clone().or(server.kind);
+        let mut metrics = serde_json::to_value(&t.summary).unwrap_or_default();
+        if let Some(obj) = metrics.as_object_mut() {
+            obj.insert(
+                "sources".into(),
+                json!(t
+                    .sources
+                    .iter()
+                    .map(|(u, k)| json!({"url": u, "kind": k}))
+                    .collect::<Vec<_>>()),
+            );
+            obj.insert("scrape_errors".into(), json!(t.errors));
+            obj.insert("first_scrape_error".into(), json!(t.first_error));
+        }
+        server.metrics = Some(metrics);
+        kv_cache = kv_cache.or_else(|| tokenscope_telemetry::diagnose::kv_cache(&t.summary));
+        gpu = tokenscope_telemetry::diagnose::gpu(&t.summary, m.tokens.output_total);
+    }
     RunResults {
         schema: results::SCHEMA.into(),
         tool: Tool {
@@ -153,10 +206,10 @@ pub fn assemble(records: &[RequestRecord], output: &OutputArgs, facts: RunFacts)
         slo: m.slo,
         efficiency: Efficiency {
             cost: m.cost,
-            gpu: None,
-            kv_cache: facts.kv_cache,
+            gpu,
+            kv_cache,
         },
-        server: facts.server,
+        server,
         client,
         diagnosis,
     }

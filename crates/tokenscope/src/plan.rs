@@ -246,6 +246,7 @@ fn one_point_traced(
         client_cpu: None,
         extra_findings: Vec::new(),
         simulated: Some(deployment_json(cfg, &out)),
+        telemetry: None,
     };
     let results = outcome::assemble(&out.records, &args.output, facts);
     outcome::write_results(dir, &results)?;

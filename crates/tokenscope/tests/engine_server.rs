@@ -78,6 +78,88 @@ fn metrics_agree_with_what_the_clients_saw() {
     assert_eq!(stat(&r, "tokens.output_total"), tokens);
     let ttft_count = prom_value(&after, "vllm:time_to_first_token_seconds_count");
     assert_eq!(ttft_count, 65.0);
+
+    // tokenscope read the same metrics during the run: preemptions and the
+    // recompute diagnosis, with the numbers behind it.
+    assert_eq!(r["server"]["kind"], "tokenscope-sim");
+    assert_eq!(stat(&r, "server.metrics.preemptions"), preemptions);
+    assert_eq!(stat(&r, "efficiency.kv_cache.preemptions"), preemptions);
+    assert!(stat(&r, "efficiency.kv_cache.usage_max") > 0.9);
+    let rules: Vec<&str> = r["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap())
+        .collect();
+    assert!(rules.contains(&"recompute_thrash"), "{rules:?}");
+}
+
+#[test]
+fn overload_is_read_from_the_servers_metrics_and_diagnosed() {
+    let mut config = default_engine();
+    config.max_num_seqs = Some(8); // ~15 requests/s of 64 tokens: 40/s is far above
+    let engine = Engine::start(config);
+    let out = run_dir("engine-overload");
+    let o = bench(
+        &engine.url,
+        &out,
+        &[
+            "--rate",
+            "40",
+            "--duration",
+            "4s",
+            "--input-tokens",
+            "128",
+            "--output-tokens",
+            "64",
+            "--scrape-interval",
+            "250ms",
+        ],
+    );
+    assert_ok(&o);
+    let r = results(&out);
+    assert_eq!(r["server"]["kind"], "tokenscope-sim");
+    let waiting = &r["server"]["metrics"]["waiting"];
+    let (first, last) = (
+        waiting["first"].as_f64().unwrap(),
+        waiting["last"].as_f64().unwrap(),
+    );
+    assert!(
+        last > first + 20.0,
+        "waiting requests grow through the run: {first} → {last}"
+    );
+    assert!(waiting["slope_per_s"].as_f64().unwrap() > 5.0);
+    let rules: Vec<&str> = r["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap())
+        .collect();
+    assert!(rules.contains(&"overload"), "{rules:?}");
+    assert!(rules.contains(&"ttft_queue_dominated"), "{rules:?}");
+    // The queue time read from /metrics is the engine's own (per request, in `timings`).
+    let recs = records(&out);
+    let own: f64 = recs
+        .iter()
+        .map(|r| r["server_timings"]["queue_ms"].as_f64().unwrap())
+        .sum::<f64>()
+        / recs.len() as f64;
+    let scraped = stat(&r, "server.metrics.queue_time.mean_ms");
+    assert!(
+        (scraped - own).abs() / own < 0.05,
+        "queue time: scraped {scraped} ms, engine's own {own} ms"
+    );
+    // The time series is on the requests' clock, one line per scrape.
+    let lines = std::fs::read_to_string(out.join("timeseries.jsonl")).unwrap();
+    let series: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(series.len() >= 16, "{} scrapes", series.len());
+    assert!(series.iter().any(|l| l["in_flight"].as_u64().unwrap() > 8));
+    assert!(series
+        .windows(2)
+        .all(|w| w[1]["t_s"].as_f64() > w[0]["t_s"].as_f64()));
 }
 
 #[test]

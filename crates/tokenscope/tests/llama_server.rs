@@ -202,6 +202,17 @@ fn chat_and_completions_closed_loop_and_poisson() {
             );
         }
         assert!(stat(&r, "latency.ttft_ms.p50") > 0.0 && stat(&r, "latency.tpot_ms.p50") > 0.0);
+        // Detected as llama.cpp, and its counters read: it generated what we received.
+        assert_eq!(r["server"]["kind"], "llama.cpp", "{name}");
+        assert_eq!(
+            stat(&r, "server.metrics.generation_tokens"),
+            stat(&r, "tokens.output_total"),
+            "{name}"
+        );
+        assert!(
+            r["server"]["metrics"]["kv_usage"].is_null(),
+            "this build exposes no KV usage: null, not 0"
+        );
     }
 }
 
@@ -396,6 +407,11 @@ fn calibrated_at_one_load_predicts_another() {
         ]
         .concat(),
     ));
+    // Its /metrics, sampled during the run, show one busy slot and nobody waiting.
+    let r = results(&one);
+    assert_eq!(r["server"]["kind"], "llama.cpp");
+    assert_eq!(stat(&r, "server.metrics.running.max"), 1.0);
+    assert_eq!(stat(&r, "server.metrics.waiting.max"), 0.0);
     let two = run_dir("calib-c2");
     assert_ok(&bench(
         &llama.url,

@@ -226,7 +226,7 @@ impl Scheduler {
                     self.waiting.push_front(seq);
                     break;
                 }
-                seq.queue_time += now - seq.queued_at;
+                seq.queue_time += (now - seq.queued_at).max(0.0);
                 seq.first_scheduled_at.get_or_insert(now);
                 budget -= n;
                 self.scheduled.push(Slot {
