@@ -10,6 +10,7 @@ pub mod cost;
 pub mod diagnosis;
 pub mod duration;
 pub mod metrics;
+pub mod prices;
 pub mod record;
 pub mod results;
 pub mod slo;

@@ -19,6 +19,19 @@ fn row(out: &mut String, name: &str, s: Option<&Summary>) {
     }
 }
 
+/// The seed's GPU utilisation bands.
+fn band(pct: f64) -> &'static str {
+    if pct < 50.0 {
+        "(waste: review batching)"
+    } else if pct > 90.0 {
+        "(saturated: latency risk)"
+    } else if pct >= 70.0 {
+        "(healthy)"
+    } else {
+        "(room for more load)"
+    }
+}
+
 /// The summary as lines of text (no colour codes, so it can be logged).
 pub fn summary(r: &RunResults) -> String {
     let mut out = String::new();
@@ -163,15 +176,41 @@ pub fn summary(r: &RunResults) -> String {
             );
         }
     }
-    let _ = writeln!(
-        out,
-        "  GPU, KV cache           {}",
-        if r.efficiency.gpu.is_some() || r.efficiency.kv_cache.is_some() {
-            "see results.json"
-        } else {
-            "not measured"
+    let num = |v: &serde_json::Value| v.as_f64();
+    match &r.efficiency.gpu {
+        Some(g) => {
+            if let Some(u) = num(&g["utilisation_time_pct_mean"]) {
+                let _ = writeln!(out, "  GPU busy (time-based)   {u:.0} %   {}", band(u));
+            }
+            if let Some(p) = num(&g["power_w_mean"]) {
+                let _ = writeln!(out, "  GPU power               {p:.0} W");
+            }
+            if let Some(j) = num(&g["joules_per_output_token"]) {
+                let _ = writeln!(out, "  energy                  {j:.3} J per output token");
+            }
         }
-    );
+        None => {
+            let _ = writeln!(out, "  GPU                     not measured (--gpu local, or a DCGM exporter via --metrics-url)");
+        }
+    }
+    match &r.efficiency.kv_cache {
+        Some(kv) => {
+            let usage = match (num(&kv["usage_mean"]), num(&kv["usage_max"])) {
+                (Some(m), Some(x)) => format!("{:.1} % mean, {:.1} % max", m * 100.0, x * 100.0),
+                _ => "usage not exposed".into(),
+            };
+            let cap = num(&kv["capacity_tokens"])
+                .map(|c| format!(" of {c:.0} tokens"))
+                .unwrap_or_default();
+            let pre = num(&kv["preemptions"])
+                .map(|p| format!(", {p:.0} preemptions"))
+                .unwrap_or_default();
+            let _ = writeln!(out, "  KV cache                {usage}{cap}{pre}");
+        }
+        None => {
+            let _ = writeln!(out, "  KV cache                not exposed by the server");
+        }
+    }
     if let (Some(cpu), Some(per_tok)) = (r.client.cpu_cores, r.client.cpu_us_per_output_token) {
         let _ = writeln!(
             out,
@@ -179,6 +218,31 @@ pub fn summary(r: &RunResults) -> String {
         );
     }
 
+    if let (Some(kind), Some(m)) = (&r.server.kind, &r.server.metrics) {
+        let _ = writeln!(out, "\nServer ({kind}, from its own metrics)");
+        let g = |k: &str| {
+            m[k].as_object()
+                .and_then(|o| Some((o.get("mean")?.as_f64()?, o.get("max")?.as_f64()?)))
+        };
+        if let Some((mean, max)) = g("running") {
+            let _ = writeln!(
+                out,
+                "  running requests        {mean:.1} mean, {max:.0} max"
+            );
+        }
+        if let Some((mean, max)) = g("waiting") {
+            let _ = writeln!(
+                out,
+                "  waiting requests        {mean:.1} mean, {max:.0} max"
+            );
+        }
+        if let Some(q) = m["queue_time"]["mean_ms"].as_f64() {
+            let _ = writeln!(out, "  queue time              {q:.1} ms mean");
+        }
+        if let Some(t) = m["generation_tokens_per_s"].as_f64() {
+            let _ = writeln!(out, "  generated tokens/s      {t:.1}");
+        }
+    }
     if !c.errors.is_empty() {
         let _ = writeln!(out, "\nErrors");
         for (kind, n) in &c.errors {

@@ -6,6 +6,7 @@
 //! deltas, gauge means and trends. What a server does not expose stays `None`.
 
 pub mod diagnose;
+pub mod gpu;
 pub mod kinds;
 pub mod prometheus;
 pub mod scraper;

@@ -14,11 +14,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// Where and how often to scrape.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ScrapeConfig {
     pub urls: Vec<String>,
     pub interval: Duration,
     pub headers: reqwest::header::HeaderMap,
+    /// The local GPU, sampled with every scrape (`--gpu local`).
+    pub local_gpu: Option<Arc<crate::gpu::LocalGpu>>,
 }
 
 /// What the scraper saw.
@@ -134,7 +136,11 @@ async fn take(
     origin: Instant,
     in_flight: &(dyn Fn() -> u64 + Send + Sync),
 ) {
-    let (concepts, error) = scrape(client, config, log).await;
+    let (mut concepts, mut error) = scrape(client, config, log).await;
+    if let Some(gpu) = &config.local_gpu {
+        concepts = kinds::merge(&[gpu.sample(), concepts]);
+        error = None;
+    }
     let t_s = origin.elapsed().as_secs_f64();
     let prev_queue = log
         .scrapes

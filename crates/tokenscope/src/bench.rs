@@ -1,7 +1,7 @@
 //! `tokenscope bench`: probe the target, run the load, write the run
 //! directory, print the summary, choose the exit code.
 
-use crate::cli::{ApiChoice, BenchArgs, BuiltinChoice};
+use crate::cli::{ApiChoice, BenchArgs, BuiltinChoice, GpuSource};
 use crate::exit::Exit;
 use crate::outcome::{self, RunFacts};
 use anyhow::Context;
@@ -11,6 +11,7 @@ use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use tokenscope_core::results::Finding;
 use tokenscope_core::results::{self, Server};
 use tokenscope_load::clock::Clock;
 use tokenscope_load::cpu::thread_cpu;
@@ -23,6 +24,7 @@ use tokenscope_sim::engine::catalogue::Catalogue;
 use tokenscope_sim::engine::EngineConfig;
 use tokenscope_sim::exact::{ExactConfig, ExactServer};
 use tokenscope_sim::serve::{EngineServer, ServeOptions};
+use tokenscope_telemetry::gpu::LocalGpu;
 use tokenscope_telemetry::scraper::{ScrapeConfig, Scraper};
 use tokio_util::sync::CancellationToken;
 
@@ -170,6 +172,23 @@ async fn bench(
 ) -> anyhow::Result<Exit> {
     let base = base_url(&url)?;
     let headers = request_headers(&args)?;
+    outcome::check_output(&args.output)?;
+    let mut notes = Vec::new();
+    let local_gpu = match args.gpu {
+        GpuSource::None => None,
+        GpuSource::Local => match LocalGpu::open() {
+            Ok(g) => Some(Arc::new(g)),
+            Err(why) => {
+                notes.push(Finding {
+                    rule: "gpu_unavailable".into(),
+                    severity: "info".into(),
+                    message: why,
+                    evidence: Default::default(),
+                });
+                None
+            }
+        },
+    };
     let metrics_headers = headers.clone();
     let plan = outcome::plan(&args.load);
     let client = reqwest::Client::builder()
@@ -228,15 +247,17 @@ async fn bench(
     let cancel = CancellationToken::new();
     let progress = Arc::new(Progress::default());
     let clock = Clock::start();
-    let scraper = if args.no_metrics {
+    let metrics_urls = match (args.no_metrics, args.metrics_urls.is_empty()) {
+        (true, _) => Vec::new(),
+        (false, true) => vec![format!("{base}/metrics")],
+        (false, false) => args.metrics_urls.clone(),
+    };
+    let scraper = if metrics_urls.is_empty() && local_gpu.is_none() {
         None
     } else {
-        let urls = if args.metrics_urls.is_empty() {
-            vec![format!("{base}/metrics")]
-        } else {
-            args.metrics_urls.clone()
-        };
+        let urls = metrics_urls;
         let config = ScrapeConfig {
+            local_gpu: local_gpu.clone(),
             urls,
             interval: args.scrape_interval,
             headers: metrics_headers.clone(),
@@ -336,7 +357,7 @@ async fn bench(
         server: Server::default(),
         kv_cache: None,
         client_cpu: cpu.map(|(d, _)| (d.as_secs_f64(), threads)),
-        extra_findings: Vec::new(),
+        extra_findings: notes,
         simulated: None,
         telemetry: telemetry.as_ref().map(|log| {
             let last_sent = records

@@ -264,6 +264,9 @@ pub struct BenchArgs {
     /// Do not read the server's metrics.
     #[arg(long, conflicts_with = "metrics_urls")]
     pub no_metrics: bool,
+    /// `local`: read this machine's GPUs through NVML during the run (loaded at run time).
+    #[arg(long, value_enum, default_value = "none")]
+    pub gpu: GpuSource,
     #[command(flatten)]
     pub output: OutputArgs,
     /// Client worker threads (default: all cores).
@@ -274,6 +277,12 @@ pub struct BenchArgs {
     /// 100 ms TTFT and 20 ms between tokens (ground truth).
     #[arg(long, value_enum, default_value = "engine", conflicts_with = "url")]
     pub builtin: BuiltinChoice,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GpuSource {
+    None,
+    Local,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -332,6 +341,9 @@ pub struct OutputArgs {
     /// GPU price in $/GPU-hour, for cost per token.
     #[arg(long, value_parser = positive_f64)]
     pub gpu_price: Option<f64>,
+    /// GPU type for a default price (docs/results-schema.md lists them with source and date); --gpu-price wins.
+    #[arg(long)]
+    pub gpu_type: Option<String>,
     /// GPUs behind the server.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub gpus: u32,

@@ -80,6 +80,7 @@ pub fn config_json(load: &LoadArgs, plan: &RunPlan, output: &OutputArgs) -> serd
         "seed": load.seed,
         "slo": output.slo,
         "gpu_price_usd_per_hour": output.gpu_price,
+        "gpu_type": output.gpu_type,
         "gpus": output.gpus,
     })
 }
@@ -145,12 +146,30 @@ impl Telemetry {
     }
 }
 
+/// Checks `--gpu-type` before any load is sent.
+pub fn check_output(output: &OutputArgs) -> anyhow::Result<()> {
+    if let (None, Some(t)) = (output.gpu_price, &output.gpu_type) {
+        tokenscope_core::prices::price(t)
+            .map_err(|e| anyhow::Error::new(Exit::Usage).context(format!("--gpu-type: {e}")))?;
+    }
+    Ok(())
+}
+
 /// Computes the metrics and assembles `results.json`.
 pub fn assemble(records: &[RequestRecord], output: &OutputArgs, facts: RunFacts) -> RunResults {
-    let price = output.gpu_price.map(|p| GpuPrice {
-        usd_per_gpu_hour: p,
-        gpus: output.gpus,
-    });
+    let price = output
+        .gpu_price
+        .or_else(|| {
+            output
+                .gpu_type
+                .as_deref()
+                .and_then(|t| tokenscope_core::prices::price(t).ok())
+                .map(|p| p.0)
+        })
+        .map(|p| GpuPrice {
+            usd_per_gpu_hour: p,
+            gpus: output.gpus,
+        });
     let m: Measured = measure(records, output.slo.as_ref(), price);
     let client = match facts.client_cpu {
         Some((cpu, threads)) => ClientUsage {
@@ -169,6 +188,17 @@ pub fn assemble(records: &[RequestRecord], output: &OutputArgs, facts: RunFacts)
         diagnosis.extend(tokenscope_telemetry::diagnose::diagnose(
             &t.summary, &m.latency,
         ));
+        if t.sources.is_empty() && t.errors > 0 {
+            diagnosis.push(Finding {
+                rule: "metrics_unavailable".into(),
+                severity: "info".into(),
+                message: format!(
+                    "the server's metrics could not be read ({}): server-side figures are unavailable, not zero",
+                    t.first_error.as_deref().unwrap_or("no answer")
+                ),
+                evidence: [("scrape_errors".to_string(), json!(t.errors))].into_iter().collect(),
+            });
+        }
         server.kind = t.kind.clone().or(server.kind);
         let mut metrics = serde_json::to_value(&t.summary).unwrap_or_default();
         if let Some(obj) = metrics.as_object_mut() {

@@ -254,6 +254,7 @@ fn one_point_traced(
 }
 
 pub fn run(args: PlanArgs) -> anyhow::Result<Exit> {
+    outcome::check_output(&args.output)?;
     let mut cfg = engine_config(&args.engine)?;
     if let Some(p) = &args.profile {
         cfg.efficiency = read_profile(p)?.efficiency;

@@ -170,6 +170,53 @@ fn builtin_server_is_the_default_target() {
 }
 
 #[test]
+fn local_gpu_without_nvml_is_a_note_not_an_error() {
+    let server = Server::start(exact(5, 1));
+    let out = run_dir("gpu-local");
+    let o = bench(
+        &server.url,
+        &out,
+        &[
+            "--requests",
+            "3",
+            "--output-tokens",
+            "4",
+            "--gpu",
+            "local",
+            "--gpu-type",
+            "h100-sxm",
+        ],
+    );
+    assert_ok(&o);
+    let r = results(&out);
+    let note = r["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == "gpu_unavailable");
+    // This machine has no NVIDIA driver; on one with a GPU, efficiency.gpu is filled instead.
+    assert!(
+        note.is_some() || r["efficiency"]["gpu"].is_object(),
+        "{}",
+        r["diagnosis"]
+    );
+    assert_eq!(
+        stat(&r, "efficiency.cost.usd_per_gpu_hour"),
+        4.76,
+        "--gpu-type's default price"
+    );
+    // The exact server has no /metrics: the kind stays unknown and a note says why.
+    assert!(r["server"]["kind"].is_null());
+    let rules: Vec<&str> = r["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["rule"].as_str().unwrap())
+        .collect();
+    assert!(rules.contains(&"metrics_unavailable"), "{rules:?}");
+}
+
+#[test]
 fn cost_per_token_from_gpu_price() {
     let server = Server::start(exact(5, 1));
     let out = run_dir("cost");
