@@ -274,3 +274,31 @@ pub fn summary(r: &RunResults) -> String {
     }
     out
 }
+
+/// One line per point of a series (a sweep or `sim plan --sweep`).
+pub fn series_table(points: &[(String, RunResults)]) -> String {
+    let mut out = String::from(
+        "\nload               out tok/s   TTFT p50   TTFT p99   TPOT p50   TPOT p99    E2E p50   KV max  preempt\n",
+    );
+    for (label, r) in points {
+        let l = &r.latency;
+        let ms = |s: Option<tokenscope_core::stats::Summary>,
+                  p: fn(&tokenscope_core::stats::Summary) -> f64| {
+            s.as_ref()
+                .map_or("—".to_string(), |s| format!("{:.1}", p(s)))
+        };
+        let kv = r.efficiency.kv_cache.as_ref();
+        out += &format!(
+            "{label:<18} {:>10.0} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7.0}% {:>8}\n",
+            r.throughput.output_tokens_per_s,
+            ms(l.ttft_ms, |s| s.p50),
+            ms(l.ttft_ms, |s| s.p99),
+            ms(l.tpot_ms, |s| s.p50),
+            ms(l.tpot_ms, |s| s.p99),
+            ms(l.e2e_ms, |s| s.p50),
+            kv.and_then(|k| k["usage_max"].as_f64()).unwrap_or(0.0) * 100.0,
+            kv.and_then(|k| k["preemptions"].as_u64()).unwrap_or(0),
+        );
+    }
+    out
+}

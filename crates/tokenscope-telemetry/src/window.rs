@@ -279,11 +279,14 @@ mod tests {
                 ..Default::default()
             },
         };
-        let s = summarize(&[
-            scrape(0.0, 0.0, 100.0),
-            scrape(1.0, 5.0, 300.0),
-            scrape(2.0, 10.0, 500.0),
-        ]);
+        let s = summarize(
+            &[
+                scrape(0.0, 0.0, 100.0),
+                scrape(1.0, 5.0, 300.0),
+                scrape(2.0, 10.0, 500.0),
+            ],
+            None,
+        );
         let w = s.waiting.unwrap();
         assert_eq!((w.first, w.last, w.max, w.mean), (0.0, 10.0, 10.0, 5.0));
         assert!((w.slope_per_s - 5.0).abs() < 1e-12);

@@ -1,18 +1,19 @@
 //! `tokenscope bench`: probe the target, run the load, write the run
 //! directory, print the summary, choose the exit code.
 
-use crate::cli::{ApiChoice, BenchArgs, BuiltinChoice, GpuSource};
+use crate::cli::{ApiChoice, BenchArgs, BuiltinChoice, GpuSource, LoadArgs};
 use crate::exit::Exit;
 use crate::outcome::{self, RunFacts};
 use anyhow::Context;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
 use serde_json::json;
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokenscope_core::results::Finding;
-use tokenscope_core::results::{self, Server};
+use tokenscope_core::results::{self, RunResults, Server};
 use tokenscope_load::clock::Clock;
 use tokenscope_load::cpu::thread_cpu;
 use tokenscope_load::openai::Api;
@@ -38,6 +39,116 @@ fn usage(msg: String) -> anyhow::Error {
 }
 
 pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
+    if args.load.concurrency.len() > 1 || args.load.rate.len() > 1 {
+        return Err(usage(
+            "--concurrency and --rate take one value in bench; `tokenscope sweep` runs a series"
+                .into(),
+        ));
+    }
+    let setup = args.clone();
+    with_runtime(&setup, |url, builtin, threads| async move {
+        let (results, dir) = bench(args.clone(), url, builtin, threads).await?;
+        outcome::print(&results, &args.output, &dir)?;
+        Ok(outcome::exit_code(&results))
+    })
+}
+
+/// `tokenscope sweep`: one bench run per concurrency level or rate, each in
+/// `OUT/point-NN`, then a table of the series and `sweep.json`.
+pub fn sweep(args: BenchArgs) -> anyhow::Result<Exit> {
+    let points: Vec<(String, LoadArgs)> = if !args.load.concurrency.is_empty() {
+        args.load
+            .concurrency
+            .iter()
+            .map(|&c| {
+                (
+                    format!("concurrency {c}"),
+                    LoadArgs {
+                        concurrency: vec![c],
+                        ..args.load.clone()
+                    },
+                )
+            })
+            .collect()
+    } else if !args.load.rate.is_empty() {
+        args.load
+            .rate
+            .iter()
+            .map(|&r| {
+                (
+                    format!("rate {r}/s"),
+                    LoadArgs {
+                        rate: vec![r],
+                        ..args.load.clone()
+                    },
+                )
+            })
+            .collect()
+    } else {
+        return Err(usage(
+            "sweep needs a series: --concurrency 1,2,4,8 or --rate 1,2,4".into(),
+        ));
+    };
+    let dir = args
+        .output
+        .out
+        .clone()
+        .unwrap_or_else(outcome::default_out_dir);
+    let setup = args.clone();
+    with_runtime(&setup, |url, builtin, threads| async move {
+        let mut done = Vec::new();
+        for (i, (label, load)) in points.into_iter().enumerate() {
+            if !args.output.quiet {
+                eprintln!(
+                    "tokenscope sweep: point {} of {}: {label}",
+                    i + 1,
+                    args.load.concurrency.len().max(args.load.rate.len())
+                );
+            }
+            let mut point = args.clone();
+            point.load = load;
+            point.output.out = Some(dir.join(format!("point-{i:02}")));
+            point.output.json = false;
+            let (results, _) = bench(point, url.clone(), builtin.clone(), threads).await?;
+            let interrupted = results.partial;
+            done.push((label, results));
+            if interrupted {
+                break;
+            }
+        }
+        let doc: Vec<_> = done
+            .iter()
+            .map(|(label, r)| json!({"point": label, "results": r}))
+            .collect();
+        std::fs::write(
+            dir.join("sweep.json"),
+            serde_json::to_string_pretty(&doc)? + "\n",
+        )
+        .with_context(|| format!("writing {}", dir.join("sweep.json").display()))?;
+        if args.output.json {
+            println!("{}", serde_json::to_string_pretty(&doc)?);
+        } else {
+            print!("{}", tokenscope_report::terminal::series_table(&done));
+            println!(
+                "\nsweep directory: {} (point-NN/, sweep.json)",
+                dir.display()
+            );
+        }
+        let worst = done
+            .iter()
+            .map(|(_, r)| outcome::exit_code(r))
+            .find(|e| *e != Exit::Success);
+        Ok(worst.unwrap_or(Exit::Success))
+    })
+}
+
+/// Starts the built-in server when there is no `--url`, builds the client
+/// runtime, and runs `body` on it with the target URL.
+fn with_runtime<F, Fut>(args: &BenchArgs, body: F) -> anyhow::Result<Exit>
+where
+    F: FnOnce(String, Option<String>, usize) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Exit>>,
+{
     let threads = args
         .client_threads
         .map(|n| n as usize)
@@ -55,10 +166,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     let url = args
         .url
         .clone()
-        .or_else(|| builtin.as_ref().map(|b| b.url.clone()));
-    let result = rt.block_on(bench(
-        args,
-        url.unwrap_or_default(),
+        .or_else(|| builtin.as_ref().map(|b| b.url.clone()))
+        .unwrap_or_default();
+    let result = rt.block_on(body(
+        url,
         builtin.as_ref().map(|b| b.description.clone()),
         threads,
     ));
@@ -164,12 +275,14 @@ fn request_headers(args: &BenchArgs) -> anyhow::Result<HeaderMap> {
     Ok(headers)
 }
 
+/// One run: probe, load, scrape, write the run directory. Returns the results
+/// and the directory; printing is the caller's.
 async fn bench(
     args: BenchArgs,
     url: String,
     builtin: Option<String>,
     threads: usize,
-) -> anyhow::Result<Exit> {
+) -> anyhow::Result<(RunResults, PathBuf)> {
     let base = base_url(&url)?;
     let headers = request_headers(&args)?;
     outcome::check_output(&args.output)?;
@@ -370,8 +483,7 @@ async fn bench(
     };
     let results = outcome::assemble(&records, &args.output, facts);
     outcome::write_results(&out_dir, &results)?;
-    outcome::print(&results, &args.output, &out_dir)?;
-    Ok(outcome::exit_code(&results))
+    Ok((results, out_dir))
 }
 
 /// A progress line on stderr: redrawn in place on a terminal, every 10 s otherwise.

@@ -30,6 +30,11 @@ pub struct Cli {
 pub enum Command {
     /// One load test: drive load, time every token, report latency and throughput.
     Bench(Box<BenchArgs>),
+    /// A series of bench runs over concurrency levels or request rates, one run directory each.
+    #[command(after_help = "Examples:\n  \
+tokenscope sweep --concurrency 1,2,4,8,16 --requests 100\n  \
+tokenscope sweep --url http://localhost:8000 --rate 1,2,4,8 --duration 60s --slo ttft_p99=500ms")]
+    Sweep(Box<BenchArgs>),
     /// Built-in servers.
     #[command(subcommand)]
     Sim(SimCommand),
@@ -221,7 +226,7 @@ pub enum ApiChoice {
     OpenaiCompletions,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 #[command(after_help = "Examples:\n  \
 tokenscope bench\n  \
 tokenscope bench --url http://localhost:8000 --model meta-llama/Llama-3.1-8B-Instruct --concurrency 64 --requests 1000 --ignore-eos\n  \
@@ -294,12 +299,13 @@ pub enum BuiltinChoice {
 /// How much load, of what shape: shared by `bench` and `sim plan`.
 #[derive(Args, Debug, Clone)]
 pub struct LoadArgs {
-    /// Closed loop: exactly N requests in flight. Default 10 unless --rate is given.
-    #[arg(long, conflicts_with = "rate", value_parser = clap::value_parser!(u64).range(1..=100_000))]
-    pub concurrency: Option<u64>,
-    /// Open loop: requests per second, whatever the server does.
-    #[arg(long, value_parser = positive_f64)]
-    pub rate: Option<f64>,
+    /// Closed loop: exactly N requests in flight (default 10 unless --rate is given).
+    /// `sweep` takes a list: 1,2,4,8.
+    #[arg(long, conflicts_with = "rate", value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub concurrency: Vec<u64>,
+    /// Open loop: requests per second, whatever the server does. `sweep` takes a list: 1,2,4.
+    #[arg(long, value_delimiter = ',', value_parser = positive_f64)]
+    pub rate: Vec<f64>,
     /// Open-loop arrivals: poisson, constant or gamma:K (K < 1 burstier).
     #[arg(long, default_value = "poisson", requires = "rate")]
     pub arrival: Process,

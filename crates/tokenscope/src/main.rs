@@ -15,6 +15,7 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Bench(args) => bench::run(*args),
+        cli::Command::Sweep(args) => bench::sweep(*args),
         cli::Command::Sim(cli::SimCommand::Exact(args)) => serve::exact(args),
         cli::Command::Sim(cli::SimCommand::Serve(args)) => serve::engine(*args),
         cli::Command::Sim(cli::SimCommand::Plan(args)) => plan::run(*args),

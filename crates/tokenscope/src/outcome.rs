@@ -20,14 +20,14 @@ use tokenscope_telemetry::scraper::ScrapeLog;
 use tokenscope_telemetry::window::{summarize, ServerSummary};
 
 pub fn pattern(load: &LoadArgs) -> LoadPattern {
-    match load.rate {
+    match load.rate.first().copied() {
         Some(rate) => LoadPattern::Open {
             rate,
             process: load.arrival,
             max_concurrency: load.max_concurrency.map(|n| n as usize),
         },
         None => LoadPattern::Closed {
-            concurrency: load.concurrency.unwrap_or(10) as usize,
+            concurrency: load.concurrency.first().copied().unwrap_or(10) as usize,
         },
     }
 }

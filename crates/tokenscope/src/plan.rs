@@ -138,12 +138,12 @@ fn read_replay(dir: &Path, defaults: &crate::cli::LoadArgs) -> anyhow::Result<Re
     let mut load = defaults.clone();
     match c["load"]["mode"].as_str() {
         Some("closed") => {
-            load.concurrency = c["load"]["concurrency"].as_u64();
-            load.rate = None;
+            load.concurrency = c["load"]["concurrency"].as_u64().into_iter().collect();
+            load.rate = Vec::new();
         }
         Some("open") => {
-            load.rate = c["load"]["rate"].as_f64();
-            load.concurrency = None;
+            load.rate = c["load"]["rate"].as_f64().into_iter().collect();
+            load.concurrency = Vec::new();
             if let Some(a) = c["load"]["arrival"].as_str() {
                 load.arrival = a.parse().map_err(|e: String| bad(&e))?;
             }
@@ -282,8 +282,8 @@ pub fn run(args: PlanArgs) -> anyhow::Result<Exit> {
                 (
                     format!("concurrency {c}"),
                     crate::cli::LoadArgs {
-                        concurrency: Some(c),
-                        rate: None,
+                        concurrency: vec![c],
+                        rate: Vec::new(),
                         ..args.load.clone()
                     },
                 )
@@ -295,8 +295,8 @@ pub fn run(args: PlanArgs) -> anyhow::Result<Exit> {
                 (
                     format!("rate {r}/s"),
                     crate::cli::LoadArgs {
-                        rate: Some(r),
-                        concurrency: None,
+                        rate: vec![r],
+                        concurrency: Vec::new(),
                         ramp_up: None,
                         ..args.load.clone()
                     },
@@ -317,7 +317,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<Exit> {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         println!("simulated: {}", cfg.describe());
-        print!("{}", sweep_table(&points));
+        print!("{}", tokenscope_report::terminal::series_table(&points));
         println!("\nrun directories: {}/point-NN", dir.display());
     }
     let worst = points
@@ -327,39 +327,12 @@ pub fn run(args: PlanArgs) -> anyhow::Result<Exit> {
     Ok(worst.unwrap_or(Exit::Success))
 }
 
-fn sweep_table(points: &[(String, RunResults)]) -> String {
-    let mut out = String::from(
-        "\nload               out tok/s   TTFT p50   TTFT p99   TPOT p50   TPOT p99    E2E p50   KV max  preempt\n",
-    );
-    for (label, r) in points {
-        let l = &r.latency;
-        let ms = |s: Option<tokenscope_core::stats::Summary>,
-                  p: fn(&tokenscope_core::stats::Summary) -> f64| {
-            s.as_ref()
-                .map_or("—".to_string(), |s| format!("{:.1}", p(s)))
-        };
-        let kv = r.efficiency.kv_cache.as_ref();
-        out += &format!(
-            "{label:<18} {:>10.0} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7.0}% {:>8}\n",
-            r.throughput.output_tokens_per_s,
-            ms(l.ttft_ms, |s| s.p50),
-            ms(l.ttft_ms, |s| s.p99),
-            ms(l.tpot_ms, |s| s.p50),
-            ms(l.tpot_ms, |s| s.p99),
-            ms(l.e2e_ms, |s| s.p50),
-            kv.and_then(|k| k["usage_max"].as_f64()).unwrap_or(0.0) * 100.0,
-            kv.and_then(|k| k["preemptions"].as_u64()).unwrap_or(0),
-        );
-    }
-    out
-}
-
 /// `tokenscope sim calibrate RUN_DIR`: fits the efficiency factors and writes a profile.
 pub fn calibrate(args: CalibrateArgs) -> anyhow::Result<Exit> {
     let cfg = engine_config(&args.engine)?;
     let defaults = crate::cli::LoadArgs {
-        concurrency: None,
-        rate: None,
+        concurrency: Vec::new(),
+        rate: Vec::new(),
         arrival: tokenscope_load::arrival::Process::Poisson,
         max_concurrency: None,
         requests: None,

@@ -217,6 +217,51 @@ fn local_gpu_without_nvml_is_a_note_not_an_error() {
 }
 
 #[test]
+fn sweep_runs_one_bench_per_level_and_bench_refuses_a_series() {
+    let server = Server::start(exact(5, 2));
+    let out = run_dir("sweep");
+    let o = tokenscope()
+        .args([
+            "sweep",
+            "--url",
+            &server.url,
+            "--quiet",
+            "--rate",
+            "20,40",
+            "--requests",
+            "10",
+            "--output-tokens",
+            "4",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
+    let rates: Vec<f64> = doc
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["results"]["config"]["load"]["rate"].as_f64().unwrap())
+        .collect();
+    assert_eq!(rates, vec![20.0, 40.0]);
+    assert!(results(&out.join("point-01"))["counts"]["succeeded"] == 10);
+    let o = tokenscope()
+        .args(["bench", "--url", &server.url, "--concurrency", "1,2"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("sweep"));
+    let o = tokenscope()
+        .args(["sweep", "--url", &server.url])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "a sweep needs a series");
+}
+
+#[test]
 fn cost_per_token_from_gpu_price() {
     let server = Server::start(exact(5, 1));
     let out = run_dir("cost");

@@ -494,3 +494,51 @@ fn calibrated_at_one_load_predicts_another() {
         err("latency.tpot_ms.p50") * 100.0
     );
 }
+
+/// A small sweep against the real server completes and reports every point.
+#[test]
+fn a_small_sweep_completes_and_reports() {
+    let llama = Llama::start("LLAMA_MODEL_TINY", 4, 1);
+    let out = run_dir("llama-sweep");
+    let o = tokenscope()
+        .args([
+            "sweep",
+            "--url",
+            &llama.url,
+            "--quiet",
+            "--concurrency",
+            "1,2,4",
+            "--requests",
+            "8",
+        ])
+        .args([
+            "--output-tokens",
+            "32",
+            "--ignore-eos",
+            "--scrape-interval",
+            "100ms",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let table = String::from_utf8_lossy(&o.stdout);
+    for level in ["concurrency 1", "concurrency 2", "concurrency 4"] {
+        assert!(table.contains(level), "{table}");
+    }
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
+    let points = doc.as_array().unwrap();
+    assert_eq!(points.len(), 3);
+    for (p, c) in points.iter().zip([1, 2, 4]) {
+        let r = &p["results"];
+        assert_eq!(r["config"]["load"]["concurrency"], c);
+        assert_eq!(stat(r, "counts.succeeded"), 8.0);
+        assert_eq!(r["server"]["kind"], "llama.cpp");
+        assert_eq!(stat(r, "throughput.concurrency.max"), c as f64);
+    }
+    for i in 0..3 {
+        assert!(out.join(format!("point-{i:02}/requests.jsonl")).exists());
+    }
+}
