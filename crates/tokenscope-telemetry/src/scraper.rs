@@ -79,41 +79,30 @@ impl Scraper {
         timeseries: &Path,
         in_flight: Arc<dyn Fn() -> u64 + Send + Sync>,
     ) -> std::io::Result<Scraper> {
-        let mut out = std::io::BufWriter::new(std::fs::File::create(timeseries)?);
-        let mut log = ScrapeLog::default();
-        take(
-            &client,
-            &config,
-            &mut log,
-            &mut out,
+        let out = std::io::BufWriter::new(std::fs::File::create(timeseries)?);
+        let mut sampler = Sampler {
+            client,
+            config,
+            out,
             origin,
-            in_flight.as_ref(),
-        )
-        .await;
+            in_flight,
+            log: ScrapeLog::default(),
+        };
+        sampler.take().await;
         let stop = CancellationToken::new();
         let token = stop.clone();
         let task = tokio::spawn(async move {
-            let mut ticker = tokio::time::interval_at(
-                tokio::time::Instant::now() + config.interval,
-                config.interval,
-            );
+            let every = sampler.config.interval;
+            let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 let last = tokio::select! {
                     _ = ticker.tick() => false,
                     _ = token.cancelled() => true,
                 };
-                take(
-                    &client,
-                    &config,
-                    &mut log,
-                    &mut out,
-                    origin,
-                    in_flight.as_ref(),
-                )
-                .await;
+                sampler.take().await;
                 if last {
-                    return log;
+                    return sampler.log;
                 }
             }
         });
@@ -127,52 +116,58 @@ impl Scraper {
     }
 }
 
-/// One scrape: fetched, merged, logged, and written as a line.
-async fn take(
-    client: &reqwest::Client,
-    config: &ScrapeConfig,
-    log: &mut ScrapeLog,
-    out: &mut impl Write,
+/// Everything one scrape needs, and what the scrapes found so far.
+struct Sampler {
+    client: reqwest::Client,
+    config: ScrapeConfig,
+    out: std::io::BufWriter<std::fs::File>,
     origin: Instant,
-    in_flight: &(dyn Fn() -> u64 + Send + Sync),
-) {
-    let (mut concepts, mut error) = scrape(client, config, log).await;
-    if let Some(gpu) = &config.local_gpu {
-        concepts = kinds::merge(&[gpu.sample(), concepts]);
-        error = None;
-    }
-    let t_s = origin.elapsed().as_secs_f64();
-    let prev_queue = log
-        .scrapes
-        .last()
-        .and_then(|s| s.concepts.queue_time.clone());
-    let queue_mean = match (&prev_queue, &concepts.queue_time) {
-        (Some(a), Some(b)) => {
-            let d = hist_delta(a, b);
-            (d.count > 0.0).then(|| d.sum / d.count * 1e3)
+    in_flight: Arc<dyn Fn() -> u64 + Send + Sync>,
+    log: ScrapeLog,
+}
+
+impl Sampler {
+    /// One scrape: fetched, merged, logged, and written as a line.
+    async fn take(&mut self) {
+        let (mut concepts, mut error) = scrape(&self.client, &self.config, &mut self.log).await;
+        if let Some(gpu) = &self.config.local_gpu {
+            concepts = kinds::merge(&[gpu.sample(), concepts]);
+            error = None;
         }
-        _ => None,
-    };
-    let line = Line {
-        t_s,
-        in_flight: in_flight(),
-        running: concepts.running,
-        waiting: concepts.waiting,
-        kv_usage: concepts.kv_usage,
-        preemptions_total: concepts.preemptions,
-        prompt_tokens_total: concepts.prompt_tokens,
-        generation_tokens_total: concepts.generation_tokens,
-        queue_time_mean_ms: queue_mean,
-        gpu_util_time_pct: concepts.gpu_util_time_pct,
-        gpu_power_w: concepts.gpu_power_w,
-        error: error.as_deref(),
-    };
-    if serde_json::to_writer(&mut *out, &line).is_ok() {
-        let _ = out.write_all(b"\n");
-        let _ = out.flush();
-    }
-    if error.is_none() {
-        log.scrapes.push(Scrape { t_s, concepts });
+        let t_s = self.origin.elapsed().as_secs_f64();
+        let prev_queue = self
+            .log
+            .scrapes
+            .last()
+            .and_then(|s| s.concepts.queue_time.clone());
+        let queue_mean = match (&prev_queue, &concepts.queue_time) {
+            (Some(a), Some(b)) => {
+                let d = hist_delta(a, b);
+                (d.count > 0.0).then(|| d.sum / d.count * 1e3)
+            }
+            _ => None,
+        };
+        let line = Line {
+            t_s,
+            in_flight: (self.in_flight)(),
+            running: concepts.running,
+            waiting: concepts.waiting,
+            kv_usage: concepts.kv_usage,
+            preemptions_total: concepts.preemptions,
+            prompt_tokens_total: concepts.prompt_tokens,
+            generation_tokens_total: concepts.generation_tokens,
+            queue_time_mean_ms: queue_mean,
+            gpu_util_time_pct: concepts.gpu_util_time_pct,
+            gpu_power_w: concepts.gpu_power_w,
+            error: error.as_deref(),
+        };
+        if serde_json::to_writer(&mut self.out, &line).is_ok() {
+            let _ = self.out.write_all(b"\n");
+            let _ = self.out.flush();
+        }
+        if error.is_none() {
+            self.log.scrapes.push(Scrape { t_s, concepts });
+        }
     }
 }
 
