@@ -13,4 +13,4 @@ while IFS='=' read -r key value; do
 done <<< "$fixture"
 echo "llama.cpp fixture: $LLAMA_SERVER" >&2
 
-cargo test --release --workspace "$@"
+cargo test --release --workspace --no-fail-fast "$@"
