@@ -6,6 +6,7 @@
 //! Nothing here does I/O or knows about HTTP: the load crate produces
 //! [`record::RequestRecord`]s, this crate turns them into [`results::RunResults`].
 
+pub mod analysis;
 pub mod cost;
 pub mod diagnosis;
 pub mod duration;

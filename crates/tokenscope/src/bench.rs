@@ -56,33 +56,24 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
 /// `tokenscope sweep`: one bench run per concurrency level or rate, each in
 /// `OUT/point-NN`, then a table of the series and `sweep.json`.
 pub fn sweep(args: BenchArgs) -> anyhow::Result<Exit> {
-    let points: Vec<(String, LoadArgs)> = if !args.load.concurrency.is_empty() {
-        args.load
-            .concurrency
+    let load = &args.load;
+    let points: Vec<(String, f64, LoadArgs)> = if !load.concurrency.is_empty() {
+        let one = |c: u64| LoadArgs {
+            concurrency: vec![c],
+            ..load.clone()
+        };
+        load.concurrency
             .iter()
-            .map(|&c| {
-                (
-                    format!("concurrency {c}"),
-                    LoadArgs {
-                        concurrency: vec![c],
-                        ..args.load.clone()
-                    },
-                )
-            })
+            .map(|&c| (format!("concurrency {c}"), c as f64, one(c)))
             .collect()
-    } else if !args.load.rate.is_empty() {
-        args.load
-            .rate
+    } else if !load.rate.is_empty() {
+        let one = |r: f64| LoadArgs {
+            rate: vec![r],
+            ..load.clone()
+        };
+        load.rate
             .iter()
-            .map(|&r| {
-                (
-                    format!("rate {r}/s"),
-                    LoadArgs {
-                        rate: vec![r],
-                        ..args.load.clone()
-                    },
-                )
-            })
+            .map(|&r| (format!("rate {r}/s"), r, one(r)))
             .collect()
     } else {
         return Err(usage(
@@ -96,14 +87,11 @@ pub fn sweep(args: BenchArgs) -> anyhow::Result<Exit> {
         .unwrap_or_else(outcome::default_out_dir);
     let setup = args.clone();
     with_runtime(&setup, |url, builtin, threads| async move {
+        let total = points.len();
         let mut done = Vec::new();
-        for (i, (label, load)) in points.into_iter().enumerate() {
+        for (i, (label, level, load)) in points.into_iter().enumerate() {
             if !args.output.quiet {
-                eprintln!(
-                    "tokenscope sweep: point {} of {}: {label}",
-                    i + 1,
-                    args.load.concurrency.len().max(args.load.rate.len())
-                );
+                eprintln!("tokenscope sweep: point {} of {total}: {label}", i + 1);
             }
             let mut point = args.clone();
             point.load = load;
@@ -111,34 +99,12 @@ pub fn sweep(args: BenchArgs) -> anyhow::Result<Exit> {
             point.output.json = false;
             let (results, _) = bench(point, url.clone(), builtin.clone(), threads).await?;
             let interrupted = results.partial;
-            done.push((label, results));
+            done.push((label, level, results));
             if interrupted {
                 break;
             }
         }
-        let doc: Vec<_> = done
-            .iter()
-            .map(|(label, r)| json!({"point": label, "results": r}))
-            .collect();
-        std::fs::write(
-            dir.join("sweep.json"),
-            serde_json::to_string_pretty(&doc)? + "\n",
-        )
-        .with_context(|| format!("writing {}", dir.join("sweep.json").display()))?;
-        if args.output.json {
-            println!("{}", serde_json::to_string_pretty(&doc)?);
-        } else {
-            print!("{}", tokenscope_report::terminal::series_table(&done));
-            println!(
-                "\nsweep directory: {} (point-NN/, sweep.json)",
-                dir.display()
-            );
-        }
-        let worst = done
-            .iter()
-            .map(|(_, r)| outcome::exit_code(r))
-            .find(|e| *e != Exit::Success);
-        Ok(worst.unwrap_or(Exit::Success))
+        outcome::finish_series(&dir, &done, &args.output)
     })
 }
 

@@ -288,3 +288,95 @@ pub fn exit_code(r: &RunResults) -> Exit {
         Exit::Success
     }
 }
+
+/// A finished series: writes `sweep.json` (every point's results, the
+/// frontier, knee, saturation and recommendations) and prints the table and
+/// the recommendations, or with `--json` the document alone.
+pub fn finish_series(
+    dir: &Path,
+    points: &[(String, f64, RunResults)],
+    output: &OutputArgs,
+) -> anyhow::Result<Exit> {
+    use tokenscope_core::analysis::{self, Objectives, Point};
+    let reduced: Vec<Point> = points
+        .iter()
+        .map(|(_, load, r)| Point::from_results(*load, r))
+        .collect();
+    // The knee of tokens/s against the TTFT p99 it costs, reported as loads.
+    let ttft: Vec<f64> = reduced.iter().map(|p| p.ttft_p99_ms).collect();
+    let tps: Vec<f64> = reduced.iter().map(|p| p.output_tps).collect();
+    let knee = analysis::knee(&ttft, &tps, 0.05).map(|k| {
+        let near = reduced
+            .iter()
+            .filter(|p| p.ttft_p99_ms >= k.low && p.ttft_p99_ms <= k.high)
+            .map(|p| p.load);
+        analysis::Knee {
+            index: k.index,
+            load: reduced[k.index].load,
+            low: near.clone().fold(f64::INFINITY, f64::min),
+            high: near.fold(f64::NEG_INFINITY, f64::max),
+        }
+    });
+    let saturation = analysis::saturation(&reduced, 0.05);
+    let frontier = analysis::pareto(&reduced);
+    let recommendations = analysis::recommend(&reduced, &Objectives::default());
+    let doc = json!({
+        "points": points.iter().map(|(label, load, r)| json!({"point": label, "load": load, "results": r})).collect::<Vec<_>>(),
+        "analysis": {
+            "series": reduced,
+            "pareto_frontier": frontier,
+            "knee": knee,
+            "saturation": saturation.map(|i| json!({"index": i, "load": reduced[i].load})),
+            "objectives": Objectives::default(),
+            "recommendations": recommendations,
+        },
+    });
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(
+        dir.join("sweep.json"),
+        serde_json::to_string_pretty(&doc)? + "\n",
+    )
+    .with_context(|| format!("writing {}", dir.join("sweep.json").display()))?;
+    if output.json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        let labelled: Vec<(String, RunResults)> = points
+            .iter()
+            .map(|(l, _, r)| (l.clone(), r.clone()))
+            .collect();
+        print!("{}", tokenscope_report::terminal::series_table(&labelled));
+        let on = |i: usize| if frontier.contains(&i) { "on" } else { "off" };
+        match knee {
+            Some(k) => println!(
+                "\nknee: load {} (could be anywhere from {} to {}; {} the Pareto frontier)",
+                k.load,
+                k.low,
+                k.high,
+                on(k.index)
+            ),
+            None => println!("\nno knee in this range: tokens/s has not flattened yet"),
+        }
+        if let Some(i) = saturation {
+            println!(
+                "saturated from load {}: tokens/s grew < 5 % while TTFT p99 rose",
+                reduced[i].load
+            );
+        }
+        println!("\nRecommended operating points");
+        for r in &recommendations {
+            match r.load {
+                Some(load) => println!("  {:<13} load {load:<8} {}", r.profile, r.why),
+                None => println!("  {:<13} none     {}", r.profile, r.why),
+            }
+        }
+        println!(
+            "\nseries directory: {} (point-NN/, sweep.json)",
+            dir.display()
+        );
+    }
+    let worst = points
+        .iter()
+        .map(|(_, _, r)| exit_code(r))
+        .find(|e| *e != Exit::Success);
+    Ok(worst.unwrap_or(Exit::Success))
+}

@@ -304,27 +304,21 @@ pub fn run(args: PlanArgs) -> anyhow::Result<Exit> {
             })
             .collect(),
     };
+    if !args.output.json {
+        println!("simulated: {}", cfg.describe());
+    }
     let mut points = Vec::new();
     for (i, (label, load)) in loads.iter().enumerate() {
         let results = one_point(&cfg, &args, load, &dir.join(format!("point-{i:02}")))?;
-        points.push((label.clone(), results));
+        let level = load
+            .concurrency
+            .first()
+            .map(|&c| c as f64)
+            .or(load.rate.first().copied())
+            .unwrap_or(0.0);
+        points.push((label.clone(), level, results));
     }
-    if args.output.json {
-        let doc: Vec<_> = points
-            .iter()
-            .map(|(label, r)| json!({"point": label, "results": r}))
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-    } else {
-        println!("simulated: {}", cfg.describe());
-        print!("{}", tokenscope_report::terminal::series_table(&points));
-        println!("\nrun directories: {}/point-NN", dir.display());
-    }
-    let worst = points
-        .iter()
-        .map(|(_, r)| outcome::exit_code(r))
-        .find(|e| *e != Exit::Success);
-    Ok(worst.unwrap_or(Exit::Success))
+    outcome::finish_series(&dir, &points, &args.output)
 }
 
 /// `tokenscope sim calibrate RUN_DIR`: fits the efficiency factors and writes a profile.

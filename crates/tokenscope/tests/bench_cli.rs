@@ -240,7 +240,7 @@ fn sweep_runs_one_bench_per_level_and_bench_refuses_a_series() {
     assert_ok(&o);
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
-    let rates: Vec<f64> = doc
+    let rates: Vec<f64> = doc["points"]
         .as_array()
         .unwrap()
         .iter()

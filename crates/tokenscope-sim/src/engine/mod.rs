@@ -106,13 +106,13 @@ impl EngineConfig {
     /// A one-line description for reports.
     pub fn describe(&self) -> String {
         format!(
-            "{} {:?} on {} × {} (TP {}), KV {:?}, {:.0} % memory",
+            "{} {} on {} × {} (TP {}), KV {}, {:.0} % memory",
             self.model.name,
-            self.weights,
+            format!("{:?}", self.weights).to_lowercase(),
             self.tp,
             self.gpu.name,
             self.tp,
-            self.kv_dtype,
+            format!("{:?}", self.kv_dtype).to_lowercase(),
             self.gpu_memory_utilization * 100.0
         )
     }

@@ -1,0 +1,87 @@
+//! The sweep report on the virtual clock (`sim plan --sweep`): frontier, knee
+//! and the four service profiles' operating points follow the physics.
+
+mod common;
+use common::*;
+
+#[test]
+fn recommendations_follow_the_physics() {
+    let out = run_dir("sweep-analysis");
+    let o = tokenscope()
+        .args([
+            "sim",
+            "plan",
+            "--quiet",
+            "--sweep",
+            "concurrency:1,4,16,64,256",
+            "--requests",
+            "300",
+        ])
+        .args([
+            "--output-tokens",
+            "512",
+            "--gpu-memory-utilization",
+            "0.4",
+            "--gpu-type",
+            "h100-sxm",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
+    let a = &doc["analysis"];
+    let series = a["series"].as_array().unwrap();
+    let rec = |profile: &str| {
+        a["recommendations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["profile"] == profile)
+            .unwrap()
+            .clone()
+    };
+    let (chat, batch, cost, long) = (rec("chat"), rec("batch"), rec("cost"), rec("long-context"));
+    eprintln!(
+        "chat {} batch {} cost {} long-context {}",
+        chat["load"], batch["load"], cost["load"], long["load"]
+    );
+    // Chat runs at less load than batch.
+    assert!(chat["load"].as_f64().unwrap() < batch["load"].as_f64().unwrap());
+    // Batch has the most tokens/s on the frontier.
+    let frontier: Vec<usize> = a["pareto_frontier"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_u64().unwrap() as usize)
+        .collect();
+    let best_tps = frontier
+        .iter()
+        .map(|&i| series[i]["output_tps"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert_eq!(batch["expect"]["output_tps"].as_f64().unwrap(), best_tps);
+    // Long context: no preemptions there, though the heaviest load preempts.
+    assert_eq!(long["expect"]["preemptions"].as_f64().unwrap(), 0.0);
+    assert!(series.last().unwrap()["preemptions"].as_f64().unwrap() > 0.0);
+    // Cost: the least cost per 1K among points under its TTFT cap.
+    let cap = a["objectives"]["cost_ttft_cap_ms"].as_f64().unwrap();
+    let cheapest = series
+        .iter()
+        .filter(|p| p["ttft_p99_ms"].as_f64().unwrap() <= cap)
+        .map(|p| p["cost_per_1k"].as_f64().unwrap())
+        .fold(f64::INFINITY, f64::min);
+    assert_eq!(cost["expect"]["cost_per_1k"].as_f64().unwrap(), cheapest);
+    // Every recommendation says why, with numbers.
+    for r in [&chat, &batch, &cost, &long] {
+        assert!(
+            r["why"]
+                .as_str()
+                .unwrap()
+                .chars()
+                .any(|c| c.is_ascii_digit()),
+            "{r}"
+        );
+    }
+}
