@@ -10,6 +10,7 @@
 
 use crate::faults::{pick_fault, uniform, Fault, Faults};
 use crate::http::{bad_request, parse_body};
+use crate::openai::{self, Ask, Writer};
 use crate::timer::sleep_until;
 use axum::body::Body;
 use axum::extract::State;
@@ -25,9 +26,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 use tokio::net::TcpListener;
-
-/// Words a response is made of, each one cl100k token.
-const TOKENS: [&str; 8] = [" the", " of", " and", " to", " in", " is", " was", " for"];
 
 #[derive(Debug, Clone)]
 pub struct ExactConfig {
@@ -178,32 +176,19 @@ async fn models(State(s): State<Arc<Shared>>) -> Response {
 }
 
 async fn chat(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(msg) => return bad_request(&msg),
-    };
-    let prompt_tokens = body["messages"]
-        .as_array()
-        .map(|m| m.iter().map(|m| words(&m["content"])).sum())
-        .unwrap_or(0);
-    respond(state.0, &body, prompt_tokens, true).await
+    respond(state.0, &body, true).await
 }
 
 async fn completions(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    let body = match parse_body(&body) {
+    respond(state.0, &body, false).await
+}
+
+async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
+    let body = match parse_body(body) {
         Ok(b) => b,
         Err(msg) => return bad_request(&msg),
     };
-    let prompt_tokens = words(&body["prompt"]);
-    respond(state.0, &body, prompt_tokens, false).await
-}
-
-fn words(v: &Value) -> u64 {
-    v.as_str()
-        .map_or(0, |s| s.split_whitespace().count() as u64)
-}
-
-async fn respond(s: Arc<Shared>, body: &Value, prompt_tokens: u64, is_chat: bool) -> Response {
+    let ask = Ask::read(&body, is_chat);
     let arrival = Instant::now();
     let n = s.stats.requests.fetch_add(1, Ordering::Relaxed);
     let cfg = &s.config;
@@ -217,28 +202,19 @@ async fn respond(s: Arc<Shared>, body: &Value, prompt_tokens: u64, is_chat: bool
         )
             .into_response();
     }
-    let max_tokens = ["max_tokens", "max_completion_tokens", "n_predict"]
-        .iter()
-        .find_map(|k| body[k].as_u64())
-        .unwrap_or(cfg.default_output_tokens)
-        .max(1);
-    let stream = body["stream"].as_bool().unwrap_or(false);
-    let opts = &body["stream_options"];
     let plan = Plan {
+        writer: Writer::new(is_chat, "exact", n, &s.model_json, ask.prompt_tokens),
         shared: s.clone(),
         arrival,
-        n,
-        tokens: max_tokens,
-        prompt_tokens,
-        is_chat,
-        usage_at_end: opts["include_usage"].as_bool().unwrap_or(false),
-        usage_per_chunk: opts["continuous_usage_stats"].as_bool().unwrap_or(false),
+        tokens: ask.max_tokens.unwrap_or(cfg.default_output_tokens).max(1),
+        usage_at_end: ask.include_usage,
+        usage_per_chunk: ask.continuous_usage,
         fault,
         lateness: hdrhistogram::Histogram::new(3).expect("valid precision"),
         first_sent: None,
         last_sent: arrival,
     };
-    if !stream {
+    if !ask.stream {
         return plan.whole().await.into_response();
     }
     let body = Body::from_stream(futures_util::stream::unfold(
@@ -259,11 +235,9 @@ async fn respond(s: Arc<Shared>, body: &Value, prompt_tokens: u64, is_chat: bool
 /// then finish, usage, `[DONE]`.
 struct Plan {
     shared: Arc<Shared>,
+    writer: Writer,
     arrival: Instant,
-    n: u64,
     tokens: u64,
-    prompt_tokens: u64,
-    is_chat: bool,
     usage_at_end: bool,
     usage_per_chunk: bool,
     fault: Fault,
@@ -288,44 +262,12 @@ impl Plan {
         self.arrival + cfg.ttft + cfg.itl * last as u32
     }
 
-    fn frame(&self, payload: &str) -> Result<Bytes, std::io::Error> {
-        Ok(Bytes::from(format!("data: {payload}\n\n")))
-    }
-
-    fn usage(&self, completion: u64) -> String {
-        format!(
-            r#"{{"prompt_tokens":{},"completion_tokens":{completion},"total_tokens":{}}}"#,
-            self.prompt_tokens,
-            self.prompt_tokens + completion
-        )
-    }
-
-    fn chunk_json(&self, choice: &str, usage: Option<String>) -> String {
-        let (id, object) = if self.is_chat {
-            ("chatcmpl", "chat.completion.chunk")
-        } else {
-            ("cmpl", "text_completion")
-        };
-        let usage = usage
-            .map(|u| format!(r#","usage":{u}"#))
-            .unwrap_or_default();
-        format!(
-            r#"{{"id":"{id}-exact-{}","object":"{object}","created":0,"model":{},"choices":[{choice}]{usage}}}"#,
-            self.n, self.shared.model_json
-        )
-    }
-
     async fn step(&mut self, step: u64) -> Option<Result<Bytes, std::io::Error>> {
         let chunks = self.chunks();
         let k = self.shared.config.tokens_per_chunk.max(1) as u64;
         if step == 0 {
             // The role arrives at once, before any token: it must not start TTFT.
-            let choice = if self.is_chat {
-                r#"{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}"#
-            } else {
-                return Some(Ok(Bytes::new()));
-            };
-            return Some(self.frame(&self.chunk_json(choice, None)));
+            return Some(Ok(self.writer.role().unwrap_or_default()));
         }
         if step <= chunks {
             let j = step - 1;
@@ -334,7 +276,7 @@ impl Plan {
                     Fault::Disconnect => {
                         return Some(Err(std::io::Error::other("injected disconnect")));
                     }
-                    Fault::Malformed => return Some(self.frame(r#"{"choices":[{"delta":"#)),
+                    Fault::Malformed => return Some(Ok(Writer::malformed())),
                     Fault::Stall => tokio::time::sleep(self.shared.config.stall).await,
                     _ => {}
                 }
@@ -343,44 +285,29 @@ impl Plan {
             sleep_until(due).await;
             let late = Instant::now().saturating_duration_since(due).as_micros() as u64;
             let _ = self.lateness.record(late);
-            let first = j * k;
             let last = ((j + 1) * k).min(self.tokens);
-            let text: String = (first..last).map(|i| TOKENS[(i % 8) as usize]).collect();
-            let choice = if self.is_chat {
-                format!(r#"{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":null}}"#)
-            } else {
-                format!(r#"{{"index":0,"text":"{text}","logprobs":null,"finish_reason":null}}"#)
-            };
-            let usage = self.usage_per_chunk.then(|| self.usage(last));
-            let frame = self.frame(&self.chunk_json(&choice, usage));
+            let frame = self.writer.content(
+                &openai::text(j * k, last),
+                self.usage_per_chunk.then_some(last),
+            );
             let now = Instant::now();
             self.first_sent.get_or_insert(now);
             self.last_sent = now;
-            return Some(frame);
+            return Some(Ok(frame));
         }
         match step - chunks {
             1 => {
-                let choice = if self.is_chat {
-                    r#"{"index":0,"delta":{},"finish_reason":"length"}"#
-                } else {
-                    r#"{"index":0,"text":"","logprobs":null,"finish_reason":"length"}"#
-                };
                 // What the server actually did, in the manner of llama.cpp's
                 // `timings`: a loaded machine can make it differ from the config.
                 let first = self.first_sent.unwrap_or(self.arrival);
                 let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-                let timings = format!(
-                    r#","timings":{{"ttft_ms":{:.4},"tpot_ms":{:.4}}}"#,
-                    ms(first - self.arrival),
-                    ms(self.last_sent - first) / (self.tokens.max(2) - 1) as f64
-                );
-                let mut chunk = self.chunk_json(choice, None);
-                chunk.insert_str(chunk.len() - 1, &timings);
-                Some(self.frame(&chunk))
+                let timings = json!({
+                    "ttft_ms": ms(first - self.arrival),
+                    "tpot_ms": ms(self.last_sent - first) / (self.tokens.max(2) - 1) as f64,
+                });
+                Some(Ok(self.writer.finish(&timings)))
             }
-            2 if self.usage_at_end => {
-                Some(self.frame(&self.chunk_json("", Some(self.usage(self.tokens)))))
-            }
+            2 if self.usage_at_end => Some(Ok(self.writer.usage(self.tokens))),
             2 | 3 => {
                 if step - chunks == 3 && !self.usage_at_end {
                     return None;
@@ -390,7 +317,7 @@ impl Plan {
                     .completed_streams
                     .fetch_add(1, Ordering::Relaxed);
                 self.shared.stats.add_lateness(&self.lateness);
-                Some(self.frame("[DONE]"))
+                Some(Ok(Writer::done()))
             }
             _ => None,
         }
@@ -398,19 +325,6 @@ impl Plan {
 
     async fn whole(&self) -> impl IntoResponse {
         sleep_until(self.chunk_ready(self.chunks().saturating_sub(1))).await;
-        let text: String = (0..self.tokens).map(|i| TOKENS[(i % 8) as usize]).collect();
-        let choice = if self.is_chat {
-            json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"})
-        } else {
-            json!({"index": 0, "text": text, "finish_reason": "length"})
-        };
-        Json(json!({
-            "id": format!("exact-{}", self.n),
-            "object": if self.is_chat { "chat.completion" } else { "text_completion" },
-            "model": self.shared.config.model,
-            "choices": [choice],
-            "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.tokens,
-                      "total_tokens": self.prompt_tokens + self.tokens},
-        }))
+        Json(self.writer.whole(self.tokens, &self.shared.config.model))
     }
 }

@@ -9,6 +9,7 @@ pub mod engine;
 pub mod exact;
 pub mod faults;
 pub mod http;
+pub mod openai;
 pub mod plan;
 pub mod prom;
 pub mod serve;

@@ -11,6 +11,7 @@ use crate::engine::scheduler::Seq;
 use crate::engine::{Engine, EngineConfig, EngineState};
 use crate::faults::{Fault, Faults};
 use crate::http::{bad_request, parse_body};
+use crate::openai::{self, Ask, Writer};
 use crate::prom::{self, Exposition, Histogram};
 use crate::timer;
 use axum::body::Body;
@@ -28,9 +29,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
-
-/// Words a response is made of, each one cl100k token.
-const TOKENS: [&str; 8] = [" the", " of", " and", " to", " in", " is", " was", " for"];
 
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -467,60 +465,45 @@ async fn metrics_text(State(s): State<Arc<Shared>>) -> Response {
 }
 
 async fn chat(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(msg) => return bad_request(&msg),
-    };
-    let prompt = body["messages"]
-        .as_array()
-        .map(|m| m.iter().map(|m| words(&m["content"])).sum())
-        .unwrap_or(0);
-    respond(state.0, &body, prompt, true).await
+    respond(state.0, &body, true).await
 }
 
 async fn completions(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    let body = match parse_body(&body) {
+    respond(state.0, &body, false).await
+}
+
+async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
+    let body = match parse_body(body) {
         Ok(b) => b,
         Err(msg) => return bad_request(&msg),
     };
-    let prompt = words(&body["prompt"]);
-    respond(state.0, &body, prompt, false).await
-}
-
-fn words(v: &Value) -> u32 {
-    v.as_str()
-        .map_or(0, |s| s.split_whitespace().count() as u32)
-}
-
-async fn respond(s: Arc<Shared>, body: &Value, prompt: u32, is_chat: bool) -> Response {
+    let ask = Ask::read(&body, is_chat);
     let id = s.next_id.fetch_add(1, Ordering::Relaxed);
     let fault = s.options.faults.for_request(s.options.seed, id);
     if let Fault::Status(code) = fault {
         let status = StatusCode::from_u16(code).expect("valid status");
-        return (status, Json(json!({"error": {"message": format!("injected {code}"), "type": "injected", "code": code}})))
-            .into_response();
-    }
-    let max_tokens = ["max_tokens", "max_completion_tokens"]
-        .iter()
-        .find_map(|k| body[k].as_u64())
-        .map_or(s.options.default_max_tokens, |n| {
-            n.clamp(1, u32::MAX as u64) as u32
-        });
-    let prompt = prompt.max(1);
-    if prompt as u64 + max_tokens as u64 > s.config.model.max_context as u64 {
-        let msg = format!(
-            "This model's maximum context length is {} tokens; the request asks for {} ({prompt} prompt + {max_tokens} output)",
-            s.config.model.max_context,
-            prompt as u64 + max_tokens as u64
-        );
+        let msg = format!("injected {code}");
         return (
-            StatusCode::BAD_REQUEST,
-            Json(json!({"error": {"message": msg, "type": "BadRequestError", "code": 400}})),
+            status,
+            Json(json!({"error": {"message": msg, "type": "injected", "code": code}})),
         )
             .into_response();
     }
+    let max_tokens = ask
+        .max_tokens
+        .map_or(s.options.default_max_tokens as u64, |n| {
+            n.clamp(1, u32::MAX as u64)
+        });
+    let prompt = ask.prompt_tokens.clamp(1, u32::MAX as u64);
+    if prompt + max_tokens > s.config.model.max_context as u64 {
+        return bad_request(&format!(
+            "This model's maximum context length is {} tokens; the request asks for {} ({prompt} prompt + {max_tokens} output)",
+            s.config.model.max_context,
+            prompt + max_tokens
+        ));
+    }
     let (events, mut rx) = mpsc::unbounded_channel();
-    let seq = Seq::new(id, prompt, max_tokens, 0.0);
+    let seq = Seq::new(id, prompt as u32, max_tokens as u32, 0.0);
     if s.submit
         .send(Submit {
             seq,
@@ -531,17 +514,8 @@ async fn respond(s: Arc<Shared>, body: &Value, prompt: u32, is_chat: bool) -> Re
     {
         return (StatusCode::SERVICE_UNAVAILABLE, "engine stopped").into_response();
     }
-    let stream = body["stream"].as_bool().unwrap_or(false);
-    let include_usage = body["stream_options"]["include_usage"]
-        .as_bool()
-        .unwrap_or(false);
-    let out = Output {
-        shared: s.clone(),
-        id,
-        is_chat,
-        prompt,
-    };
-    if !stream {
+    let writer = Writer::new(is_chat, "sim", id, &s.model_json, prompt);
+    if !ask.stream {
         let mut n = 0;
         while let Some(ev) = rx.recv().await {
             n += 1;
@@ -549,17 +523,17 @@ async fn respond(s: Arc<Shared>, body: &Value, prompt: u32, is_chat: bool) -> Re
                 break;
             }
         }
-        return Json(out.whole(n)).into_response();
+        return Json(writer.whole(n, &s.options.model_name)).into_response();
     }
-    let half = max_tokens / 2;
     let state = StreamState {
-        out,
+        writer,
+        stall: s.options.stall,
         rx,
         sent: 0,
         phase: Phase::Role,
-        include_usage,
+        include_usage: ask.include_usage,
         fault,
-        half,
+        half: max_tokens / 2,
     };
     let body = Body::from_stream(futures_util::stream::unfold(state, |mut st| async move {
         let item = st.next().await?;
@@ -572,76 +546,6 @@ async fn respond(s: Arc<Shared>, body: &Value, prompt: u32, is_chat: bool) -> Re
         .expect("a valid response")
 }
 
-/// Renders chunks for one response.
-struct Output {
-    shared: Arc<Shared>,
-    id: u64,
-    is_chat: bool,
-    prompt: u32,
-}
-
-impl Output {
-    fn chunk(&self, choice: &str, usage: Option<u32>) -> Bytes {
-        let (id, object) = if self.is_chat {
-            ("chatcmpl", "chat.completion.chunk")
-        } else {
-            ("cmpl", "text_completion")
-        };
-        let usage = usage
-            .map(|c| {
-                format!(
-                    r#","usage":{{"prompt_tokens":{},"completion_tokens":{c},"total_tokens":{}}}"#,
-                    self.prompt,
-                    self.prompt + c
-                )
-            })
-            .unwrap_or_default();
-        Bytes::from(format!(
-            "data: {{\"id\":\"{id}-sim-{}\",\"object\":\"{object}\",\"created\":0,\"model\":{},\"choices\":[{choice}]{usage}}}\n\n",
-            self.id, self.shared.model_json
-        ))
-    }
-
-    fn token(&self, i: u32) -> Bytes {
-        let text = TOKENS[(i % 8) as usize];
-        let choice = if self.is_chat {
-            format!(r#"{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":null}}"#)
-        } else {
-            format!(r#"{{"index":0,"text":"{text}","logprobs":null,"finish_reason":null}}"#)
-        };
-        self.chunk(&choice, None)
-    }
-
-    /// The finish chunk, carrying the engine's timings as llama.cpp carries its own.
-    fn finish(&self, timings: &Value) -> Bytes {
-        let choice = if self.is_chat {
-            r#"{"index":0,"delta":{},"finish_reason":"length"}"#
-        } else {
-            r#"{"index":0,"text":"","logprobs":null,"finish_reason":"length"}"#
-        };
-        let chunk = self.chunk(choice, None);
-        let text = std::str::from_utf8(&chunk).expect("chunks are UTF-8");
-        let end = text.trim_end().len() - 1; // before the closing brace
-        Bytes::from(format!("{},\"timings\":{timings}}}\n\n", &text[..end]))
-    }
-
-    fn whole(&self, n: u32) -> Value {
-        let text: String = (0..n).map(|i| TOKENS[(i % 8) as usize]).collect();
-        let choice = if self.is_chat {
-            json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"})
-        } else {
-            json!({"index": 0, "text": text, "finish_reason": "length"})
-        };
-        json!({
-            "id": format!("sim-{}", self.id),
-            "object": if self.is_chat { "chat.completion" } else { "text_completion" },
-            "model": self.shared.options.model_name,
-            "choices": [choice],
-            "usage": {"prompt_tokens": self.prompt, "completion_tokens": n, "total_tokens": self.prompt + n},
-        })
-    }
-}
-
 enum Phase {
     Role,
     Tokens,
@@ -651,13 +555,14 @@ enum Phase {
 }
 
 struct StreamState {
-    out: Output,
+    writer: Writer,
+    stall: Duration,
     rx: mpsc::UnboundedReceiver<Event>,
-    sent: u32,
+    sent: u64,
     phase: Phase,
     include_usage: bool,
     fault: Fault,
-    half: u32,
+    half: u64,
 }
 
 impl StreamState {
@@ -666,9 +571,8 @@ impl StreamState {
             match self.phase {
                 Phase::Role => {
                     self.phase = Phase::Tokens;
-                    if self.out.is_chat {
-                        let role = r#"{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}"#;
-                        return Some(Ok(self.out.chunk(role, None)));
+                    if let Some(role) = self.writer.role() {
+                        return Some(Ok(role));
                     }
                 }
                 Phase::Tokens => {
@@ -678,21 +582,19 @@ impl StreamState {
                             Fault::Disconnect => {
                                 return Some(Err(std::io::Error::other("injected disconnect")))
                             }
-                            Fault::Malformed => {
-                                return Some(Ok(Bytes::from_static(
-                                    b"data: {\"choices\":[{\"delta\":\n\n",
-                                )))
-                            }
-                            Fault::Stall => tokio::time::sleep(self.out.shared.options.stall).await,
+                            Fault::Malformed => return Some(Ok(Writer::malformed())),
+                            Fault::Stall => tokio::time::sleep(self.stall).await,
                             _ => {}
                         }
                     }
-                    let token = self.out.token(self.sent);
+                    let token = self
+                        .writer
+                        .content(&openai::text(self.sent, self.sent + 1), None);
                     self.sent += 1;
                     if let Event::Done(timings) = ev {
                         self.phase = Phase::Usage;
                         let mut both = token.to_vec();
-                        both.extend_from_slice(&self.out.finish(&timings));
+                        both.extend_from_slice(&self.writer.finish(&timings));
                         return Some(Ok(Bytes::from(both)));
                     }
                     return Some(Ok(token));
@@ -700,12 +602,12 @@ impl StreamState {
                 Phase::Usage => {
                     self.phase = Phase::Done;
                     if self.include_usage {
-                        return Some(Ok(self.out.chunk("", Some(self.sent))));
+                        return Some(Ok(self.writer.usage(self.sent)));
                     }
                 }
                 Phase::Done => {
                     self.phase = Phase::End;
-                    return Some(Ok(Bytes::from_static(b"data: [DONE]\n\n")));
+                    return Some(Ok(Writer::done()));
                 }
                 Phase::End => return None,
             }

@@ -33,14 +33,9 @@ use tokio_util::sync::CancellationToken;
 /// apart from a built-in server's in the same process.
 const CLIENT_THREADS: &str = "ts-";
 
-/// A usage error that names its flag.
-fn usage(msg: String) -> anyhow::Error {
-    anyhow::Error::new(Exit::Usage).context(msg)
-}
-
 pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     if args.load.concurrency.len() > 1 || args.load.rate.len() > 1 {
-        return Err(usage(
+        return Err(Exit::usage(
             "--concurrency and --rate take one value in bench; `tokenscope sweep` runs a series"
                 .into(),
         ));
@@ -76,7 +71,7 @@ pub fn sweep(args: BenchArgs) -> anyhow::Result<Exit> {
             .map(|&r| (format!("rate {r}/s"), r, one(r)))
             .collect()
     } else {
-        return Err(usage(
+        return Err(Exit::usage(
             "sweep needs a series: --concurrency 1,2,4,8 or --rate 1,2,4".into(),
         ));
     };
@@ -203,9 +198,10 @@ impl Builtin {
 
 /// `http://host:port[/v1][/]` → `http://host:port`.
 fn base_url(url: &str) -> anyhow::Result<String> {
-    let parsed = reqwest::Url::parse(url).map_err(|e| usage(format!("--url `{url}`: {e}")))?;
+    let parsed =
+        reqwest::Url::parse(url).map_err(|e| Exit::usage(format!("--url `{url}`: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(usage(format!(
+        return Err(Exit::usage(format!(
             "--url `{url}`: only http and https are supported"
         )));
     }
@@ -217,24 +213,26 @@ fn request_headers(args: &BenchArgs) -> anyhow::Result<HeaderMap> {
     let mut headers = HeaderMap::new();
     for (k, v) in &args.headers {
         let name = HeaderName::from_bytes(k.as_bytes())
-            .map_err(|_| usage(format!("--header: `{k}` is not a header name")))?;
-        let mut value = HeaderValue::from_str(v)
-            .map_err(|_| usage(format!("--header {k}: the value is not valid in a header")))?;
+            .map_err(|_| Exit::usage(format!("--header: `{k}` is not a header name")))?;
+        let mut value = HeaderValue::from_str(v).map_err(|_| {
+            Exit::usage(format!("--header {k}: the value is not valid in a header"))
+        })?;
         value.set_sensitive(true);
         headers.insert(name, value);
     }
-    let key = match &args.api_key_env {
-        Some(var) => Some(
-            std::env::var(var)
-                .map_err(|_| usage(format!("--api-key-env: the variable {var} is not set")))?,
-        ),
-        None => std::env::var("OPENAI_API_KEY")
-            .ok()
-            .filter(|k| !k.is_empty()),
-    };
+    let key =
+        match &args.api_key_env {
+            Some(var) => Some(std::env::var(var).map_err(|_| {
+                Exit::usage(format!("--api-key-env: the variable {var} is not set"))
+            })?),
+            None => std::env::var("OPENAI_API_KEY")
+                .ok()
+                .filter(|k| !k.is_empty()),
+        };
     if let Some(key) = key {
-        let mut value = HeaderValue::from_str(&format!("Bearer {key}"))
-            .map_err(|_| usage("the API key contains characters not allowed in a header".into()))?;
+        let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+            Exit::usage("the API key contains characters not allowed in a header".into())
+        })?;
         value.set_sensitive(true);
         headers.insert(AUTHORIZATION, value);
     }

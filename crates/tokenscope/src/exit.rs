@@ -29,6 +29,13 @@ impl fmt::Display for Exit {
 
 impl std::error::Error for Exit {}
 
+impl Exit {
+    /// A bad-usage error whose message names the flag; `main` prints the message and exits 2.
+    pub fn usage(msg: String) -> anyhow::Error {
+        anyhow::Error::new(Exit::Usage).context(msg)
+    }
+}
+
 impl From<Exit> for ExitCode {
     fn from(e: Exit) -> ExitCode {
         ExitCode::from(e as u8)

@@ -149,8 +149,7 @@ impl Telemetry {
 /// Checks `--gpu-type` before any load is sent.
 pub fn check_output(output: &OutputArgs) -> anyhow::Result<()> {
     if let (None, Some(t)) = (output.gpu_price, &output.gpu_type) {
-        tokenscope_core::prices::price(t)
-            .map_err(|e| anyhow::Error::new(Exit::Usage).context(format!("--gpu-type: {e}")))?;
+        tokenscope_core::prices::price(t).map_err(|e| Exit::usage(format!("--gpu-type: {e}")))?;
     }
     Ok(())
 }

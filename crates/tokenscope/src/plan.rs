@@ -14,13 +14,9 @@ use tokenscope_sim::engine::catalogue::Catalogue;
 use tokenscope_sim::engine::EngineConfig;
 use tokenscope_sim::plan::{simulate, PlanLoad, PlanOutput};
 
-fn usage(msg: String) -> anyhow::Error {
-    anyhow::Error::new(Exit::Usage).context(msg)
-}
-
 fn catalogue(path: Option<&Path>) -> anyhow::Result<Catalogue> {
     match path {
-        Some(p) => Catalogue::with_file(p).map_err(|e| usage(format!("--catalogue: {e}"))),
+        Some(p) => Catalogue::with_file(p).map_err(|e| Exit::usage(format!("--catalogue: {e}"))),
         None => Ok(Catalogue::builtin()),
     }
 }
@@ -30,8 +26,10 @@ pub fn engine_config(a: &EngineArgs) -> anyhow::Result<EngineConfig> {
     let cat = catalogue(a.catalogue.as_deref())?;
     let model = cat
         .model(&a.model)
-        .map_err(|e| usage(format!("--model: {e}")))?;
-    let gpu = cat.gpu(&a.gpu).map_err(|e| usage(format!("--gpu: {e}")))?;
+        .map_err(|e| Exit::usage(format!("--model: {e}")))?;
+    let gpu = cat
+        .gpu(&a.gpu)
+        .map_err(|e| Exit::usage(format!("--gpu: {e}")))?;
     let mut cfg = EngineConfig::new(model, gpu);
     cfg.tp = a.tp;
     cfg.weights = a.dtype;
@@ -40,7 +38,7 @@ pub fn engine_config(a: &EngineArgs) -> anyhow::Result<EngineConfig> {
     cfg.max_num_seqs = a.max_num_seqs;
     cfg.max_num_batched_tokens = a.max_num_batched_tokens;
     cfg.prefix_caching = !a.no_prefix_caching;
-    cfg.kv_blocks().map_err(usage)?;
+    cfg.kv_blocks().map_err(Exit::usage)?;
     Ok(cfg)
 }
 
@@ -129,7 +127,7 @@ struct Replay {
 }
 
 fn read_replay(dir: &Path, defaults: &crate::cli::LoadArgs) -> anyhow::Result<Replay> {
-    let bad = |what: &str| usage(format!("{}: {what}", dir.display()));
+    let bad = |what: &str| Exit::usage(format!("{}: {what}", dir.display()));
     let text = std::fs::read_to_string(dir.join("results.json"))
         .map_err(|e| bad(&format!("no results.json ({e})")))?;
     let r: serde_json::Value =
@@ -188,22 +186,13 @@ fn read_replay(dir: &Path, defaults: &crate::cli::LoadArgs) -> anyhow::Result<Re
 
 fn read_profile(path: &Path) -> anyhow::Result<Profile> {
     let text = std::fs::read_to_string(path)
-        .map_err(|e| usage(format!("--profile {}: {e}", path.display())))?;
+        .map_err(|e| Exit::usage(format!("--profile {}: {e}", path.display())))?;
     serde_json::from_str(&text)
-        .map_err(|e| usage(format!("--profile {}: not a profile ({e})", path.display())))
+        .map_err(|e| Exit::usage(format!("--profile {}: not a profile ({e})", path.display())))
 }
 
-/// Simulates one load and writes its run directory.
+/// Simulates one load (replaying `trace` lengths when given) and writes its run directory.
 fn one_point(
-    cfg: &EngineConfig,
-    args: &PlanArgs,
-    load: &crate::cli::LoadArgs,
-    dir: &Path,
-) -> anyhow::Result<RunResults> {
-    one_point_traced(cfg, args, load, None, dir)
-}
-
-fn one_point_traced(
     cfg: &EngineConfig,
     args: &PlanArgs,
     load: &crate::cli::LoadArgs,
@@ -216,7 +205,7 @@ fn one_point_traced(
         ..plan_load(load, args.network_delay)
     };
     let started_at = outcome::now_rfc3339();
-    let out = simulate(cfg, &plan_load).map_err(usage)?;
+    let out = simulate(cfg, &plan_load).map_err(Exit::usage)?;
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating the run directory {}", dir.display()))?;
     write_jsonl(&dir.join("requests.jsonl"), &out.records)?;
@@ -266,12 +255,12 @@ pub fn run(args: PlanArgs) -> anyhow::Result<Exit> {
         .unwrap_or_else(outcome::default_out_dir);
     if let Some(run) = &args.replay {
         let replay = read_replay(run, &args.load)?;
-        let results = one_point_traced(&cfg, &args, &replay.load, Some(replay.trace), &dir)?;
+        let results = one_point(&cfg, &args, &replay.load, Some(replay.trace), &dir)?;
         outcome::print(&results, &args.output, &dir)?;
         return Ok(outcome::exit_code(&results));
     }
     let Some(sweep) = args.sweep.clone() else {
-        let results = one_point(&cfg, &args, &args.load, &dir)?;
+        let results = one_point(&cfg, &args, &args.load, None, &dir)?;
         outcome::print(&results, &args.output, &dir)?;
         return Ok(outcome::exit_code(&results));
     };
@@ -309,7 +298,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<Exit> {
     }
     let mut points = Vec::new();
     for (i, (label, load)) in loads.iter().enumerate() {
-        let results = one_point(&cfg, &args, load, &dir.join(format!("point-{i:02}")))?;
+        let results = one_point(&cfg, &args, load, None, &dir.join(format!("point-{i:02}")))?;
         let level = load
             .concurrency
             .first()
@@ -348,7 +337,7 @@ pub fn calibrate(args: CalibrateArgs) -> anyhow::Result<Exit> {
         runs.push((load, replay.measured));
     }
     let (efficiency, predicted, residual) =
-        tokenscope_sim::calibrate::calibrate(&cfg, &runs).map_err(usage)?;
+        tokenscope_sim::calibrate::calibrate(&cfg, &runs).map_err(Exit::usage)?;
     let profile = Profile {
         model: cfg.model.name.clone(),
         gpu: cfg.gpu.name.clone(),

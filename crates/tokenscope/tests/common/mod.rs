@@ -180,3 +180,16 @@ pub fn prom_value(text: &str, name: &str) -> f64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no series {name} in:\n{text}"))
 }
+
+/// The rule names of a run's diagnosis.
+pub fn rules(r: &Value) -> Vec<String> {
+    r["diagnosis"].as_array().map_or(Vec::new(), |d| {
+        d.iter()
+            .filter_map(|f| f["rule"].as_str().map(str::to_owned))
+            .collect()
+    })
+}
+
+pub fn has_rule(r: &Value, rule: &str) -> bool {
+    rules(r).iter().any(|x| x == rule)
+}

@@ -1,0 +1,218 @@
+//! The OpenAI shapes both built-in servers speak: what they read from a
+//! request, and the chunks and answers they write. One place, so the exact
+//! server and the engine server stream byte-for-byte alike.
+
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+/// Words a response is made of, each one cl100k token.
+pub const TOKENS: [&str; 8] = [" the", " of", " and", " to", " in", " is", " was", " for"];
+
+/// The text of tokens `from..to` of a response.
+pub fn text(from: u64, to: u64) -> String {
+    (from..to)
+        .map(|i| TOKENS[(i % TOKENS.len() as u64) as usize])
+        .collect()
+}
+
+/// What a chat or completions request asks for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ask {
+    /// Whitespace-separated words of the prompt (tokenscope's synthetic
+    /// prompts are one token per word).
+    pub prompt_tokens: u64,
+    /// `max_tokens`, `max_completion_tokens` or `n_predict`.
+    pub max_tokens: Option<u64>,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// Usage on every chunk (vLLM's `continuous_usage_stats`).
+    pub continuous_usage: bool,
+}
+
+impl Ask {
+    pub fn read(body: &Value, is_chat: bool) -> Ask {
+        let words = |v: &Value| {
+            v.as_str()
+                .map_or(0, |s| s.split_whitespace().count() as u64)
+        };
+        let prompt_tokens = if is_chat {
+            body["messages"]
+                .as_array()
+                .map_or(0, |m| m.iter().map(|m| words(&m["content"])).sum())
+        } else {
+            words(&body["prompt"])
+        };
+        let opts = &body["stream_options"];
+        Ask {
+            prompt_tokens,
+            max_tokens: ["max_tokens", "max_completion_tokens", "n_predict"]
+                .iter()
+                .find_map(|k| body[k].as_u64()),
+            stream: body["stream"].as_bool().unwrap_or(false),
+            include_usage: opts["include_usage"].as_bool().unwrap_or(false),
+            continuous_usage: opts["continuous_usage_stats"].as_bool().unwrap_or(false),
+        }
+    }
+}
+
+/// Writes one response's chunks.
+pub struct Writer {
+    is_chat: bool,
+    /// `chatcmpl-exact-7`, `cmpl-sim-3`, …
+    id: String,
+    model_json: String,
+    prompt_tokens: u64,
+}
+
+impl Writer {
+    /// `server` tags the ids (`exact`, `sim`); `model_json` is the model name as a JSON string.
+    pub fn new(
+        is_chat: bool,
+        server: &str,
+        n: u64,
+        model_json: &str,
+        prompt_tokens: u64,
+    ) -> Writer {
+        let kind = if is_chat { "chatcmpl" } else { "cmpl" };
+        Writer {
+            is_chat,
+            id: format!("{kind}-{server}-{n}"),
+            model_json: model_json.into(),
+            prompt_tokens,
+        }
+    }
+
+    fn usage_json(&self, completion: u64) -> String {
+        format!(
+            r#"{{"prompt_tokens":{},"completion_tokens":{completion},"total_tokens":{}}}"#,
+            self.prompt_tokens,
+            self.prompt_tokens + completion
+        )
+    }
+
+    /// `data: {chunk}\n\n` with `extra` (`,"key":value…`) before the closing brace.
+    fn chunk(&self, choice: &str, usage: Option<u64>, extra: &str) -> Bytes {
+        let object = if self.is_chat {
+            "chat.completion.chunk"
+        } else {
+            "text_completion"
+        };
+        let usage = usage
+            .map(|c| format!(r#","usage":{}"#, self.usage_json(c)))
+            .unwrap_or_default();
+        Bytes::from(format!(
+            "data: {{\"id\":\"{}\",\"object\":\"{object}\",\"created\":0,\"model\":{},\"choices\":[{choice}]{usage}{extra}}}\n\n",
+            self.id, self.model_json
+        ))
+    }
+
+    /// The role-only first chunk of a chat stream (not a token); none for completions.
+    pub fn role(&self) -> Option<Bytes> {
+        self.is_chat.then(|| {
+            self.chunk(
+                r#"{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}"#,
+                None,
+                "",
+            )
+        })
+    }
+
+    /// A chunk carrying `text`; `usage` = completion tokens so far, when sent per chunk.
+    pub fn content(&self, text: &str, usage: Option<u64>) -> Bytes {
+        let choice = if self.is_chat {
+            format!(r#"{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":null}}"#)
+        } else {
+            format!(r#"{{"index":0,"text":"{text}","logprobs":null,"finish_reason":null}}"#)
+        };
+        self.chunk(&choice, usage, "")
+    }
+
+    /// The finish chunk, carrying the server's own `timings` (as llama.cpp does).
+    pub fn finish(&self, timings: &Value) -> Bytes {
+        let choice = if self.is_chat {
+            r#"{"index":0,"delta":{},"finish_reason":"length"}"#
+        } else {
+            r#"{"index":0,"text":"","logprobs":null,"finish_reason":"length"}"#
+        };
+        self.chunk(choice, None, &format!(r#","timings":{timings}"#))
+    }
+
+    /// The usage-only final chunk (`choices: []`).
+    pub fn usage(&self, completion: u64) -> Bytes {
+        self.chunk("", Some(completion), "")
+    }
+
+    /// A chunk cut off in the middle of its JSON (fault injection).
+    pub fn malformed() -> Bytes {
+        Bytes::from_static(b"data: {\"choices\":[{\"delta\":\n\n")
+    }
+
+    pub fn done() -> Bytes {
+        Bytes::from_static(b"data: [DONE]\n\n")
+    }
+
+    /// A whole (non-streaming) answer of `completion` tokens.
+    pub fn whole(&self, completion: u64, model: &str) -> Value {
+        let text = text(0, completion);
+        let choice = if self.is_chat {
+            json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"})
+        } else {
+            json!({"index": 0, "text": text, "finish_reason": "length"})
+        };
+        json!({
+            "id": self.id,
+            "object": if self.is_chat { "chat.completion" } else { "text_completion" },
+            "model": model,
+            "choices": [choice],
+            "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion,
+                      "total_tokens": self.prompt_tokens + completion},
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_both_request_shapes() {
+        let chat = json!({"messages": [{"role": "user", "content": "a b c"}], "max_completion_tokens": 5,
+                          "stream": true, "stream_options": {"include_usage": true}});
+        let a = Ask::read(&chat, true);
+        assert_eq!(
+            (
+                a.prompt_tokens,
+                a.max_tokens,
+                a.stream,
+                a.include_usage,
+                a.continuous_usage
+            ),
+            (3, Some(5), true, true, false)
+        );
+        let comp = json!({"prompt": "x y", "n_predict": 2});
+        let a = Ask::read(&comp, false);
+        assert_eq!(
+            (a.prompt_tokens, a.max_tokens, a.stream),
+            (2, Some(2), false)
+        );
+    }
+
+    #[test]
+    fn chunks_are_the_api_shapes() {
+        let w = Writer::new(true, "exact", 7, "\"m\"", 3);
+        let parse = |b: Bytes| -> Value {
+            let s = String::from_utf8(b.to_vec()).unwrap();
+            serde_json::from_str(s.strip_prefix("data: ").unwrap().trim_end()).unwrap()
+        };
+        let c = parse(w.content(&text(0, 2), Some(2)));
+        assert_eq!(c["id"], "chatcmpl-exact-7");
+        assert_eq!(c["choices"][0]["delta"]["content"], " the of");
+        assert_eq!(c["usage"]["total_tokens"], 5);
+        let f = parse(w.finish(&json!({"ttft_ms": 1.5})));
+        assert_eq!(f["choices"][0]["finish_reason"], "length");
+        assert_eq!(f["timings"]["ttft_ms"], 1.5);
+        assert_eq!(parse(w.usage(2))["choices"].as_array().unwrap().len(), 0);
+        assert!(parse(w.role().unwrap())["choices"][0]["delta"]["role"] == "assistant");
+        assert!(Writer::new(false, "sim", 1, "\"m\"", 1).role().is_none());
+    }
+}
