@@ -24,6 +24,10 @@ pub struct Point {
     pub preemptions: Option<f64>,
     /// Requests failed at this load.
     pub failed: u64,
+    /// The server's queue grew through the run (the `overload` finding):
+    /// latency here grows with the run's length, so it is not bounded.
+    #[serde(default)]
+    pub overloaded: bool,
 }
 
 impl Point {
@@ -51,6 +55,7 @@ impl Point {
             kv_usage_max: kv.and_then(|k| k["usage_max"].as_f64()),
             preemptions: kv.and_then(|k| k["preemptions"].as_f64()),
             failed: r.counts.failed,
+            overloaded: r.diagnosis.iter().any(|f| f.rule == "overload"),
         }
     }
 }
@@ -144,7 +149,8 @@ pub fn saturation(points: &[Point], min_gain: f64) -> Option<usize> {
 pub struct Objectives {
     pub chat_ttft_p99_ms: f64,
     pub chat_tpot_p99_ms: f64,
-    /// Batch: E2E p99 may grow to this multiple of the series' lowest.
+    /// Batch: E2E p99 may grow to this multiple of the series' lowest (a
+    /// batch job trades individual latency for tokens/s, up to a point).
     pub batch_e2e_growth: f64,
     /// Cost: TTFT p99 sanity cap.
     pub cost_ttft_cap_ms: f64,
@@ -152,12 +158,53 @@ pub struct Objectives {
     pub long_context_kv_max: f64,
 }
 
+impl Objectives {
+    /// Applies overrides such as
+    /// `chat_ttft_p99=500ms,chat_tpot_p99=30ms,batch_e2e_growth=3,cost_ttft_cap=5s,long_context_kv_max=0.8`.
+    pub fn with_overrides(mut self, text: &str) -> Result<Objectives, String> {
+        const KEYS: &str =
+            "chat_ttft_p99, chat_tpot_p99, batch_e2e_growth, cost_ttft_cap, long_context_kv_max";
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, value) = part
+                .split_once('=')
+                .ok_or_else(|| format!("`{part}`: expected NAME=VALUE ({KEYS})"))?;
+            let ms = || {
+                crate::duration::parse_duration(value)
+                    .map(|d| d.as_secs_f64() * 1e3)
+                    .map_err(|e| format!("`{part}`: {e}"))
+            };
+            let number = || match value.trim_end_matches('%').parse::<f64>() {
+                Ok(v) if v > 0.0 && v.is_finite() => {
+                    Ok(if value.ends_with('%') { v / 100.0 } else { v })
+                }
+                _ => Err(format!("`{part}`: `{value}` is not a positive number")),
+            };
+            match key.trim() {
+                "chat_ttft_p99" => self.chat_ttft_p99_ms = ms()?,
+                "chat_tpot_p99" => self.chat_tpot_p99_ms = ms()?,
+                "batch_e2e_growth" => self.batch_e2e_growth = number()?,
+                "cost_ttft_cap" => self.cost_ttft_cap_ms = ms()?,
+                "long_context_kv_max" => match number()? {
+                    v if v <= 1.0 => self.long_context_kv_max = v,
+                    _ => {
+                        return Err(format!(
+                            "`{part}`: a share of the KV cache is at most 1 (or 100%)"
+                        ))
+                    }
+                },
+                other => return Err(format!("`{other}`: unknown objective ({KEYS})")),
+            }
+        }
+        Ok(self)
+    }
+}
+
 impl Default for Objectives {
     fn default() -> Self {
         Objectives {
             chat_ttft_p99_ms: 1000.0,
             chat_tpot_p99_ms: 50.0,
-            batch_e2e_growth: 5.0,
+            batch_e2e_growth: 10.0,
             cost_ttft_cap_ms: 10_000.0,
             long_context_kv_max: 0.9,
         }
@@ -231,9 +278,9 @@ pub fn recommend(points: &[Point], o: &Objectives) -> Vec<Recommendation> {
         ),
         choose(
             "batch",
-            format!("the most output tokens/s whose E2E p99 stays within {}× the series' lowest", o.batch_e2e_growth),
+            format!("the most output tokens/s whose E2E p99 stays bounded: within {}× the series' lowest, the server's queue not growing", o.batch_e2e_growth),
             points,
-            |p| p.e2e_p99_ms <= o.batch_e2e_growth * min_e2e,
+            |p| !p.overloaded && p.e2e_p99_ms <= o.batch_e2e_growth * min_e2e,
             |a, b| a.output_tps > b.output_tps,
             |p| format!("{:.0} output tokens/s with E2E p99 {:.0} ms ({:.1}× the lowest)", p.output_tps, p.e2e_p99_ms, p.e2e_p99_ms / min_e2e),
             "no point has bounded E2E".into(),
@@ -267,6 +314,133 @@ pub fn recommend(points: &[Point], o: &Objectives) -> Vec<Recommendation> {
             },
         ),
     ]
+}
+
+/// Where a series saturates (see [`saturation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Saturation {
+    pub index: usize,
+    pub load: f64,
+}
+
+/// Everything `sweep.json` says about a series (its `analysis` object).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Analysis {
+    /// The points in ascending load.
+    pub series: Vec<Point>,
+    pub pareto_frontier: Vec<usize>,
+    /// The knee of tokens/s against TTFT p99, in loads.
+    pub knee: Option<Knee>,
+    pub saturation: Option<Saturation>,
+    pub objectives: Objectives,
+    pub recommendations: Vec<Recommendation>,
+    /// With `--slo`: the highest load that meets it.
+    #[serde(default)]
+    pub slo: Option<SloCapacity>,
+}
+
+/// The whole analysis of a series sorted by load.
+pub fn analyse(series: Vec<Point>, objectives: Objectives, slo: Option<SloCapacity>) -> Analysis {
+    // The knee of tokens/s against the TTFT p99 it costs, reported as loads.
+    let ttft: Vec<f64> = series.iter().map(|p| p.ttft_p99_ms).collect();
+    let tps: Vec<f64> = series.iter().map(|p| p.output_tps).collect();
+    let knee = knee(&ttft, &tps, 0.05).map(|k| {
+        let near = series
+            .iter()
+            .filter(|p| p.ttft_p99_ms >= k.low && p.ttft_p99_ms <= k.high)
+            .map(|p| p.load);
+        Knee {
+            index: k.index,
+            load: series[k.index].load,
+            low: near.clone().fold(f64::INFINITY, f64::min),
+            high: near.fold(f64::NEG_INFINITY, f64::max),
+        }
+    });
+    Analysis {
+        pareto_frontier: pareto(&series),
+        knee,
+        saturation: saturation(&series, 0.05).map(|index| Saturation {
+            index,
+            load: series[index].load,
+        }),
+        recommendations: recommend(&series, &objectives),
+        objectives,
+        slo,
+        series,
+    }
+}
+
+/// The highest load that meets the SLO: the heaviest measured point that
+/// meets it, the load interpolated between it and the first point that does
+/// not (linearly in the worst objective's value ÷ limit), and the margin left
+/// at the measured point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SloCapacity {
+    /// The heaviest measured load meeting every objective (`None`: not even the lightest).
+    pub highest_met_load: Option<f64>,
+    /// Where the worst objective reaches its limit, between the last point that
+    /// meets it and the first that does not; `None` when no point fails (the
+    /// capacity is beyond the series) or none meets it.
+    pub interpolated_load: Option<f64>,
+    /// At `highest_met_load`: how far under its limit the worst objective is, in %.
+    pub margin_pct: Option<f64>,
+    /// The objective that binds first (`ttft_p99`, …).
+    pub limiting: Option<String>,
+    /// `--target-load`, when given, and whether the SLO holds there.
+    pub target_load: Option<f64>,
+    pub target_met: Option<bool>,
+}
+
+/// `ratios[i]`: at load `loads[i]` (ascending), each objective's value ÷
+/// limit with its name; `None` for a point where an objective has no value
+/// (every request failed), which counts as not met.
+pub fn slo_capacity(
+    loads: &[f64],
+    ratios: &[Vec<(String, Option<f64>)>],
+    target: Option<f64>,
+) -> SloCapacity {
+    let worst: Vec<(f64, Option<String>)> = ratios
+        .iter()
+        .map(|objs| {
+            objs.iter()
+                .map(|(name, r)| (r.unwrap_or(f64::INFINITY), Some(name.clone())))
+                .fold(
+                    (f64::NEG_INFINITY, None),
+                    |a, b| if b.0 > a.0 { b } else { a },
+                )
+        })
+        .collect();
+    // The SLO holds up to the first point that breaks it; a lucky point past
+    // that does not count.
+    let first_bad = worst.iter().position(|(r, _)| *r > 1.0);
+    let last_good = match first_bad {
+        Some(0) => None,
+        Some(i) => Some(i - 1),
+        None if loads.is_empty() => None,
+        None => Some(loads.len() - 1),
+    };
+    let interpolated = match (last_good, first_bad) {
+        (Some(a), Some(b)) => {
+            let (ra, rb) = (worst[a].0, worst[b].0);
+            let t = if rb.is_finite() && rb > ra {
+                (1.0 - ra) / (rb - ra)
+            } else {
+                0.0
+            };
+            Some(loads[a] + t.clamp(0.0, 1.0) * (loads[b] - loads[a]))
+        }
+        _ => None,
+    };
+    let highest = last_good.map(|i| loads[i]);
+    let capacity = interpolated.or(highest);
+    SloCapacity {
+        highest_met_load: highest,
+        interpolated_load: interpolated,
+        margin_pct: last_good.map(|i| (1.0 - worst[i].0) * 100.0),
+        limiting: first_bad.or(last_good).and_then(|i| worst[i].1.clone()),
+        target_load: target,
+        target_met: target.map(|t| capacity.is_some_and(|c| c >= t)),
+    }
 }
 
 #[cfg(test)]
@@ -348,6 +522,72 @@ mod tests {
             kv_usage_max: Some(kv),
             preemptions: Some(pre),
             failed: 0,
+            overloaded: false,
+        }
+    }
+
+    #[test]
+    fn slo_capacity_interpolates_between_the_last_good_and_first_bad_point() {
+        let r = |v: &[f64]| -> Vec<(String, Option<f64>)> {
+            vec![
+                ("ttft_p99".into(), Some(v[0])),
+                ("tpot_p99".into(), Some(v[1])),
+            ]
+        };
+        let loads = [1.0, 2.0, 4.0, 8.0];
+        let ratios = [
+            r(&[0.2, 0.1]),
+            r(&[0.3, 0.4]),
+            r(&[0.5, 0.8]),
+            r(&[0.6, 1.2]),
+        ];
+        let c = slo_capacity(&loads, &ratios, Some(6.0));
+        assert_eq!(c.highest_met_load, Some(4.0));
+        // tpot: 0.8 at 4, 1.2 at 8 → 1.0 at 6.
+        assert!((c.interpolated_load.unwrap() - 6.0).abs() < 1e-9, "{c:?}");
+        assert!((c.margin_pct.unwrap() - 20.0).abs() < 1e-9);
+        assert_eq!(c.limiting.as_deref(), Some("tpot_p99"));
+        assert_eq!(c.target_met, Some(true));
+        assert_eq!(
+            slo_capacity(&loads, &ratios, Some(7.0)).target_met,
+            Some(false)
+        );
+        // Nothing fails: the capacity is at least the heaviest point.
+        let easy = [
+            r(&[0.1, 0.1]),
+            r(&[0.2, 0.2]),
+            r(&[0.3, 0.3]),
+            r(&[0.4, 0.4]),
+        ];
+        let c = slo_capacity(&loads, &easy, Some(8.0));
+        assert_eq!((c.highest_met_load, c.interpolated_load), (Some(8.0), None));
+        assert_eq!(c.target_met, Some(true));
+        // Even the lightest fails; a point with no value counts as failing.
+        let hard = [
+            vec![("ttft_p99".to_string(), None)],
+            vec![("ttft_p99".to_string(), Some(0.5))],
+        ];
+        let c = slo_capacity(&loads[..2], &hard, Some(1.0));
+        assert_eq!((c.highest_met_load, c.target_met), (None, Some(false)));
+    }
+
+    #[test]
+    fn objectives_are_overridable_with_clear_errors() {
+        let o = Objectives::default()
+            .with_overrides("chat_ttft_p99=300ms, long_context_kv_max=80%,batch_e2e_growth=2")
+            .unwrap();
+        assert_eq!(o.chat_ttft_p99_ms, 300.0);
+        assert_eq!(o.long_context_kv_max, 0.8);
+        assert_eq!(o.batch_e2e_growth, 2.0);
+        assert_eq!(o.chat_tpot_p99_ms, Objectives::default().chat_tpot_p99_ms);
+        for bad in [
+            "chat_ttft=1s",
+            "chat_ttft_p99",
+            "batch_e2e_growth=-1",
+            "long_context_kv_max=1.5",
+        ] {
+            let e = Objectives::default().with_overrides(bad).unwrap_err();
+            assert!(e.contains(bad.split('=').next().unwrap()), "{bad}: {e}");
         }
     }
 
@@ -358,7 +598,7 @@ mod tests {
             pt(4.0, 380.0, 95.0, 40.0, 11.0, 2100.0, 0.05, 0.0),
             pt(16.0, 1300.0, 80.0, 300.0, 14.0, 2600.0, 0.3, 0.0),
             pt(64.0, 3000.0, 50.0, 900.0, 25.0, 4500.0, 0.95, 12.0),
-            pt(256.0, 3100.0, 15.0, 5000.0, 70.0, 20000.0, 0.99, 300.0),
+            pt(256.0, 3100.0, 15.0, 5000.0, 70.0, 25000.0, 0.99, 300.0),
         ];
         assert_eq!(pareto(&s).len(), 5, "each trades one axis for another");
         assert_eq!(saturation(&s, 0.05), Some(4));

@@ -1,6 +1,7 @@
 //! The plain-text summary printed at the end of `bench`.
 
 use std::fmt::Write;
+use tokenscope_core::analysis::Analysis;
 use tokenscope_core::results::RunResults;
 use tokenscope_core::stats::Summary;
 
@@ -299,6 +300,75 @@ pub fn series_table(points: &[(String, RunResults)]) -> String {
             kv.and_then(|k| k["usage_max"].as_f64()).unwrap_or(0.0) * 100.0,
             kv.and_then(|k| k["preemptions"].as_u64()).unwrap_or(0),
         );
+    }
+    out
+}
+
+/// The analysis under the series table: knee, saturation, SLO capacity and
+/// the operating point for each service profile.
+pub fn analysis(a: &Analysis) -> String {
+    let mut out = String::new();
+    let on = |i: usize| {
+        if a.pareto_frontier.contains(&i) {
+            "on"
+        } else {
+            "off"
+        }
+    };
+    match a.knee {
+        Some(k) => {
+            _ = writeln!(
+                out,
+                "\nknee: load {} (could be anywhere from {} to {}; {} the Pareto frontier)",
+                k.load,
+                k.low,
+                k.high,
+                on(k.index)
+            )
+        }
+        None => {
+            _ = writeln!(
+                out,
+                "\nno knee in this range: tokens/s has not flattened yet"
+            )
+        }
+    }
+    if let Some(s) = a.saturation {
+        _ = writeln!(
+            out,
+            "saturated from load {}: tokens/s grew < 5 % while TTFT p99 rose",
+            s.load
+        );
+    }
+    if let Some(c) = &a.slo {
+        let limiting = c.limiting.as_deref().unwrap_or("the SLO");
+        match (c.highest_met_load, c.interpolated_load) {
+            (None, _) => _ = writeln!(out, "SLO: not met even at the lightest load ({limiting} binds)"),
+            (Some(h), Some(i)) => _ = writeln!(
+                out,
+                "SLO: met up to load {h} (margin {:.0} %); {limiting} reaches its limit near load {i:.1}",
+                c.margin_pct.unwrap_or(0.0)
+            ),
+            (Some(h), None) => _ = writeln!(
+                out,
+                "SLO: met at every load up to {h} (margin {:.0} % there); capacity lies beyond the series",
+                c.margin_pct.unwrap_or(0.0)
+            ),
+        }
+        if let (Some(t), Some(met)) = (c.target_load, c.target_met) {
+            _ = writeln!(
+                out,
+                "target load {t}: {}",
+                if met { "SLO met" } else { "SLO NOT met" }
+            );
+        }
+    }
+    _ = writeln!(out, "\nRecommended operating points");
+    for r in &a.recommendations {
+        match r.load {
+            Some(load) => _ = writeln!(out, "  {:<13} load {load:<8} {}", r.profile, r.why),
+            None => _ = writeln!(out, "  {:<13} none     {}", r.profile, r.why),
+        }
     }
     out
 }

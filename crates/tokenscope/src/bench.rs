@@ -1,7 +1,7 @@
 //! `tokenscope bench`: probe the target, run the load, write the run
 //! directory, print the summary, choose the exit code.
 
-use crate::cli::{ApiChoice, BenchArgs, BuiltinChoice, GpuSource, LoadArgs};
+use crate::cli::{ApiChoice, BenchArgs, BuiltinChoice, GpuSource};
 use crate::exit::Exit;
 use crate::outcome::{self, RunFacts};
 use anyhow::Context;
@@ -48,64 +48,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
     })
 }
 
-/// `tokenscope sweep`: one bench run per concurrency level or rate, each in
-/// `OUT/point-NN`, then a table of the series and `sweep.json`.
-pub fn sweep(args: BenchArgs) -> anyhow::Result<Exit> {
-    let load = &args.load;
-    let points: Vec<(String, f64, LoadArgs)> = if !load.concurrency.is_empty() {
-        let one = |c: u64| LoadArgs {
-            concurrency: vec![c],
-            ..load.clone()
-        };
-        load.concurrency
-            .iter()
-            .map(|&c| (format!("concurrency {c}"), c as f64, one(c)))
-            .collect()
-    } else if !load.rate.is_empty() {
-        let one = |r: f64| LoadArgs {
-            rate: vec![r],
-            ..load.clone()
-        };
-        load.rate
-            .iter()
-            .map(|&r| (format!("rate {r}/s"), r, one(r)))
-            .collect()
-    } else {
-        return Err(Exit::usage(
-            "sweep needs a series: --concurrency 1,2,4,8 or --rate 1,2,4".into(),
-        ));
-    };
-    let dir = args
-        .output
-        .out
-        .clone()
-        .unwrap_or_else(outcome::default_out_dir);
-    let setup = args.clone();
-    with_runtime(&setup, |url, builtin, threads| async move {
-        let total = points.len();
-        let mut done = Vec::new();
-        for (i, (label, level, load)) in points.into_iter().enumerate() {
-            if !args.output.quiet {
-                eprintln!("tokenscope sweep: point {} of {total}: {label}", i + 1);
-            }
-            let mut point = args.clone();
-            point.load = load;
-            point.output.out = Some(dir.join(format!("point-{i:02}")));
-            point.output.json = false;
-            let (results, _) = bench(point, url.clone(), builtin.clone(), threads).await?;
-            let interrupted = results.partial;
-            done.push((label, level, results));
-            if interrupted {
-                break;
-            }
-        }
-        outcome::finish_series(&dir, &done, &args.output)
-    })
-}
-
 /// Starts the built-in server when there is no `--url`, builds the client
 /// runtime, and runs `body` on it with the target URL.
-fn with_runtime<F, Fut>(args: &BenchArgs, body: F) -> anyhow::Result<Exit>
+pub(crate) fn with_runtime<F, Fut>(args: &BenchArgs, body: F) -> anyhow::Result<Exit>
 where
     F: FnOnce(String, Option<String>, usize) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<Exit>>,
@@ -241,7 +186,7 @@ fn request_headers(args: &BenchArgs) -> anyhow::Result<HeaderMap> {
 
 /// One run: probe, load, scrape, write the run directory. Returns the results
 /// and the directory; printing is the caller's.
-async fn bench(
+pub(crate) async fn bench(
     args: BenchArgs,
     url: String,
     builtin: Option<String>,

@@ -3,6 +3,7 @@
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
+use tokenscope_core::analysis::Objectives;
 use tokenscope_core::duration::parse_duration;
 use tokenscope_core::slo::Slo;
 use tokenscope_load::arrival::Process;
@@ -33,8 +34,11 @@ pub enum Command {
     /// A series of bench runs over concurrency levels or request rates, one run directory each.
     #[command(after_help = "Examples:\n  \
 tokenscope sweep --concurrency 1,2,4,8,16 --requests 100\n  \
-tokenscope sweep --url http://localhost:8000 --rate 1,2,4,8 --duration 60s --slo ttft_p99=500ms")]
-    Sweep(Box<BenchArgs>),
+tokenscope sweep --auto --requests 50\n  \
+tokenscope sweep --url http://localhost:8000 --rate 1,2,4,8 --duration 60s --slo ttft_p99=500ms\n  \
+tokenscope sweep --url http://localhost:8000 --auto --slo ttft_p99=1s,tpot_p99=50ms --target-load 32   # CI gate\n  \
+tokenscope sweep --concurrency 1,4,16,64 --out runs/s1 --resume   # re-runs only the missing points")]
+    Sweep(Box<SweepArgs>),
     /// Built-in servers.
     #[command(subcommand)]
     Sim(SimCommand),
@@ -88,6 +92,45 @@ pub struct EngineArgs {
     pub catalogue: Option<PathBuf>,
 }
 
+/// What a series is judged by: shared by `sweep` and `sim plan --sweep`.
+#[derive(Args, Debug, Clone)]
+pub struct SeriesArgs {
+    /// Override the service profiles' objectives, e.g.
+    /// chat_ttft_p99=500ms,chat_tpot_p99=30ms,batch_e2e_growth=3,cost_ttft_cap=5s,long_context_kv_max=80%.
+    /// Defaults: chat TTFT p99 ≤ 1s and TPOT p99 ≤ 50ms; batch E2E p99 ≤ 10× the lowest;
+    /// cost TTFT p99 ≤ 10s; long-context KV usage < 90 %.
+    #[arg(long, value_parser = objectives, default_value = "")]
+    pub objectives: Objectives,
+    /// CI gate: exit 5 when the --slo cannot be met at this load (concurrency or
+    /// requests/s), interpolating between points.
+    #[arg(long, requires = "slo", value_parser = positive_f64)]
+    pub target_load: Option<f64>,
+}
+
+fn objectives(s: &str) -> Result<Objectives, String> {
+    Objectives::default().with_overrides(s)
+}
+
+/// `tokenscope sweep`: the bench flags, a series and its analysis.
+#[derive(Args, Debug, Clone)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub bench: BenchArgs,
+    #[command(flatten)]
+    pub series: SeriesArgs,
+    /// Choose the concurrency levels: a synchronous baseline (1), a
+    /// maximum-throughput probe (--auto-max-concurrency), then powers of two
+    /// between them, stopping once the server is past saturation.
+    #[arg(long, conflicts_with_all = ["concurrency", "rate"])]
+    pub auto: bool,
+    /// --auto: the concurrency of the maximum-throughput probe.
+    #[arg(long, default_value_t = 256, requires = "auto", value_parser = clap::value_parser!(u64).range(2..=100_000))]
+    pub auto_max_concurrency: u64,
+    /// Reuse the finished points already in --out (same load and workload) and run only the rest.
+    #[arg(long, requires = "out")]
+    pub resume: bool,
+}
+
 /// A load series for `sim plan --sweep`: `concurrency:1,4,16` or `rate:1,2,4`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Sweep {
@@ -139,6 +182,8 @@ pub struct PlanArgs {
     /// Run a series of loads in one call; each point gets its own run directory.
     #[arg(long)]
     pub sweep: Option<Sweep>,
+    #[command(flatten)]
+    pub series: SeriesArgs,
     /// One-way client–server delay for the request and every token.
     #[arg(long, default_value = "0.5ms", value_parser = duration)]
     pub network_delay: Duration,
@@ -300,7 +345,8 @@ pub enum BuiltinChoice {
 #[derive(Args, Debug, Clone)]
 pub struct LoadArgs {
     /// Closed loop: exactly N requests in flight (default 10 unless --rate is given).
-    /// `sweep` takes a list: 1,2,4,8.
+    /// `sweep` takes a list: 1,2,4,8 (each point then runs at least 2 × its
+    /// concurrency requests unless --duration is given).
     #[arg(long, conflicts_with = "rate", value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub concurrency: Vec<u64>,
     /// Open loop: requests per second, whatever the server does. `sweep` takes a list: 1,2,4.

@@ -6,6 +6,7 @@ mod exit;
 mod outcome;
 mod plan;
 mod serve;
+mod sweep;
 
 use clap::Parser;
 use exit::Exit;
@@ -15,7 +16,7 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Bench(args) => bench::run(*args),
-        cli::Command::Sweep(args) => bench::sweep(*args),
+        cli::Command::Sweep(args) => sweep::run(*args),
         cli::Command::Sim(cli::SimCommand::Exact(args)) => serve::exact(args),
         cli::Command::Sim(cli::SimCommand::Serve(args)) => serve::engine(*args),
         cli::Command::Sim(cli::SimCommand::Plan(args)) => plan::run(*args),

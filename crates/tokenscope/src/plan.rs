@@ -264,50 +264,30 @@ pub fn run(args: PlanArgs) -> anyhow::Result<Exit> {
         outcome::print(&results, &args.output, &dir)?;
         return Ok(outcome::exit_code(&results));
     };
-    let loads: Vec<(String, crate::cli::LoadArgs)> = match &sweep {
+    let levels: Vec<crate::sweep::Level> = match &sweep {
         Sweep::Concurrency(levels) => levels
             .iter()
-            .map(|&c| {
-                (
-                    format!("concurrency {c}"),
-                    crate::cli::LoadArgs {
-                        concurrency: vec![c],
-                        rate: Vec::new(),
-                        ..args.load.clone()
-                    },
-                )
-            })
+            .map(|&c| crate::sweep::closed(&args.load, c))
             .collect(),
         Sweep::Rate(rates) => rates
             .iter()
-            .map(|&r| {
-                (
-                    format!("rate {r}/s"),
-                    crate::cli::LoadArgs {
-                        rate: vec![r],
-                        concurrency: Vec::new(),
-                        ramp_up: None,
-                        ..args.load.clone()
-                    },
-                )
-            })
+            .map(|&r| crate::sweep::open(&args.load, r))
             .collect(),
     };
     if !args.output.json {
         println!("simulated: {}", cfg.describe());
     }
     let mut points = Vec::new();
-    for (i, (label, load)) in loads.iter().enumerate() {
-        let results = one_point(&cfg, &args, load, None, &dir.join(format!("point-{i:02}")))?;
-        let level = load
-            .concurrency
-            .first()
-            .map(|&c| c as f64)
-            .or(load.rate.first().copied())
-            .unwrap_or(0.0);
-        points.push((label.clone(), level, results));
+    for (i, level) in levels.into_iter().enumerate() {
+        let point_dir = dir.join(format!("point-{i:02}"));
+        let results = one_point(&cfg, &args, &level.args, None, &point_dir)?;
+        points.push(crate::sweep::Done {
+            label: level.label,
+            load: level.load,
+            results,
+        });
     }
-    outcome::finish_series(&dir, &points, &args.output)
+    crate::sweep::finish_series(&dir, points, &args.output, &args.series)
 }
 
 /// `tokenscope sim calibrate RUN_DIR`: fits the efficiency factors and writes a profile.

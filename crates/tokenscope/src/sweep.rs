@@ -1,0 +1,407 @@
+//! `tokenscope sweep`: a series of bench runs — given levels, or chosen by
+//! `--auto` — one run directory each (`OUT/point-NN`), then the series'
+//! analysis in `sweep.json` and on the terminal. `sim plan --sweep` ends in
+//! the same [`finish_series`].
+
+use crate::bench::{bench, with_runtime};
+use crate::cli::{LoadArgs, OutputArgs, SeriesArgs, SweepArgs};
+use crate::exit::Exit;
+use crate::outcome::{self, exit_code};
+use anyhow::Context;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use tokenscope_core::analysis::{self, Analysis, Point, SloCapacity};
+use tokenscope_core::results::RunResults;
+use tokenscope_core::slo::SloMetric;
+
+/// One finished point of a series.
+pub struct Done {
+    pub label: String,
+    /// Concurrency or requests/s.
+    pub load: f64,
+    pub results: RunResults,
+}
+
+/// One point to run: its label, load and flags.
+pub struct Level {
+    pub label: String,
+    pub load: f64,
+    pub args: LoadArgs,
+}
+
+/// A closed-loop point. Without --duration it runs at least 2 × c requests:
+/// with fewer, the loop never holds c in flight and the point measures less
+/// load than its label says.
+pub fn closed(base: &LoadArgs, c: u64) -> Level {
+    let requests = match (base.requests, base.duration) {
+        (_, Some(_)) => base.requests,
+        (n, None) => Some(n.unwrap_or(100).max(2 * c)),
+    };
+    Level {
+        label: format!("concurrency {c}"),
+        load: c as f64,
+        args: LoadArgs {
+            concurrency: vec![c],
+            rate: Vec::new(),
+            requests,
+            ..base.clone()
+        },
+    }
+}
+
+/// An open-loop point at `r` requests/s.
+pub fn open(base: &LoadArgs, r: f64) -> Level {
+    Level {
+        label: format!("rate {r}/s"),
+        load: r,
+        args: LoadArgs {
+            rate: vec![r],
+            concurrency: Vec::new(),
+            ramp_up: None,
+            ..base.clone()
+        },
+    }
+}
+
+pub fn run(args: SweepArgs) -> anyhow::Result<Exit> {
+    let load = &args.bench.load;
+    let explicit: Vec<Level> = if args.auto {
+        Vec::new()
+    } else if !load.concurrency.is_empty() {
+        load.concurrency.iter().map(|&c| closed(load, c)).collect()
+    } else if !load.rate.is_empty() {
+        load.rate.iter().map(|&r| open(load, r)).collect()
+    } else {
+        return Err(Exit::usage(
+            "sweep needs a series: --auto, --concurrency 1,2,4,8 or --rate 1,2,4".into(),
+        ));
+    };
+    let dir = args
+        .bench
+        .output
+        .out
+        .clone()
+        .unwrap_or_else(outcome::default_out_dir);
+    let previous = if args.resume {
+        finished_points(&dir)?
+    } else {
+        Vec::new()
+    };
+    let setup = args.bench.clone();
+    with_runtime(&setup, |url, builtin, threads| async move {
+        let mut series = Series {
+            args: &args,
+            dir: dir.clone(),
+            url,
+            builtin,
+            threads,
+            previous,
+            done: Vec::new(),
+        };
+        if args.auto {
+            series.auto().await?;
+        } else {
+            let total = explicit.len();
+            for (i, level) in explicit.into_iter().enumerate() {
+                series.say(&format!("point {} of {total}: {}", i + 1, level.label));
+                if !series.point(level).await? {
+                    break; // interrupted: the series so far is still reported
+                }
+            }
+        }
+        finish_series(&dir, series.done, &args.bench.output, &args.series)
+    })
+}
+
+/// The points run so far and how to run the next.
+struct Series<'a> {
+    args: &'a SweepArgs,
+    dir: PathBuf,
+    url: String,
+    builtin: Option<String>,
+    threads: usize,
+    /// With `--resume`: finished points found in the directory.
+    previous: Vec<(PathBuf, RunResults)>,
+    done: Vec<Done>,
+}
+
+impl Series<'_> {
+    fn say(&self, line: &str) {
+        if !self.args.bench.output.quiet {
+            eprintln!("tokenscope sweep: {line}");
+        }
+    }
+
+    /// Runs one point (or takes it from a previous run with `--resume`);
+    /// false when it was interrupted.
+    async fn point(&mut self, level: Level) -> anyhow::Result<bool> {
+        let mut point = self.args.bench.clone();
+        point.load = level.args;
+        let config = outcome::config_json(&point.load, &outcome::plan(&point.load), &point.output);
+        if let Some(i) = self
+            .previous
+            .iter()
+            .position(|(_, r)| same_point(&r.config, &config))
+        {
+            let (from, results) = self.previous.swap_remove(i);
+            self.say(&format!("{}: kept from {}", level.label, from.display()));
+            self.done.push(Done {
+                label: level.label,
+                load: level.load,
+                results,
+            });
+            return Ok(true);
+        }
+        point.output.out = Some(self.free_dir());
+        point.output.json = false;
+        let (results, _) =
+            bench(point, self.url.clone(), self.builtin.clone(), self.threads).await?;
+        let interrupted = results.partial;
+        self.done.push(Done {
+            label: level.label,
+            load: level.load,
+            results,
+        });
+        Ok(!interrupted)
+    }
+
+    /// The first `point-NN` directory not holding a finished point.
+    fn free_dir(&self) -> PathBuf {
+        (0..)
+            .map(|i| self.dir.join(format!("point-{i:02}")))
+            .find(|d| !d.join("results.json").exists() && !d.join("requests.jsonl").exists())
+            .expect("an unused index")
+    }
+
+    /// `--auto`: baseline, maximum-throughput probe, then powers of two
+    /// between them until the server is past saturation.
+    async fn auto(&mut self) -> anyhow::Result<bool> {
+        let base = self.args.bench.load.clone();
+        let max = self.args.auto_max_concurrency;
+        self.say("auto: baseline at concurrency 1");
+        if !self.point(closed(&base, 1)).await? {
+            return Ok(false);
+        }
+        self.say(&format!(
+            "auto: maximum-throughput probe at concurrency {max}"
+        ));
+        if !self.point(closed(&base, max)).await? {
+            return Ok(false);
+        }
+        let (baseline, probe) = (&self.done[0].results, &self.done[1].results);
+        // Little's law: the concurrency that would carry the probe's request
+        // rate at the baseline's latency. Saturation comes near it; four
+        // times past it the server is surely saturated.
+        let e2e_s = baseline.latency.e2e_ms.map_or(1.0, |s| s.mean / 1e3);
+        let little = probe.throughput.requests_per_s * e2e_s;
+        let top = ((4.0 * little).ceil() as u64).clamp(2, max);
+        self.say(&format!(
+            "auto: the probe carried {:.1} requests/s; at the baseline's {:.2} s per request that needs concurrency ≈ {little:.0}: points 2 … {top} (×2), stopping past saturation",
+            probe.throughput.requests_per_s, e2e_s
+        ));
+        let mut c = 2;
+        while c < max && c <= top {
+            self.say(&format!("auto: point at concurrency {c}"));
+            if !self.point(closed(&base, c)).await? {
+                return Ok(false);
+            }
+            if let Some(why) = self.past_saturation() {
+                self.say(&format!("auto: stopping after concurrency {c}: {why}"));
+                break;
+            }
+            c *= 2;
+        }
+        Ok(true)
+    }
+
+    /// Whether the last point run (ascending, probe left out) is past
+    /// saturation: its tokens/s gained < 5 % over the previous point while
+    /// TTFT p99 rose, or the server's queue grew through it.
+    fn past_saturation(&self) -> Option<String> {
+        let probe_load = self.args.auto_max_concurrency as f64;
+        let mut climb: Vec<Point> = self
+            .done
+            .iter()
+            .filter(|d| d.load != probe_load)
+            .map(|d| Point::from_results(d.load, &d.results))
+            .collect();
+        climb.sort_by(|a, b| a.load.total_cmp(&b.load));
+        let last = self.done.last()?;
+        if last.results.diagnosis.iter().any(|f| f.rule == "overload") {
+            return Some("the server's waiting requests grew through the point".into());
+        }
+        match analysis::saturation(&climb, 0.05) {
+            Some(i) if i == climb.len() - 1 => Some(format!(
+                "tokens/s {:.0} → {:.0} (< 5 % more) while TTFT p99 rose {:.0} → {:.0} ms",
+                climb[i - 1].output_tps,
+                climb[i].output_tps,
+                climb[i - 1].ttft_p99_ms,
+                climb[i].ttft_p99_ms
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// The finished (not partial) points under `dir`, for `--resume`.
+fn finished_points(dir: &Path) -> anyhow::Result<Vec<(PathBuf, RunResults)>> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(found); // nothing to resume yet
+    };
+    for entry in entries {
+        let path = entry?.path().join("results.json");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let results: RunResults = serde_json::from_str(&text)
+            .with_context(|| format!("--resume: reading {}", path.display()))?;
+        if !results.partial {
+            found.push((
+                path.parent().expect("a file in a directory").into(),
+                results,
+            ));
+        }
+    }
+    Ok(found)
+}
+
+/// Whether a finished point's `config` describes the same load and workload.
+fn same_point(old: &serde_json::Value, new: &serde_json::Value) -> bool {
+    [
+        "load",
+        "requests",
+        "duration_s",
+        "warmup",
+        "ramp_up_s",
+        "input_tokens",
+        "output_tokens",
+        "shared_prefix",
+        "seed",
+    ]
+    .iter()
+    .all(|k| old[k] == new[k])
+}
+
+/// The points of a series directory, for re-reporting (`tokenscope report`).
+pub fn read_series(dir: &Path) -> anyhow::Result<Vec<Done>> {
+    let mut done: Vec<Done> = finished_points(dir)?
+        .into_iter()
+        .filter_map(|(_, results)| {
+            let load = &results.config["load"];
+            let (label, level) = match load["mode"].as_str()? {
+                "closed" => {
+                    let c = load["concurrency"].as_f64()?;
+                    (format!("concurrency {c}"), c)
+                }
+                _ => {
+                    let r = load["rate"].as_f64()?;
+                    (format!("rate {r}/s"), r)
+                }
+            };
+            Some(Done {
+                label,
+                load: level,
+                results,
+            })
+        })
+        .collect();
+    done.sort_by(|a, b| a.load.total_cmp(&b.load));
+    Ok(done)
+}
+
+/// Analyses a finished series: sorts it by load, writes `sweep.json` (every
+/// point's results and the analysis) and prints the table, the knee, the SLO
+/// capacity and the recommendations (or with `--json` the document alone).
+pub fn finish_series(
+    dir: &Path,
+    mut points: Vec<Done>,
+    output: &OutputArgs,
+    series: &SeriesArgs,
+) -> anyhow::Result<Exit> {
+    points.sort_by(|a, b| a.load.total_cmp(&b.load));
+    let analysis = analyse(&points, output, series);
+    let doc = json!({
+        "points": points.iter().map(|d| json!({"point": d.label, "load": d.load, "results": d.results})).collect::<Vec<_>>(),
+        "analysis": analysis,
+    });
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(
+        dir.join("sweep.json"),
+        serde_json::to_string_pretty(&doc)? + "\n",
+    )
+    .with_context(|| format!("writing {}", dir.join("sweep.json").display()))?;
+    if output.json {
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        let labelled: Vec<(String, RunResults)> = points
+            .iter()
+            .map(|d| (d.label.clone(), d.results.clone()))
+            .collect();
+        print!("{}", tokenscope_report::terminal::series_table(&labelled));
+        print!("{}", tokenscope_report::terminal::analysis(&analysis));
+        println!(
+            "\nseries directory: {} (point-NN/, sweep.json)",
+            dir.display()
+        );
+    }
+    Ok(series_exit(&points, analysis.slo.as_ref()))
+}
+
+/// The analysis of points sorted by load.
+pub fn analyse(points: &[Done], output: &OutputArgs, series: &SeriesArgs) -> Analysis {
+    let reduced: Vec<Point> = points
+        .iter()
+        .map(|d| Point::from_results(d.load, &d.results))
+        .collect();
+    // Judged from each point's summaries, so a re-run (--resume) or a
+    // re-report may bring a different SLO than the points were run with.
+    let slo = output.slo.as_ref().map(|slo| {
+        let loads: Vec<f64> = points.iter().map(|d| d.load).collect();
+        let ratios: Vec<Vec<(String, Option<f64>)>> = points
+            .iter()
+            .map(|d| {
+                slo.objectives
+                    .iter()
+                    .map(|o| {
+                        let l = &d.results.latency;
+                        let summary = match o.metric {
+                            SloMetric::Ttft => l.ttft_ms,
+                            SloMetric::Tpot => l.tpot_ms,
+                            SloMetric::Itl => l.itl_ms,
+                            SloMetric::E2e => l.e2e_ms,
+                        };
+                        let value = summary.and_then(|s| s.get(&o.stat));
+                        (
+                            format!("{}_{}", o.metric.name(), o.stat),
+                            value.map(|v| v / o.limit_ms),
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        analysis::slo_capacity(&loads, &ratios, series.target_load)
+    });
+    analysis::analyse(reduced, series.objectives, slo)
+}
+
+/// A series succeeds unless it was interrupted, every point failed, or the
+/// `--target-load` gate did not hold. Points past the SLO are expected in a
+/// sweep and are not failures by themselves.
+fn series_exit(points: &[Done], slo: Option<&SloCapacity>) -> Exit {
+    if points.iter().any(|d| d.results.partial) {
+        return Exit::Interrupted;
+    }
+    let codes: Vec<Exit> = points.iter().map(|d| exit_code(&d.results)).collect();
+    if !codes.is_empty()
+        && codes
+            .iter()
+            .all(|c| matches!(c, Exit::Unreachable | Exit::AllFailed))
+    {
+        return codes[0];
+    }
+    if slo.and_then(|s| s.target_met) == Some(false) {
+        return Exit::SloNotMet;
+    }
+    Exit::Success
+}
