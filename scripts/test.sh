@@ -2,10 +2,23 @@
 # The test command (README, .ci/run): installs what the tests need, then runs them all.
 #  - the llama.cpp fixture: llama-server built from source and generated models,
 #    cached under ~/.cache/tokenscope (scripts/llama-fixture.sh);
+#  - Debian's chromium (the HTML report is checked in headless Chromium) and
+#    tmux (the live dashboard is checked in a tmux pane), when missing;
 #  - the Rust workspace's tests, in release mode (timing tests need optimised code).
 # Extra arguments go to `cargo test` (e.g. scripts/test.sh --test llama_server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+need=()
+command -v chromium >/dev/null || need+=(chromium)
+command -v tmux >/dev/null || need+=(tmux)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing ${need[*]} (Debian packages)" >&2
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get install -y --no-install-recommends "${need[@]}" >&2 ||
+    { $sudo_cmd apt-get update >&2 && $sudo_cmd apt-get install -y --no-install-recommends "${need[@]}" >&2; }
+fi
 
 fixture="$(scripts/llama-fixture.sh)"
 while IFS='=' read -r key value; do

@@ -1,5 +1,12 @@
-//! Rendering results for people. The terminal summary groups the numbers as
-//! the field does: Latency, Throughput, Efficiency, then errors, SLO and the
-//! diagnosis.
+//! Rendering results for people: the terminal summary ([`terminal`]), the
+//! self-contained HTML report ([`html`]) with its charts ([`charts`]),
+//! Markdown ([`markdown`]) and CSV exports ([`export`]), all read from a run
+//! or sweep directory ([`run_dir`]).
 
+pub mod charts;
+pub mod export;
+pub mod health;
+pub mod html;
+pub mod markdown;
+pub mod run_dir;
 pub mod terminal;

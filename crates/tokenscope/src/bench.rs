@@ -392,6 +392,7 @@ pub(crate) async fn bench(
     };
     let results = outcome::assemble(&records, &args.output, facts);
     outcome::write_results(&out_dir, &results)?;
+    crate::report::write_html_after_run(&out_dir, args.output.quiet || args.output.json);
     Ok((results, out_dir))
 }
 

@@ -20,7 +20,7 @@ tokenscope bench                                   # the built-in server, 100 re
 tokenscope bench --url http://localhost:8000 --concurrency 32 --requests 500\n  \
 tokenscope bench --url http://localhost:8000 --rate 8 --duration 60s --slo ttft_p99=500ms,tpot_p99=50ms\n  \
 tokenscope sim exact --port 8000 --ttft 100ms --itl 20ms\n\n\
-Exit codes: 0 success · 2 bad usage · 3 target unreachable · 4 every request failed · 5 SLO not met · 130 interrupted · 1 other error"
+Exit codes: 0 success · 2 bad usage · 3 target unreachable · 4 every request failed · 5 SLO not met · 6 regression (compare) · 130 interrupted · 1 other error"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -39,9 +39,95 @@ tokenscope sweep --url http://localhost:8000 --rate 1,2,4,8 --duration 60s --slo
 tokenscope sweep --url http://localhost:8000 --auto --slo ttft_p99=1s,tpot_p99=50ms --target-load 32   # CI gate\n  \
 tokenscope sweep --concurrency 1,4,16,64 --out runs/s1 --resume   # re-runs only the missing points")]
     Sweep(Box<SweepArgs>),
+    /// Re-render a run or sweep directory: HTML (default), Markdown, CSV or the terminal summary.
+    #[command(after_help = "Examples:\n  \
+tokenscope report runs/c16                       # writes runs/c16/report.html\n  \
+tokenscope report runs/c16 --format md > pr-comment.md\n  \
+tokenscope report runs/s1 --format csv           # runs/s1/sweep.csv (a run: requests.csv)\n  \
+tokenscope report runs/s1 --slo ttft_p99=300ms --objectives chat_ttft_p99=300ms   # re-judge a sweep")]
+    Report(Box<ReportArgs>),
+    /// Compare two runs: each metric side by side, the change and its bootstrap confidence interval.
+    #[command(after_help = "Examples:\n  \
+tokenscope compare runs/before runs/after\n  \
+tokenscope compare runs/main runs/pr --fail-on-regression 5%     # CI: exit 6 on a regression\n  \
+tokenscope compare runs/a runs/b --json > diff.json")]
+    Compare(CompareArgs),
     /// Built-in servers.
     #[command(subcommand)]
     Sim(SimCommand),
+}
+
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// The baseline run directory.
+    pub a: PathBuf,
+    /// The run compared with it.
+    pub b: PathBuf,
+    /// Exit 6 when a metric got significantly worse by at least this much (e.g. 5%).
+    #[arg(long, value_parser = percent, value_name = "PCT")]
+    pub fail_on_regression: Option<f64>,
+    /// Changes smaller than this are never called significant.
+    #[arg(long, default_value = "2%", value_parser = percent, value_name = "PCT")]
+    pub noise_threshold: f64,
+    /// Bootstrap resamples.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(100..=100_000))]
+    pub resamples: u64,
+    /// Confidence of the intervals.
+    #[arg(long, default_value_t = 0.95, value_parser = probability)]
+    pub confidence: f64,
+    /// Print the comparison as JSON alone.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn percent(s: &str) -> Result<f64, String> {
+    match s.trim_end_matches('%').parse::<f64>() {
+        Ok(v) if v >= 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!("`{s}` is not a percentage like 5%")),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    Html,
+    Md,
+    Csv,
+    Terminal,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// A run directory (results.json) or a sweep directory (sweep.json).
+    pub dir: PathBuf,
+    #[arg(long, value_enum, default_value = "html")]
+    pub format: ReportFormat,
+    /// Where to write (default: report.html, requests.csv or sweep.csv in DIR; Markdown and terminal go to stdout).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// A sweep: judge it against this SLO (its capacity and --target-load).
+    #[arg(long, value_parser = Slo::parse)]
+    pub slo: Option<Slo>,
+    #[command(flatten)]
+    pub series: SeriesArgs,
+}
+
+impl ReportArgs {
+    pub fn objectives_given(&self) -> bool {
+        self.series.objectives != Objectives::default()
+    }
+
+    /// The output settings a re-analysis needs (only the SLO matters there).
+    pub fn output(&self) -> OutputArgs {
+        OutputArgs {
+            slo: self.slo.clone(),
+            gpu_price: None,
+            gpu_type: None,
+            gpus: 1,
+            out: None,
+            json: false,
+            quiet: true,
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]

@@ -17,6 +17,8 @@ pub enum Exit {
     AllFailed = 4,
     /// `--slo` given and not met.
     SloNotMet = 5,
+    /// `compare --fail-on-regression`: a metric got significantly worse.
+    Regression = 6,
     /// Interrupted by Ctrl-C; the run directory is complete and marked partial.
     Interrupted = 130,
 }

@@ -2,9 +2,11 @@
 
 mod bench;
 mod cli;
+mod compare;
 mod exit;
 mod outcome;
 mod plan;
+mod report;
 mod serve;
 mod sweep;
 
@@ -17,6 +19,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         cli::Command::Bench(args) => bench::run(*args),
         cli::Command::Sweep(args) => sweep::run(*args),
+        cli::Command::Report(args) => report::run(*args),
+        cli::Command::Compare(args) => compare::run(args),
         cli::Command::Sim(cli::SimCommand::Exact(args)) => serve::exact(args),
         cli::Command::Sim(cli::SimCommand::Serve(args)) => serve::engine(*args),
         cli::Command::Sim(cli::SimCommand::Plan(args)) => plan::run(*args),

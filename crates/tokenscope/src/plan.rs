@@ -239,6 +239,7 @@ fn one_point(
     };
     let results = outcome::assemble(&out.records, &args.output, facts);
     outcome::write_results(dir, &results)?;
+    crate::report::write_html_after_run(dir, true);
     Ok(results)
 }
 

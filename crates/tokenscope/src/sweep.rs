@@ -331,6 +331,7 @@ pub fn finish_series(
         serde_json::to_string_pretty(&doc)? + "\n",
     )
     .with_context(|| format!("writing {}", dir.join("sweep.json").display()))?;
+    crate::report::write_html_after_run(dir, output.quiet || output.json);
     if output.json {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {

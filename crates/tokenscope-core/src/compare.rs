@@ -1,0 +1,323 @@
+//! Whether two runs differ: each metric side by side, the relative change
+//! B vs A, and a bootstrap confidence interval for that change from the
+//! per-request records (resample each run's requests with replacement,
+//! recompute the statistic, take the percentiles of the change).
+//!
+//! A change is *significant* when its interval excludes zero and the
+//! estimate is larger than the noise threshold (criterion's convention: two
+//! runs of the same thing differ by a little that no one should act on).
+
+use crate::record::RequestRecord;
+use serde::{Deserialize, Serialize};
+
+/// One metric of the comparison.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetricChange {
+    /// `ttft_p99`, `output_tokens_per_s`, …
+    pub metric: String,
+    pub unit: String,
+    pub a: f64,
+    pub b: f64,
+    /// (b − a) ÷ a, in %.
+    pub change_pct: f64,
+    /// The bootstrap interval of `change_pct`.
+    pub ci_low_pct: f64,
+    pub ci_high_pct: f64,
+    pub significant: bool,
+    /// Whether larger is better (throughput) or worse (latency).
+    pub higher_is_better: bool,
+}
+
+impl MetricChange {
+    /// A significant change in the bad direction.
+    pub fn is_regression(&self) -> bool {
+        self.significant
+            && if self.higher_is_better {
+                self.change_pct < 0.0
+            } else {
+                self.change_pct > 0.0
+            }
+    }
+}
+
+/// The comparison settings.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    pub resamples: usize,
+    /// Two-sided confidence, e.g. 0.95.
+    pub confidence: f64,
+    /// Changes smaller than this (in %) are never significant.
+    pub noise_threshold_pct: f64,
+    pub seed: u64,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            resamples: 2000,
+            confidence: 0.95,
+            noise_threshold_pct: 2.0,
+            seed: 0,
+        }
+    }
+}
+
+/// A statistic of one run's requests.
+struct Stat {
+    name: &'static str,
+    unit: &'static str,
+    higher_is_better: bool,
+    /// Per-request values (the statistic is computed over them).
+    values: fn(&RequestRecord) -> Option<f64>,
+    /// What to compute over the values: a quantile (0–1), or the mean.
+    of: Of,
+}
+
+#[derive(Clone, Copy)]
+enum Of {
+    Mean,
+    Quantile(f64),
+    /// Σ values ÷ the run's window (tokens/s).
+    RatePerWindow,
+}
+
+const STATS: [Stat; 9] = [
+    Stat {
+        name: "ttft_mean",
+        unit: "ms",
+        higher_is_better: false,
+        values: ttft,
+        of: Of::Mean,
+    },
+    Stat {
+        name: "ttft_p50",
+        unit: "ms",
+        higher_is_better: false,
+        values: ttft,
+        of: Of::Quantile(0.5),
+    },
+    Stat {
+        name: "ttft_p99",
+        unit: "ms",
+        higher_is_better: false,
+        values: ttft,
+        of: Of::Quantile(0.99),
+    },
+    Stat {
+        name: "tpot_mean",
+        unit: "ms",
+        higher_is_better: false,
+        values: tpot,
+        of: Of::Mean,
+    },
+    Stat {
+        name: "tpot_p50",
+        unit: "ms",
+        higher_is_better: false,
+        values: tpot,
+        of: Of::Quantile(0.5),
+    },
+    Stat {
+        name: "tpot_p99",
+        unit: "ms",
+        higher_is_better: false,
+        values: tpot,
+        of: Of::Quantile(0.99),
+    },
+    Stat {
+        name: "e2e_p50",
+        unit: "ms",
+        higher_is_better: false,
+        values: e2e,
+        of: Of::Quantile(0.5),
+    },
+    Stat {
+        name: "e2e_p99",
+        unit: "ms",
+        higher_is_better: false,
+        values: e2e,
+        of: Of::Quantile(0.99),
+    },
+    Stat {
+        name: "output_tokens_per_s",
+        unit: "tokens/s",
+        higher_is_better: true,
+        values: output_tokens,
+        of: Of::RatePerWindow,
+    },
+];
+
+fn ttft(r: &RequestRecord) -> Option<f64> {
+    r.succeeded()
+        .then(|| r.ttft_us())
+        .flatten()
+        .map(|v| v as f64 / 1e3)
+}
+fn tpot(r: &RequestRecord) -> Option<f64> {
+    r.succeeded()
+        .then(|| r.tpot_us())
+        .flatten()
+        .map(|v| v / 1e3)
+}
+fn e2e(r: &RequestRecord) -> Option<f64> {
+    r.succeeded().then(|| r.e2e_us() as f64 / 1e3)
+}
+fn output_tokens(r: &RequestRecord) -> Option<f64> {
+    // Failed requests carry 0: resampling keeps their share.
+    Some(if r.succeeded() {
+        r.output_tokens as f64
+    } else {
+        0.0
+    })
+}
+
+/// The measured window of a run: first send → last completion, in s.
+fn window_s(records: &[&RequestRecord]) -> f64 {
+    let start = records.iter().map(|r| r.sent_at_us).min().unwrap_or(0);
+    let end = records.iter().map(|r| r.done_at_us).max().unwrap_or(0);
+    (end.saturating_sub(start) as f64 / 1e6).max(1e-9)
+}
+
+fn quantile(v: &mut [f64], q: f64) -> f64 {
+    // Nearest rank, like the HDR summaries.
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+    *v.select_nth_unstable_by(rank, f64::total_cmp).1
+}
+
+fn compute(of: Of, v: &mut [f64], window: f64) -> f64 {
+    match of {
+        Of::Mean => v.iter().sum::<f64>() / v.len() as f64,
+        Of::Quantile(q) => quantile(v, q),
+        Of::RatePerWindow => v.iter().sum::<f64>() / window,
+    }
+}
+
+/// A small fast generator for resampling indices (SplitMix64): the
+/// bootstrap needs many uniform draws, not cryptographic ones.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        ((z as u128 * n as u128) >> 64) as usize
+    }
+}
+
+/// Compares run B against run A (measured requests only).
+pub fn compare(a: &[RequestRecord], b: &[RequestRecord], settings: &Settings) -> Vec<MetricChange> {
+    let a: Vec<&RequestRecord> = a.iter().filter(|r| !r.warmup).collect();
+    let b: Vec<&RequestRecord> = b.iter().filter(|r| !r.warmup).collect();
+    let (wa, wb) = (window_s(&a), window_s(&b));
+    let mut rng = SplitMix(settings.seed ^ 0x746f_6b65_6e73_636f);
+    let mut out = Vec::new();
+    for (k, stat) in STATS.iter().enumerate() {
+        let va: Vec<f64> = a.iter().filter_map(|r| (stat.values)(r)).collect();
+        let vb: Vec<f64> = b.iter().filter_map(|r| (stat.values)(r)).collect();
+        if va.is_empty() || vb.is_empty() {
+            continue;
+        }
+        let ea = compute(stat.of, &mut va.clone(), wa);
+        let eb = compute(stat.of, &mut vb.clone(), wb);
+        if ea == 0.0 {
+            continue;
+        }
+        let change = (eb - ea) / ea * 100.0;
+        let mut changes = Vec::with_capacity(settings.resamples);
+        let (mut ra, mut rb) = (vec![0.0; va.len()], vec![0.0; vb.len()]);
+        rng.0 ^= k as u64; // each metric its own stream, the whole run reproducible
+        for _ in 0..settings.resamples {
+            for x in ra.iter_mut() {
+                *x = va[rng.below(va.len())];
+            }
+            for x in rb.iter_mut() {
+                *x = vb[rng.below(vb.len())];
+            }
+            let (sa, sb) = (compute(stat.of, &mut ra, wa), compute(stat.of, &mut rb, wb));
+            if sa != 0.0 {
+                changes.push((sb - sa) / sa * 100.0);
+            }
+        }
+        let tail = (1.0 - settings.confidence) / 2.0;
+        let (lo, hi) = if changes.is_empty() {
+            (f64::NEG_INFINITY, f64::INFINITY)
+        } else {
+            (
+                quantile(&mut changes, tail),
+                quantile(&mut changes, 1.0 - tail),
+            )
+        };
+        out.push(MetricChange {
+            metric: stat.name.into(),
+            unit: stat.unit.into(),
+            a: ea,
+            b: eb,
+            change_pct: change,
+            ci_low_pct: lo,
+            ci_high_pct: hi,
+            significant: (lo > 0.0 || hi < 0.0) && change.abs() > settings.noise_threshold_pct,
+            higher_is_better: stat.higher_is_better,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::Chunk;
+
+    /// n requests, TTFT 100 ms ± jitter, `tokens` tokens `itl` ms apart.
+    fn run(n: u64, itl_ms: f64, seed: u64) -> Vec<RequestRecord> {
+        let mut rng = SplitMix(seed);
+        (0..n)
+            .map(|i| {
+                let sent = i * 50_000;
+                let jitter = |rng: &mut SplitMix| rng.below(2000) as f64; // 0–2 ms
+                let first = sent + 100_000 + jitter(&mut rng) as u64;
+                let chunks = (0..20)
+                    .map(|k| {
+                        Chunk(
+                            first + (k as f64 * itl_ms * 1e3 + jitter(&mut rng)) as u64,
+                            1,
+                        )
+                    })
+                    .collect();
+                RequestRecord::test_success(i, sent, chunks, 10)
+            })
+            .collect()
+    }
+
+    fn get<'a>(c: &'a [MetricChange], m: &str) -> &'a MetricChange {
+        c.iter().find(|x| x.metric == m).unwrap()
+    }
+
+    #[test]
+    fn same_distribution_is_not_significant() {
+        let c = compare(&run(300, 20.0, 1), &run(300, 20.0, 2), &Settings::default());
+        for m in &c {
+            assert!(!m.significant, "{m:?}");
+            assert!(
+                m.ci_low_pct <= m.change_pct && m.change_pct <= m.ci_high_pct,
+                "{m:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn slower_decode_is_a_significant_regression() {
+        let c = compare(&run(300, 20.0, 1), &run(300, 24.0, 2), &Settings::default());
+        let tpot = get(&c, "tpot_mean");
+        assert!((tpot.change_pct - 20.0).abs() < 1.0, "{tpot:?}");
+        assert!(tpot.significant && tpot.is_regression());
+        assert!(
+            tpot.ci_low_pct > 15.0 && tpot.ci_high_pct < 25.0,
+            "{tpot:?}"
+        );
+        // TTFT did not change.
+        assert!(!get(&c, "ttft_p50").significant);
+    }
+}

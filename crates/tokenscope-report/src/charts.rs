@@ -1,0 +1,357 @@
+//! Charts as inline SVG (plotters' SVG backend): line and step charts,
+//! scatter plots with labelled marks, histograms. Each function returns the
+//! `<svg>` text, or `None` when there is nothing to draw, so a page shows a
+//! note instead of an empty frame.
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+/// Chart size in pixels.
+const SIZE: (u32, u32) = (560, 300);
+
+/// The palette (colour-blind safe: Okabe–Ito).
+pub const PALETTE: [RGBColor; 6] = [
+    RGBColor(0, 114, 178),
+    RGBColor(213, 94, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(230, 159, 0),
+    RGBColor(86, 180, 233),
+];
+
+/// How a series is drawn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    Line,
+    Points,
+    LineAndPoints,
+}
+
+/// One named series of (x, y) points.
+pub struct Series {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+    pub style: Style,
+}
+
+impl Series {
+    pub fn line(name: impl Into<String>, points: Vec<(f64, f64)>) -> Series {
+        Series {
+            name: name.into(),
+            points,
+            style: Style::Line,
+        }
+    }
+}
+
+/// A labelled point drawn over the series (the knee, a recommendation).
+pub struct Mark {
+    pub label: String,
+    pub at: (f64, f64),
+}
+
+/// Axes: titles, and whether x is logarithmic (load levels 1, 2, 4 … 256).
+pub struct Axes<'a> {
+    pub title: &'a str,
+    pub x: &'a str,
+    pub y: &'a str,
+    pub log_x: bool,
+}
+
+fn finite(series: &[Series]) -> impl Iterator<Item = (f64, f64)> + '_ {
+    series
+        .iter()
+        .flat_map(|s| s.points.iter().copied())
+        .filter(|(x, y)| x.is_finite() && y.is_finite())
+}
+
+/// A range that plotters can draw: never empty, starting at 0 for y.
+fn padded(lo: f64, hi: f64) -> (f64, f64) {
+    if hi > lo {
+        (lo, hi + (hi - lo) * 0.05)
+    } else {
+        (
+            lo - 0.5_f64.max(lo.abs() * 0.1),
+            hi + 0.5_f64.max(hi.abs() * 0.1),
+        )
+    }
+}
+
+/// A line/scatter chart of the series with the marks labelled. A log x axis
+/// is drawn as log2 with the loads as labels (1, 2, 4 … 256).
+pub fn xy(axes: &Axes, series: &[Series], marks: &[Mark]) -> Option<String> {
+    let log = axes.log_x && finite(series).all(|(x, _)| x > 0.0);
+    let tx = |x: f64| if log { x.log2() } else { x };
+    let series: Vec<Series> = series
+        .iter()
+        .map(|s| Series {
+            name: s.name.clone(),
+            points: s.points.iter().map(|&(x, y)| (tx(x), y)).collect(),
+            style: s.style,
+        })
+        .collect();
+    // Marks at the same point share one label.
+    let mut merged: Vec<Mark> = Vec::new();
+    for m in marks {
+        let at = (tx(m.at.0), m.at.1);
+        match merged.iter_mut().find(|x| x.at == at) {
+            Some(x) => x.label = format!("{}, {}", x.label, m.label),
+            None => merged.push(Mark {
+                label: m.label.clone(),
+                at,
+            }),
+        }
+    }
+    let pts: Vec<(f64, f64)> = finite(&series).collect();
+    if pts.is_empty() {
+        return None;
+    }
+    let (x0, x1) = pts
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
+            (a.min(p.0), b.max(p.0))
+        });
+    let y1 = pts.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
+    let y0 = pts.iter().map(|p| p.1).fold(0.0, f64::min);
+    let (y0, y1) = padded(y0, y1);
+    let (a, b) = padded(x0, x1);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        let frame = Frame {
+            axes,
+            log,
+            x: a..b,
+            y: y0..y1,
+        };
+        draw(&root, &frame, &series, &merged).ok()?;
+        root.present().ok()?;
+    }
+    Some(svg)
+}
+
+type DrawResult = Result<(), Box<dyn std::error::Error>>;
+
+struct Frame<'a> {
+    axes: &'a Axes<'a>,
+    log: bool,
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+}
+
+fn draw(
+    root: &DrawingArea<SVGBackend, Shift>,
+    frame: &Frame,
+    series: &[Series],
+    marks: &[Mark],
+) -> DrawResult {
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(frame.axes.title, ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .build_cartesian_2d(frame.x.clone(), frame.y.clone())?;
+    let log = frame.log;
+    let label_x = move |v: &f64| {
+        if log {
+            format!("{}", (2f64.powf(*v) * 100.0).round() / 100.0)
+        } else {
+            format!("{v}")
+        }
+    };
+    let ticks = if log {
+        ((frame.x.end - frame.x.start).ceil() as usize + 1).clamp(2, 12)
+    } else {
+        10
+    };
+    chart
+        .configure_mesh()
+        .x_desc(frame.axes.x)
+        .y_desc(frame.axes.y)
+        .x_labels(ticks)
+        .x_label_formatter(&label_x)
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()?;
+    for (i, s) in series.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .copied()
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+            .collect();
+        if matches!(s.style, Style::Line | Style::LineAndPoints) {
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
+                .label(s.name.clone())
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color));
+        }
+        if matches!(s.style, Style::Points | Style::LineAndPoints) {
+            let drawn =
+                chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+            if s.style == Style::Points {
+                drawn
+                    .label(s.name.clone())
+                    .legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
+            }
+        }
+    }
+    let mid = (frame.x.start + frame.x.end) / 2.0;
+    for m in marks {
+        chart.draw_series(std::iter::once(Circle::new(m.at, 7, BLACK.stroke_width(2))))?;
+        // Labels on the right half go to the left of their point, so they stay inside.
+        let dx = if m.at.0 > mid {
+            -(7 * m.label.chars().count() as i32) - 10
+        } else {
+            10
+        };
+        chart.draw_series(std::iter::once(
+            EmptyElement::at(m.at)
+                + Text::new(
+                    m.label.clone(),
+                    (dx, 6),
+                    ("sans-serif", 12).into_font().color(&BLACK),
+                ),
+        ))?;
+    }
+    if series.len() > 1 || series.iter().any(|s| !s.name.is_empty()) {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(RGBColor(200, 200, 200))
+            .position(SeriesLabelPosition::UpperLeft)
+            .draw()?;
+    }
+    Ok(())
+}
+
+/// The empirical CDF of `values` as a step line.
+pub fn cdf(title: &str, unit: &str, share: &str, values: &[f64]) -> Option<String> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len() as f64;
+    // At most ~400 steps: enough for the eye, small for the page.
+    let stride = (v.len() / 400).max(1);
+    let mut pts = vec![(v[0], 0.0)];
+    for (i, x) in v.iter().enumerate().step_by(stride) {
+        pts.push((*x, (i + 1) as f64 / n));
+    }
+    pts.push((v[v.len() - 1], 1.0));
+    xy(
+        &Axes {
+            title,
+            x: unit,
+            y: share,
+            log_x: false,
+        },
+        &[Series::line("", pts)],
+        &[],
+    )
+}
+
+/// A histogram of `values` in up to 40 equal bins (weights: `weights`, or 1 each).
+pub fn histogram(
+    title: &str,
+    unit: &str,
+    values: &[f64],
+    weights: Option<&[f64]>,
+) -> Option<String> {
+    let vals: Vec<(f64, f64)> = values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (v, weights.map_or(1.0, |w| w[i])))
+        .filter(|(v, _)| v.is_finite())
+        .collect();
+    if vals.is_empty() {
+        return None;
+    }
+    let lo = vals.iter().map(|v| v.0).fold(f64::INFINITY, f64::min);
+    let hi = vals.iter().map(|v| v.0).fold(f64::NEG_INFINITY, f64::max);
+    let bins = 40usize;
+    let width = if hi > lo {
+        (hi - lo) / bins as f64
+    } else {
+        1.0
+    };
+    let mut counts = vec![0.0; bins];
+    for (v, w) in &vals {
+        let i = (((v - lo) / width) as usize).min(bins - 1);
+        counts[i] += w;
+    }
+    let top = counts.iter().copied().fold(0.0, f64::max);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        let drawn: DrawResult = (|| {
+            root.fill(&WHITE)?;
+            let mut chart = ChartBuilder::on(&root)
+                .caption(title, ("sans-serif", 16))
+                .margin(10)
+                .x_label_area_size(36)
+                .y_label_area_size(56)
+                .build_cartesian_2d(lo..lo + width * bins as f64, 0.0..top * 1.05)?;
+            chart
+                .configure_mesh()
+                .x_desc(unit)
+                .y_desc(if weights.is_some() {
+                    "tokens"
+                } else {
+                    "requests"
+                })
+                .light_line_style(RGBColor(235, 235, 235))
+                .draw()?;
+            chart.draw_series(counts.iter().enumerate().filter(|(_, c)| **c > 0.0).map(
+                |(i, &c)| {
+                    let x = lo + i as f64 * width;
+                    Rectangle::new([(x, 0.0), (x + width, c)], PALETTE[0].mix(0.75).filled())
+                },
+            ))?;
+            Ok(())
+        })();
+        drawn.ok()?;
+        root.present().ok()?;
+    }
+    Some(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn charts_are_svg_with_their_data_and_empty_input_draws_nothing() {
+        let svg = cdf("TTFT", "ms", "share", &[3.0, 1.0, 2.0, 5.0]).unwrap();
+        assert!(
+            svg.starts_with("<svg") && svg.contains("<polyline"),
+            "{svg}"
+        );
+        let h = histogram("TTFT", "ms", &[1.0, 1.0, 2.0, 9.0], None).unwrap();
+        assert!(h.contains("<rect"));
+        assert!(cdf("x", "ms", "share", &[]).is_none());
+        assert!(cdf("x", "ms", "share", &[f64::NAN]).is_none());
+        // A single value and a log axis still draw.
+        let one = xy(
+            &Axes {
+                title: "t",
+                x: "load",
+                y: "tok/s",
+                log_x: true,
+            },
+            &[Series {
+                name: "a".into(),
+                points: vec![(4.0, 10.0)],
+                style: Style::Points,
+            }],
+            &[Mark {
+                label: "knee".into(),
+                at: (4.0, 10.0),
+            }],
+        )
+        .unwrap();
+        assert!(one.contains("<circle") && one.contains("knee"));
+    }
+}

@@ -1,0 +1,721 @@
+//! `report.html`: one self-contained page per run or sweep — inline CSS and
+//! SVG, no script, nothing fetched — so it opens offline and attaches to a
+//! ticket.
+
+use crate::charts::{self, Axes, Mark, Series, Style};
+use crate::health::{self, Health};
+use crate::run_dir::{Run, Sweep};
+use std::fmt::Write;
+use tokenscope_core::results::{Finding, RunResults};
+use tokenscope_core::stats::Summary;
+
+/// Escapes text for HTML.
+pub fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1200px;color:#1f2328;padding:0 16px}
+h1{font-size:22px;margin-bottom:4px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #d0d7de;padding-bottom:4px}
+.meta{color:#57606a;font-size:13px}.cards{display:flex;gap:16px;flex-wrap:wrap;margin-top:16px}
+.card{flex:1 1 320px;border:1px solid #d0d7de;border-top:6px solid;border-radius:6px;padding:8px 14px}
+.card h3{margin:4px 0 8px;font-size:16px}.card table{width:100%}
+.charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #d0d7de;border-radius:6px}
+table{border-collapse:collapse;font-size:13px}td,th{padding:3px 8px;text-align:right;border-bottom:1px solid #eaeef2}
+th{background:#f6f8fa}td:first-child,th:first-child{text-align:left}
+.dot{display:inline-block;width:10px;height:10px;border-radius:5px;margin-right:6px}
+.note{color:#57606a;font-style:italic}pre{background:#f6f8fa;padding:10px;font-size:12px;overflow:auto}
+.finding{border-left:4px solid;padding:4px 10px;margin:8px 0}";
+
+fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+<link rel=\"icon\" href=\"data:,\"><title>{}</title><style>{STYLE}</style></head>\n<body>\n{body}\n</body></html>\n",
+        esc(title)
+    )
+}
+
+/// A chart, or a note saying why there is none.
+fn chart(out: &mut String, svg: Option<String>, missing: &str) {
+    match svg {
+        Some(svg) => {
+            let _ = write!(out, "<div class=\"chart\">{svg}</div>");
+        }
+        None => {
+            let _ = write!(out, "<p class=\"note\">{}</p>", esc(missing));
+        }
+    }
+}
+
+fn ms(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0} ms")
+    } else {
+        format!("{v:.2} ms")
+    }
+}
+
+fn dot(h: Health) -> String {
+    format!(
+        "<span class=\"dot\" style=\"background:{}\"></span>",
+        h.css()
+    )
+}
+
+/// A card: a title, a colour (its worst row), rows of (health, name, value, note).
+fn card(out: &mut String, title: &str, rows: &[(Health, String, String, String)]) {
+    let worst = rows.iter().map(|r| r.0).max().unwrap_or(Health::Unknown);
+    let _ = write!(
+        out,
+        "<div class=\"card\" style=\"border-top-color:{}\"><h3>{}</h3><table>",
+        worst.css(),
+        esc(title)
+    );
+    for (h, name, value, note) in rows {
+        let _ = write!(
+            out,
+            "<tr><td>{}{}</td><td>{}</td><td class=\"note\">{}</td></tr>",
+            dot(*h),
+            esc(name),
+            esc(value),
+            esc(note)
+        );
+    }
+    out.push_str("</table></div>");
+}
+
+/// The SLO limit on `metric`_`stat`, when `--slo` named one.
+fn limit(r: &RunResults, metric: &str, stat: &str) -> Option<f64> {
+    r.slo.as_ref().and_then(|s| {
+        s.objectives
+            .iter()
+            .find(|o| o.metric == metric && o.stat == stat)
+            .map(|o| o.limit_ms)
+    })
+}
+
+fn cards(out: &mut String, r: &RunResults) {
+    let l = &r.latency;
+    let mut lat = Vec::new();
+    let mut add = |name: &str, metric: &str, s: Option<Summary>, stat: &str| {
+        if let Some(s) = s {
+            let v = s.get(stat).unwrap_or(f64::NAN);
+            let lim = limit(r, metric, stat);
+            let note = lim.map(|l| format!("SLO ≤ {}", ms(l))).unwrap_or_default();
+            lat.push((
+                health::against_limit(v, lim),
+                format!("{name} {stat}"),
+                ms(v),
+                note,
+            ));
+        }
+    };
+    add("TTFT", "ttft", l.ttft_ms, "p50");
+    add("TTFT", "ttft", l.ttft_ms, "p99");
+    add("TPOT", "tpot", l.tpot_ms, "p50");
+    add("TPOT", "tpot", l.tpot_ms, "p99");
+    add("ITL", "itl", l.itl_ms, "p99");
+    add("E2E", "e2e", l.e2e_ms, "p99");
+    let t = &r.throughput;
+    let c = &r.counts;
+    let mut thr = vec![
+        (
+            Health::Unknown,
+            "output tokens/s".into(),
+            format!("{:.1}", t.output_tokens_per_s),
+            String::new(),
+        ),
+        (
+            Health::Unknown,
+            "total tokens/s".into(),
+            format!("{:.1}", t.total_tokens_per_s),
+            String::new(),
+        ),
+        (
+            Health::Unknown,
+            "requests/s".into(),
+            format!("{:.2}", t.requests_per_s),
+            String::new(),
+        ),
+        (
+            Health::Unknown,
+            "concurrency".into(),
+            format!("{:.1} mean, {} max", t.concurrency.mean, t.concurrency.max),
+            String::new(),
+        ),
+        (
+            health::failures(c.failed, c.requests),
+            "failed".into(),
+            format!("{} of {}", c.failed, c.requests),
+            c.errors
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+    ];
+    if let Some(g) = t.goodput_requests_per_s {
+        thr.push((
+            Health::Unknown,
+            "goodput requests/s".into(),
+            format!("{g:.2}"),
+            "meeting every SLO".into(),
+        ));
+    }
+    let e = &r.efficiency;
+    let mut eff = Vec::new();
+    if let Some(g) = &e.gpu {
+        if let Some(u) = g["utilisation_time_pct_mean"].as_f64() {
+            let (h, why) = health::gpu_util(u);
+            eff.push((h, "GPU utilisation".into(), format!("{u:.0} %"), why.into()));
+        }
+        if let Some(p) = g["power_w_mean"].as_f64() {
+            eff.push((
+                Health::Unknown,
+                "GPU power".into(),
+                format!("{p:.0} W"),
+                String::new(),
+            ));
+        }
+    }
+    if let Some(k) = &e.kv_cache {
+        if let Some(u) = k["usage_max"].as_f64() {
+            let pre = k["preemptions"].as_f64().unwrap_or(0.0);
+            let (h, why) = health::kv_cache(u, pre);
+            eff.push((
+                h,
+                "KV cache usage max".into(),
+                format!("{:.0} %", u * 100.0),
+                why.into(),
+            ));
+            eff.push((
+                if pre > 0.0 { Health::Bad } else { Health::Good },
+                "preemptions".into(),
+                format!("{pre:.0}"),
+                String::new(),
+            ));
+        }
+    }
+    if let Some(cost) = &e.cost {
+        if let Some(c1k) = cost.usd_per_1k_output_tokens {
+            eff.push((
+                Health::Unknown,
+                "cost per 1K output tokens".into(),
+                format!("${c1k:.5}"),
+                format!("${:.2}/GPU-h × {}", cost.usd_per_gpu_hour, cost.gpus),
+            ));
+        }
+    }
+    if let Some(cpu) = r.client.cpu_cores {
+        eff.push((
+            Health::Unknown,
+            "client cores busy".into(),
+            format!("{cpu:.2}"),
+            "the load generator's own CPU".into(),
+        ));
+    }
+    if eff.is_empty() {
+        eff.push((
+            Health::Unknown,
+            "no GPU, KV or cost figures".into(),
+            "—".into(),
+            "give --gpu-price or --gpu-type; a server exposing /metrics adds KV".into(),
+        ));
+    }
+    out.push_str("<div class=\"cards\">");
+    card(out, "Latency", &lat);
+    card(out, "Throughput", &thr);
+    card(out, "Efficiency", &eff);
+    out.push_str("</div>");
+}
+
+/// Points of a time series: (seconds into the run, value).
+type Points = Vec<(f64, f64)>;
+
+/// A latency's values in ms, with weights where one value stands for several tokens (ITL).
+struct Values {
+    name: &'static str,
+    values: Vec<f64>,
+    weights: Option<Vec<f64>>,
+}
+
+/// Per-request latency values (successful, measured requests) in ms.
+fn distributions(run: &Run) -> Vec<Values> {
+    let ok: Vec<_> = run.measured().filter(|r| r.succeeded()).collect();
+    let ttft = ok
+        .iter()
+        .filter_map(|r| r.ttft_us())
+        .map(|v| v as f64 / 1e3)
+        .collect();
+    let tpot = ok
+        .iter()
+        .filter_map(|r| r.tpot_us())
+        .map(|v| v / 1e3)
+        .collect();
+    let e2e = ok.iter().map(|r| r.e2e_us() as f64 / 1e3).collect();
+    let (itl, w): (Vec<f64>, Vec<f64>) = ok
+        .iter()
+        .flat_map(|r| r.itl_us())
+        .map(|(gap, k)| (gap / 1e3, k as f64))
+        .unzip();
+    let one = |name, values| Values {
+        name,
+        values,
+        weights: None,
+    };
+    vec![
+        one("TTFT", ttft),
+        one("TPOT", tpot),
+        Values {
+            name: "ITL",
+            values: itl,
+            weights: Some(w),
+        },
+        one("E2E", e2e),
+    ]
+}
+
+/// Client-side series from the records: in flight and output tokens/s, per second.
+fn client_series(run: &Run) -> (Points, Points) {
+    let recs: Vec<_> = run.measured().collect();
+    let end_us = recs.iter().map(|r| r.done_at_us).max().unwrap_or(0);
+    let secs = (end_us / 1_000_000 + 1) as usize;
+    let mut tokens = vec![0.0; secs];
+    let mut in_flight = vec![0.0; secs];
+    for r in &recs {
+        for c in &r.chunks {
+            tokens[(c.at_us() / 1_000_000) as usize] += c.tokens() as f64;
+        }
+        // Time-weighted in-flight per second.
+        let (a, b) = (r.sent_at_us, r.done_at_us.max(r.sent_at_us));
+        for (s, slot) in in_flight
+            .iter_mut()
+            .enumerate()
+            .take((b / 1_000_000) as usize + 1)
+            .skip((a / 1_000_000) as usize)
+        {
+            let lo = a.max(s as u64 * 1_000_000);
+            let hi = b.min((s as u64 + 1) * 1_000_000);
+            *slot += hi.saturating_sub(lo) as f64 / 1e6;
+        }
+    }
+    let at = |i: usize| i as f64 + 0.5;
+    (
+        in_flight
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (at(i), *v))
+            .collect(),
+        tokens
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (at(i), *v))
+            .collect(),
+    )
+}
+
+/// A column of `timeseries.jsonl` as (t, value × scale).
+fn column(run: &Run, key: &str, scale: f64) -> Vec<(f64, f64)> {
+    run.timeseries
+        .iter()
+        .filter_map(|row| Some((row["t_s"].as_f64()?, row[key].as_f64()? * scale)))
+        .collect()
+}
+
+/// The server's generated tokens/s between samples.
+fn server_tokens_per_s(run: &Run) -> Vec<(f64, f64)> {
+    let c = column(run, "generation_tokens_total", 1.0);
+    c.windows(2)
+        .filter(|w| w[1].0 > w[0].0 && w[1].1 >= w[0].1)
+        .map(|w| {
+            (
+                (w[0].0 + w[1].0) / 2.0,
+                (w[1].1 - w[0].1) / (w[1].0 - w[0].0),
+            )
+        })
+        .collect()
+}
+
+fn time_axes<'a>(title: &'a str, y: &'a str) -> Axes<'a> {
+    Axes {
+        title,
+        x: "seconds into the run",
+        y,
+        log_x: false,
+    }
+}
+
+fn nonempty(v: Vec<(String, Vec<(f64, f64)>)>) -> Vec<Series> {
+    v.into_iter()
+        .filter(|(_, p)| !p.is_empty())
+        .map(|(n, p)| Series::line(n, p))
+        .collect()
+}
+
+fn findings(out: &mut String, list: &[Finding]) {
+    if list.is_empty() {
+        out.push_str("<p class=\"note\">No rule fired: nothing looked wrong.</p>");
+    }
+    for f in list {
+        let h = match f.severity.as_str() {
+            "critical" => Health::Bad,
+            "warning" => Health::Warn,
+            _ => Health::Unknown,
+        };
+        let _ = write!(
+            out,
+            "<div class=\"finding\" style=\"border-color:{}\"><b>{}</b> ({}) — {}",
+            h.css(),
+            esc(&f.rule),
+            esc(&f.severity),
+            esc(&f.message)
+        );
+        if !f.evidence.is_empty() {
+            out.push_str("<table>");
+            for (k, v) in &f.evidence {
+                let _ = write!(
+                    out,
+                    "<tr><td>{}</td><td>{}</td></tr>",
+                    esc(k),
+                    esc(&v.to_string())
+                );
+            }
+            out.push_str("</table>");
+        }
+        out.push_str("</div>");
+    }
+}
+
+fn header(out: &mut String, kind: &str, r: &RunResults) {
+    let builtin = r
+        .target
+        .builtin
+        .as_deref()
+        .map(|b| format!(" ({b})"))
+        .unwrap_or_default();
+    let _ = write!(
+        out,
+        "<h1>tokenscope {kind} — {}</h1><p class=\"meta\">{} {}{} · {} · started {} · tokenscope {}{}</p>",
+        esc(&r.target.model),
+        esc(&r.target.api),
+        esc(&r.target.url),
+        esc(&builtin),
+        esc(&r.server.kind.clone().unwrap_or_else(|| "server kind not detected".into())),
+        esc(&r.started_at),
+        esc(&r.tool.version),
+        if r.partial { " · <b>partial: interrupted</b>" } else { "" }
+    );
+}
+
+/// The page of one run.
+pub fn run_page(run: &Run) -> String {
+    let r = &run.results;
+    let mut out = String::new();
+    header(&mut out, "run", r);
+    cards(&mut out, r);
+
+    out.push_str("<h2>Distributions</h2><div class=\"charts\">");
+    for Values {
+        name,
+        values,
+        weights,
+    } in distributions(run)
+    {
+        let unit = format!("{name} (ms)");
+        let share = if weights.is_some() {
+            "share of tokens ≤ x"
+        } else {
+            "share of requests ≤ x"
+        };
+        chart(
+            &mut out,
+            charts::cdf(&format!("{name}: CDF"), &unit, share, &values),
+            &format!("{name}: no values (no successful request had one)"),
+        );
+        chart(
+            &mut out,
+            charts::histogram(
+                &format!("{name}: histogram"),
+                &unit,
+                &values,
+                weights.as_deref(),
+            ),
+            &format!("{name}: no values"),
+        );
+    }
+    out.push_str("</div>");
+
+    out.push_str("<h2>Over time</h2><div class=\"charts\">");
+    let (in_flight, tokens) = client_series(run);
+    let load = nonempty(vec![
+        ("in flight (client)".into(), in_flight),
+        ("running (server)".into(), column(run, "running", 1.0)),
+        ("waiting (server)".into(), column(run, "waiting", 1.0)),
+    ]);
+    chart(
+        &mut out,
+        charts::xy(
+            &time_axes("Requests in flight and waiting", "requests"),
+            &load,
+            &[],
+        ),
+        "no requests",
+    );
+    let tps = nonempty(vec![
+        ("received (client)".into(), tokens),
+        ("generated (server)".into(), server_tokens_per_s(run)),
+    ]);
+    chart(
+        &mut out,
+        charts::xy(&time_axes("Output tokens/s", "tokens/s"), &tps, &[]),
+        "no tokens",
+    );
+    let server_missing = if run.timeseries.is_empty() {
+        "not sampled: the run read no /metrics (--no-metrics or none given)"
+    } else {
+        "the server does not expose it"
+    };
+    let queue = nonempty(vec![(
+        "queue time, mean since last sample".into(),
+        column(run, "queue_time_mean_ms", 1.0),
+    )]);
+    chart(
+        &mut out,
+        charts::xy(&time_axes("Server queue time", "ms"), &queue, &[]),
+        &format!("Queue time: {server_missing}"),
+    );
+    let kv = nonempty(vec![(
+        "KV-cache usage".into(),
+        column(run, "kv_usage", 100.0),
+    )]);
+    chart(
+        &mut out,
+        charts::xy(&time_axes("KV-cache usage", "%"), &kv, &[]),
+        &format!("KV-cache usage: {server_missing}"),
+    );
+    let gpu = nonempty(vec![
+        (
+            "GPU utilisation (%)".into(),
+            column(run, "gpu_util_time_pct", 1.0),
+        ),
+        ("GPU power (W)".into(), column(run, "gpu_power_w", 1.0)),
+    ]);
+    chart(
+        &mut out,
+        charts::xy(&time_axes("GPU utilisation and power", "% · W"), &gpu, &[]),
+        "GPU utilisation and power: no GPU source (--gpu local, or a DCGM exporter with --metrics-url)",
+    );
+    out.push_str("</div>");
+
+    out.push_str("<h2>Diagnosis</h2>");
+    findings(&mut out, &r.diagnosis);
+    settings(&mut out, r);
+    page(&format!("tokenscope run — {}", r.target.model), &out)
+}
+
+fn settings(out: &mut String, r: &RunResults) {
+    let _ = write!(
+        out,
+        "<h2>Settings</h2><pre>{}</pre>",
+        esc(&serde_json::to_string_pretty(&r.config).unwrap_or_default())
+    );
+}
+
+/// The page of a sweep: the trade-off curve with the frontier, knee and
+/// recommendations marked, cost and utilisation against load, the tables.
+pub fn sweep_page(s: &Sweep) -> String {
+    let a = &s.analysis;
+    let mut out = String::new();
+    if let Some(first) = s.points.first() {
+        header(&mut out, "sweep", &first.results);
+    }
+    let loads: Vec<f64> = a.series.iter().map(|p| p.load).collect();
+    let log_x = loads.iter().all(|&l| l > 0.0)
+        && loads.iter().copied().fold(0.0, f64::max)
+            / loads.iter().copied().fold(f64::INFINITY, f64::min)
+            >= 8.0;
+    let load_name = if s.points.iter().any(|p| p.point.starts_with("rate")) {
+        "requests/s offered"
+    } else {
+        "concurrency"
+    };
+
+    out.push_str("<h2>Throughput against latency</h2><div class=\"charts\">");
+    let all: Vec<(f64, f64)> = a
+        .series
+        .iter()
+        .map(|p| (p.ttft_p99_ms, p.output_tps))
+        .collect();
+    let mut frontier: Vec<(f64, f64)> = a.pareto_frontier.iter().map(|&i| all[i]).collect();
+    frontier.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let mut marks: Vec<Mark> = Vec::new();
+    if let Some(k) = a.knee {
+        marks.push(Mark {
+            label: format!("knee (load {})", k.load),
+            at: all[k.index],
+        });
+    }
+    for r in &a.recommendations {
+        if let Some(i) = r.point {
+            marks.push(Mark {
+                label: r.profile.clone(),
+                at: all[i],
+            });
+        }
+    }
+    chart(
+        &mut out,
+        charts::xy(
+            &Axes {
+                title: "Output tokens/s against TTFT p99",
+                x: "TTFT p99 (ms)",
+                y: "output tokens/s per GPU",
+                log_x: false,
+            },
+            &[
+                Series {
+                    name: "every point".into(),
+                    points: all.clone(),
+                    style: Style::Points,
+                },
+                Series {
+                    name: "Pareto frontier".into(),
+                    points: frontier,
+                    style: Style::Line,
+                },
+            ],
+            &marks,
+        ),
+        "no points",
+    );
+    let by_load =
+        |f: &dyn Fn(&tokenscope_core::analysis::Point) -> Option<f64>| -> Vec<(f64, f64)> {
+            a.series
+                .iter()
+                .filter_map(|p| Some((p.load, f(p)?)))
+                .filter(|(_, v)| v.is_finite())
+                .collect()
+        };
+    let axes = |title: &'static str, y: &'static str| Axes {
+        title,
+        x: load_name,
+        y,
+        log_x,
+    };
+    let lp = |name: &str, points| Series {
+        name: name.into(),
+        points,
+        style: Style::LineAndPoints,
+    };
+    chart(
+        &mut out,
+        charts::xy(
+            &axes("Throughput against load", "tokens/s"),
+            &[
+                lp("output tokens/s per GPU", by_load(&|p| Some(p.output_tps))),
+                lp(
+                    "per-user tokens/s (p50)",
+                    by_load(&|p| Some(p.per_user_tps)),
+                ),
+            ],
+            &[],
+        ),
+        "no points",
+    );
+    chart(
+        &mut out,
+        charts::xy(
+            &axes("Latency against load", "ms"),
+            &[
+                lp("TTFT p99", by_load(&|p| Some(p.ttft_p99_ms))),
+                lp("TPOT p99", by_load(&|p| Some(p.tpot_p99_ms))),
+            ],
+            &[],
+        ),
+        "no points",
+    );
+    chart(
+        &mut out,
+        charts::xy(
+            &axes("Cost per 1K output tokens against load", "$ per 1K tokens"),
+            &[lp("cost per 1K", by_load(&|p| p.cost_per_1k))],
+            &[],
+        ),
+        "Cost: no price (give --gpu-price or --gpu-type)",
+    );
+    let util = [
+        lp("GPU utilisation (%)", by_load(&|p| p.gpu_util_pct)),
+        lp(
+            "KV usage max (%)",
+            by_load(&|p| p.kv_usage_max.map(|k| k * 100.0)),
+        ),
+    ];
+    let util: Vec<Series> = util.into_iter().filter(|s| !s.points.is_empty()).collect();
+    chart(
+        &mut out,
+        charts::xy(
+            &axes("GPU utilisation and KV usage against load", "%"),
+            &util,
+            &[],
+        ),
+        "GPU utilisation and KV usage: the server exposed neither",
+    );
+    out.push_str("</div>");
+
+    out.push_str("<h2>Recommendations</h2><table><tr><th>profile</th><th>objective</th><th>load</th><th>why</th><th>TTFT p99</th><th>TPOT p99</th><th>tokens/s</th><th>cost/1K</th><th>GPU util</th><th>KV max</th></tr>");
+    for r in &a.recommendations {
+        let e = r.expect.as_ref();
+        let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or("—".into(), f);
+        let _ = write!(
+            out,
+            "<tr><td><b>{}</b></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.profile),
+            esc(&r.objective),
+            r.load.map_or("none".into(), |l| l.to_string()),
+            esc(&r.why),
+            opt(e.map(|p| p.ttft_p99_ms), &ms),
+            opt(e.map(|p| p.tpot_p99_ms), &ms),
+            opt(e.map(|p| p.output_tps), &|v| format!("{v:.0}")),
+            opt(e.and_then(|p| p.cost_per_1k), &|v| format!("${v:.5}")),
+            opt(e.and_then(|p| p.gpu_util_pct), &|v| format!("{v:.0} %")),
+            opt(e.and_then(|p| p.kv_usage_max), &|v| format!("{:.0} %", v * 100.0)),
+        );
+    }
+    out.push_str("</table>");
+    let mut text = crate::terminal::analysis(a);
+    if let Some(i) = text.find("\nRecommended operating points") {
+        text.truncate(i);
+    }
+    let _ = write!(out, "<pre>{}</pre>", esc(text.trim()));
+
+    out.push_str("<h2>Points</h2><table><tr><th>point</th><th>output tok/s</th><th>TTFT p50</th><th>TTFT p99</th><th>TPOT p99</th><th>E2E p99</th><th>failed</th><th>frontier</th><th>run</th></tr>");
+    for (i, p) in s.points.iter().enumerate() {
+        let q = &a.series.get(i);
+        let link = s.point_dirs.get(i).cloned().flatten().and_then(|d| {
+            d.strip_prefix(&s.dir)
+                .ok()
+                .map(|rel| rel.join("report.html").to_string_lossy().into_owned())
+        });
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&p.point),
+            p.results.throughput.output_tokens_per_s,
+            p.results.latency.ttft_ms.map_or("—".into(), |s| ms(s.p50)),
+            q.map_or("—".into(), |q| ms(q.ttft_p99_ms)),
+            q.map_or("—".into(), |q| ms(q.tpot_p99_ms)),
+            q.map_or("—".into(), |q| ms(q.e2e_p99_ms)),
+            p.results.counts.failed,
+            if a.pareto_frontier.contains(&i) { "on" } else { "" },
+            link.map_or("—".into(), |l| format!("<a href=\"{}\">report</a>", esc(&l))),
+        );
+    }
+    out.push_str("</table>");
+    if let Some(first) = s.points.first() {
+        settings(&mut out, &first.results);
+    }
+    page("tokenscope sweep", &out)
+}

@@ -1,0 +1,156 @@
+//! Markdown for pull requests and tickets: the run's numbers as tables, or a
+//! sweep's points and recommendations.
+
+use crate::run_dir::Sweep;
+use std::fmt::Write;
+use tokenscope_core::results::RunResults;
+
+fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map_or("—".into(), f)
+}
+
+/// One run.
+pub fn run(r: &RunResults) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "### tokenscope run — {} ({})\n\n{} · {} · started {}{}\n",
+        r.target.model,
+        r.target.api,
+        r.target.url,
+        r.server
+            .kind
+            .as_deref()
+            .unwrap_or("server kind not detected"),
+        r.started_at,
+        if r.partial {
+            " · **partial: interrupted**"
+        } else {
+            ""
+        }
+    );
+    out.push_str(
+        "| latency (ms) | mean | p50 | p90 | p99 | max |\n|---|---:|---:|---:|---:|---:|\n",
+    );
+    let l = &r.latency;
+    for (name, s) in [
+        ("TTFT", l.ttft_ms),
+        ("TPOT", l.tpot_ms),
+        ("ITL", l.itl_ms),
+        ("E2E", l.e2e_ms),
+    ] {
+        match s {
+            Some(s) => {
+                _ = writeln!(
+                    out,
+                    "| {name} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                    s.mean, s.p50, s.p90, s.p99, s.max
+                )
+            }
+            None => _ = writeln!(out, "| {name} | — | — | — | — | — |"),
+        }
+    }
+    let t = &r.throughput;
+    let c = &r.counts;
+    let _ = writeln!(
+        out,
+        "\n| throughput | |\n|---|---:|\n| output tokens/s | {:.1} |\n| total tokens/s | {:.1} |\n| requests/s | {:.2} |\n| goodput requests/s | {} |\n| concurrency mean / max | {:.1} / {} |\n| requests ok / failed | {} / {} |",
+        t.output_tokens_per_s,
+        t.total_tokens_per_s,
+        t.requests_per_s,
+        opt(t.goodput_requests_per_s, |v| format!("{v:.2}")),
+        t.concurrency.mean,
+        t.concurrency.max,
+        c.succeeded,
+        c.failed
+    );
+    let e = &r.efficiency;
+    let gpu = e
+        .gpu
+        .as_ref()
+        .and_then(|g| g["utilisation_time_pct_mean"].as_f64());
+    let kv = e.kv_cache.as_ref().and_then(|k| k["usage_max"].as_f64());
+    let pre = e.kv_cache.as_ref().and_then(|k| k["preemptions"].as_f64());
+    let cost = e.cost.and_then(|c| c.usd_per_1k_output_tokens);
+    let _ = writeln!(
+        out,
+        "\n| efficiency | |\n|---|---:|\n| GPU utilisation | {} |\n| KV usage max | {} |\n| preemptions | {} |\n| cost per 1K output tokens | {} |",
+        opt(gpu, |v| format!("{v:.0} %")),
+        opt(kv, |v| format!("{:.0} %", v * 100.0)),
+        opt(pre, |v| format!("{v:.0}")),
+        opt(cost, |v| format!("${v:.5}"))
+    );
+    if !c.errors.is_empty() {
+        out.push_str("\n| error | count |\n|---|---:|\n");
+        for (k, v) in &c.errors {
+            let _ = writeln!(out, "| {k} | {v} |");
+        }
+    }
+    if let Some(s) = &r.slo {
+        let _ = writeln!(out, "\n**SLO {}**", if s.met { "met" } else { "NOT met" });
+        for o in &s.objectives {
+            let _ = writeln!(
+                out,
+                "- {}_{} ≤ {} ms: {} ({})",
+                o.metric,
+                o.stat,
+                o.limit_ms,
+                opt(o.value_ms, |v| format!("{v:.2} ms")),
+                if o.met { "met" } else { "not met" }
+            );
+        }
+    }
+    if !r.diagnosis.is_empty() {
+        out.push_str("\n**Diagnosis**\n\n");
+        for f in &r.diagnosis {
+            let _ = writeln!(out, "- `{}` ({}): {}", f.rule, f.severity, f.message);
+        }
+    }
+    out
+}
+
+/// A sweep.
+pub fn sweep(s: &Sweep) -> String {
+    let a = &s.analysis;
+    let mut out = String::from("### tokenscope sweep\n\n");
+    out.push_str("| point | output tok/s | per-user tok/s | TTFT p99 | TPOT p99 | E2E p99 | cost/1K | KV max | preempt | frontier |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|:-:|\n");
+    for (i, (p, q)) in s.points.iter().zip(&a.series).enumerate() {
+        let _ = writeln!(
+            out,
+            "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.0} | {} | {} | {} | {} |",
+            p.point,
+            q.output_tps,
+            q.per_user_tps,
+            q.ttft_p99_ms,
+            q.tpot_p99_ms,
+            q.e2e_p99_ms,
+            opt(q.cost_per_1k, |v| format!("${v:.5}")),
+            opt(q.kv_usage_max, |v| format!("{:.0} %", v * 100.0)),
+            opt(q.preemptions, |v| format!("{v:.0}")),
+            if a.pareto_frontier.contains(&i) {
+                "✓"
+            } else {
+                ""
+            }
+        );
+    }
+    out.push_str("\n| profile | load | why |\n|---|---:|---|\n");
+    for r in &a.recommendations {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            r.profile,
+            r.load.map_or("none".into(), |l| l.to_string()),
+            r.why.replace('|', "\\|")
+        );
+    }
+    let text = crate::terminal::analysis(a);
+    let head = text
+        .split("\nRecommended operating points")
+        .next()
+        .unwrap_or("");
+    for line in head.lines().filter(|l| !l.trim().is_empty()) {
+        let _ = writeln!(out, "\n{}", line.trim());
+    }
+    out
+}

@@ -1,0 +1,170 @@
+//! Reading what `bench` and `sweep` wrote: a run directory (`results.json`,
+//! `requests.jsonl`, `timeseries.jsonl`) or a sweep directory (`sweep.json`
+//! and its `point-NN/` runs).
+
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+use tokenscope_core::analysis::Analysis;
+use tokenscope_core::record::RequestRecord;
+use tokenscope_core::results::RunResults;
+
+#[derive(Debug, Error)]
+pub enum ReadError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: {source}")]
+    Json {
+        path: PathBuf,
+        line: usize,
+        source: serde_json::Error,
+    },
+    #[error("{0}: neither a run directory (results.json) nor a sweep directory (sweep.json)")]
+    NotARun(PathBuf),
+}
+
+fn read(path: &Path) -> Result<String, ReadError> {
+    std::fs::read_to_string(path).map_err(|source| ReadError::Io {
+        path: path.into(),
+        source,
+    })
+}
+
+fn parse<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    line: usize,
+    text: &str,
+) -> Result<T, ReadError> {
+    serde_json::from_str(text).map_err(|source| ReadError::Json {
+        path: path.into(),
+        line,
+        source,
+    })
+}
+
+/// One run: its results, its requests, and the sampled time series.
+pub struct Run {
+    pub dir: PathBuf,
+    pub results: RunResults,
+    pub records: Vec<RequestRecord>,
+    /// `timeseries.jsonl` rows (absent when nothing was scraped).
+    pub timeseries: Vec<serde_json::Value>,
+}
+
+impl Run {
+    pub fn read(dir: &Path) -> Result<Run, ReadError> {
+        let results_path = dir.join("results.json");
+        let results = parse(&results_path, 1, &read(&results_path)?)?;
+        let records = jsonl(&dir.join("requests.jsonl"))?;
+        let ts_path = dir.join("timeseries.jsonl");
+        let timeseries = if ts_path.exists() {
+            jsonl(&ts_path)?
+        } else {
+            Vec::new()
+        };
+        Ok(Run {
+            dir: dir.into(),
+            results,
+            records,
+            timeseries,
+        })
+    }
+
+    /// The measured requests (warm-up left out).
+    pub fn measured(&self) -> impl Iterator<Item = &RequestRecord> {
+        self.records.iter().filter(|r| !r.warmup)
+    }
+}
+
+/// Lines of JSON; a torn last line (a crash mid-write) is skipped, any other
+/// bad line is an error naming it.
+fn jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, ReadError> {
+    let text = read(path)?;
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut out = Vec::with_capacity(lines.len());
+    for (i, line) in lines.iter().enumerate() {
+        match parse(path, i + 1, line) {
+            Ok(v) => out.push(v),
+            Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// One point of a sweep as `sweep.json` holds it.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct SweepPoint {
+    pub point: String,
+    pub load: f64,
+    pub results: RunResults,
+}
+
+/// A sweep: its points and analysis, and where each point's run directory is.
+pub struct Sweep {
+    pub dir: PathBuf,
+    pub points: Vec<SweepPoint>,
+    pub analysis: Analysis,
+    /// Per point (same order): the run directory, when found.
+    pub point_dirs: Vec<Option<PathBuf>>,
+}
+
+#[derive(serde::Deserialize)]
+struct SweepDoc {
+    points: Vec<SweepPoint>,
+    analysis: Analysis,
+}
+
+impl Sweep {
+    pub fn read(dir: &Path) -> Result<Sweep, ReadError> {
+        let path = dir.join("sweep.json");
+        let doc: SweepDoc = parse(&path, 1, &read(&path)?)?;
+        // Point directories hold results.json whose started_at is unique.
+        let mut dirs: Vec<(PathBuf, String)> = Vec::new();
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                let p = e.path().join("results.json");
+                if let Ok(text) = std::fs::read_to_string(&p) {
+                    if let Ok(r) = serde_json::from_str::<RunResults>(&text) {
+                        dirs.push((e.path(), r.started_at));
+                    }
+                }
+            }
+        }
+        let point_dirs = doc
+            .points
+            .iter()
+            .map(|p| {
+                dirs.iter()
+                    .find(|(_, started)| *started == p.results.started_at)
+                    .map(|(d, _)| d.clone())
+            })
+            .collect();
+        Ok(Sweep {
+            dir: dir.into(),
+            points: doc.points,
+            analysis: doc.analysis,
+            point_dirs,
+        })
+    }
+}
+
+/// What a directory holds.
+pub enum Report {
+    Run(Box<Run>),
+    Sweep(Box<Sweep>),
+}
+
+impl Report {
+    pub fn read(dir: &Path) -> Result<Report, ReadError> {
+        if dir.join("sweep.json").exists() {
+            Ok(Report::Sweep(Box::new(Sweep::read(dir)?)))
+        } else if dir.join("results.json").exists() {
+            Ok(Report::Run(Box::new(Run::read(dir)?)))
+        } else {
+            Err(ReadError::NotARun(dir.into()))
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! `report.html` in headless Chromium: the page of a bench run and of a sweep
+//! render with no console errors and no network requests, every chart is an
+//! SVG with data, and a screenshot of each is kept under
+//! `target/test-artifacts/`.
+//!
+//! Chromium loads the page through a recording HTTP proxy on 127.0.0.1 that
+//! serves it with a Content-Security-Policy allowing nothing but inline
+//! styles and `data:` images: any fetch the page tries (a script, a font, an
+//! image, a stylesheet, anywhere) is blocked and logged to the console, and
+//! any request for another path of the page's host reaches the proxy. The
+//! browser's own background traffic (Google's time and account services)
+//! also passes the proxy; it is not the page's and is not counted. A control
+//! page with an inline script, an external image and a relative one shows
+//! that the checks fail when they should.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn chromium() -> PathBuf {
+    let path = std::env::var_os("CHROMIUM")
+        .map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from);
+    assert!(
+        path.exists(),
+        "Chromium not found at {} (set CHROMIUM): scripts/test.sh installs Debian's `chromium` package",
+        path.display()
+    );
+    path
+}
+
+/// A proxy that answers `GET http://report.test/page.html` with `page` and
+/// records every request line.
+struct Proxy {
+    port: u16,
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proxy {
+    fn start(page: String) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                if reader.read_line(&mut line).is_err() {
+                    continue;
+                }
+                // Drain the headers.
+                let mut h = String::new();
+                while reader.read_line(&mut h).is_ok_and(|n| n > 2) {
+                    h.clear();
+                }
+                let line = line.trim().to_string();
+                log.lock().unwrap().push(line.clone());
+                let reply = if line.starts_with("GET http://report.test/page.html") {
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\n\
+Content-Security-Policy: default-src 'none'; style-src 'unsafe-inline'; img-src data:\r\n\
+Content-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                        page.len()
+                    )
+                } else {
+                    "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        .into()
+                };
+                let _ = stream.write_all(reply.as_bytes());
+            }
+        });
+        Proxy { port, seen }
+    }
+}
+
+/// What Chromium saw: the rendered DOM, console lines, requests other than the page.
+struct Rendered {
+    dom: String,
+    console: Vec<String>,
+    other_requests: Vec<String>,
+}
+
+fn render(page: String, screenshot: Option<&Path>) -> Rendered {
+    let proxy = Proxy::start(page);
+    let profile = run_dir("chromium-profile");
+    let run = |extra: &[String]| {
+        let o = Command::new(chromium())
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-features=MediaRouter,OptimizationHints",
+                "--enable-logging=stderr",
+                "--v=0",
+                "--window-size=1280,2400",
+                "--virtual-time-budget=3000",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .arg(format!("--proxy-server=http://127.0.0.1:{}", proxy.port))
+            .arg("--proxy-bypass-list=<-loopback>")
+            .args(extra)
+            .arg("http://report.test/page.html")
+            .output()
+            .expect("running chromium");
+        assert!(
+            o.status.success(),
+            "chromium failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        o
+    };
+    let o = run(&["--dump-dom".to_string()]);
+    if let Some(shot) = screenshot {
+        std::fs::create_dir_all(shot.parent().unwrap()).unwrap();
+        run(&[format!("--screenshot={}", shot.display())]);
+        assert!(
+            std::fs::metadata(shot).unwrap().len() > 10_000,
+            "an empty screenshot"
+        );
+        eprintln!("screenshot: {}", shot.display());
+    }
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let console = stderr
+        .lines()
+        .filter(|l| l.contains("CONSOLE") || l.contains("Uncaught"))
+        .map(String::from)
+        .collect();
+    let other_requests = proxy
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("report.test") && !l.starts_with("GET http://report.test/page.html"))
+        .cloned()
+        .collect();
+    Rendered {
+        dom: String::from_utf8_lossy(&o.stdout).into_owned(),
+        console,
+        other_requests,
+    }
+}
+
+fn artifacts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-artifacts")
+}
+
+/// Every `<div class="chart">` holds an SVG with drawn data; returns how many.
+fn charts_with_data(dom: &str) -> usize {
+    let charts: Vec<&str> = dom.split("<div class=\"chart\">").skip(1).collect();
+    for (i, c) in charts.iter().enumerate() {
+        let svg_end = c
+            .find("</svg>")
+            .unwrap_or_else(|| panic!("chart {i} is not an SVG"));
+        let svg = &c[..svg_end];
+        assert!(
+            svg.trim_start().starts_with("<svg"),
+            "chart {i} is not an SVG"
+        );
+        let data = svg.matches("<polyline").count()
+            + svg.matches("<rect").count()
+            + svg.matches("<circle").count();
+        // The frame and background are rects too: data means more than those.
+        assert!(data > 3, "chart {i} has no data");
+    }
+    charts.len()
+}
+
+fn check(name: &str, page_path: &Path, min_charts: usize) {
+    let page = std::fs::read_to_string(page_path).unwrap();
+    let r = render(page, Some(&artifacts().join(format!("report-{name}.png"))));
+    assert!(r.console.is_empty(), "console messages: {:?}", r.console);
+    assert!(
+        r.other_requests.is_empty(),
+        "network requests: {:?}",
+        r.other_requests
+    );
+    assert!(
+        r.dom.contains("</html>") && r.dom.contains("tokenscope"),
+        "rendered: {}",
+        &r.dom[..r.dom.len().min(300)]
+    );
+    let n = charts_with_data(&r.dom);
+    assert!(
+        n >= min_charts,
+        "{n} charts, expected at least {min_charts}"
+    );
+}
+
+#[test]
+fn the_checks_catch_console_errors_and_network_requests() {
+    let bad = "<!DOCTYPE html><html><head><link rel=\"icon\" href=\"data:,\"></head><body><script>console.error('boom')</script>\
+<img src=\"http://cdn.example.com/x.png\"><img src=\"/y.png\"></body></html>"
+        .to_string();
+    let r = render(bad, None);
+    let said = |what: &str| r.console.iter().any(|l| l.contains(what));
+    assert!(said("inline script"), "{:?}", r.console);
+    assert!(said("cdn.example.com/x.png"), "{:?}", r.console);
+    assert!(said("report.test/y.png"), "{:?}", r.console);
+}
+
+#[test]
+fn report_of_a_bench_run_renders_offline_with_charts() {
+    let out = run_dir("report-run");
+    let o = tokenscope()
+        .args([
+            "bench",
+            "--requests",
+            "40",
+            "--concurrency",
+            "8",
+            "--output-tokens",
+            "64",
+            "--gpu-type",
+            "h100-sxm",
+            "--quiet",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    // bench wrote it at the end of the run.
+    let page = out.join("report.html");
+    assert!(page.exists());
+    // Distributions (4 × CDF + histogram) and the time series the engine's /metrics feed.
+    check("run", &page, 8 + 3);
+}
+
+#[test]
+fn report_of_a_sweep_renders_offline_with_its_recommendations() {
+    let out = run_dir("report-sweep");
+    let o = tokenscope()
+        .args([
+            "sim",
+            "plan",
+            "--quiet",
+            "--sweep",
+            "concurrency:1,4,16,64",
+            "--requests",
+            "100",
+            "--gpu-type",
+            "h100-sxm",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let page = out.join("report.html");
+    let html = std::fs::read_to_string(&page).unwrap();
+    for profile in [
+        "chat",
+        "batch",
+        "cost",
+        "long-context",
+        "Pareto frontier",
+        "knee",
+    ] {
+        assert!(html.contains(profile), "the sweep page names {profile}");
+    }
+    check("sweep", &page, 5);
+    // Re-rendering from the directory gives the same page kind, and Markdown and CSV.
+    let o = tokenscope()
+        .arg("report")
+        .arg(&out)
+        .args(["--format", "md"])
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        md.contains("| profile | load | why |") && md.contains("concurrency 64"),
+        "{md}"
+    );
+    let o = tokenscope()
+        .arg("report")
+        .arg(&out)
+        .args(["--format", "csv"])
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let csv = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 5, "a header and four points: {csv}");
+    let o = tokenscope()
+        .arg("report")
+        .arg(out.join("point-00"))
+        .args(["--format", "csv"])
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let csv = std::fs::read_to_string(out.join("point-00/requests.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 101, "a header and 100 requests");
+    assert!(csv.starts_with("id,warmup,scheduled_ms,sent_ms,first_token_ms"));
+}
