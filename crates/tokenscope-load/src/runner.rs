@@ -46,6 +46,33 @@ pub struct Progress {
     pub finished: AtomicU64,
     pub failed: AtomicU64,
     pub output_tokens: AtomicU64,
+    /// Latency and errors of the requests finished so far (warm-up included).
+    pub live: std::sync::Mutex<LiveLatency>,
+}
+
+/// TTFT and TPOT so far (µs, HDR) and failures by kind, for the live view;
+/// the results are computed from the records, not from these.
+#[derive(Debug)]
+pub struct LiveLatency {
+    pub ttft_us: hdrhistogram::Histogram<u64>,
+    pub tpot_us: hdrhistogram::Histogram<u64>,
+    pub errors: std::collections::BTreeMap<String, u64>,
+}
+
+impl Default for LiveLatency {
+    fn default() -> Self {
+        // Fixed bounds (1 µs … 1 h): saturating_record on an auto-resizing
+        // histogram clamps to its current (tiny) range instead of growing.
+        let h = || {
+            hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3)
+                .expect("valid bounds and precision")
+        };
+        LiveLatency {
+            ttft_us: h(),
+            tpot_us: h(),
+            errors: Default::default(),
+        }
+    }
 }
 
 impl Progress {
@@ -56,6 +83,19 @@ impl Progress {
         }
         self.output_tokens
             .fetch_add(r.output_tokens, Ordering::Relaxed);
+        if let Ok(mut live) = self.live.lock() {
+            match r.error_kind {
+                Some(kind) => *live.errors.entry(kind.to_string()).or_default() += 1,
+                None => {
+                    if let Some(t) = r.ttft_us() {
+                        live.ttft_us.saturating_record(t);
+                    }
+                    if let Some(t) = r.tpot_us() {
+                        live.tpot_us.saturating_record(t as u64);
+                    }
+                }
+            }
+        }
     }
 }
 

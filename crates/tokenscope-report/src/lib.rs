@@ -4,6 +4,7 @@
 //! or sweep directory ([`run_dir`]).
 
 pub mod charts;
+pub mod dashboard;
 pub mod export;
 pub mod health;
 pub mod html;

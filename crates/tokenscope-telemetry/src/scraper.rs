@@ -45,27 +45,32 @@ impl ScrapeLog {
 }
 
 /// One line of `timeseries.jsonl`: gauges as sampled, counters cumulative,
-/// the queue time of requests that finished since the previous line.
-#[derive(Debug, Serialize)]
-struct Line<'a> {
-    t_s: f64,
-    in_flight: u64,
-    running: Option<f64>,
-    waiting: Option<f64>,
-    kv_usage: Option<f64>,
-    preemptions_total: Option<f64>,
-    prompt_tokens_total: Option<f64>,
-    generation_tokens_total: Option<f64>,
-    queue_time_mean_ms: Option<f64>,
-    gpu_util_time_pct: Option<f64>,
-    gpu_power_w: Option<f64>,
+/// the queue time of requests that finished since the previous line. The
+/// latest is also what the live dashboard shows.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Sample {
+    pub t_s: f64,
+    pub in_flight: u64,
+    pub running: Option<f64>,
+    pub waiting: Option<f64>,
+    pub kv_usage: Option<f64>,
+    pub preemptions_total: Option<f64>,
+    pub prompt_tokens_total: Option<f64>,
+    pub generation_tokens_total: Option<f64>,
+    pub queue_time_mean_ms: Option<f64>,
+    pub gpu_util_time_pct: Option<f64>,
+    pub gpu_power_w: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<&'a str>,
+    pub error: Option<String>,
 }
+
+/// The latest sample, shared with whoever displays it.
+pub type Latest = Arc<std::sync::Mutex<Option<Sample>>>;
 
 pub struct Scraper {
     stop: CancellationToken,
     task: JoinHandle<ScrapeLog>,
+    latest: Latest,
 }
 
 impl Scraper {
@@ -80,14 +85,8 @@ impl Scraper {
         in_flight: Arc<dyn Fn() -> u64 + Send + Sync>,
     ) -> std::io::Result<Scraper> {
         let out = std::io::BufWriter::new(std::fs::File::create(timeseries)?);
-        let mut sampler = Sampler {
-            client,
-            config,
-            out,
-            origin,
-            in_flight,
-            log: ScrapeLog::default(),
-        };
+        let mut sampler = Sampler::new(client, config, origin, Some(out), in_flight);
+        let latest = sampler.latest.clone();
         sampler.take().await;
         let stop = CancellationToken::new();
         let token = stop.clone();
@@ -106,7 +105,12 @@ impl Scraper {
                 }
             }
         });
-        Ok(Scraper { stop, task })
+        Ok(Scraper { stop, task, latest })
+    }
+
+    /// The latest sample, for a live view.
+    pub fn latest(&self) -> Latest {
+        self.latest.clone()
     }
 
     /// Takes the last scrape and returns everything seen.
@@ -116,19 +120,45 @@ impl Scraper {
     }
 }
 
-/// Everything one scrape needs, and what the scrapes found so far.
-struct Sampler {
+/// Everything one scrape needs, and what the scrapes found so far. The
+/// scraper drives one on a timer during a run; `watch` drives one itself.
+pub struct Sampler {
     client: reqwest::Client,
     config: ScrapeConfig,
-    out: std::io::BufWriter<std::fs::File>,
+    out: Option<std::io::BufWriter<std::fs::File>>,
     origin: Instant,
     in_flight: Arc<dyn Fn() -> u64 + Send + Sync>,
-    log: ScrapeLog,
+    pub log: ScrapeLog,
+    latest: Latest,
 }
 
 impl Sampler {
+    /// `out`: where to append `timeseries.jsonl` lines (none for `watch`).
+    pub fn new(
+        client: reqwest::Client,
+        config: ScrapeConfig,
+        origin: Instant,
+        out: Option<std::io::BufWriter<std::fs::File>>,
+        in_flight: Arc<dyn Fn() -> u64 + Send + Sync>,
+    ) -> Sampler {
+        Sampler {
+            client,
+            config,
+            out,
+            origin,
+            in_flight,
+            log: ScrapeLog::default(),
+            latest: Latest::default(),
+        }
+    }
+
+    /// The latest sample.
+    pub fn latest(&self) -> Option<Sample> {
+        self.latest.lock().ok().and_then(|l| l.clone())
+    }
+
     /// One scrape: fetched, merged, logged, and written as a line.
-    async fn take(&mut self) {
+    pub async fn take(&mut self) {
         let (mut concepts, mut error) = scrape(&self.client, &self.config, &mut self.log).await;
         if let Some(gpu) = &self.config.local_gpu {
             concepts = kinds::merge(&[gpu.sample(), concepts]);
@@ -147,7 +177,7 @@ impl Sampler {
             }
             _ => None,
         };
-        let line = Line {
+        let line = Sample {
             t_s,
             in_flight: (self.in_flight)(),
             running: concepts.running,
@@ -159,11 +189,16 @@ impl Sampler {
             queue_time_mean_ms: queue_mean,
             gpu_util_time_pct: concepts.gpu_util_time_pct,
             gpu_power_w: concepts.gpu_power_w,
-            error: error.as_deref(),
+            error: error.clone(),
         };
-        if serde_json::to_writer(&mut self.out, &line).is_ok() {
-            let _ = self.out.write_all(b"\n");
-            let _ = self.out.flush();
+        if let Some(out) = &mut self.out {
+            if serde_json::to_writer(&mut *out, &line).is_ok() {
+                let _ = out.write_all(b"\n");
+                let _ = out.flush();
+            }
+        }
+        if let Ok(mut l) = self.latest.lock() {
+            *l = Some(line);
         }
         if error.is_none() {
             self.log.scrapes.push(Scrape { t_s, concepts });

@@ -324,13 +324,6 @@ pub(crate) async fn bench(
             }
         })
     };
-    let reporter = (!args.output.quiet).then(|| {
-        tokio::spawn(report_progress(
-            progress.clone(),
-            clock,
-            plan.requests.map(|n| n + plan.warmup),
-        ))
-    });
     if !args.output.quiet {
         eprintln!(
             "tokenscope: {} · {} · model {model} · results in {}",
@@ -339,9 +332,34 @@ pub(crate) async fn bench(
             out_dir.display()
         );
     }
+    // A terminal on stdout gets the dashboard; otherwise a progress line on
+    // stderr; --quiet (and --json) neither.
+    let total = plan.requests.map(|n| n + plan.warmup);
+    let show = !args.output.quiet && !args.output.json;
+    let dashboard = (show && std::io::stdout().is_terminal())
+        .then(|| {
+            let title = format!("tokenscope · {base} · {model} · {}", out_dir.display());
+            let latest = scraper.as_ref().map(|s| s.latest());
+            let mut source = LiveSource {
+                progress: progress.clone(),
+                clock,
+                total,
+                planned_s: plan.duration.map(|d| d.as_secs_f64()),
+                latest,
+                title,
+                rate: crate::live::Rate::new(),
+            };
+            crate::live::Dashboard::start(move || source.view())
+        })
+        .flatten();
+    let reporter = (show && dashboard.is_none())
+        .then(|| tokio::spawn(report_progress(progress.clone(), clock, total)));
 
     runner.clone().run(&plan).await;
     on_ctrl_c.abort();
+    if let Some(d) = dashboard {
+        d.stop();
+    }
     if let Some(r) = reporter {
         r.abort();
         if std::io::stderr().is_terminal() {
@@ -394,6 +412,94 @@ pub(crate) async fn bench(
     outcome::write_results(&out_dir, &results)?;
     crate::report::write_html_after_run(&out_dir, args.output.quiet || args.output.json);
     Ok((results, out_dir))
+}
+
+/// What the dashboard reads during a run.
+struct LiveSource {
+    progress: Arc<Progress>,
+    clock: Clock,
+    total: Option<u64>,
+    planned_s: Option<f64>,
+    latest: Option<tokenscope_telemetry::scraper::Latest>,
+    title: String,
+    rate: crate::live::Rate,
+}
+
+impl LiveSource {
+    fn view(&mut self) -> tokenscope_report::dashboard::View {
+        use tokenscope_report::dashboard::{ServerView, View};
+        let p = &self.progress;
+        let (sent, done, failed, tokens) = (
+            p.sent.load(Ordering::Relaxed),
+            p.finished.load(Ordering::Relaxed),
+            p.failed.load(Ordering::Relaxed),
+            p.output_tokens.load(Ordering::Relaxed),
+        );
+        let elapsed_s = self.clock.now_us() as f64 / 1e6;
+        self.rate.feed(elapsed_s, tokens);
+        let ms = |h: &hdrhistogram::Histogram<u64>, q: f64| {
+            (!h.is_empty()).then(|| h.value_at_quantile(q) as f64 / 1e3)
+        };
+        let (latency, errors) = match p.live.lock() {
+            Ok(live) => (
+                vec![
+                    (
+                        "TTFT".to_string(),
+                        ms(&live.ttft_us, 0.5),
+                        ms(&live.ttft_us, 0.99),
+                    ),
+                    (
+                        "TPOT".to_string(),
+                        ms(&live.tpot_us, 0.5),
+                        ms(&live.tpot_us, 0.99),
+                    ),
+                ],
+                live.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            ),
+            Err(_) => (Vec::new(), Vec::new()),
+        };
+        let sample = self
+            .latest
+            .as_ref()
+            .and_then(|l| l.lock().ok().and_then(|s| s.clone()));
+        let server = match (&self.latest, sample) {
+            (None, _) => ServerView {
+                missing: Some("not sampled (--no-metrics)".into()),
+                ..Default::default()
+            },
+            (Some(_), None) => ServerView {
+                missing: Some("no sample yet".into()),
+                ..Default::default()
+            },
+            (Some(_), Some(s)) => ServerView {
+                kind: None,
+                running: s.running,
+                waiting: s.waiting,
+                kv_usage: s.kv_usage,
+                preemptions: s.preemptions_total,
+                queue_time_ms: s.queue_time_mean_ms,
+                gpu_util_pct: s.gpu_util_time_pct,
+                gpu_power_w: s.gpu_power_w,
+                missing: s.error.clone(),
+            },
+        };
+        View {
+            title: self.title.clone(),
+            progress: self.total.map(|t| (done, t)),
+            elapsed_s,
+            planned_s: self.planned_s,
+            latency,
+            tokens_per_s: self.rate.history.clone(),
+            requests_per_s: (elapsed_s > 0.0).then(|| done as f64 / elapsed_s),
+            done,
+            failed,
+            in_flight: Some(sent.saturating_sub(done)),
+            errors,
+            server,
+            findings: Vec::new(),
+            footer: "Ctrl-C stops the run: requests in flight are recorded as cancelled".into(),
+        }
+    }
 }
 
 /// A progress line on stderr: redrawn in place on a terminal, every 10 s otherwise.

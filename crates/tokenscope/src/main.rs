@@ -4,6 +4,7 @@ mod bench;
 mod cli;
 mod compare;
 mod exit;
+mod live;
 mod outcome;
 mod plan;
 mod report;

@@ -1,0 +1,230 @@
+//! The live view: under tmux (a real terminal) `bench` shows the dashboard
+//! with numbers that change, and leaves the terminal as it found it — after
+//! the run and after Ctrl-C. Without a terminal it writes a plain progress
+//! line on stderr and nothing else; `--quiet` writes none.
+
+mod common;
+use common::*;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A tmux server of the test's own (its own socket), killed when dropped.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(name: &str) -> Tmux {
+        let socket = format!("ts-{name}-{}", std::process::id());
+        let t = Tmux { socket };
+        let o = t
+            .cmd(&["new-session", "-d", "-s", "main", "-x", "130", "-y", "42"])
+            .output()
+            .expect("tmux is installed (scripts/test.sh installs Debian's tmux)");
+        assert!(
+            o.status.success(),
+            "tmux: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        t
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("tmux");
+        c.arg("-L").arg(&self.socket).args(args);
+        c
+    }
+
+    fn type_line(&self, line: &str) {
+        assert!(self
+            .cmd(&["send-keys", "-t", "main", line, "Enter"])
+            .status()
+            .unwrap()
+            .success());
+    }
+
+    fn ctrl_c(&self) {
+        assert!(self
+            .cmd(&["send-keys", "-t", "main", "C-c"])
+            .status()
+            .unwrap()
+            .success());
+    }
+
+    fn pane(&self) -> String {
+        let o = self
+            .cmd(&["capture-pane", "-p", "-t", "main"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// `#{alternate_on} #{cursor_flag}`: whether the alternate screen is on, whether the cursor shows.
+    fn screen_state(&self) -> (bool, bool) {
+        let o = self
+            .cmd(&[
+                "display-message",
+                "-p",
+                "-t",
+                "main",
+                "#{alternate_on} #{cursor_flag}",
+            ])
+            .output()
+            .unwrap();
+        let s = String::from_utf8_lossy(&o.stdout);
+        let mut it = s.split_whitespace();
+        (it.next() == Some("1"), it.next() == Some("1"))
+    }
+
+    /// Waits (bounded) until the pane shows `what`.
+    fn wait_for(&self, what: &str, limit: Duration) -> String {
+        let start = Instant::now();
+        loop {
+            let pane = self.pane();
+            if pane.contains(what) {
+                return pane;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "waited {limit:?} for {what:?}; pane:\n{pane}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd(&["kill-server"]).status();
+    }
+}
+
+/// "N/TOTAL requests" in the progress bar.
+fn done_count(pane: &str) -> Option<u64> {
+    let at = pane.find("requests ·")?;
+    let head = &pane[..at];
+    let slash = head.rfind('/')?;
+    let start = head[..slash].rfind(|c: char| !c.is_ascii_digit())? + 1;
+    head[start..slash].parse().ok()
+}
+
+fn bench_line(out: &std::path::Path, requests: u32) -> String {
+    format!(
+        "{} bench --requests {requests} --concurrency 8 --output-tokens 128 --out {}; echo EXIT=$?",
+        env!("CARGO_BIN_EXE_tokenscope"),
+        out.display()
+    )
+}
+
+#[test]
+fn dashboard_shows_changing_numbers_and_restores_the_terminal() {
+    let t = Tmux::start("dash");
+    let out = run_dir("live-dash");
+    t.type_line(&bench_line(&out, 200));
+    let first = t.wait_for("requests ·", Duration::from_secs(30));
+    for panel in [
+        "Latency",
+        "Throughput",
+        "Server",
+        "output tokens/s",
+        "TTFT",
+        "TPOT",
+        "KV usage",
+        "Errors and diagnosis",
+    ] {
+        assert!(first.contains(panel), "no {panel} panel:\n{first}");
+    }
+    assert_eq!(
+        t.screen_state(),
+        (true, false),
+        "the dashboard is in the alternate screen, cursor hidden"
+    );
+    // The numbers move.
+    let a = done_count(&first);
+    let start = Instant::now();
+    let mut later = first.clone();
+    while done_count(&later) == a && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(500));
+        later = t.pane();
+    }
+    assert!(
+        done_count(&later) > a,
+        "the progress did not move:\n{first}\n---\n{later}"
+    );
+    // After the run: the summary on the normal screen, cursor back.
+    let end = t.wait_for("EXIT=", Duration::from_secs(90));
+    assert!(end.contains("EXIT=0"), "{end}");
+    assert!(end.contains("run directory:"), "{end}");
+    assert_eq!(t.screen_state(), (false, true), "terminal restored");
+}
+
+#[test]
+fn ctrl_c_stops_the_run_and_restores_the_terminal() {
+    let t = Tmux::start("ctrlc");
+    let out = run_dir("live-ctrlc");
+    t.type_line(&bench_line(&out, 5000));
+    t.wait_for("requests ·", Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(2));
+    t.ctrl_c();
+    let end = t.wait_for("EXIT=", Duration::from_secs(30));
+    assert!(end.contains("EXIT=130"), "{end}");
+    assert_eq!(
+        t.screen_state(),
+        (false, true),
+        "terminal restored after Ctrl-C"
+    );
+    let r = results(&out);
+    assert_eq!(r["partial"], true);
+}
+
+#[test]
+fn without_a_terminal_only_a_plain_progress_line_and_quiet_writes_nothing() {
+    let server = Server::start(exact(5, 2));
+    let out = run_dir("live-plain");
+    let o = tokenscope()
+        .args([
+            "bench",
+            "--url",
+            &server.url,
+            "--requests",
+            "20",
+            "--output-tokens",
+            "8",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(
+        !stdout.contains('\x1b') && !stderr.contains('\x1b'),
+        "no terminal codes:\n{stderr}"
+    );
+    assert!(stderr.contains("tokenscope:"), "{stderr}");
+    assert!(stdout.contains("Latency"), "the summary on stdout");
+    let o = tokenscope()
+        .args([
+            "bench",
+            "--url",
+            &server.url,
+            "--requests",
+            "20",
+            "--output-tokens",
+            "8",
+            "--quiet",
+            "--out",
+        ])
+        .arg(run_dir("live-quiet"))
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    assert!(
+        o.stderr.is_empty(),
+        "--quiet: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
