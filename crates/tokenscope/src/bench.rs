@@ -155,8 +155,17 @@ fn base_url(url: &str) -> anyhow::Result<String> {
 }
 
 fn request_headers(args: &BenchArgs) -> anyhow::Result<HeaderMap> {
+    metrics_headers(args.api_key_env.as_deref(), &args.headers)
+}
+
+/// `--header`s and the API key (from `--api-key-env`, else OPENAI_API_KEY),
+/// all marked sensitive so they never appear in debug output.
+pub(crate) fn metrics_headers(
+    api_key_env: Option<&str>,
+    extra: &[(String, String)],
+) -> anyhow::Result<HeaderMap> {
     let mut headers = HeaderMap::new();
-    for (k, v) in &args.headers {
+    for (k, v) in extra {
         let name = HeaderName::from_bytes(k.as_bytes())
             .map_err(|_| Exit::usage(format!("--header: `{k}` is not a header name")))?;
         let mut value = HeaderValue::from_str(v).map_err(|_| {
@@ -166,7 +175,7 @@ fn request_headers(args: &BenchArgs) -> anyhow::Result<HeaderMap> {
         headers.insert(name, value);
     }
     let key =
-        match &args.api_key_env {
+        match api_key_env {
             Some(var) => Some(std::env::var(var).map_err(|_| {
                 Exit::usage(format!("--api-key-env: the variable {var} is not set"))
             })?),

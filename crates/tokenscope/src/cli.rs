@@ -52,9 +52,49 @@ tokenscope compare runs/before runs/after\n  \
 tokenscope compare runs/main runs/pr --fail-on-regression 5%     # CI: exit 6 on a regression\n  \
 tokenscope compare runs/a runs/b --json > diff.json")]
     Compare(CompareArgs),
+    /// No load: sample a live server's /metrics (and the GPU) and show its own figures.
+    #[command(after_help = "Examples:\n  \
+tokenscope watch http://localhost:8000                       # the dashboard, until Ctrl-C\n  \
+tokenscope watch http://localhost:8000 --metrics-url http://gpu-node:9400/metrics\n  \
+tokenscope watch http://localhost:8000 --once --json          # one snapshot for scripts\n  \
+tokenscope watch http://localhost:8000 --duration 10m > watch.log   # one line per sample")]
+    Watch(WatchArgs),
     /// Built-in servers.
     #[command(subcommand)]
     Sim(SimCommand),
+}
+
+#[derive(Args, Debug)]
+pub struct WatchArgs {
+    /// The server (its /metrics is read) or a metrics URL.
+    pub url: String,
+    /// More Prometheus endpoints merged in, repeatable (a DCGM exporter).
+    #[arg(long = "metrics-url", value_name = "URL")]
+    pub metrics_urls: Vec<String>,
+    /// How often to sample (100ms or more).
+    #[arg(long, default_value = "1s", value_parser = scrape_interval)]
+    pub interval: Duration,
+    /// The rolling window the rates and quantiles are computed over.
+    #[arg(long, default_value = "60s", value_parser = duration)]
+    pub window: Duration,
+    /// Stop after this long (default: at Ctrl-C).
+    #[arg(long, value_parser = duration)]
+    pub duration: Option<Duration>,
+    /// Print one snapshot (two samples an --interval apart) and exit.
+    #[arg(long)]
+    pub once: bool,
+    /// With --once: the snapshot as JSON.
+    #[arg(long, requires = "once")]
+    pub json: bool,
+    /// `local`: read this machine's GPUs through NVML.
+    #[arg(long, value_enum, default_value = "none")]
+    pub gpu: GpuSource,
+    /// Environment variable holding a bearer token for /metrics.
+    #[arg(long, value_name = "NAME")]
+    pub api_key_env: Option<String>,
+    /// Extra request header, repeatable.
+    #[arg(long = "header", value_parser = header, value_name = "NAME:VALUE")]
+    pub headers: Vec<(String, String)>,
 }
 
 #[derive(Args, Debug)]

@@ -10,6 +10,7 @@ mod plan;
 mod report;
 mod serve;
 mod sweep;
+mod watch;
 
 use clap::Parser;
 use exit::Exit;
@@ -22,6 +23,7 @@ fn main() -> ExitCode {
         cli::Command::Sweep(args) => sweep::run(*args),
         cli::Command::Report(args) => report::run(*args),
         cli::Command::Compare(args) => compare::run(args),
+        cli::Command::Watch(args) => watch::run(args),
         cli::Command::Sim(cli::SimCommand::Exact(args)) => serve::exact(args),
         cli::Command::Sim(cli::SimCommand::Serve(args)) => serve::engine(*args),
         cli::Command::Sim(cli::SimCommand::Plan(args)) => plan::run(*args),

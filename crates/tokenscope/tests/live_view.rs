@@ -178,6 +178,45 @@ fn ctrl_c_stops_the_run_and_restores_the_terminal() {
 }
 
 #[test]
+fn watch_dashboard_shows_the_servers_numbers_and_ctrl_c_restores_the_terminal() {
+    let engine = Engine::start(default_engine());
+    let mut load = tokenscope()
+        .args([
+            "bench",
+            "--url",
+            &engine.url,
+            "--quiet",
+            "--concurrency",
+            "16",
+            "--requests",
+            "400",
+        ])
+        .args(["--output-tokens", "256", "--out"])
+        .arg(run_dir("live-watch-load"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Tmux::start("watch");
+    t.type_line(&format!(
+        "{} watch {} --interval 250ms; echo EXIT=$?",
+        env!("CARGO_BIN_EXE_tokenscope"),
+        engine.url
+    ));
+    let pane = t.wait_for("tokenscope-sim", Duration::from_secs(20));
+    assert!(pane.contains("tokenscope watch"), "{pane}");
+    // The server's own numbers arrive: running sequences and tokens/s.
+    let pane = t.wait_for("running                 16", Duration::from_secs(20));
+    assert!(pane.contains("KV usage"), "{pane}");
+    assert_eq!(t.screen_state(), (true, false));
+    t.ctrl_c();
+    let end = t.wait_for("EXIT=", Duration::from_secs(20));
+    let _ = load.kill();
+    let _ = load.wait();
+    assert!(end.contains("EXIT=0"), "{end}");
+    assert_eq!(t.screen_state(), (false, true), "terminal restored");
+}
+
+#[test]
 fn without_a_terminal_only_a_plain_progress_line_and_quiet_writes_nothing() {
     let server = Server::start(exact(5, 2));
     let out = run_dir("live-plain");

@@ -547,5 +547,54 @@ fn a_small_sweep_completes_and_reports() {
     }
     for i in 0..3 {
         assert!(out.join(format!("point-{i:02}/requests.jsonl")).exists());
+        assert!(out.join(format!("point-{i:02}/report.html")).exists());
     }
+    // The sweep's report: the page with its recommendations.
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(page.contains("Recommendations") && page.contains("<svg"));
+}
+
+/// `watch` reads llama.cpp's own counters while a bench loads it.
+#[test]
+fn watch_shows_the_servers_own_numbers() {
+    let llama = Llama::start("LLAMA_MODEL_TINY", 2, 1);
+    let mut bench = tokenscope()
+        .args([
+            "bench",
+            "--url",
+            &llama.url,
+            "--quiet",
+            "--concurrency",
+            "2",
+        ])
+        .args([
+            "--requests",
+            "40",
+            "--output-tokens",
+            "64",
+            "--ignore-eos",
+            "--out",
+        ])
+        .arg(run_dir("llama-watch-load"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let o = tokenscope()
+        .args(["watch", &llama.url, "--once", "--json", "--interval", "1s"])
+        .output()
+        .unwrap();
+    let _ = bench.kill();
+    let _ = bench.wait();
+    assert_ok(&o);
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["server_kind"], "llama.cpp");
+    assert!(
+        doc["generation_tokens_per_s"].as_f64().unwrap() > 0.0,
+        "{doc}"
+    );
+    assert!(
+        doc["server"]["running"]["max"].as_f64().unwrap() >= 1.0,
+        "{doc}"
+    );
 }

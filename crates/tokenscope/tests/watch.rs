@@ -1,0 +1,109 @@
+//! `tokenscope watch`: no load of its own — it reads the built-in engine's
+//! /metrics while a separate `bench` loads it, and reports the server's own
+//! numbers (`--once --json`, plain lines without a terminal); an unreachable
+//! server is a one-line error with exit 3.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+/// A bench process loading `url` in the background.
+fn load(url: &str, requests: &str) -> Child {
+    tokenscope()
+        .args([
+            "bench",
+            "--url",
+            url,
+            "--quiet",
+            "--concurrency",
+            "16",
+            "--requests",
+            requests,
+            "--output-tokens",
+            "256",
+            "--out",
+        ])
+        .arg(run_dir("watch-load"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn once_json_reports_the_engines_own_numbers_under_load() {
+    let engine = Engine::start(default_engine());
+    let mut bench = load(&engine.url, "200");
+    std::thread::sleep(Duration::from_millis(1500));
+    let o = tokenscope()
+        .args(["watch", &engine.url, "--once", "--json", "--interval", "1s"])
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let _ = bench.kill();
+    let _ = bench.wait();
+    assert_eq!(doc["server_kind"], "tokenscope-sim");
+    // 16 streams of an 8B model on an H100 decode hundreds of tokens/s or more.
+    let tps = doc["generation_tokens_per_s"].as_f64().unwrap();
+    assert!(tps > 300.0, "{tps}");
+    let running = doc["server"]["running"]["last"].as_f64().unwrap();
+    assert!((1.0..=16.0).contains(&running), "{running}");
+    assert!(doc["server"]["kv_usage"]["last"].as_f64().unwrap() > 0.0);
+    assert_eq!(doc["server"]["waiting"]["last"].as_f64(), Some(0.0));
+    assert!(doc["server"]["itl"]["p50_ms"].as_f64().is_some());
+    assert!(doc["diagnosis"].is_array());
+}
+
+#[test]
+fn without_a_terminal_it_prints_one_line_per_sample_until_its_duration() {
+    let engine = Engine::start(default_engine());
+    let mut bench = load(&engine.url, "300");
+    let o = tokenscope()
+        .args([
+            "watch",
+            &engine.url,
+            "--interval",
+            "500ms",
+            "--duration",
+            "2500ms",
+        ])
+        .output()
+        .unwrap();
+    let _ = bench.kill();
+    let _ = bench.wait();
+    assert_ok(&o);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("tok/s")).collect();
+    assert!(lines.len() >= 4, "{text}");
+    assert!(
+        lines.iter().all(|l| l.starts_with("tokenscope-sim")),
+        "{text}"
+    );
+    assert!(!text.contains('\x1b'));
+}
+
+#[test]
+fn an_unreachable_server_is_exit_3_with_one_line() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let o = tokenscope()
+        .args([
+            "watch",
+            &format!("http://127.0.0.1:{port}"),
+            "--once",
+            "--interval",
+            "100ms",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains(&format!("127.0.0.1:{port}/metrics")), "{err}");
+}
