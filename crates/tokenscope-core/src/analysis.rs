@@ -224,6 +224,12 @@ pub struct Recommendation {
     pub why: String,
     /// The expected figures at the chosen point.
     pub expect: Option<Point>,
+    /// How far inside its objective the chosen point is, in % of the limit
+    /// that binds first (chat: the nearer of TTFT and TPOT; batch: E2E
+    /// against its bound; cost: TTFT against the cap; long-context: KV usage
+    /// against its ceiling).
+    #[serde(default)]
+    pub margin_pct: Option<f64>,
 }
 
 fn choose(
@@ -248,6 +254,7 @@ fn choose(
         load: best.map(|i| points[i].load),
         why: best.map_or(none, |i| why(&points[i])),
         expect: best.map(|i| points[i]),
+        margin_pct: None,
     }
 }
 
@@ -258,7 +265,13 @@ pub fn recommend(points: &[Point], o: &Objectives) -> Vec<Recommendation> {
         .map(|p| p.e2e_p99_ms)
         .fold(f64::INFINITY, f64::min);
     let kv_known = points.iter().all(|p| p.kv_usage_max.is_some());
-    vec![
+    let used = |profile: &str, p: &Point| match profile {
+        "chat" => (p.ttft_p99_ms / o.chat_ttft_p99_ms).max(p.tpot_p99_ms / o.chat_tpot_p99_ms),
+        "batch" => p.e2e_p99_ms / (o.batch_e2e_growth * min_e2e),
+        "cost" => p.ttft_p99_ms / o.cost_ttft_cap_ms,
+        _ => p.kv_usage_max.unwrap_or(0.0) / o.long_context_kv_max,
+    };
+    let chosen = vec![
         choose(
             "chat",
             format!("the most load with TTFT p99 ≤ {} ms and TPOT p99 ≤ {} ms", o.chat_ttft_p99_ms, o.chat_tpot_p99_ms),
@@ -313,7 +326,14 @@ pub fn recommend(points: &[Point], o: &Objectives) -> Vec<Recommendation> {
                 "the server does not expose KV usage: no KV-headroom recommendation".into()
             },
         ),
-    ]
+    ];
+    chosen
+        .into_iter()
+        .map(|mut r| {
+            r.margin_pct = r.expect.map(|p| (1.0 - used(&r.profile, &p)) * 100.0);
+            r
+        })
+        .collect()
 }
 
 /// Where a series saturates (see [`saturation`]).
@@ -612,6 +632,17 @@ mod tests {
         );
         assert_eq!(load("cost"), 256.0, "under the 10 s cap, the cheapest");
         assert_eq!(load("long-context"), 16.0);
+        let margin = |p: &str| {
+            r.iter()
+                .find(|x| x.profile == p)
+                .unwrap()
+                .margin_pct
+                .unwrap()
+        };
+        // Chat at 64: TTFT 900 of 1000 ms binds (TPOT 25 of 50 ms): 10 % left.
+        assert!((margin("chat") - 10.0).abs() < 1e-9);
+        // Long context at 16: KV 0.3 of 0.9.
+        assert!((margin("long-context") - 66.666_666_666).abs() < 1e-6);
         let strict = Objectives {
             chat_ttft_p99_ms: 10.0,
             ..Objectives::default()

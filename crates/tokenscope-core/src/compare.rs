@@ -6,6 +6,13 @@
 //! A change is *significant* when its interval excludes zero and the
 //! estimate is larger than the noise threshold (criterion's convention: two
 //! runs of the same thing differ by a little that no one should act on).
+//!
+//! A tail quantile is judged only when each run has enough requests beyond
+//! it ([`MIN_TAIL_SAMPLES`]): the p99 of 120 requests rests on one or two
+//! of them, and the percentile bootstrap then gives intervals far too narrow
+//! (it can only resample the few values it has), so two runs of the same
+//! thing look different. Such a metric is shown, with a note, never called
+//! significant.
 
 use crate::record::RequestRecord;
 use serde::{Deserialize, Serialize};
@@ -24,6 +31,10 @@ pub struct MetricChange {
     pub ci_low_pct: f64,
     pub ci_high_pct: f64,
     pub significant: bool,
+    /// Why the change was not judged (too few requests for a tail
+    /// quantile); absent when it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_judged: Option<String>,
     /// Whether larger is better (throughput) or worse (latency).
     pub higher_is_better: bool,
 }
@@ -38,6 +49,22 @@ impl MetricChange {
                 self.change_pct > 0.0
             }
     }
+}
+
+/// The fewest requests a run must have beyond a quantile for a change in it
+/// to be judged: p99 needs 1,000 requests, p90 100.
+pub const MIN_TAIL_SAMPLES: f64 = 10.0;
+
+/// Why a statistic of `n` values cannot be judged, if it cannot.
+fn too_few(of: Of, n: usize) -> Option<String> {
+    let Of::Quantile(q) = of else { return None };
+    let needed = (MIN_TAIL_SAMPLES / (1.0 - q)).ceil() as usize;
+    (q > 0.5 && n < needed).then(|| {
+        format!(
+            "not judged: p{:.0} needs {needed} requests a run ({MIN_TAIL_SAMPLES:.0} beyond it), this has {n}",
+            q * 100.0
+        )
+    })
 }
 
 /// The comparison settings.
@@ -250,6 +277,7 @@ pub fn compare(a: &[RequestRecord], b: &[RequestRecord], settings: &Settings) ->
                 quantile(&mut changes, 1.0 - tail),
             )
         };
+        let not_judged = too_few(stat.of, va.len().min(vb.len()));
         out.push(MetricChange {
             metric: stat.name.into(),
             unit: stat.unit.into(),
@@ -258,7 +286,10 @@ pub fn compare(a: &[RequestRecord], b: &[RequestRecord], settings: &Settings) ->
             change_pct: change,
             ci_low_pct: lo,
             ci_high_pct: hi,
-            significant: (lo > 0.0 || hi < 0.0) && change.abs() > settings.noise_threshold_pct,
+            significant: not_judged.is_none()
+                && (lo > 0.0 || hi < 0.0)
+                && change.abs() > settings.noise_threshold_pct,
+            not_judged,
             higher_is_better: stat.higher_is_better,
         });
     }
@@ -319,5 +350,29 @@ mod tests {
         );
         // TTFT did not change.
         assert!(!get(&c, "ttft_p50").significant);
+    }
+
+    #[test]
+    fn a_tail_quantile_of_few_requests_is_not_judged() {
+        // 120 requests: a 20 % slower decode is judged on the mean and the
+        // median, but p99 rests on one or two requests.
+        let c = compare(&run(120, 20.0, 1), &run(120, 24.0, 2), &Settings::default());
+        assert!(get(&c, "tpot_mean").significant);
+        let p99 = get(&c, "tpot_p99");
+        assert!(!p99.significant, "{p99:?}");
+        let note = p99.not_judged.as_deref().unwrap();
+        assert!(
+            note.contains("1000 requests") && note.contains("120"),
+            "{note}"
+        );
+        assert!(get(&c, "tpot_p50").not_judged.is_none());
+        // With 1,000 a run the same change in p99 is judged.
+        let c = compare(
+            &run(1000, 20.0, 1),
+            &run(1000, 24.0, 2),
+            &Settings::default(),
+        );
+        let p99 = get(&c, "tpot_p99");
+        assert!(p99.not_judged.is_none() && p99.significant, "{p99:?}");
     }
 }

@@ -53,6 +53,16 @@ pub struct Target {
     pub builtin: Option<String>,
 }
 
+impl Target {
+    /// ` (built-in …)` after the URL when a built-in server answered, else nothing.
+    pub fn builtin_note(&self) -> String {
+        self.builtin
+            .as_deref()
+            .map(|b| format!(" ({b})"))
+            .unwrap_or_default()
+    }
+}
+
 /// The measured window: first send → last completion of the measured
 /// (non-warm-up) requests, in seconds since the run's start.
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]

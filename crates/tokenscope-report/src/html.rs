@@ -390,12 +390,7 @@ fn findings(out: &mut String, list: &[Finding]) {
 }
 
 fn header(out: &mut String, kind: &str, r: &RunResults) {
-    let builtin = r
-        .target
-        .builtin
-        .as_deref()
-        .map(|b| format!(" ({b})"))
-        .unwrap_or_default();
+    let builtin = r.target.builtin_note();
     let _ = write!(
         out,
         "<h1>tokenscope {kind} — {}</h1><p class=\"meta\">{} {}{} · {} · started {} · tokenscope {}{}</p>",
@@ -665,17 +660,18 @@ pub fn sweep_page(s: &Sweep) -> String {
     );
     out.push_str("</div>");
 
-    out.push_str("<h2>Recommendations</h2><table><tr><th>profile</th><th>objective</th><th>load</th><th>why</th><th>TTFT p99</th><th>TPOT p99</th><th>tokens/s</th><th>cost/1K</th><th>GPU util</th><th>KV max</th></tr>");
+    out.push_str("<h2>Recommendations</h2><table><tr><th>profile</th><th>objective</th><th>load</th><th>why</th><th>margin</th><th>TTFT p99</th><th>TPOT p99</th><th>tokens/s</th><th>cost/1K</th><th>GPU util</th><th>KV max</th></tr>");
     for r in &a.recommendations {
         let e = r.expect.as_ref();
         let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or("—".into(), f);
         let _ = write!(
             out,
-            "<tr><td><b>{}</b></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td><b>{}</b></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&r.profile),
             esc(&r.objective),
             r.load.map_or("none".into(), |l| l.to_string()),
             esc(&r.why),
+            opt(r.margin_pct, &|v| format!("{v:.0} %")),
             opt(e.map(|p| p.ttft_p99_ms), &ms),
             opt(e.map(|p| p.tpot_p99_ms), &ms),
             opt(e.map(|p| p.output_tps), &|v| format!("{v:.0}")),

@@ -37,12 +37,7 @@ fn band(pct: f64) -> &'static str {
 pub fn summary(r: &RunResults) -> String {
     let mut out = String::new();
     let c = &r.counts;
-    let builtin = r
-        .target
-        .builtin
-        .as_deref()
-        .map(|b| format!(" ({b})"))
-        .unwrap_or_default();
+    let builtin = r.target.builtin_note();
     let _ = writeln!(
         out,
         "tokenscope {} · {} · model {}",
@@ -366,7 +361,15 @@ pub fn analysis(a: &Analysis) -> String {
     _ = writeln!(out, "\nRecommended operating points");
     for r in &a.recommendations {
         match r.load {
-            Some(load) => _ = writeln!(out, "  {:<13} load {load:<8} {}", r.profile, r.why),
+            Some(load) => {
+                _ = writeln!(
+                    out,
+                    "  {:<13} load {load:<8} {} · margin {:.0} %",
+                    r.profile,
+                    r.why,
+                    r.margin_pct.unwrap_or(0.0)
+                )
+            }
             None => _ = writeln!(out, "  {:<13} none     {}", r.profile, r.why),
         }
     }

@@ -68,6 +68,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<Exit> {
         );
         for c in &changes {
             let verdict = match (c.significant, c.is_regression()) {
+                _ if c.not_judged.is_some() => "(too few requests to judge)",
                 (false, _) => "",
                 (true, true) => "significant · worse",
                 (true, false) => "significant · better",
@@ -86,6 +87,9 @@ pub fn run(args: CompareArgs) -> anyhow::Result<Exit> {
             "\nsignificant: the interval excludes 0 and |change| > {} % (noise threshold); bootstrap over requests, {} resamples",
             settings.noise_threshold_pct, settings.resamples
         );
+        if let Some(note) = changes.iter().find_map(|c| c.not_judged.as_ref()) {
+            println!("tail quantiles: {note}");
+        }
         if let Some(limit) = args.fail_on_regression {
             if failing.is_empty() {
                 println!("no regression of {limit} % or more");

@@ -207,9 +207,15 @@ impl Series<'_> {
             }
             if let Some(why) = self.past_saturation() {
                 self.say(&format!("auto: stopping after concurrency {c}: {why}"));
-                break;
+                return Ok(true);
             }
             c *= 2;
+        }
+        if c > 2 && c / 2 < max {
+            self.say(&format!(
+                "auto: stopping after concurrency {}: the next point would pass {top}, four times the concurrency the probe's rate needs",
+                c / 2
+            ));
         }
         Ok(true)
     }

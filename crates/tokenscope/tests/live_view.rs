@@ -180,22 +180,7 @@ fn ctrl_c_stops_the_run_and_restores_the_terminal() {
 #[test]
 fn watch_dashboard_shows_the_servers_numbers_and_ctrl_c_restores_the_terminal() {
     let engine = Engine::start(default_engine());
-    let mut load = tokenscope()
-        .args([
-            "bench",
-            "--url",
-            &engine.url,
-            "--quiet",
-            "--concurrency",
-            "16",
-            "--requests",
-            "400",
-        ])
-        .args(["--output-tokens", "256", "--out"])
-        .arg(run_dir("live-watch-load"))
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut load = background_load(&engine.url, 16, 400, 256, &[]);
     let t = Tmux::start("watch");
     t.type_line(&format!(
         "{} watch {} --interval 250ms; echo EXIT=$?",

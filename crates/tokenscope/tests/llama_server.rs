@@ -558,27 +558,7 @@ fn a_small_sweep_completes_and_reports() {
 #[test]
 fn watch_shows_the_servers_own_numbers() {
     let llama = Llama::start("LLAMA_MODEL_TINY", 2, 1);
-    let mut bench = tokenscope()
-        .args([
-            "bench",
-            "--url",
-            &llama.url,
-            "--quiet",
-            "--concurrency",
-            "2",
-        ])
-        .args([
-            "--requests",
-            "40",
-            "--output-tokens",
-            "64",
-            "--ignore-eos",
-            "--out",
-        ])
-        .arg(run_dir("llama-watch-load"))
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut bench = background_load(&llama.url, 2, 40, 64, &["--ignore-eos"]);
     std::thread::sleep(Duration::from_secs(2));
     let o = tokenscope()
         .args(["watch", &llama.url, "--once", "--json", "--interval", "1s"])
@@ -596,5 +576,58 @@ fn watch_shows_the_servers_own_numbers() {
     assert!(
         doc["server"]["running"]["max"].as_f64().unwrap() >= 1.0,
         "{doc}"
+    );
+}
+
+/// `sweep --auto` on a server with two slots: the baseline, the probe, then
+/// powers of two until it is past saturation — it stops there rather than
+/// walking on to the probe's concurrency.
+#[test]
+fn auto_sweep_stops_past_saturation() {
+    let llama = Llama::start("LLAMA_MODEL_TINY", 2, 1);
+    let out = run_dir("llama-auto");
+    let o = tokenscope()
+        .args([
+            "sweep",
+            "--auto",
+            "--auto-max-concurrency",
+            "64",
+            "--url",
+            &llama.url,
+        ])
+        .args([
+            "--requests",
+            "4",
+            "--output-tokens",
+            "32",
+            "--ignore-eos",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("auto: stopping after concurrency"),
+        "{stderr}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
+    let loads: Vec<f64> = doc["analysis"]["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["load"].as_f64().unwrap())
+        .collect();
+    assert_eq!(loads.first(), Some(&1.0));
+    assert_eq!(loads.last(), Some(&64.0), "the probe");
+    // It stopped well short of the probe: two slots saturate by 8 streams.
+    let climbed = loads[loads.len() - 2];
+    assert!(climbed <= 8.0, "{loads:?}\n{stderr}");
+    assert!(
+        doc["analysis"]["saturation"].is_object(),
+        "{}",
+        doc["analysis"]
     );
 }

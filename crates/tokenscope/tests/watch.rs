@@ -6,36 +6,12 @@
 mod common;
 use common::*;
 use serde_json::Value;
-use std::process::{Child, Stdio};
 use std::time::Duration;
-
-/// A bench process loading `url` in the background.
-fn load(url: &str, requests: &str) -> Child {
-    tokenscope()
-        .args([
-            "bench",
-            "--url",
-            url,
-            "--quiet",
-            "--concurrency",
-            "16",
-            "--requests",
-            requests,
-            "--output-tokens",
-            "256",
-            "--out",
-        ])
-        .arg(run_dir("watch-load"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap()
-}
 
 #[test]
 fn once_json_reports_the_engines_own_numbers_under_load() {
     let engine = Engine::start(default_engine());
-    let mut bench = load(&engine.url, "200");
+    let mut bench = background_load(&engine.url, 16, 200, 256, &[]);
     std::thread::sleep(Duration::from_millis(1500));
     let o = tokenscope()
         .args(["watch", &engine.url, "--once", "--json", "--interval", "1s"])
@@ -60,7 +36,7 @@ fn once_json_reports_the_engines_own_numbers_under_load() {
 #[test]
 fn without_a_terminal_it_prints_one_line_per_sample_until_its_duration() {
     let engine = Engine::start(default_engine());
-    let mut bench = load(&engine.url, "300");
+    let mut bench = background_load(&engine.url, 16, 300, 256, &[]);
     let o = tokenscope()
         .args([
             "watch",

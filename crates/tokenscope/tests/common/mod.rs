@@ -193,3 +193,29 @@ pub fn rules(r: &Value) -> Vec<String> {
 pub fn has_rule(r: &Value, rule: &str) -> bool {
     rules(r).iter().any(|x| x == rule)
 }
+
+/// A `bench` loading `url` in the background, for tests that watch a server
+/// under load; the caller kills it.
+pub fn background_load(
+    url: &str,
+    concurrency: u32,
+    requests: u32,
+    output_tokens: u32,
+    extra: &[&str],
+) -> std::process::Child {
+    tokenscope()
+        .args(["bench", "--url", url, "--quiet"])
+        .args(["--concurrency", &concurrency.to_string()])
+        .args(["--requests", &requests.to_string()])
+        .args(["--output-tokens", &output_tokens.to_string()])
+        .args(extra)
+        .arg("--out")
+        .arg(run_dir(&format!(
+            "load-{}",
+            url.rsplit(':').next().unwrap_or("x")
+        )))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starting a background bench")
+}
