@@ -104,7 +104,10 @@ struct Stat {
 enum Of {
     Mean,
     Quantile(f64),
-    /// Σ values ÷ the run's window (tokens/s).
+    /// Σ values ÷ the run's window (tokens/s). Resampled over time slices
+    /// ([`per_time_slice`]), not requests: when every request carries the
+    /// same number of tokens, resampling requests would give an interval of
+    /// width zero, while the rate really varies with time.
     RatePerWindow,
 }
 
@@ -205,6 +208,37 @@ fn window_s(records: &[&RequestRecord]) -> f64 {
     (end.saturating_sub(start) as f64 / 1e6).max(1e-9)
 }
 
+/// How many equal slices of the window the rate is resampled over.
+const TIME_SLICES: usize = 20;
+
+/// A run's tokens in each of [`TIME_SLICES`] equal slices of its window:
+/// each request's tokens (`tokens`) spread over its chunks by their token
+/// counts, or put at its end when it streamed none. Σ slices ÷ window is the
+/// run's rate, and resampling slices shows how much it varies over time.
+fn per_time_slice(run: &[&RequestRecord], tokens: fn(&RequestRecord) -> Option<f64>) -> Vec<f64> {
+    let start = run.iter().map(|r| r.sent_at_us).min().unwrap_or(0);
+    let span = (run.iter().map(|r| r.done_at_us).max().unwrap_or(0))
+        .saturating_sub(start)
+        .max(1);
+    let slice = |at_us: u64| {
+        ((at_us.saturating_sub(start) as u128 * TIME_SLICES as u128 / span as u128) as usize)
+            .min(TIME_SLICES - 1)
+    };
+    let mut slices = vec![0.0; TIME_SLICES];
+    for r in run {
+        let total = tokens(r).unwrap_or(0.0);
+        let streamed: u64 = r.chunks.iter().map(|c| c.1 as u64).sum();
+        if streamed == 0 {
+            slices[slice(r.done_at_us)] += total;
+            continue;
+        }
+        for c in &r.chunks {
+            slices[slice(c.at_us())] += total * c.1 as f64 / streamed as f64;
+        }
+    }
+    slices
+}
+
 fn quantile(v: &mut [f64], q: f64) -> f64 {
     // Nearest rank, like the HDR summaries.
     let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
@@ -242,8 +276,11 @@ pub fn compare(a: &[RequestRecord], b: &[RequestRecord], settings: &Settings) ->
     let mut rng = SplitMix(settings.seed ^ 0x746f_6b65_6e73_636f);
     let mut out = Vec::new();
     for (k, stat) in STATS.iter().enumerate() {
-        let va: Vec<f64> = a.iter().filter_map(|r| (stat.values)(r)).collect();
-        let vb: Vec<f64> = b.iter().filter_map(|r| (stat.values)(r)).collect();
+        let values = |run: &[&RequestRecord]| match stat.of {
+            Of::RatePerWindow => per_time_slice(run, stat.values),
+            _ => run.iter().filter_map(|r| (stat.values)(r)).collect(),
+        };
+        let (va, vb) = (values(&a), values(&b));
         if va.is_empty() || vb.is_empty() {
             continue;
         }
@@ -350,6 +387,29 @@ mod tests {
         );
         // TTFT did not change.
         assert!(!get(&c, "ttft_p50").significant);
+    }
+
+    #[test]
+    fn the_rate_interval_comes_from_time_slices_and_is_not_degenerate() {
+        // Every request has 20 tokens: resampling requests could not move
+        // tokens/s at all; the time slices do (ramp-up and drain included).
+        let c = compare(&run(300, 20.0, 1), &run(300, 20.0, 2), &Settings::default());
+        let tps = get(&c, "output_tokens_per_s");
+        assert!(tps.ci_high_pct - tps.ci_low_pct > 0.1, "{tps:?}");
+        assert!(!tps.significant, "{tps:?}");
+        // The same work on a clock running at 0.8×: 25 % more tokens/s.
+        let mut b = run(300, 20.0, 2);
+        let at = |t: u64| t * 4 / 5;
+        for r in &mut b {
+            r.sent_at_us = at(r.sent_at_us);
+            r.first_token_at_us = r.first_token_at_us.map(at);
+            r.done_at_us = at(r.done_at_us);
+            r.chunks.iter_mut().for_each(|c| c.0 = at(c.0));
+        }
+        let c = compare(&run(300, 20.0, 1), &b, &Settings::default());
+        let tps = get(&c, "output_tokens_per_s");
+        assert!((tps.change_pct - 25.0).abs() < 1.0, "{tps:?}");
+        assert!(tps.significant && tps.ci_low_pct > 10.0, "{tps:?}");
     }
 
     #[test]
