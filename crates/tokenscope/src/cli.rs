@@ -246,7 +246,9 @@ pub struct SweepArgs {
     pub series: SeriesArgs,
     /// Choose the concurrency levels: a synchronous baseline (1), a
     /// maximum-throughput probe (--auto-max-concurrency), then powers of two
-    /// between them, stopping once the server is past saturation.
+    /// between them, stopping once the server is past saturation. Without
+    /// --requests or --duration a point runs 2 × its concurrency requests,
+    /// at least 32.
     #[arg(long, conflicts_with_all = ["concurrency", "rate"])]
     pub auto: bool,
     /// --auto: the concurrency of the maximum-throughput probe.

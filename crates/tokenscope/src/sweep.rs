@@ -29,6 +29,9 @@ pub struct Level {
     pub args: LoadArgs,
 }
 
+/// `--auto` without `--requests` or `--duration`: the fewest requests a point.
+pub const AUTO_MIN_REQUESTS: u64 = 32;
+
 /// A closed-loop point. Without --duration it runs at least 2 × c requests:
 /// with fewer, the loop never holds c in flight and the point measures less
 /// load than its label says.
@@ -178,14 +181,25 @@ impl Series<'_> {
     async fn auto(&mut self) -> anyhow::Result<bool> {
         let base = self.args.bench.load.clone();
         let max = self.args.auto_max_concurrency;
+        // Unless told how much to run, a point is two rounds of its
+        // concurrency and at least AUTO_MIN_REQUESTS: the 100 a point of an
+        // explicit series gets would spend most of the sweep at concurrency 1.
+        let sized = base.requests.is_none() && base.duration.is_none();
+        let closed = |c: u64| {
+            let mut level = closed(&base, c);
+            if sized {
+                level.args.requests = Some((2 * c).max(AUTO_MIN_REQUESTS));
+            }
+            level
+        };
         self.say("auto: baseline at concurrency 1");
-        if !self.point(closed(&base, 1)).await? {
+        if !self.point(closed(1)).await? {
             return Ok(false);
         }
         self.say(&format!(
             "auto: maximum-throughput probe at concurrency {max}"
         ));
-        if !self.point(closed(&base, max)).await? {
+        if !self.point(closed(max)).await? {
             return Ok(false);
         }
         let (baseline, probe) = (&self.done[0].results, &self.done[1].results);
@@ -202,7 +216,7 @@ impl Series<'_> {
         let mut c = 2;
         while c < max && c <= top {
             self.say(&format!("auto: point at concurrency {c}"));
-            if !self.point(closed(&base, c)).await? {
+            if !self.point(closed(c)).await? {
                 return Ok(false);
             }
             if let Some(why) = self.past_saturation() {
@@ -212,8 +226,15 @@ impl Series<'_> {
             c *= 2;
         }
         if c > 2 && c / 2 < max {
+            let next = if c >= max {
+                "the next is the probe's".to_string()
+            } else {
+                format!(
+                    "the next would pass {top}, four times the concurrency the probe's rate needs"
+                )
+            };
             self.say(&format!(
-                "auto: stopping after concurrency {}: the next point would pass {top}, four times the concurrency the probe's rate needs",
+                "auto: stopping after concurrency {}: {next}",
                 c / 2
             ));
         }

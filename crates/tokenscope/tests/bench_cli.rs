@@ -251,6 +251,46 @@ fn sweep_runs_one_bench_per_level_and_bench_refuses_a_series() {
 }
 
 #[test]
+fn auto_sweep_sizes_its_points_unless_told() {
+    let server = Server::start(exact(2, 1));
+    let requests = |extra: &[&str]| {
+        let out = run_dir("sweep-auto-sized");
+        let o = tokenscope()
+            .args(["sweep", "--auto", "--auto-max-concurrency", "64", "--quiet"])
+            .args(["--url", &server.url, "--output-tokens", "2", "--out"])
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_ok(&o);
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap())
+                .unwrap();
+        doc["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let r = &p["results"];
+                let c = r["config"]["load"]["concurrency"].as_u64().unwrap();
+                (c, r["counts"]["requests"].as_u64().unwrap())
+            })
+            .collect::<Vec<_>>()
+    };
+    // Two rounds of the concurrency, at least 32, from the baseline to the probe.
+    let sized = requests(&[]);
+    assert_eq!(sized.first(), Some(&(1, 32)), "{sized:?}");
+    assert_eq!(sized.last(), Some(&(64, 128)), "{sized:?}");
+    assert!(
+        sized.iter().all(|&(c, n)| n == (2 * c).max(32)),
+        "{sized:?}"
+    );
+    // --requests wins (still at least two rounds).
+    let told = requests(&["--requests", "40"]);
+    assert!(told.iter().all(|&(c, n)| n == (2 * c).max(40)), "{told:?}");
+}
+
+#[test]
 fn cost_per_token_from_gpu_price() {
     let server = Server::start(exact(5, 1));
     let out = run_dir("cost");
