@@ -150,16 +150,11 @@ fn draw(
         .caption(frame.axes.title, ("sans-serif", 16))
         .margin(10)
         .x_label_area_size(36)
-        .y_label_area_size(56)
+        .y_label_area_size(64)
         .build_cartesian_2d(frame.x.clone(), frame.y.clone())?;
     let log = frame.log;
-    let label_x = move |v: &f64| {
-        if log {
-            format!("{}", (2f64.powf(*v) * 100.0).round() / 100.0)
-        } else {
-            format!("{v}")
-        }
-    };
+    let label_x = move |v: &f64| tick(if log { 2f64.powf(*v) } else { *v });
+    let label_y = |v: &f64| tick(*v);
     let ticks = if log {
         ((frame.x.end - frame.x.start).ceil() as usize + 1).clamp(2, 12)
     } else {
@@ -171,6 +166,7 @@ fn draw(
         .y_desc(frame.axes.y)
         .x_labels(ticks)
         .x_label_formatter(&label_x)
+        .y_label_formatter(&label_y)
         .light_line_style(RGBColor(235, 235, 235))
         .draw()?;
     for (i, s) in series.iter().enumerate() {
@@ -224,6 +220,22 @@ fn draw(
             .draw()?;
     }
     Ok(())
+}
+
+/// An axis label: about four significant digits, no trailing zeros
+/// (plotters prints the float as it is, and a step of 0.1 gives
+/// `8.299999999999999`).
+fn tick(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return "0".into();
+    }
+    let decimals = (3 - v.abs().log10().floor() as i32).clamp(0, 6) as usize;
+    let text = format!("{v:.decimals$}");
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        text
+    }
 }
 
 /// The empirical CDF of `values` as a step line.
@@ -292,7 +304,7 @@ pub fn histogram(
                 .caption(title, ("sans-serif", 16))
                 .margin(10)
                 .x_label_area_size(36)
-                .y_label_area_size(56)
+                .y_label_area_size(64)
                 .build_cartesian_2d(lo..lo + width * bins as f64, 0.0..top * 1.05)?;
             chart
                 .configure_mesh()
@@ -302,6 +314,8 @@ pub fn histogram(
                 } else {
                     "requests"
                 })
+                .x_label_formatter(&|v| tick(*v))
+                .y_label_formatter(&|v| tick(*v))
                 .light_line_style(RGBColor(235, 235, 235))
                 .draw()?;
             chart.draw_series(counts.iter().enumerate().filter(|(_, c)| **c > 0.0).map(
@@ -321,6 +335,17 @@ pub fn histogram(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ticks_are_short() {
+        assert_eq!(tick(8.299_999_999_999_999), "8.3");
+        assert_eq!(tick(2.499_999_999_9), "2.5");
+        assert_eq!(tick(5000.0), "5000");
+        assert_eq!(tick(0.000_12), "0.00012");
+        assert_eq!(tick(0.0), "0");
+        assert_eq!(tick(-1.5), "-1.5");
+        assert_eq!(tick(123_456.0), "123456");
+    }
 
     #[test]
     fn charts_are_svg_with_their_data_and_empty_input_draws_nothing() {
