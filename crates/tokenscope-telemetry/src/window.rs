@@ -26,8 +26,9 @@ pub struct GaugeSummary {
 
 /// A histogram over the window, in milliseconds. The mean is exact (sum ÷
 /// count); quantiles are interpolated inside buckets, so they are no finer
-/// than the buckets: `first_bucket_ms` is the lowest bound (vLLM's request
-/// histograms start at 300 ms).
+/// than the buckets (`first_bucket_ms` is the lowest bound: vLLM's request
+/// histograms start at 300 ms), and never above mean ÷ (1 − q) (see
+/// [`summary`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct HistSummary {
     pub count: f64,
@@ -163,17 +164,29 @@ pub fn quantile(h: &Hist, q: f64) -> Option<f64> {
 
 fn hist(scrapes: &[Scrape], f: impl Fn(&Concepts) -> Option<Hist>) -> Option<HistSummary> {
     let (a, b) = endpoints(scrapes, f)?;
-    let d = hist_delta(&a, &b);
+    summary(&hist_delta(&a, &b))
+}
+
+/// The summary of a histogram's observations (seconds in, ms out).
+///
+/// A quantile interpolated inside a wide bucket can be far above anything
+/// observed: vLLM's queue-time histogram starts at 300 ms, so a queue that
+/// was always empty read p99 ≈ 297 ms. Durations are never negative, so
+/// Markov's inequality bounds the q quantile by mean ÷ (1 − q) — with the
+/// exact mean that is sure, and the estimate is the smaller of the two.
+fn summary(d: &Hist) -> Option<HistSummary> {
     if d.count <= 0.0 {
         return None;
     }
+    let mean = d.sum.max(0.0) / d.count;
+    let q = |q: f64| quantile(d, q).map(|v| v.min(mean / (1.0 - q)) * 1e3);
     Some(HistSummary {
         count: d.count,
-        mean_ms: d.sum / d.count * 1e3,
+        mean_ms: mean * 1e3,
         first_bucket_ms: d.buckets.first().map_or(0.0, |b| b.0 * 1e3),
-        p50_ms: quantile(&d, 0.5)? * 1e3,
-        p90_ms: quantile(&d, 0.9)? * 1e3,
-        p99_ms: quantile(&d, 0.99)? * 1e3,
+        p50_ms: q(0.5)?,
+        p90_ms: q(0.9)?,
+        p99_ms: q(0.99)?,
     })
 }
 
@@ -255,6 +268,25 @@ mod tests {
             Some(0.1),
             "+Inf bucket returns the highest finite bound"
         );
+    }
+
+    #[test]
+    fn quantiles_in_a_wide_first_bucket_are_bounded_by_the_mean() {
+        // 100 queue times of 0.1 ms, all in vLLM's first bucket (≤ 300 ms):
+        // interpolation alone says p99 = 297 ms.
+        let empty_queue = h(&[(0.3, 100.0), (1.0, 100.0), (f64::INFINITY, 100.0)], 0.01);
+        assert!((quantile(&empty_queue, 0.99).unwrap() - 0.297).abs() < 1e-9);
+        let s = summary(&empty_queue).unwrap();
+        assert!((s.mean_ms - 0.1).abs() < 1e-9);
+        assert!((s.p99_ms - 10.0).abs() < 1e-9, "≤ 0.1 ms ÷ 0.01: {s:?}");
+        assert!((s.p50_ms - 0.2).abs() < 1e-9, "{s:?}");
+        // Where the buckets are finer than the bound, they decide.
+        let x = h(
+            &[(0.1, 10.0), (0.2, 30.0), (0.5, 40.0), (f64::INFINITY, 40.0)],
+            8.0,
+        );
+        let s = summary(&x).unwrap();
+        assert!((s.p50_ms - 150.0).abs() < 1e-9, "{s:?}");
     }
 
     #[test]
