@@ -134,14 +134,15 @@ pub fn sweep(s: &Sweep) -> String {
             }
         );
     }
-    out.push_str("\n| profile | load | why |\n|---|---:|---|\n");
+    out.push_str("\n| profile | load | why | margin |\n|---|---:|---|---:|\n");
     for r in &a.recommendations {
         let _ = writeln!(
             out,
-            "| {} | {} | {} |",
+            "| {} | {} | {} | {} |",
             r.profile,
             r.load.map_or("none".into(), |l| l.to_string()),
-            r.why.replace('|', "\\|")
+            r.why.replace('|', "\\|"),
+            r.margin_pct.map_or("—".into(), |m| format!("{m:.0} %"))
         );
     }
     let text = crate::terminal::analysis(a);
