@@ -265,6 +265,13 @@ pub fn recommend(points: &[Point], o: &Objectives) -> Vec<Recommendation> {
         .map(|p| p.e2e_p99_ms)
         .fold(f64::INFINITY, f64::min);
     let kv_known = points.iter().all(|p| p.kv_usage_max.is_some());
+    // What the lightest point measured, for "no point meets it" answers.
+    let lightest = points.iter().min_by(|a, b| a.load.total_cmp(&b.load));
+    let at_lightest = |what: &dyn Fn(&Point) -> String| {
+        lightest.map_or(String::new(), |p| {
+            format!(" (at the lightest load, {}: {})", p.load, what(p))
+        })
+    };
     let used = |profile: &str, p: &Point| match profile {
         "chat" => (p.ttft_p99_ms / o.chat_ttft_p99_ms).max(p.tpot_p99_ms / o.chat_tpot_p99_ms),
         "batch" => p.e2e_p99_ms / (o.batch_e2e_growth * min_e2e),
@@ -287,7 +294,10 @@ pub fn recommend(points: &[Point], o: &Objectives) -> Vec<Recommendation> {
                     p.tpot_p99_ms / o.chat_tpot_p99_ms * 100.0
                 )
             },
-            "no load meets the chat objectives: even the lightest point is slower; a faster GPU, a smaller model or fewer output tokens would".into(),
+            format!(
+                "no load meets the chat objectives{}; meeting them takes a faster GPU or tensor parallelism, a smaller or quantised model, or shorter prompts (TTFT)",
+                at_lightest(&|p| format!("TTFT p99 {:.0} ms, TPOT p99 {:.1} ms", p.ttft_p99_ms, p.tpot_p99_ms))
+            ),
         ),
         choose(
             "batch",
@@ -296,7 +306,10 @@ pub fn recommend(points: &[Point], o: &Objectives) -> Vec<Recommendation> {
             |p| !p.overloaded && p.e2e_p99_ms <= o.batch_e2e_growth * min_e2e,
             |a, b| a.output_tps > b.output_tps,
             |p| format!("{:.0} output tokens/s with E2E p99 {:.0} ms ({:.1}× the lowest)", p.output_tps, p.e2e_p99_ms, p.e2e_p99_ms / min_e2e),
-            "no point has bounded E2E".into(),
+            format!(
+                "no point has bounded E2E: each one's queue grew or its E2E p99 passed {}× the lowest; lighter loads would",
+                o.batch_e2e_growth
+            ),
         ),
         choose(
             "cost",
@@ -311,7 +324,11 @@ pub fn recommend(points: &[Point], o: &Objectives) -> Vec<Recommendation> {
                 Some(c) => format!("${c:.5} per 1K output tokens at {:.0} tokens/s", p.output_tps),
                 None => format!("{:.0} tokens/s: the least cost per token on the same GPUs (give --gpu-price for dollars)", p.output_tps),
             },
-            format!("every point's TTFT p99 exceeds the {} ms cap", o.cost_ttft_cap_ms),
+            format!(
+                "every point's TTFT p99 exceeds the {} ms cap{}; a higher cap (--objectives cost_ttft_cap=…), a faster GPU or shorter prompts would",
+                o.cost_ttft_cap_ms,
+                at_lightest(&|p| format!("{:.0} ms", p.ttft_p99_ms))
+            ),
         ),
         choose(
             "long-context",
@@ -321,7 +338,14 @@ pub fn recommend(points: &[Point], o: &Objectives) -> Vec<Recommendation> {
             |a, b| a.load > b.load,
             |p| format!("KV usage max {:.0} %, no preemptions", p.kv_usage_max.unwrap_or(0.0) * 100.0),
             if kv_known {
-                "every point fills the KV cache or preempts: more KV memory (or FP8 KV) would".into()
+                format!(
+                    "every point fills the KV cache or preempts{}; more KV memory (an FP8 KV cache, more GPUs) or lighter loads would leave headroom",
+                    at_lightest(&|p| format!(
+                        "KV usage max {:.0} %, {:.0} preemptions",
+                        p.kv_usage_max.unwrap_or(0.0) * 100.0,
+                        p.preemptions.unwrap_or(0.0)
+                    ))
+                )
             } else {
                 "the server does not expose KV usage: no KV-headroom recommendation".into()
             },
@@ -652,5 +676,11 @@ mod tests {
             .find(|x| x.profile == "chat")
             .unwrap();
         assert!(chat.point.is_none() && chat.why.contains("no load"));
+        // It says what the lightest load measured, so the gap is visible.
+        assert!(
+            chat.why.contains("at the lightest load, 1: TTFT p99"),
+            "{}",
+            chat.why
+        );
     }
 }

@@ -370,7 +370,7 @@ pub fn analysis(a: &Analysis) -> String {
                     r.margin_pct.unwrap_or(0.0)
                 )
             }
-            None => _ = writeln!(out, "  {:<13} none     {}", r.profile, r.why),
+            None => _ = writeln!(out, "  {:<13} {:<13} {}", r.profile, "none", r.why),
         }
     }
     out
