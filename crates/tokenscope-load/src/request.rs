@@ -10,6 +10,7 @@ use crate::sse::SseParser;
 use crate::tokenizer;
 use crate::workload::PromptSpec;
 use reqwest::header::HeaderMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokenscope_core::record::{Chunk, ErrorKind, RequestRecord, TokenSource};
 use tokio::time::{timeout_at, Instant};
@@ -101,13 +102,15 @@ impl Stream {
 }
 
 /// Sends one request and follows its stream to the end, a failure, or cancellation.
-/// Never panics and always returns a record.
+/// Never panics and always returns a record. `streamed` counts the
+/// content chunks as they arrive (once per network read, for the live view).
 pub async fn execute(
     target: &Target,
     clock: &Clock,
     ticket: Ticket,
     spec: &PromptSpec,
     cancel: &CancellationToken,
+    streamed: &AtomicU64,
 ) -> RequestRecord {
     let body = openai::request_body(
         target.api,
@@ -222,7 +225,12 @@ pub async fn execute(
                 break;
             }
             Ok(Some(bytes)) => {
+                let before = stream.chunks.len();
                 sse.feed(&bytes, |ev| stream.event(ev.data, at));
+                let arrived = stream.chunks.len() - before;
+                if arrived > 0 {
+                    streamed.fetch_add(arrived as u64, Ordering::Relaxed);
+                }
                 if stream.done || stream.failure.is_some() {
                     break;
                 }

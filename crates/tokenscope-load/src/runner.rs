@@ -46,6 +46,10 @@ pub struct Progress {
     pub finished: AtomicU64,
     pub failed: AtomicU64,
     pub output_tokens: AtomicU64,
+    /// Content chunks received so far, requests in flight included.
+    pub streamed_chunks: AtomicU64,
+    /// Content chunks of the finished requests (whose tokens are counted).
+    pub finished_chunks: AtomicU64,
     /// Latency and errors of the requests finished so far (warm-up included).
     pub live: std::sync::Mutex<LiveLatency>,
 }
@@ -76,6 +80,21 @@ impl Default for LiveLatency {
 }
 
 impl Progress {
+    /// Output tokens so far, for the live view: the chunks streamed so far
+    /// times the tokens a chunk carried in the finished requests (1 until
+    /// one finishes). Counting only finished requests instead made the live
+    /// tokens/s jump in waves when answers take seconds; the results count
+    /// tokens exactly, from the records.
+    pub fn live_output_tokens(&self) -> u64 {
+        let streamed = self.streamed_chunks.load(Ordering::Relaxed);
+        let tokens = self.output_tokens.load(Ordering::Relaxed);
+        match self.finished_chunks.load(Ordering::Relaxed) {
+            // Nothing streamed (non-streaming answers): the finished count.
+            0 => tokens.max(streamed),
+            chunks => (streamed as f64 * tokens as f64 / chunks as f64).round() as u64,
+        }
+    }
+
     fn finished(&self, r: &RequestRecord) {
         self.finished.fetch_add(1, Ordering::Relaxed);
         if !r.succeeded() {
@@ -83,6 +102,8 @@ impl Progress {
         }
         self.output_tokens
             .fetch_add(r.output_tokens, Ordering::Relaxed);
+        self.finished_chunks
+            .fetch_add(r.chunks.len() as u64, Ordering::Relaxed);
         if let Ok(mut live) = self.live.lock() {
             match r.error_kind {
                 Some(kind) => *live.errors.entry(kind.to_string()).or_default() += 1,
@@ -129,7 +150,15 @@ impl Runner {
     async fn one(&self, plan: &RunPlan, ticket: Ticket) {
         let spec = plan.workload.request(ticket.id);
         self.progress.sent.fetch_add(1, Ordering::Relaxed);
-        let rec = execute(&self.target, &self.clock, ticket, &spec, &self.cancel).await;
+        let rec = execute(
+            &self.target,
+            &self.clock,
+            ticket,
+            &spec,
+            &self.cancel,
+            &self.progress.streamed_chunks,
+        )
+        .await;
         self.progress.finished(&rec);
         self.sink.record(rec);
     }
@@ -251,5 +280,27 @@ impl Runner {
         drop(rx);
         while tasks.join_next().await.is_some() {}
         let _ = tokio::task::spawn_blocking(move || arrivals.join()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_tokens_count_streamed_chunks_at_the_finished_tokens_per_chunk() {
+        let p = Progress::default();
+        // Nothing finished yet: a chunk counts as a token.
+        p.streamed_chunks.store(30, Ordering::Relaxed);
+        assert_eq!(p.live_output_tokens(), 30);
+        // Finished requests carried 2 tokens a chunk: 100 chunks ≈ 200 tokens.
+        p.output_tokens.store(40, Ordering::Relaxed);
+        p.finished_chunks.store(20, Ordering::Relaxed);
+        p.streamed_chunks.store(100, Ordering::Relaxed);
+        assert_eq!(p.live_output_tokens(), 200);
+        // Non-streaming answers: no chunks, the finished tokens.
+        let q = Progress::default();
+        q.output_tokens.store(64, Ordering::Relaxed);
+        assert_eq!(q.live_output_tokens(), 64);
     }
 }

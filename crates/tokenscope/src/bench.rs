@@ -442,7 +442,7 @@ impl LiveSource {
             p.sent.load(Ordering::Relaxed),
             p.finished.load(Ordering::Relaxed),
             p.failed.load(Ordering::Relaxed),
-            p.output_tokens.load(Ordering::Relaxed),
+            p.live_output_tokens(),
         );
         let elapsed_s = self.clock.now_us() as f64 / 1e6;
         self.rate.feed(elapsed_s, tokens);
@@ -526,7 +526,7 @@ async fn report_progress(p: Arc<Progress>, clock: Clock, total: Option<u64>) {
             p.sent.load(Ordering::Relaxed),
             p.finished.load(Ordering::Relaxed),
             p.failed.load(Ordering::Relaxed),
-            p.output_tokens.load(Ordering::Relaxed),
+            p.live_output_tokens(),
         );
         let rate = (tokens - last_tokens) as f64 / period.as_secs_f64();
         last_tokens = tokens;
