@@ -4,7 +4,9 @@
 //! after Ctrl-C, and on a panic.
 //!
 //! Raw mode is not used: Ctrl-C stays a signal, which the run turns into a
-//! clean stop (in-flight requests recorded as cancelled).
+//! clean stop (in-flight requests recorded as cancelled). Only echo and line
+//! editing are turned off, so keys typed during the run do not scribble on
+//! the dashboard (ratatui redraws only what changed, so they would stay).
 
 use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::{cursor, execute, terminal};
@@ -21,7 +23,35 @@ pub struct Screen {
     terminal: Terminal<CrosstermBackend<Stdout>>,
 }
 
+/// The terminal's settings before the dashboard, to put back.
+static SAVED_TERMIOS: std::sync::Mutex<Option<libc::termios>> = std::sync::Mutex::new(None);
+
+/// Turns off echo and line editing on stdin's terminal (signals stay on).
+fn quiet_input() {
+    // SAFETY: tcgetattr/tcsetattr on fd 0 with a termios we own; failures
+    // (stdin not a terminal) leave everything as it was.
+    unsafe {
+        let mut t: libc::termios = std::mem::zeroed();
+        if libc::tcgetattr(libc::STDIN_FILENO, &mut t) != 0 {
+            return;
+        }
+        if let Ok(mut saved) = SAVED_TERMIOS.lock() {
+            saved.get_or_insert(t);
+        }
+        t.c_lflag &= !(libc::ECHO | libc::ICANON);
+        libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &t);
+    }
+}
+
 fn restore() {
+    if let Ok(Some(t)) = SAVED_TERMIOS.lock().map(|mut s| s.take()) {
+        // SAFETY: drops the keys typed during the run (the shell would run
+        // them as a command) and puts back the settings `quiet_input` read.
+        unsafe {
+            libc::tcflush(libc::STDIN_FILENO, libc::TCIFLUSH);
+            libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, &t);
+        }
+    }
     let _ = execute!(
         std::io::stdout(),
         terminal::LeaveAlternateScreen,
@@ -36,6 +66,7 @@ impl Screen {
             terminal::EnterAlternateScreen,
             cursor::Hide
         )?;
+        quiet_input();
         // A panic anywhere leaves the screen first, so its message is readable.
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {

@@ -43,6 +43,23 @@ impl Tmux {
             .success());
     }
 
+    fn keys(&self, keys: &str) {
+        assert!(self
+            .cmd(&["send-keys", "-t", "main", "-l", keys])
+            .status()
+            .unwrap()
+            .success());
+    }
+
+    /// Whether the pane's terminal has echo and line editing on, as the
+    /// shell will find them (`stty -a` run from the shell).
+    fn echo_and_icanon_on(&self) -> bool {
+        self.type_line("clear; stty -a | tr ' ;' '\\n\\n' | grep -x -e echo -e icanon | sort | tr '\\n' ' '; echo STTY-$((6*7))");
+        // The marker is computed, so the typed command line does not match it.
+        let pane = self.wait_for("STTY-42", Duration::from_secs(10));
+        pane.lines().any(|l| l.starts_with("echo icanon STTY-42"))
+    }
+
     fn ctrl_c(&self) {
         assert!(self
             .cmd(&["send-keys", "-t", "main", "C-c"])
@@ -151,11 +168,22 @@ fn dashboard_shows_changing_numbers_and_restores_the_terminal() {
         done_count(&later) > a,
         "the progress did not move:\n{first}\n---\n{later}"
     );
+    // Keys typed during the run neither show on the dashboard nor reach the
+    // shell afterwards.
+    t.keys("xyzzy");
+    std::thread::sleep(Duration::from_millis(800));
+    let typed = t.pane();
+    assert!(!typed.contains("xyzzy"), "typed keys echoed:\n{typed}");
     // After the run: the summary on the normal screen, cursor back.
     let end = t.wait_for("EXIT=", Duration::from_secs(90));
     assert!(end.contains("EXIT=0"), "{end}");
     assert!(end.contains("run directory:"), "{end}");
+    assert!(
+        !end.contains("xyzzy"),
+        "typed keys reached the shell:\n{end}"
+    );
     assert_eq!(t.screen_state(), (false, true), "terminal restored");
+    assert!(t.echo_and_icanon_on(), "echo and line editing restored");
 }
 
 #[test]
@@ -173,6 +201,7 @@ fn ctrl_c_stops_the_run_and_restores_the_terminal() {
         (false, true),
         "terminal restored after Ctrl-C"
     );
+    assert!(t.echo_and_icanon_on(), "echo and line editing restored");
     let r = results(&out);
     assert_eq!(r["partial"], true);
 }
