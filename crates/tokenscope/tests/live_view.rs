@@ -95,10 +95,24 @@ impl Tmux {
 
     /// Waits (bounded) until the pane shows `what`.
     fn wait_for(&self, what: &str, limit: Duration) -> String {
+        self.wait_until(what, limit, |pane| pane.contains(what))
+    }
+
+    /// Waits (bounded) until the command typed by `type_line` has printed
+    /// `EXIT=<code>` — the typed line itself shows `EXIT=$?`, and between
+    /// leaving the dashboard and printing the summary only that is on screen.
+    fn wait_for_exit(&self, limit: Duration) -> String {
+        self.wait_until("EXIT=<code>", limit, |pane| {
+            pane.match_indices("EXIT=")
+                .any(|(i, _)| pane[i + 5..].starts_with(|c: char| c.is_ascii_digit()))
+        })
+    }
+
+    fn wait_until(&self, what: &str, limit: Duration, seen: impl Fn(&str) -> bool) -> String {
         let start = Instant::now();
         loop {
             let pane = self.pane();
-            if pane.contains(what) {
+            if seen(&pane) {
                 return pane;
             }
             assert!(
@@ -175,7 +189,7 @@ fn dashboard_shows_changing_numbers_and_restores_the_terminal() {
     let typed = t.pane();
     assert!(!typed.contains("xyzzy"), "typed keys echoed:\n{typed}");
     // After the run: the summary on the normal screen, cursor back.
-    let end = t.wait_for("EXIT=", Duration::from_secs(90));
+    let end = t.wait_for_exit(Duration::from_secs(90));
     assert!(end.contains("EXIT=0"), "{end}");
     assert!(end.contains("run directory:"), "{end}");
     assert!(
@@ -194,7 +208,7 @@ fn ctrl_c_stops_the_run_and_restores_the_terminal() {
     t.wait_for("requests ·", Duration::from_secs(30));
     std::thread::sleep(Duration::from_secs(2));
     t.ctrl_c();
-    let end = t.wait_for("EXIT=", Duration::from_secs(30));
+    let end = t.wait_for_exit(Duration::from_secs(30));
     assert!(end.contains("EXIT=130"), "{end}");
     assert_eq!(
         t.screen_state(),
@@ -223,7 +237,7 @@ fn watch_dashboard_shows_the_servers_numbers_and_ctrl_c_restores_the_terminal() 
     assert!(pane.contains("KV usage"), "{pane}");
     assert_eq!(t.screen_state(), (true, false));
     t.ctrl_c();
-    let end = t.wait_for("EXIT=", Duration::from_secs(20));
+    let end = t.wait_for_exit(Duration::from_secs(20));
     let _ = load.kill();
     let _ = load.wait();
     assert!(end.contains("EXIT=0"), "{end}");
