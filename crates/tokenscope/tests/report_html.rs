@@ -238,6 +238,94 @@ fn report_of_a_bench_run_renders_offline_with_charts() {
     check("run", &page, 8 + 3);
 }
 
+/// A DCGM exporter stand-in on 127.0.0.1: GPU utilisation and power that
+/// change with every scrape. It answers until dropped, for two minutes at most.
+struct FakeDcgm {
+    url: String,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl FakeDcgm {
+    fn start() -> FakeDcgm {
+        use std::sync::atomic::Ordering;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::spawn(move || {
+            let until = std::time::Instant::now() + Duration::from_secs(120);
+            let mut n = 0u32;
+            while !flag.load(Ordering::Relaxed) && std::time::Instant::now() < until {
+                let Ok((conn, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                };
+                conn.set_nonblocking(false).unwrap();
+                let mut reader = BufReader::new(conn);
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|k| k > 2) {
+                    line.clear();
+                }
+                n += 1;
+                let body = format!(
+                    "DCGM_FI_DEV_GPU_UTIL{{gpu=\"0\",modelName=\"NVIDIA H100 80GB HBM3\"}} {}\n\
+                     DCGM_FI_DEV_POWER_USAGE{{gpu=\"0\",modelName=\"NVIDIA H100 80GB HBM3\"}} {}\n",
+                    50 + n % 40,
+                    300 + 10 * (n % 30)
+                );
+                let _ = write!(
+                    reader.get_mut(),
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        FakeDcgm { url, stop }
+    }
+}
+
+impl Drop for FakeDcgm {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn report_with_a_dcgm_exporter_draws_gpu_utilisation_and_power_over_time() {
+    let engine = Engine::start(default_engine());
+    let dcgm = FakeDcgm::start();
+    let out = run_dir("report-gpu");
+    let o = tokenscope()
+        .args(["bench", "--url", &engine.url, "--quiet"])
+        .args([
+            "--requests",
+            "40",
+            "--concurrency",
+            "8",
+            "--output-tokens",
+            "64",
+        ])
+        .args(["--metrics-url", &format!("{}/metrics", engine.url)])
+        .args(["--metrics-url", &dcgm.url, "--scrape-interval", "200ms"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let r = results(&out);
+    let util = stat(&r, "server.metrics.gpu_util_time_pct.mean");
+    assert!((50.0..90.0).contains(&util), "{util}");
+    let power = stat(&r, "server.metrics.gpu_power_w.max");
+    assert!((300.0..600.0).contains(&power), "{power}");
+    let page = out.join("report.html");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(!html.contains("no GPU source"), "the GPU chart is drawn");
+    assert!(html.contains("GPU utilisation and power"));
+    // The run's charts plus the GPU's, each an SVG with data, offline.
+    check("gpu", &page, 8 + 4 + 1);
+}
+
 #[test]
 fn report_of_a_sweep_renders_offline_with_its_recommendations() {
     let out = run_dir("report-sweep");
