@@ -21,7 +21,7 @@ const STYLE: &str = "body{font-family:system-ui,-apple-system,'Segoe UI',sans-se
 h1{font-size:22px;margin-bottom:4px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #d0d7de;padding-bottom:4px}
 .meta{color:#57606a;font-size:13px}.cards{display:flex;gap:16px;flex-wrap:wrap;margin-top:16px}
 .card{flex:1 1 320px;border:1px solid #d0d7de;border-top:6px solid;border-radius:6px;padding:8px 14px}
-.card h3{margin:4px 0 8px;font-size:16px}.card table{width:100%}
+.card h3{margin:4px 0 8px;font-size:16px}.card table{width:100%}.card td:nth-child(2){white-space:nowrap}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.chart{border:1px solid #d0d7de;border-radius:6px}
 table{border-collapse:collapse;font-size:13px}td,th{padding:3px 8px;text-align:right;border-bottom:1px solid #eaeef2}
 th{background:#f6f8fa}td:first-child,th:first-child{text-align:left}
