@@ -89,7 +89,11 @@ struct Rendered {
 
 fn render(page: String, screenshot: Option<&Path>) -> Rendered {
     let proxy = Proxy::start(page);
-    let profile = run_dir("chromium-profile");
+    // A profile of its own per page: tests render in parallel, and Chromium
+    // refuses a profile another instance holds.
+    static PROFILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = PROFILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let profile = run_dir(&format!("chromium-profile-{n}"));
     let run = |extra: &[String]| {
         let o = Command::new(chromium())
             .args([
