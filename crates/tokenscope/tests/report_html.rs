@@ -214,23 +214,23 @@ fn the_checks_catch_console_errors_and_network_requests() {
     assert!(said("report.test/y.png"), "{:?}", r.console);
 }
 
+/// The bench run whose report is checked.
+const RUN: [&str; 6] = [
+    "--requests",
+    "40",
+    "--concurrency",
+    "8",
+    "--output-tokens",
+    "64",
+];
+
 #[test]
 fn report_of_a_bench_run_renders_offline_with_charts() {
     let out = run_dir("report-run");
     let o = tokenscope()
-        .args([
-            "bench",
-            "--requests",
-            "40",
-            "--concurrency",
-            "8",
-            "--output-tokens",
-            "64",
-            "--gpu-type",
-            "h100-sxm",
-            "--quiet",
-            "--out",
-        ])
+        .arg("bench")
+        .args(RUN)
+        .args(["--gpu-type", "h100-sxm", "--quiet", "--out"])
         .arg(&out)
         .output()
         .unwrap();
@@ -302,14 +302,7 @@ fn report_with_a_dcgm_exporter_draws_gpu_utilisation_and_power_over_time() {
     let out = run_dir("report-gpu");
     let o = tokenscope()
         .args(["bench", "--url", &engine.url, "--quiet"])
-        .args([
-            "--requests",
-            "40",
-            "--concurrency",
-            "8",
-            "--output-tokens",
-            "64",
-        ])
+        .args(RUN)
         .args(["--metrics-url", &format!("{}/metrics", engine.url)])
         .args(["--metrics-url", &dcgm.url, "--scrape-interval", "200ms"])
         .arg("--out")
