@@ -101,6 +101,13 @@ impl Stream {
     }
 }
 
+/// Adds the content chunks one network read brought to the live count.
+fn count_new(streamed: &AtomicU64, arrived: usize) {
+    if arrived > 0 {
+        streamed.fetch_add(arrived as u64, Ordering::Relaxed);
+    }
+}
+
 /// Sends one request and follows its stream to the end, a failure, or cancellation.
 /// Never panics and always returns a record. `streamed` counts the
 /// content chunks as they arrive (once per network read, for the live view).
@@ -221,16 +228,15 @@ pub async fn execute(
                 break;
             }
             Ok(None) => {
+                let before = stream.chunks.len();
                 sse.finish(|ev| stream.event(ev.data, at));
+                count_new(streamed, stream.chunks.len() - before);
                 break;
             }
             Ok(Some(bytes)) => {
                 let before = stream.chunks.len();
                 sse.feed(&bytes, |ev| stream.event(ev.data, at));
-                let arrived = stream.chunks.len() - before;
-                if arrived > 0 {
-                    streamed.fetch_add(arrived as u64, Ordering::Relaxed);
-                }
+                count_new(streamed, stream.chunks.len() - before);
                 if stream.done || stream.failure.is_some() {
                     break;
                 }
