@@ -317,3 +317,27 @@ fn cost_per_token_from_gpu_price() {
         "{got} vs {expected}"
     );
 }
+
+#[test]
+fn calibrating_on_a_short_run_warns() {
+    let out = run_dir("calib-short");
+    let o = tokenscope()
+        .args(["bench", "--quiet", "--concurrency", "1", "--requests", "8"])
+        .args(["--output-tokens", "16", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let o = tokenscope()
+        .args(["sim", "calibrate"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("warning") && stderr.contains("has 8 measured requests"),
+        "{stderr}"
+    );
+    assert!(out.join("profile.json").exists(), "it still fits");
+}
