@@ -203,9 +203,15 @@ fn output_tokens(r: &RequestRecord) -> Option<f64> {
 
 /// The measured window of a run: first send → last completion, in s.
 fn window_s(records: &[&RequestRecord]) -> f64 {
+    let (start, end) = window_us(records);
+    (end.saturating_sub(start) as f64 / 1e6).max(1e-9)
+}
+
+/// First send and last completion, in µs.
+fn window_us(records: &[&RequestRecord]) -> (u64, u64) {
     let start = records.iter().map(|r| r.sent_at_us).min().unwrap_or(0);
     let end = records.iter().map(|r| r.done_at_us).max().unwrap_or(0);
-    (end.saturating_sub(start) as f64 / 1e6).max(1e-9)
+    (start, end)
 }
 
 /// How many equal slices of the window the rate is resampled over.
@@ -216,10 +222,8 @@ const TIME_SLICES: usize = 20;
 /// counts, or put at its end when it streamed none. Σ slices ÷ window is the
 /// run's rate, and resampling slices shows how much it varies over time.
 fn per_time_slice(run: &[&RequestRecord], tokens: fn(&RequestRecord) -> Option<f64>) -> Vec<f64> {
-    let start = run.iter().map(|r| r.sent_at_us).min().unwrap_or(0);
-    let span = (run.iter().map(|r| r.done_at_us).max().unwrap_or(0))
-        .saturating_sub(start)
-        .max(1);
+    let (start, end) = window_us(run);
+    let span = end.saturating_sub(start).max(1);
     let slice = |at_us: u64| {
         ((at_us.saturating_sub(start) as u128 * TIME_SLICES as u128 / span as u128) as usize)
             .min(TIME_SLICES - 1)

@@ -185,7 +185,7 @@ impl Series<'_> {
         // concurrency and at least AUTO_MIN_REQUESTS: the 100 a point of an
         // explicit series gets would spend most of the sweep at concurrency 1.
         let sized = base.requests.is_none() && base.duration.is_none();
-        let closed = |c: u64| {
+        let point_at = |c: u64| {
             let mut level = closed(&base, c);
             if sized {
                 level.args.requests = Some((2 * c).max(AUTO_MIN_REQUESTS));
@@ -193,13 +193,13 @@ impl Series<'_> {
             level
         };
         self.say("auto: baseline at concurrency 1");
-        if !self.point(closed(1)).await? {
+        if !self.point(point_at(1)).await? {
             return Ok(false);
         }
         self.say(&format!(
             "auto: maximum-throughput probe at concurrency {max}"
         ));
-        if !self.point(closed(max)).await? {
+        if !self.point(point_at(max)).await? {
             return Ok(false);
         }
         let (baseline, probe) = (&self.done[0].results, &self.done[1].results);
@@ -216,7 +216,7 @@ impl Series<'_> {
         let mut c = 2;
         while c < max && c <= top {
             self.say(&format!("auto: point at concurrency {c}"));
-            if !self.point(closed(c)).await? {
+            if !self.point(point_at(c)).await? {
                 return Ok(false);
             }
             if let Some(why) = self.past_saturation() {

@@ -227,8 +227,7 @@ fn sweep_runs_one_bench_per_level_and_bench_refuses_a_series() {
         .output()
         .unwrap();
     assert_ok(&o);
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
+    let doc = sweep_doc(&out);
     let rates: Vec<f64> = doc["points"]
         .as_array()
         .unwrap()
@@ -263,9 +262,7 @@ fn auto_sweep_sizes_its_points_unless_told() {
             .output()
             .unwrap();
         assert_ok(&o);
-        let doc: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap())
-                .unwrap();
+        let doc = sweep_doc(&out);
         doc["points"]
             .as_array()
             .unwrap()

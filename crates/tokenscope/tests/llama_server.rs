@@ -545,8 +545,7 @@ fn a_small_sweep_completes_and_reports() {
     for level in ["concurrency 1", "concurrency 2", "concurrency 4"] {
         assert!(table.contains(level), "{table}");
     }
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
+    let doc = sweep_doc(&out);
     let points = doc["points"].as_array().unwrap();
     assert_eq!(
         doc["analysis"]["recommendations"].as_array().unwrap().len(),
@@ -627,8 +626,7 @@ fn auto_sweep_stops_past_saturation() {
         stderr.contains("auto: stopping after concurrency"),
         "{stderr}"
     );
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
+    let doc = sweep_doc(&out);
     let loads: Vec<f64> = doc["analysis"]["series"]
         .as_array()
         .unwrap()

@@ -30,8 +30,7 @@ fn recommendations_follow_the_physics() {
         .output()
         .unwrap();
     assert_ok(&o);
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("sweep.json")).unwrap()).unwrap();
+    let doc = sweep_doc(&out);
     let a = &doc["analysis"];
     let series = a["series"].as_array().unwrap();
     let rec = |profile: &str| {

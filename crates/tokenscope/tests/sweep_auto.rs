@@ -46,8 +46,7 @@ fn auto_sweep() -> &'static Sweep {
         let took = start.elapsed();
         assert_ok(&o);
         eprintln!("{}", String::from_utf8_lossy(&o.stdout));
-        let doc = serde_json::from_str(&std::fs::read_to_string(dir.join("sweep.json")).unwrap())
-            .unwrap();
+        let doc = sweep_doc(&dir);
         Sweep { dir, took, doc }
     })
 }
@@ -160,8 +159,7 @@ fn sim_plan_finds_the_same_knee_within_one_step() {
         .output()
         .unwrap();
     assert_ok(&o);
-    let planned: Value =
-        serde_json::from_str(&std::fs::read_to_string(plan.join("sweep.json")).unwrap()).unwrap();
+    let planned = sweep_doc(&plan);
     let step = |doc: &Value| {
         let k = doc["analysis"]["knee"]["load"]
             .as_f64()
@@ -210,9 +208,7 @@ fn resume_keeps_finished_points_and_the_slo_gate_judges_the_target_load() {
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&o.stderr).to_string();
-        let doc: Value =
-            serde_json::from_str(&std::fs::read_to_string(copy.join("sweep.json")).unwrap())
-                .unwrap();
+        let doc = sweep_doc(&copy);
         (o, stderr, doc, start.elapsed())
     };
     // Every point is taken from the directory: nothing runs again.

@@ -81,6 +81,12 @@ pub fn results(out: &Path) -> Value {
     serde_json::from_str(&text).expect("results.json is JSON")
 }
 
+/// A sweep directory's `sweep.json`.
+pub fn sweep_doc(dir: &Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("sweep.json")).expect("sweep.json exists");
+    serde_json::from_str(&text).expect("sweep.json is JSON")
+}
+
 pub fn records(out: &Path) -> Vec<Value> {
     std::fs::read_to_string(out.join("requests.jsonl"))
         .expect("requests.jsonl exists")
