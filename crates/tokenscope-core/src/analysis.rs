@@ -2,8 +2,15 @@
 //! throughput against per-user speed and TTFT, the knee of the
 //! throughput–latency curve (with the interval it could be in), the saturation
 //! point, and an operating point for each kind of service.
+//!
+//! Nothing here concludes more than the series shows: a knee is named only
+//! where the marginal gain has clearly fallen ([`flattening`]); a series that
+//! never flattened says so and its top-point recommendations are lower
+//! bounds; with `--slo` every recommendation meets it at the 95 % upper
+//! bound of each objective, or is "none" with the reason.
 
 use crate::results::RunResults;
+use crate::slo::{ObjectiveResult, Verdict};
 use serde::{Deserialize, Serialize};
 
 /// One load level, reduced to what the trade-offs need.
@@ -28,6 +35,59 @@ pub struct Point {
     /// latency here grows with the run's length, so it is not bounded.
     #[serde(default)]
     pub overloaded: bool,
+    /// With `--slo`: whether every objective holds at this load at its 95 %
+    /// upper bound ([`PointSlo::judge`]).
+    #[serde(default)]
+    pub slo: Option<PointSlo>,
+}
+
+/// A point's SLO standing for the gate and the recommendations.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PointSlo {
+    /// `met` only when every objective's upper 95 % bound is within its
+    /// limit; `not_enough_data` when a statistic rests on too few requests.
+    pub verdict: Verdict,
+    /// The worst objective's upper bound ÷ its limit (∞ where unbounded).
+    pub ratio: f64,
+}
+
+impl PointSlo {
+    /// One objective's gate: its verdict, tightened to its upper bound.
+    fn gate(o: &ObjectiveResult) -> (Verdict, f64) {
+        let bound = match o.stat.as_str() {
+            "max" => o.value_ms,
+            _ => o.ci_high_ms,
+        };
+        let ratio = bound.map_or(f64::INFINITY, |b| b / o.limit_ms);
+        let verdict = match o.verdict.unwrap_or(if o.met { Verdict::Met } else { Verdict::NotMet }) {
+            Verdict::Met if ratio > 1.0 => Verdict::NotMet,
+            v => v,
+        };
+        (verdict, ratio)
+    }
+
+    /// The point's standing over all objectives, and the name of the one that binds.
+    pub fn judge(objectives: &[ObjectiveResult]) -> (PointSlo, Option<String>) {
+        let gates: Vec<(Verdict, f64, String)> = objectives
+            .iter()
+            .map(|o| {
+                let (v, r) = Self::gate(o);
+                (v, r, format!("{}_{}", o.metric, o.stat))
+            })
+            .collect();
+        let verdict = Verdict::all(gates.iter().map(|g| g.0));
+        // The binding objective: one with the point's verdict, the largest ratio.
+        let binding = gates
+            .iter()
+            .filter(|g| g.0 == verdict)
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        let ratio = gates.iter().map(|g| g.1).fold(0.0, f64::max);
+        (PointSlo { verdict, ratio }, binding.map(|g| g.2.clone()))
+    }
+
+    pub fn met(&self) -> bool {
+        self.verdict == Verdict::Met
+    }
 }
 
 impl Point {
@@ -56,6 +116,7 @@ impl Point {
             preemptions: kv.and_then(|k| k["preemptions"].as_f64()),
             failed: r.counts.failed,
             overloaded: r.diagnosis.iter().any(|f| f.rule == "overload"),
+            slo: None,
         }
     }
 }
@@ -144,6 +205,90 @@ pub fn saturation(points: &[Point], min_gain: f64) -> Option<usize> {
     })
 }
 
+/// The knee rule's thresholds (docs/metrics.md). Over the series' last
+/// doubling of load (the heaviest point against the last point at half its
+/// load or less), tokens/s must have grown less than [`KNEE_ELASTICITY`]
+/// times as fast as load — `(y₁/y₀ − 1) / (x₁/x₀ − 1)`; 1 is linear scaling,
+/// 0 no gain — and fallen short of proportional growth by more than twice
+/// [`KNEE_NOISE`] (a point's run-to-run spread of tokens/s), so that noise
+/// alone never makes a knee.
+pub const KNEE_ELASTICITY: f64 = 0.5;
+pub const KNEE_NOISE: f64 = 0.05;
+
+/// Whether the series' tokens/s stopped growing with load, with the numbers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Flattening {
+    pub saturated: bool,
+    /// The loads the last doubling spans.
+    pub from_load: f64,
+    pub to_load: f64,
+    /// Relative growth of tokens/s ÷ relative growth of load over it.
+    pub elasticity: f64,
+    /// How far the heaviest point falls short of proportional growth, in %.
+    pub shortfall_pct: f64,
+    /// The same test over the first doubling: flat already there puts the
+    /// knee at or below the lightest load.
+    pub flat_from_start: bool,
+    /// The rule, with this series' numbers.
+    pub rule: String,
+}
+
+/// Elasticity and shortfall of tokens/s from `a` to `b`.
+fn growth(a: &Point, b: &Point) -> (f64, f64) {
+    let load = b.load / a.load - 1.0;
+    if a.output_tps <= 0.0 || load <= 0.0 {
+        return (0.0, 0.0);
+    }
+    let elasticity = (b.output_tps / a.output_tps - 1.0) / load;
+    let proportional = a.output_tps * b.load / a.load;
+    (elasticity, (proportional - b.output_tps) / proportional)
+}
+
+fn is_flat(elasticity: f64, shortfall: f64) -> bool {
+    elasticity < KNEE_ELASTICITY && shortfall > 2.0 * KNEE_NOISE
+}
+
+/// Applies the knee rule to points sorted by load; `None` with fewer than two
+/// points or loads that are not positive.
+pub fn flattening(points: &[Point]) -> Option<Flattening> {
+    let (first, top) = (points.first()?, points.last()?);
+    if points.len() < 2 || first.load <= 0.0 || top.load <= first.load {
+        return None;
+    }
+    // The last point at half the top load or less (else the lightest).
+    let from = points
+        .iter()
+        .rev()
+        .find(|p| p.load <= top.load / 2.0)
+        .unwrap_or(first);
+    let (elasticity, shortfall) = growth(from, top);
+    let start = points
+        .iter()
+        .find(|p| p.load >= first.load * 2.0)
+        .unwrap_or(top);
+    let (e0, s0) = growth(first, start);
+    let saturated = is_flat(elasticity, shortfall);
+    let rule = format!(
+        "load {} → {}: tokens/s {:.0} → {:.0}, elasticity {:.2} (a knee needs < {KNEE_ELASTICITY}), {:.0} % short of proportional growth (needs > {:.0} %)",
+        from.load,
+        top.load,
+        from.output_tps,
+        top.output_tps,
+        elasticity,
+        shortfall * 100.0,
+        2.0 * KNEE_NOISE * 100.0
+    );
+    Some(Flattening {
+        saturated,
+        from_load: from.load,
+        to_load: top.load,
+        elasticity,
+        shortfall_pct: shortfall * 100.0,
+        flat_from_start: saturated && is_flat(e0, s0),
+        rule,
+    })
+}
+
 /// The objectives of one kind of service (documented defaults, overridable).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Objectives {
@@ -168,11 +313,7 @@ impl Objectives {
             let (key, value) = part
                 .split_once('=')
                 .ok_or_else(|| format!("`{part}`: expected NAME=VALUE ({KEYS})"))?;
-            let ms = || {
-                crate::duration::parse_duration(value)
-                    .map(|d| d.as_secs_f64() * 1e3)
-                    .map_err(|e| format!("`{part}`: {e}"))
-            };
+            let ms = || crate::slo::parse_limit_ms(key.trim(), value).map_err(|e| format!("`{part}`: {e}"));
             let number = || match value.trim_end_matches('%').parse::<f64>() {
                 Ok(v) if v > 0.0 && v.is_finite() => {
                     Ok(if value.ends_with('%') { v / 100.0 } else { v })
@@ -230,6 +371,16 @@ pub struct Recommendation {
     /// against its ceiling).
     #[serde(default)]
     pub margin_pct: Option<f64>,
+    /// Chosen at the heaviest load measured while the limit it answers to
+    /// never bound (a series that did not saturate, or an SLO still met at
+    /// the top): the real operating point is at least this load.
+    #[serde(default)]
+    pub lower_bound: bool,
+}
+
+/// Whether a point may be recommended under `--slo` (always, without one).
+fn meets_slo(p: &Point) -> bool {
+    p.slo.is_none_or(|s| s.met())
 }
 
 fn choose(
@@ -243,10 +394,25 @@ fn choose(
 ) -> Recommendation {
     let mut best: Option<usize> = None;
     for (i, p) in points.iter().enumerate() {
-        if p.failed == 0 && eligible(p) && best.is_none_or(|b| better(p, &points[b])) {
+        if p.failed == 0
+            && eligible(p)
+            && meets_slo(p)
+            && best.is_none_or(|b| better(p, &points[b]))
+        {
             best = Some(i);
         }
     }
+    // A profile whose own objective some point meets, but none of those
+    // meets --slo: say that, not the profile's own reason.
+    let blocked_by_slo = best.is_none()
+        && points
+            .iter()
+            .any(|p| p.failed == 0 && eligible(p) && !meets_slo(p));
+    let none = if blocked_by_slo {
+        format!("no point meets both --slo and this profile's objective ({objective})")
+    } else {
+        none
+    };
     Recommendation {
         profile: profile.into(),
         objective,
@@ -255,11 +421,46 @@ fn choose(
         why: best.map_or(none, |i| why(&points[i])),
         expect: best.map(|i| points[i]),
         margin_pct: None,
+        lower_bound: false,
     }
 }
 
-/// An operating point for each service profile.
-pub fn recommend(points: &[Point], o: &Objectives) -> Vec<Recommendation> {
+/// The chat profile under `--slo`: the SLO is its objective.
+fn chat_under_slo(points: &[Point], slo: &str) -> Recommendation {
+    let undecided = points
+        .iter()
+        .any(|p| p.slo.is_some_and(|s| s.verdict == Verdict::NotEnoughData));
+    let lightest = points.first().and_then(|p| p.slo.map(|s| (p.load, s)));
+    let none = match lightest {
+        _ if undecided => "the SLO could not be judged where it mattered: too few requests for its percentiles (see the SLO line; more --requests a point)".to_string(),
+        Some((load, s)) => format!(
+            "no load meets --slo {slo} (at the lightest load, {load}, the worst objective's upper bound is {:.0} % of its limit); a faster GPU, tensor parallelism or shorter prompts would",
+            s.ratio * 100.0
+        ),
+        None => "no point was judged against --slo".into(),
+    };
+    choose(
+        "chat",
+        format!("the most load meeting --slo {slo} (each objective's 95 % upper bound within its limit)"),
+        points,
+        |p| p.slo.is_some_and(|s| s.met()),
+        |a, b| a.load > b.load,
+        |p| {
+            format!(
+                "meets --slo: the worst objective's upper bound is {:.0} % of its limit (TTFT p99 {:.0} ms, TPOT p99 {:.1} ms)",
+                p.slo.map_or(0.0, |s| s.ratio * 100.0),
+                p.ttft_p99_ms,
+                p.tpot_p99_ms
+            )
+        },
+        none,
+    )
+}
+
+/// An operating point for each service profile. With `slo` (its objectives
+/// in words; the points carry their judgement) the SLO is the chat
+/// profile's objective and every profile's point must meet it.
+pub fn recommend(points: &[Point], o: &Objectives, slo: Option<&str>) -> Vec<Recommendation> {
     let min_e2e = points
         .iter()
         .map(|p| p.e2e_p99_ms)
@@ -273,13 +474,18 @@ pub fn recommend(points: &[Point], o: &Objectives) -> Vec<Recommendation> {
         })
     };
     let used = |profile: &str, p: &Point| match profile {
+        "chat" if slo.is_some() => p.slo.map_or(1.0, |s| s.ratio),
         "chat" => (p.ttft_p99_ms / o.chat_ttft_p99_ms).max(p.tpot_p99_ms / o.chat_tpot_p99_ms),
         "batch" => p.e2e_p99_ms / (o.batch_e2e_growth * min_e2e),
         "cost" => p.ttft_p99_ms / o.cost_ttft_cap_ms,
         _ => p.kv_usage_max.unwrap_or(0.0) / o.long_context_kv_max,
     };
+    let chat = |default: Recommendation| match slo {
+        Some(text) => chat_under_slo(points, text),
+        None => default,
+    };
     let chosen = vec![
-        choose(
+        chat(choose(
             "chat",
             format!("the most load with TTFT p99 ≤ {} ms and TPOT p99 ≤ {} ms", o.chat_ttft_p99_ms, o.chat_tpot_p99_ms),
             points,
@@ -298,7 +504,7 @@ pub fn recommend(points: &[Point], o: &Objectives) -> Vec<Recommendation> {
                 "no load meets the chat objectives{}; meeting them takes a faster GPU or tensor parallelism, a smaller or quantised model, or shorter prompts (TTFT)",
                 at_lightest(&|p| format!("TTFT p99 {:.0} ms, TPOT p99 {:.1} ms", p.ttft_p99_ms, p.tpot_p99_ms))
             ),
-        ),
+        )),
         choose(
             "batch",
             format!("the most output tokens/s whose E2E p99 stays bounded: within {}× the series' lowest, the server's queue not growing", o.batch_e2e_growth),
@@ -373,8 +579,15 @@ pub struct Analysis {
     /// The points in ascending load.
     pub series: Vec<Point>,
     pub pareto_frontier: Vec<usize>,
-    /// The knee of tokens/s against TTFT p99, in loads.
+    /// The knee of tokens/s against TTFT p99, in loads; `null` unless the
+    /// series flattened by the knee rule (see `flattening`).
     pub knee: Option<Knee>,
+    /// The knee rule applied to this series (absent with fewer than 2 points).
+    #[serde(default)]
+    pub flattening: Option<Flattening>,
+    /// "not saturated up to load X: test higher loads", when it did not flatten.
+    #[serde(default)]
+    pub note: Option<String>,
     pub saturation: Option<Saturation>,
     pub objectives: Objectives,
     pub recommendations: Vec<Recommendation>,
@@ -383,89 +596,156 @@ pub struct Analysis {
     pub slo: Option<SloCapacity>,
 }
 
+/// The knee by Kneedle on tokens/s against TTFT p99 (falling back to load),
+/// as loads, with the interval widened to the measured neighbours: between
+/// grid points the knee could lie anywhere.
+fn placed_knee(series: &[Point]) -> Option<Knee> {
+    let ttft: Vec<f64> = series.iter().map(|p| p.ttft_p99_ms).collect();
+    let load: Vec<f64> = series.iter().map(|p| p.load).collect();
+    let tps: Vec<f64> = series.iter().map(|p| p.output_tps).collect();
+    let k = knee(&ttft, &tps, 0.05).or_else(|| knee(&load, &tps, 0.05))?;
+    let near: Vec<usize> = (0..series.len())
+        .filter(|&i| {
+            let x = if ttft[k.index] == k.load { ttft[i] } else { load[i] };
+            x >= k.low && x <= k.high
+        })
+        .chain([k.index])
+        .collect();
+    let first = near.iter().copied().min()?;
+    let last = near.iter().copied().max()?;
+    Some(Knee {
+        index: k.index,
+        load: series[k.index].load,
+        low: series[first.saturating_sub(1)].load,
+        high: series[(last + 1).min(series.len() - 1)].load,
+    })
+}
+
 /// The whole analysis of a series sorted by load.
 pub fn analyse(series: Vec<Point>, objectives: Objectives, slo: Option<SloCapacity>) -> Analysis {
-    // The knee of tokens/s against the TTFT p99 it costs, reported as loads.
-    let ttft: Vec<f64> = series.iter().map(|p| p.ttft_p99_ms).collect();
-    let tps: Vec<f64> = series.iter().map(|p| p.output_tps).collect();
-    let knee = knee(&ttft, &tps, 0.05).map(|k| {
-        let near = series
-            .iter()
-            .filter(|p| p.ttft_p99_ms >= k.low && p.ttft_p99_ms <= k.high)
-            .map(|p| p.load);
-        Knee {
-            index: k.index,
-            load: series[k.index].load,
-            low: near.clone().fold(f64::INFINITY, f64::min),
-            high: near.fold(f64::NEG_INFINITY, f64::max),
+    let flat = flattening(&series);
+    let saturated = flat.as_ref().is_some_and(|f| f.saturated);
+    let knee = match &flat {
+        Some(f) if f.flat_from_start => Some(Knee {
+            index: 0,
+            load: series[0].load,
+            low: 0.0,
+            high: series[0].load,
+        }),
+        Some(f) if f.saturated => placed_knee(&series),
+        _ => None,
+    };
+    let top = series.last().map(|p| p.load);
+    let note = match (&flat, top) {
+        (Some(f), Some(top)) if !f.saturated => Some(format!(
+            "not saturated up to load {top}: test higher loads ({})",
+            f.rule
+        )),
+        (Some(f), _) if f.flat_from_start => Some(format!(
+            "flat from the lightest load: the knee is at or below load {} (test lighter loads)",
+            series[0].load
+        )),
+        (None, Some(top)) => Some(format!(
+            "one point (load {top}): a series needs two or more to show where it saturates"
+        )),
+        _ => None,
+    };
+    let mut recommendations = recommend(
+        &series,
+        &objectives,
+        slo.as_ref().map(|c| c.objectives.as_str()),
+    );
+    let slo_beyond = slo.as_ref().is_some_and(|c| c.beyond_series());
+    for r in &mut recommendations {
+        let at_top = r.point.is_some() && r.point == series.len().checked_sub(1);
+        let open_ended = !saturated
+            || matches!(r.profile.as_str(), "long-context")
+            || (r.profile == "chat" && (slo_beyond || slo.is_none()));
+        if at_top && open_ended {
+            r.lower_bound = true;
+            r.why += "; a lower bound: its limit never bound in this series, higher loads may still qualify";
         }
-    });
+    }
     Analysis {
         pareto_frontier: pareto(&series),
         knee,
+        flattening: flat,
+        note,
         saturation: saturation(&series, 0.05).map(|index| Saturation {
             index,
             load: series[index].load,
         }),
-        recommendations: recommend(&series, &objectives),
+        recommendations,
         objectives,
         slo,
         series,
     }
 }
 
-/// The highest load that meets the SLO: the heaviest measured point that
-/// meets it, the load interpolated between it and the first point that does
-/// not (linearly in the worst objective's value ÷ limit), and the margin left
-/// at the measured point.
+/// The highest load that meets the SLO: the heaviest point, in ascending
+/// load, up to which every point meets it at each objective's 95 % upper
+/// bound; the load interpolated between it and the first point that does
+/// not (linearly in the worst objective's bound ÷ limit); the margin left.
+/// A point whose statistic rests on too few requests stops the walk with
+/// "not enough data" rather than a verdict.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SloCapacity {
+    /// The objectives in words (`ttft_p99 ≤ 100 ms, tpot_p99 ≤ 50 ms`).
+    #[serde(default)]
+    pub objectives: String,
     /// The heaviest measured load meeting every objective (`None`: not even the lightest).
     pub highest_met_load: Option<f64>,
     /// Where the worst objective reaches its limit, between the last point that
     /// meets it and the first that does not; `None` when no point fails (the
     /// capacity is beyond the series) or none meets it.
     pub interpolated_load: Option<f64>,
-    /// At `highest_met_load`: how far under its limit the worst objective is, in %.
+    /// At `highest_met_load`: how far under its limit the worst objective's upper bound is, in %.
     pub margin_pct: Option<f64>,
     /// The objective that binds first (`ttft_p99`, …).
     pub limiting: Option<String>,
-    /// `--target-load`, when given, and whether the SLO holds there.
+    /// The first load whose verdict could not be reached (too few requests), and why.
+    #[serde(default)]
+    pub undecided_load: Option<f64>,
+    #[serde(default)]
+    pub undecided_reason: Option<String>,
+    /// `--target-load`, when given, and whether the SLO holds there
+    /// (`None`: the data cannot tell).
     pub target_load: Option<f64>,
     pub target_met: Option<bool>,
 }
 
-/// `ratios[i]`: at load `loads[i]` (ascending), each objective's value ÷
-/// limit with its name; `None` for a point where an objective has no value
-/// (every request failed), which counts as not met.
+impl SloCapacity {
+    /// Every point met the SLO: the capacity lies past the heaviest one.
+    pub fn beyond_series(&self) -> bool {
+        self.highest_met_load.is_some()
+            && self.interpolated_load.is_none()
+            && self.undecided_load.is_none()
+    }
+}
+
+/// `judged[i]`: the objectives judged at load `loads[i]` (ascending);
+/// `objectives`: the SLO in words.
 pub fn slo_capacity(
     loads: &[f64],
-    ratios: &[Vec<(String, Option<f64>)>],
+    judged: &[Vec<ObjectiveResult>],
+    objectives: String,
     target: Option<f64>,
 ) -> SloCapacity {
-    let worst: Vec<(f64, Option<String>)> = ratios
-        .iter()
-        .map(|objs| {
-            objs.iter()
-                .map(|(name, r)| (r.unwrap_or(f64::INFINITY), Some(name.clone())))
-                .fold(
-                    (f64::NEG_INFINITY, None),
-                    |a, b| if b.0 > a.0 { b } else { a },
-                )
-        })
-        .collect();
-    // The SLO holds up to the first point that breaks it; a lucky point past
-    // that does not count.
-    let first_bad = worst.iter().position(|(r, _)| *r > 1.0);
-    let last_good = match first_bad {
+    let points: Vec<(PointSlo, Option<String>)> =
+        judged.iter().map(|o| PointSlo::judge(o)).collect();
+    // The SLO holds up to the first point that does not meet it; a lucky
+    // point past that does not count.
+    let stop = points.iter().position(|(p, _)| !p.met());
+    let last_good = match stop {
         Some(0) => None,
         Some(i) => Some(i - 1),
-        None if loads.is_empty() => None,
-        None => Some(loads.len() - 1),
+        None => loads.len().checked_sub(1),
     };
+    let undecided = stop.filter(|&i| points[i].0.verdict == Verdict::NotEnoughData);
+    let first_bad = stop.filter(|_| undecided.is_none());
     let interpolated = match (last_good, first_bad) {
         (Some(a), Some(b)) => {
-            let (ra, rb) = (worst[a].0, worst[b].0);
+            let (ra, rb) = (points[a].0.ratio, points[b].0.ratio);
             let t = if rb.is_finite() && rb > ra {
                 (1.0 - ra) / (rb - ra)
             } else {
@@ -477,13 +757,29 @@ pub fn slo_capacity(
     };
     let highest = last_good.map(|i| loads[i]);
     let capacity = interpolated.or(highest);
+    let undecided_reason = undecided.map(|i| {
+        let why: Vec<String> = judged[i]
+            .iter()
+            .filter_map(|o| o.reason.clone())
+            .collect();
+        why.join("; ")
+    });
+    // Past an undecided point the data cannot tell either way.
+    let target_met = target.map(|t| match (capacity, undecided) {
+        (Some(c), _) if c >= t => Some(true),
+        (_, Some(_)) => None,
+        _ => Some(false),
+    });
     SloCapacity {
+        objectives,
         highest_met_load: highest,
         interpolated_load: interpolated,
-        margin_pct: last_good.map(|i| (1.0 - worst[i].0) * 100.0),
-        limiting: first_bad.or(last_good).and_then(|i| worst[i].1.clone()),
+        margin_pct: last_good.map(|i| (1.0 - points[i].0.ratio) * 100.0),
+        limiting: stop.or(last_good).and_then(|i| points[i].1.clone()),
+        undecided_load: undecided.map(|i| loads[i]),
+        undecided_reason,
         target_load: target,
-        target_met: target.map(|t| capacity.is_some_and(|c| c >= t)),
+        target_met: target_met.flatten(),
     }
 }
 
@@ -567,17 +863,35 @@ mod tests {
             preemptions: Some(pre),
             failed: 0,
             overloaded: false,
+            slo: None,
+        }
+    }
+
+    /// An objective whose upper bound is `ratio` × its limit (`None`: no value).
+    fn judged(name: &str, ratio: Option<f64>) -> ObjectiveResult {
+        let (metric, stat) = name.split_once('_').unwrap();
+        ObjectiveResult {
+            metric: metric.into(),
+            stat: stat.into(),
+            limit_ms: 100.0,
+            value_ms: ratio.map(|r| r * 90.0),
+            met: ratio.is_some_and(|r| r <= 1.0),
+            verdict: Some(match ratio {
+                Some(r) if r <= 1.0 => Verdict::Met,
+                Some(_) => Verdict::NotMet,
+                None => Verdict::NotEnoughData,
+            }),
+            n: Some(2000),
+            needed: Some(1000),
+            ci_low_ms: ratio.map(|r| r * 80.0),
+            ci_high_ms: ratio.map(|r| r * 100.0),
+            reason: ratio.is_none().then(|| "not enough requests".to_string()),
         }
     }
 
     #[test]
     fn slo_capacity_interpolates_between_the_last_good_and_first_bad_point() {
-        let r = |v: &[f64]| -> Vec<(String, Option<f64>)> {
-            vec![
-                ("ttft_p99".into(), Some(v[0])),
-                ("tpot_p99".into(), Some(v[1])),
-            ]
-        };
+        let r = |v: &[f64]| vec![judged("ttft_p99", Some(v[0])), judged("tpot_p99", Some(v[1]))];
         let loads = [1.0, 2.0, 4.0, 8.0];
         let ratios = [
             r(&[0.2, 0.1]),
@@ -585,17 +899,17 @@ mod tests {
             r(&[0.5, 0.8]),
             r(&[0.6, 1.2]),
         ];
-        let c = slo_capacity(&loads, &ratios, Some(6.0));
+        let cap = |ratios: &[Vec<ObjectiveResult>], t| {
+            slo_capacity(&loads[..ratios.len()], ratios, "slo".into(), Some(t))
+        };
+        let c = cap(&ratios, 6.0);
         assert_eq!(c.highest_met_load, Some(4.0));
         // tpot: 0.8 at 4, 1.2 at 8 → 1.0 at 6.
         assert!((c.interpolated_load.unwrap() - 6.0).abs() < 1e-9, "{c:?}");
         assert!((c.margin_pct.unwrap() - 20.0).abs() < 1e-9);
         assert_eq!(c.limiting.as_deref(), Some("tpot_p99"));
         assert_eq!(c.target_met, Some(true));
-        assert_eq!(
-            slo_capacity(&loads, &ratios, Some(7.0)).target_met,
-            Some(false)
-        );
+        assert_eq!(cap(&ratios, 7.0).target_met, Some(false));
         // Nothing fails: the capacity is at least the heaviest point.
         let easy = [
             r(&[0.1, 0.1]),
@@ -603,16 +917,94 @@ mod tests {
             r(&[0.3, 0.3]),
             r(&[0.4, 0.4]),
         ];
-        let c = slo_capacity(&loads, &easy, Some(8.0));
+        let c = cap(&easy, 8.0);
         assert_eq!((c.highest_met_load, c.interpolated_load), (Some(8.0), None));
         assert_eq!(c.target_met, Some(true));
-        // Even the lightest fails; a point with no value counts as failing.
-        let hard = [
-            vec![("ttft_p99".to_string(), None)],
-            vec![("ttft_p99".to_string(), Some(0.5))],
-        ];
-        let c = slo_capacity(&loads[..2], &hard, Some(1.0));
+        assert!(c.beyond_series());
+        // Even the lightest fails.
+        let hard = [vec![judged("ttft_p99", Some(1.5))], vec![judged("ttft_p99", Some(0.5))]];
+        let c = cap(&hard, 1.0);
         assert_eq!((c.highest_met_load, c.target_met), (None, Some(false)));
+    }
+
+    #[test]
+    fn slo_capacity_stops_at_a_point_it_cannot_judge() {
+        let loads = [1.0, 2.0, 4.0];
+        let points = [
+            vec![judged("ttft_p99", Some(0.3))],
+            vec![judged("ttft_p99", None)],
+            vec![judged("ttft_p99", Some(2.0))],
+        ];
+        let c = slo_capacity(&loads, &points, "slo".into(), Some(4.0));
+        assert_eq!(c.highest_met_load, Some(1.0));
+        assert_eq!(c.interpolated_load, None);
+        assert_eq!(c.undecided_load, Some(2.0));
+        assert_eq!(c.target_met, None, "the data cannot tell");
+        assert!(!c.beyond_series());
+        let c = slo_capacity(&loads, &points, "slo".into(), Some(1.0));
+        assert_eq!(c.target_met, Some(true));
+    }
+
+    /// The series: tokens/s doubles with every doubling of load.
+    fn doubling(loads: &[f64]) -> Vec<Point> {
+        loads
+            .iter()
+            .map(|&x| pt(x, 100.0 * x, 100.0, 20.0 + x, 10.0, 2000.0, 0.01, 0.0))
+            .collect()
+    }
+
+    #[test]
+    fn no_knee_on_a_series_that_never_bent() {
+        let a = analyse(doubling(&[1.0, 2.0, 4.0, 8.0, 16.0]), Objectives::default(), None);
+        assert_eq!(a.knee, None);
+        assert!(!a.flattening.as_ref().unwrap().saturated);
+        let note = a.note.unwrap();
+        assert!(note.starts_with("not saturated up to load 16: test higher loads"), "{note}");
+        // Every profile chose the top point, and says it is a lower bound.
+        for r in &a.recommendations {
+            assert_eq!(r.load, Some(16.0), "{r:?}");
+            assert!(r.lower_bound && r.why.contains("lower bound"), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn a_knee_where_the_gain_clearly_fell_with_its_neighbours_as_interval() {
+        let tps = [100.0, 200.0, 400.0, 780.0, 1300.0, 1500.0, 1540.0];
+        let s: Vec<Point> = tps
+            .iter()
+            .enumerate()
+            .map(|(i, &y)| {
+                let x = 2f64.powi(i as i32);
+                pt(x, y, 100.0, 20.0 * x, 10.0, 2000.0, 0.1, 0.0)
+            })
+            .collect();
+        let a = analyse(s, Objectives::default(), None);
+        let f = a.flattening.unwrap();
+        assert!(f.saturated && f.elasticity < 0.1, "{f:?}");
+        let k = a.knee.unwrap();
+        assert!(k.low < k.load && k.load < k.high, "an interval, not a point: {k:?}");
+        assert!((8.0..=32.0).contains(&k.load), "{k:?}");
+        assert!(a.note.is_none());
+    }
+
+    #[test]
+    fn recommendations_never_break_the_slo() {
+        // TTFT p99 passes 100 ms between loads 1 and 4.
+        let mut s = doubling(&[1.0, 4.0, 16.0]);
+        let ratios = [0.6, 1.4, 3.0];
+        for (p, r) in s.iter_mut().zip(ratios) {
+            p.slo = Some(PointSlo {
+                verdict: if r <= 1.0 { Verdict::Met } else { Verdict::NotMet },
+                ratio: r,
+            });
+        }
+        let recs = recommend(&s, &Objectives::default(), Some("ttft_p99 ≤ 100 ms"));
+        for r in &recs {
+            assert_eq!(r.load, Some(1.0), "{r:?}");
+        }
+        let chat = &recs[0];
+        assert!(chat.objective.contains("ttft_p99 ≤ 100 ms"), "{}", chat.objective);
+        assert!((chat.margin_pct.unwrap() - 40.0).abs() < 1e-9);
     }
 
     #[test]
@@ -625,6 +1017,7 @@ mod tests {
         assert_eq!(o.batch_e2e_growth, 2.0);
         assert_eq!(o.chat_tpot_p99_ms, Objectives::default().chat_tpot_p99_ms);
         for bad in [
+            "chat_ttft_p99=300",
             "chat_ttft=1s",
             "chat_ttft_p99",
             "batch_e2e_growth=-1",
@@ -646,7 +1039,7 @@ mod tests {
         ];
         assert_eq!(pareto(&s).len(), 5, "each trades one axis for another");
         assert_eq!(saturation(&s, 0.05), Some(4));
-        let r = recommend(&s, &Objectives::default());
+        let r = recommend(&s, &Objectives::default(), None);
         let load = |p: &str| r.iter().find(|x| x.profile == p).unwrap().load.unwrap();
         assert_eq!(load("chat"), 64.0);
         assert_eq!(
@@ -671,7 +1064,7 @@ mod tests {
             chat_ttft_p99_ms: 10.0,
             ..Objectives::default()
         };
-        let chat = recommend(&s, &strict)
+        let chat = recommend(&s, &strict, None)
             .into_iter()
             .find(|x| x.profile == "chat")
             .unwrap();

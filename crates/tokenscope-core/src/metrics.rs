@@ -7,7 +7,7 @@ use crate::results::{
     Concurrency, Counts, Latency, ObjectiveResult, SloReport, SteadyWindow, Throughput, Tokens,
     Window,
 };
-use crate::slo::{Slo, SloMetric};
+use crate::slo::{Slo, SloMetric, Verdict};
 use crate::stats::Distribution;
 use std::collections::BTreeMap;
 
@@ -66,8 +66,14 @@ pub fn measure(records: &[RequestRecord], slo: Option<&Slo>, price: Option<GpuPr
         concurrency: concurrency(&measured, window.start_s, window.end_s),
     };
 
-    let slo_report =
-        slo.map(|s| slo_report(s, &latency, good.as_ref().map_or(0, |g| g.len() as u64)));
+    let slo_report = slo.map(|s| {
+        slo_report(
+            s,
+            &ok,
+            &latency,
+            good.as_ref().map_or(0, |g| g.len() as u64),
+        )
+    });
     let cost = price.map(|p| {
         p.cost(
             window_s,
@@ -246,7 +252,28 @@ fn tokens(ok: &[&RequestRecord]) -> Tokens {
     t
 }
 
-fn slo_report(slo: &Slo, latency: &Latency, good_requests: u64) -> SloReport {
+/// The samples of one metric over the successful requests, in microseconds.
+fn samples(metric: SloMetric, ok: &[&RequestRecord]) -> Distribution {
+    let mut d = Distribution::new();
+    for r in ok {
+        match metric {
+            SloMetric::Ttft => r.ttft_us().into_iter().for_each(|v| d.record(v as f64)),
+            SloMetric::Tpot => r.tpot_us().into_iter().for_each(|v| d.record(v)),
+            SloMetric::E2e => d.record(r.e2e_us() as f64),
+            SloMetric::Itl => r.itl_us().for_each(|(gap, k)| d.record_n(gap, k as u64)),
+        }
+    }
+    d
+}
+
+/// Each objective judged on its samples (see [`crate::slo`]), with the
+/// summary's figure as the estimate.
+pub fn slo_report(
+    slo: &Slo,
+    ok: &[&RequestRecord],
+    latency: &Latency,
+    good_requests: u64,
+) -> SloReport {
     let objectives: Vec<ObjectiveResult> = slo
         .objectives
         .iter()
@@ -257,18 +284,13 @@ fn slo_report(slo: &Slo, latency: &Latency, good_requests: u64) -> SloReport {
                 SloMetric::Itl => latency.itl_ms,
                 SloMetric::E2e => latency.e2e_ms,
             };
-            let value_ms = summary.and_then(|s| s.get(&o.stat));
-            ObjectiveResult {
-                metric: o.metric.name().into(),
-                stat: o.stat.clone(),
-                limit_ms: o.limit_ms,
-                value_ms,
-                met: value_ms.is_some_and(|v| v <= o.limit_ms),
-            }
+            o.judge(&samples(o.metric, ok), summary.and_then(|s| s.get(&o.stat)))
         })
         .collect();
+    let verdict = Verdict::all(objectives.iter().filter_map(|o| o.verdict));
     SloReport {
-        met: objectives.iter().all(|o| o.met),
+        met: verdict == Verdict::Met,
+        verdict: Some(verdict),
         objectives,
         good_requests,
     }
@@ -346,9 +368,18 @@ mod tests {
         let report = m.slo.unwrap();
         assert_eq!(report.good_requests, 1);
         assert!(!report.met, "p99 TTFT is 300 ms");
+        // Two requests cannot decide a p99 that one of them passes.
+        assert_eq!(report.verdict, Some(Verdict::NotEnoughData));
+        assert_eq!(report.objectives[0].n, Some(2));
         assert!(m.throughput.goodput_requests_per_s.unwrap() > 0.0);
-        let lenient = Slo::parse("ttft_p50=400ms").unwrap();
-        assert!(measure(&records, Some(&lenient), None).slo.unwrap().met);
+        // The maximum is a statement about these requests: judged at once.
+        let lenient = Slo::parse("ttft_max=400ms").unwrap();
+        let report = measure(&records, Some(&lenient), None).slo.unwrap();
+        assert_eq!(report.verdict, Some(Verdict::Met));
+        assert!(report.met);
+        let strict = Slo::parse("ttft_max=200ms").unwrap();
+        let report = measure(&records, Some(&strict), None).slo.unwrap();
+        assert_eq!(report.verdict, Some(Verdict::NotMet));
     }
 
     #[test]

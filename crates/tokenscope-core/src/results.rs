@@ -4,6 +4,8 @@
 
 use crate::cost::Cost;
 use crate::stats::Summary;
+/// The SLO verdict types live with the SLO; `results.json` carries them.
+pub use crate::slo::{ObjectiveResult, SloReport};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -154,24 +156,6 @@ pub struct Tokens {
     pub tokens_per_chunk: BTreeMap<u32, u64>,
     /// Some chunk carried more than one token: ITL is a split of chunk gaps.
     pub multi_token_chunks: bool,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct SloReport {
-    pub objectives: Vec<ObjectiveResult>,
-    /// Every objective held over the run.
-    pub met: bool,
-    /// Requests that succeeded and met every per-request objective.
-    pub good_requests: u64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ObjectiveResult {
-    pub metric: String,
-    pub stat: String,
-    pub limit_ms: f64,
-    pub value_ms: Option<f64>,
-    pub met: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -5,9 +5,21 @@
 //! the request's own TTFT, TPOT or E2E must not exceed the limit (as vLLM's
 //! `--goodput` does); ITL objectives apply to the run only, since one request
 //! has many ITLs. A failed request never counts as good.
+//!
+//! A limit always carries its unit (`500ms`, `1s`, `250us`): a bare number is
+//! refused, because tools disagree on what it means (vLLM's `--goodput
+//! ttft:500` is milliseconds, a duration flag's bare number is seconds).
+//!
+//! A run-level verdict on a statistic rests on its sample: each objective is
+//! judged with a 95 % confidence interval ([`Distribution::quantile_interval`])
+//! and a sample-size rule ([`Objective::samples_needed`]): ten requests
+//! beyond a quantile, as `compare` asks. Where the interval clears the limit
+//! on one side the verdict stands whatever the count; where it straddles the
+//! limit and the count is short, the verdict is "not enough data".
 
 use crate::duration::parse_duration;
 use crate::record::RequestRecord;
+use crate::stats::Distribution;
 use serde::{Deserialize, Serialize};
 
 /// The latency an objective constrains.
@@ -50,7 +62,153 @@ pub struct Objective {
     pub limit_ms: f64,
 }
 
+/// What the data says of an objective (or of a whole SLO).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Met,
+    NotMet,
+    /// Too few requests for the statistic, and its interval straddles the limit.
+    NotEnoughData,
+}
+
+impl Verdict {
+    /// The worst of several: any not met, else any undecided, else met.
+    pub fn all(verdicts: impl IntoIterator<Item = Verdict>) -> Verdict {
+        verdicts.into_iter().fold(Verdict::Met, |a, b| match (a, b) {
+            (Verdict::NotMet, _) | (_, Verdict::NotMet) => Verdict::NotMet,
+            (Verdict::NotEnoughData, _) | (_, Verdict::NotEnoughData) => Verdict::NotEnoughData,
+            _ => Verdict::Met,
+        })
+    }
+
+    pub fn words(self) -> &'static str {
+        match self {
+            Verdict::Met => "met",
+            Verdict::NotMet => "NOT met",
+            Verdict::NotEnoughData => "not enough data to judge",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SloReport {
+    pub objectives: Vec<ObjectiveResult>,
+    /// Every objective held over the run (`verdict` is `met`).
+    pub met: bool,
+    /// `met`, `not_met`, or `not_enough_data` (a statistic rests on too few
+    /// requests to decide; exit code 7). Absent in runs written before it.
+    #[serde(default)]
+    pub verdict: Option<Verdict>,
+    /// Requests that succeeded and met every per-request objective.
+    pub good_requests: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ObjectiveResult {
+    pub metric: String,
+    pub stat: String,
+    pub limit_ms: f64,
+    pub value_ms: Option<f64>,
+    pub met: bool,
+    /// `met`, `not_met` or `not_enough_data` (see `docs/metrics.md`).
+    #[serde(default)]
+    pub verdict: Option<Verdict>,
+    /// Samples the statistic rests on, and how many its rule asks for.
+    #[serde(default)]
+    pub n: Option<u64>,
+    #[serde(default)]
+    pub needed: Option<u64>,
+    /// 95 % confidence interval of the statistic; a bound is absent where the
+    /// sample cannot give it (the p99 of 32 requests has no upper bound).
+    #[serde(default)]
+    pub ci_low_ms: Option<f64>,
+    #[serde(default)]
+    pub ci_high_ms: Option<f64>,
+    /// Why no verdict: "not enough requests to judge ttft p99 (n = 32; need ≈ 1,000)".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Requests needed beyond a quantile before its estimate may decide a
+/// verdict on its own (the rule `compare` uses for tail quantiles).
+pub const BEYOND_QUANTILE: f64 = 10.0;
+
+/// `q` of a statistic name (`p99` → 0.99); `None` for `mean` and `max`.
+pub fn quantile_of(stat: &str) -> Option<f64> {
+    Some(match stat {
+        "p50" => 0.50,
+        "p90" => 0.90,
+        "p95" => 0.95,
+        "p99" => 0.99,
+        "p999" => 0.999,
+        _ => return None,
+    })
+}
+
 impl Objective {
+    /// `ttft_p99`.
+    pub fn key(&self) -> String {
+        format!("{}_{}", self.metric.name(), self.stat)
+    }
+
+    /// The sample size at which the estimate alone may decide: ten beyond a
+    /// quantile (p50: 20, p90: 100, p99: 1,000), ten for a mean, one for the
+    /// maximum (a statement about this run's requests, not a population).
+    pub fn samples_needed(&self) -> u64 {
+        match quantile_of(&self.stat) {
+            Some(q) => (BEYOND_QUANTILE / (1.0 - q)).round() as u64,
+            None if self.stat == "mean" => 10,
+            None => 1,
+        }
+    }
+
+    /// Judges the run's statistic. `values` holds the metric's samples in
+    /// microseconds; `estimate_ms` is the figure the summary shows (so the
+    /// verdict and the table never disagree).
+    pub fn judge(&self, values: &Distribution, estimate_ms: Option<f64>) -> ObjectiveResult {
+        let n = values.count();
+        let needed = self.samples_needed();
+        let (lo, hi) = match quantile_of(&self.stat) {
+            Some(q) => values.quantile_interval(q),
+            None if self.stat == "mean" => values.mean_interval(),
+            None => (estimate_ms.map(|v| v * 1e3), estimate_ms.map(|v| v * 1e3)),
+        };
+        let (lo, hi) = (lo.map(|v| v / 1e3), hi.map(|v| v / 1e3));
+        let verdict = match estimate_ms {
+            None => Verdict::NotEnoughData,
+            Some(_) if hi.is_some_and(|h| h <= self.limit_ms) => Verdict::Met,
+            Some(_) if lo.is_some_and(|l| l > self.limit_ms) => Verdict::NotMet,
+            Some(_) if n < needed => Verdict::NotEnoughData,
+            Some(v) if v <= self.limit_ms => Verdict::Met,
+            Some(_) => Verdict::NotMet,
+        };
+        let reason = (verdict == Verdict::NotEnoughData).then(|| self.not_enough(n));
+        ObjectiveResult {
+            metric: self.metric.name().into(),
+            stat: self.stat.clone(),
+            limit_ms: self.limit_ms,
+            value_ms: estimate_ms,
+            met: verdict == Verdict::Met,
+            verdict: Some(verdict),
+            n: Some(n),
+            needed: Some(needed),
+            ci_low_ms: lo,
+            ci_high_ms: hi,
+            reason,
+        }
+    }
+
+    /// "not enough requests to judge p99 (n = 32; need ≈ 1,000)".
+    pub fn not_enough(&self, n: u64) -> String {
+        format!(
+            "not enough requests to judge {} {} (n = {n}; need ≈ {})",
+            self.metric.name(),
+            self.stat,
+            thousands(self.samples_needed())
+        )
+    }
+
     /// Whether one request meets this objective on its own (always true for ITL).
     pub fn met_by(&self, r: &RequestRecord) -> bool {
         let value_us = match self.metric {
@@ -74,6 +232,35 @@ pub struct Slo {
 
 const STATS: [&str; 7] = ["mean", "p50", "p90", "p95", "p99", "p999", "max"];
 
+/// A latency limit in milliseconds: a duration with its unit, above zero.
+/// A bare number is refused with the fix spelled out.
+pub fn parse_limit_ms(key: &str, value: &str) -> Result<f64, String> {
+    let v = value.trim();
+    if !v.is_empty() && v.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(format!(
+            "a limit needs a unit: `{key}={v}ms` (or `{key}={v}s`); a bare number is ambiguous"
+        ));
+    }
+    let ms = parse_duration(v)?.as_secs_f64() * 1e3;
+    if ms <= 0.0 {
+        return Err(format!("`{v}`: a limit must be above zero"));
+    }
+    Ok(ms)
+}
+
+/// 1000 → "1,000".
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 impl Slo {
     /// Parses `ttft_p99=500ms,tpot_p99=50ms,e2e_max=30s`.
     pub fn parse(text: &str) -> Result<Slo, String> {
@@ -92,17 +279,26 @@ impl Slo {
                     STATS.join(", ")
                 ));
             }
-            let limit = parse_duration(value).map_err(|e| format!("`{part}`: {e}"))?;
+            let limit_ms = parse_limit_ms(key, value).map_err(|e| format!("`{part}`: {e}"))?;
             objectives.push(Objective {
                 metric,
                 stat: stat.to_string(),
-                limit_ms: limit.as_secs_f64() * 1e3,
+                limit_ms,
             });
         }
         if objectives.is_empty() {
             return Err("empty SLO; expected e.g. ttft_p99=500ms,tpot_p99=50ms".into());
         }
         Ok(Slo { objectives })
+    }
+
+    /// `ttft_p99 ≤ 500 ms, tpot_p99 ≤ 50 ms` (limits in ms, so `500us` shows as 0.5 ms).
+    pub fn describe(&self) -> String {
+        self.objectives
+            .iter()
+            .map(|o| format!("{} ≤ {} ms", o.key(), o.limit_ms))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     pub fn is_empty(&self) -> bool {
@@ -128,6 +324,62 @@ mod tests {
         assert_eq!(slo.objectives[0].limit_ms, 500.0);
         assert_eq!(slo.objectives[1].limit_ms, 50.0);
         assert_eq!(slo.objectives[2].metric, SloMetric::E2e);
+    }
+
+    #[test]
+    fn a_bare_number_is_refused_with_the_fix() {
+        let err = Slo::parse("ttft_p99=500").unwrap_err();
+        assert!(err.contains("ttft_p99=500ms"), "{err}");
+        assert!(Slo::parse("ttft_p99=0ms").is_err());
+        // Microseconds are allowed and kept exactly (shown back in ms).
+        let slo = Slo::parse("tpot_p50=500us").unwrap();
+        assert_eq!(slo.objectives[0].limit_ms, 0.5);
+    }
+
+    fn dist(values_ms: impl IntoIterator<Item = f64>) -> Distribution {
+        let mut d = Distribution::new();
+        for v in values_ms {
+            d.record(v * 1e3);
+        }
+        d
+    }
+
+    #[test]
+    fn verdicts_rest_on_their_sample() {
+        let o = |text: &str| Slo::parse(text).unwrap().objectives.remove(0);
+        let judge = |o: &Objective, d: &Distribution, q: f64| {
+            o.judge(d, d.quantile(q).map(|v| v / 1e3))
+        };
+        // 32 requests around 80 ms: p99 under 100 ms cannot be judged.
+        let few = dist((0..32).map(|i| 70.0 + i as f64 * 0.6));
+        let r = judge(&o("ttft_p99=100ms"), &few, 0.99);
+        assert_eq!(r.verdict, Some(Verdict::NotEnoughData));
+        assert!(!r.met);
+        assert_eq!(
+            r.reason.as_deref(),
+            Some("not enough requests to judge ttft p99 (n = 32; need ≈ 1,000)")
+        );
+        // …but 32 requests all far above 20 ms fail it whatever the tail.
+        let r = judge(&o("ttft_p99=20ms"), &few, 0.99);
+        assert_eq!(r.verdict, Some(Verdict::NotMet));
+        // p50 of 32 is judged, with its interval around it.
+        let r = judge(&o("ttft_p50=100ms"), &few, 0.5);
+        assert_eq!(r.verdict, Some(Verdict::Met));
+        assert!(r.ci_low_ms.unwrap() < r.value_ms.unwrap());
+        assert!(r.ci_high_ms.unwrap() > r.value_ms.unwrap());
+        // 1,000 requests: p99 judged by its estimate.
+        let many = dist((0..1000).map(|i| i as f64 / 10.0));
+        let r = judge(&o("ttft_p99=99.5ms"), &many, 0.99);
+        assert_ne!(r.verdict, Some(Verdict::NotEnoughData), "{r:?}");
+        assert_eq!(r.n, Some(1000));
+    }
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(10000), "10,000");
+        assert_eq!(thousands(20), "20");
+        assert_eq!(thousands(1234567), "1,234,567");
     }
 
     #[test]

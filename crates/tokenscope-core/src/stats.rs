@@ -90,6 +90,36 @@ impl Distribution {
         (self.count > 0).then(|| (self.hist.value_at_quantile(q) as f64).clamp(self.min, self.max))
     }
 
+    /// A distribution-free 95 % confidence interval for the `q` quantile: the
+    /// order statistics at ranks n·q ∓ 1.96·√(n·q·(1−q)) (the binomial's
+    /// normal approximation). A bound is `None` where its rank falls outside
+    /// the sample: with n requests nothing above the largest is known, so
+    /// the p99 of 32 requests has no upper bound.
+    pub fn quantile_interval(&self, q: f64) -> (Option<f64>, Option<f64>) {
+        if self.count == 0 {
+            return (None, None);
+        }
+        let n = self.count as f64;
+        let half = 1.96 * (n * q * (1.0 - q)).sqrt();
+        let (lo, hi) = ((n * q - half).floor(), (n * q + half).ceil() + 1.0);
+        let at = |rank: f64| (self.hist.value_at_quantile(rank / n) as f64).clamp(self.min, self.max);
+        ((lo >= 1.0).then(|| at(lo)), (hi <= n).then(|| at(hi)))
+    }
+
+    /// A 95 % confidence interval for the mean (normal approximation).
+    pub fn mean_interval(&self) -> (Option<f64>, Option<f64>) {
+        let Some(mean) = self.mean() else {
+            return (None, None);
+        };
+        if self.count < 2 {
+            return (None, None);
+        }
+        let n = self.count as f64;
+        let var = ((self.sum_sq - n * mean * mean) / (n - 1.0)).max(0.0);
+        let half = 1.96 * (var / n).sqrt();
+        (Some((mean - half).max(0.0)), Some(mean + half))
+    }
+
     /// Summary with every value multiplied by `scale` (1e-6 turns ns into ms).
     /// `None` when there are no samples: absent, never zero.
     pub fn summary(&self, scale: f64) -> Option<Summary> {
@@ -162,6 +192,29 @@ mod tests {
         assert_eq!(s.max, 1000.0);
         assert!((s.p50 - 500.0).abs() <= 0.5, "p50 {}", s.p50);
         assert!((s.p99 - 990.0).abs() <= 1.0, "p99 {}", s.p99);
+    }
+
+    #[test]
+    fn quantile_intervals_widen_with_few_samples_and_hold_the_truth() {
+        let mut d = Distribution::new();
+        for v in 1..=1000 {
+            d.record(v as f64);
+        }
+        let (lo, hi) = d.quantile_interval(0.99);
+        let (lo, hi) = (lo.unwrap(), hi.unwrap());
+        assert!(lo <= 990.0 && hi >= 990.0 && hi <= 1000.0, "{lo} {hi}");
+        let (lo, hi) = d.quantile_interval(0.5);
+        assert!(lo.unwrap() < 500.0 && hi.unwrap() > 500.0);
+        // 32 samples: the p99 cannot be bounded from above.
+        let mut few = Distribution::new();
+        for v in 1..=32 {
+            few.record(v as f64);
+        }
+        let (lo, hi) = few.quantile_interval(0.99);
+        assert!(hi.is_none());
+        assert!(lo.unwrap() >= 29.0, "{lo:?}");
+        let (lo, hi) = few.mean_interval();
+        assert!(lo.unwrap() < 16.5 && hi.unwrap() > 16.5);
     }
 
     #[test]

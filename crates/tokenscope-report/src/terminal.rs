@@ -1,8 +1,9 @@
 //! The plain-text summary printed at the end of `bench`.
 
 use std::fmt::Write;
-use tokenscope_core::analysis::Analysis;
+use tokenscope_core::analysis::{Analysis, SloCapacity};
 use tokenscope_core::results::RunResults;
+use tokenscope_core::slo::{SloReport, Verdict};
 use tokenscope_core::stats::Summary;
 
 fn row(out: &mut String, name: &str, s: Option<&Summary>) {
@@ -246,21 +247,7 @@ pub fn summary(r: &RunResults) -> String {
         }
     }
     if let Some(slo) = &r.slo {
-        let _ = writeln!(out, "\nSLO {}", if slo.met { "met" } else { "NOT met" });
-        for o in &slo.objectives {
-            let value = o.value_ms.map_or("—".into(), |v| format!("{v:.2} ms"));
-            let mark = if o.met { "ok" } else { "FAIL" };
-            let _ = writeln!(
-                out,
-                "  {}_{} ≤ {} ms: {value}  {mark}",
-                o.metric, o.stat, o.limit_ms
-            );
-        }
-        let _ = writeln!(
-            out,
-            "  good requests: {} of {}",
-            slo.good_requests, c.requests
-        );
+        slo_lines(&mut out, slo, c.requests);
     }
     if !r.diagnosis.is_empty() {
         let _ = writeln!(out, "\nDiagnosis");
@@ -269,6 +256,45 @@ pub fn summary(r: &RunResults) -> String {
         }
     }
     out
+}
+
+/// The SLO verdict in words, each objective with its sample and interval.
+fn slo_lines(out: &mut String, slo: &SloReport, requests: u64) {
+    let verdict = slo
+        .verdict
+        .unwrap_or(if slo.met { Verdict::Met } else { Verdict::NotMet });
+    let _ = writeln!(out, "\nSLO {}", verdict.words());
+    for o in &slo.objectives {
+        let value = o.value_ms.map_or("—".into(), |v| format!("{v:.2} ms"));
+        let mark = match o.verdict {
+            Some(Verdict::Met) => "ok",
+            Some(Verdict::NotEnoughData) => "NOT JUDGED",
+            _ if o.met => "ok",
+            _ => "FAIL",
+        };
+        let interval = match (o.ci_low_ms, o.ci_high_ms) {
+            (None, None) => String::new(),
+            (lo, hi) => format!(
+                " (95 % CI {} … {})",
+                lo.map_or("?".into(), |v| format!("{v:.2}")),
+                hi.map_or("unbounded".into(), |v| format!("{v:.2}"))
+            ),
+        };
+        let n = o.n.map_or(String::new(), |n| format!(", n = {n}"));
+        let _ = writeln!(
+            out,
+            "  {}_{} ≤ {} ms: {value}{interval}{n}  {mark}",
+            o.metric, o.stat, o.limit_ms
+        );
+        if let Some(reason) = &o.reason {
+            let _ = writeln!(out, "    {reason}");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  good requests: {} of {requests}",
+        slo.good_requests
+    );
 }
 
 /// One line per point of a series (a sweep or `sim plan --sweep`).
@@ -310,23 +336,26 @@ pub fn analysis(a: &Analysis) -> String {
             "off"
         }
     };
-    match a.knee {
-        Some(k) => {
+    match (a.knee, &a.note) {
+        (Some(k), _) => {
             _ = writeln!(
                 out,
-                "\nknee: load {} (could be anywhere from {} to {}; {} the Pareto frontier)",
+                "\nknee: load {} (between loads {} and {}; {} the Pareto frontier)",
                 k.load,
                 k.low,
                 k.high,
                 on(k.index)
             )
         }
-        None => {
-            _ = writeln!(
-                out,
-                "\nno knee in this range: tokens/s has not flattened yet"
-            )
-        }
+        (None, Some(note)) => _ = writeln!(out, "\nno knee: {note}"),
+        (None, None) => _ = writeln!(
+            out,
+            "\nno knee: tokens/s flattened but no single bend stands out ({})",
+            a.flattening.as_ref().map_or("", |f| f.rule.as_str())
+        ),
+    }
+    if let Some(f) = a.flattening.as_ref().filter(|f| f.saturated) {
+        _ = writeln!(out, "  rule: {}", f.rule);
     }
     if let Some(s) = a.saturation {
         _ = writeln!(
@@ -336,35 +365,20 @@ pub fn analysis(a: &Analysis) -> String {
         );
     }
     if let Some(c) = &a.slo {
-        let limiting = c.limiting.as_deref().unwrap_or("the SLO");
-        match (c.highest_met_load, c.interpolated_load) {
-            (None, _) => _ = writeln!(out, "SLO: not met even at the lightest load ({limiting} binds)"),
-            (Some(h), Some(i)) => _ = writeln!(
-                out,
-                "SLO: met up to load {h} (margin {:.0} %); {limiting} reaches its limit near load {i:.1}",
-                c.margin_pct.unwrap_or(0.0)
-            ),
-            (Some(h), None) => _ = writeln!(
-                out,
-                "SLO: met at every load up to {h} (margin {:.0} % there); capacity lies beyond the series",
-                c.margin_pct.unwrap_or(0.0)
-            ),
-        }
-        if let (Some(t), Some(met)) = (c.target_load, c.target_met) {
-            _ = writeln!(
-                out,
-                "target load {t}: {}",
-                if met { "SLO met" } else { "SLO NOT met" }
-            );
-        }
+        slo_capacity_lines(&mut out, c);
     }
     _ = writeln!(out, "\nRecommended operating points");
     for r in &a.recommendations {
         match r.load {
             Some(load) => {
+                let at = if r.lower_bound {
+                    format!("≥ {load}")
+                } else {
+                    load.to_string()
+                };
                 _ = writeln!(
                     out,
-                    "  {:<13} load {load:<8} {} · margin {:.0} %",
+                    "  {:<13} load {at:<8} {} · margin {:.0} %",
                     r.profile,
                     r.why,
                     r.margin_pct.unwrap_or(0.0)
@@ -374,4 +388,49 @@ pub fn analysis(a: &Analysis) -> String {
         }
     }
     out
+}
+
+/// What the series says of `--slo`: up to where it holds, where it stops
+/// being judgeable, and the `--target-load` gate.
+fn slo_capacity_lines(out: &mut String, c: &SloCapacity) {
+    let limiting = c.limiting.as_deref().unwrap_or("the SLO");
+    _ = writeln!(
+        out,
+        "SLO {} (each objective judged at its 95 % upper bound):",
+        c.objectives
+    );
+    match (c.highest_met_load, c.interpolated_load) {
+        (None, _) if c.undecided_load.is_some() => {}
+        (None, _) => _ = writeln!(out, "  not met even at the lightest load ({limiting} binds)"),
+        (Some(h), Some(i)) => _ = writeln!(
+            out,
+            "  met up to load {h} (margin {:.0} %); {limiting} reaches its limit near load {i:.1}",
+            c.margin_pct.unwrap_or(0.0)
+        ),
+        (Some(h), None) if c.undecided_load.is_some() => _ = writeln!(
+            out,
+            "  met up to load {h} (margin {:.0} %)",
+            c.margin_pct.unwrap_or(0.0)
+        ),
+        (Some(h), None) => _ = writeln!(
+            out,
+            "  met at every load up to {h} (margin {:.0} % there); capacity lies beyond the series",
+            c.margin_pct.unwrap_or(0.0)
+        ),
+    }
+    if let Some(u) = c.undecided_load {
+        _ = writeln!(
+            out,
+            "  not judged from load {u}: {}",
+            c.undecided_reason.as_deref().unwrap_or("too few requests")
+        );
+    }
+    if let Some(t) = c.target_load {
+        let verdict = match c.target_met {
+            Some(true) => "SLO met",
+            Some(false) => "SLO NOT met",
+            None => "SLO not judged (too few requests; exit 7)",
+        };
+        _ = writeln!(out, "target load {t}: {verdict}");
+    }
 }

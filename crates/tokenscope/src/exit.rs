@@ -19,6 +19,9 @@ pub enum Exit {
     SloNotMet = 5,
     /// `compare --fail-on-regression`: a metric got significantly worse.
     Regression = 6,
+    /// `--slo` given but a statistic it names rests on too few requests to
+    /// judge (a p99 of 32 requests): neither met nor not met.
+    SloNotJudged = 7,
     /// Interrupted by Ctrl-C; the run directory is complete and marked partial.
     Interrupted = 130,
 }

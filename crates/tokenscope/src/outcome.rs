@@ -12,6 +12,7 @@ use tokenscope_core::cost::GpuPrice;
 use tokenscope_core::diagnosis::diagnose;
 use tokenscope_core::metrics::{measure, Measured};
 use tokenscope_core::record::{ErrorKind, RequestRecord};
+use tokenscope_core::slo::Verdict;
 use tokenscope_core::results::{self, ClientUsage, Efficiency, Finding, RunResults, Server, Tool};
 use tokenscope_load::arrival::LoadPattern;
 use tokenscope_load::runner::RunPlan;
@@ -281,8 +282,12 @@ pub fn exit_code(r: &RunResults) -> Exit {
         } else {
             Exit::AllFailed
         }
-    } else if r.slo.as_ref().is_some_and(|s| !s.met) {
-        Exit::SloNotMet
+    } else if let Some(slo) = &r.slo {
+        match slo.verdict {
+            Some(Verdict::NotEnoughData) => Exit::SloNotJudged,
+            _ if !slo.met => Exit::SloNotMet,
+            _ => Exit::Success,
+        }
     } else {
         Exit::Success
     }

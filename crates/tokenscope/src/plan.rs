@@ -286,6 +286,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<Exit> {
             label: level.label,
             load: level.load,
             results,
+            dir: Some(point_dir),
         });
     }
     crate::sweep::finish_series(&dir, points, &args.output, &args.series)

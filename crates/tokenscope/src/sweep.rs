@@ -10,9 +10,10 @@ use crate::outcome::{self, exit_code};
 use anyhow::Context;
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use tokenscope_core::analysis::{self, Analysis, Point, SloCapacity};
+use tokenscope_core::analysis::{self, Analysis, Point, PointSlo, SloCapacity};
 use tokenscope_core::results::RunResults;
-use tokenscope_core::slo::SloMetric;
+use tokenscope_core::slo::{ObjectiveResult, Slo};
+use tokenscope_core::stats::Distribution;
 
 /// One finished point of a series.
 pub struct Done {
@@ -20,6 +21,8 @@ pub struct Done {
     /// Concurrency or requests/s.
     pub load: f64,
     pub results: RunResults,
+    /// Its run directory, where the requests can be re-judged.
+    pub dir: Option<PathBuf>,
 }
 
 /// One point to run: its label, load and flags.
@@ -152,10 +155,12 @@ impl Series<'_> {
                 label: level.label,
                 load: level.load,
                 results,
+                dir: Some(from),
             });
             return Ok(true);
         }
-        point.output.out = Some(self.free_dir());
+        let dir = self.free_dir();
+        point.output.out = Some(dir.clone());
         point.output.json = false;
         let (results, _) =
             bench(point, self.url.clone(), self.builtin.clone(), self.threads).await?;
@@ -164,6 +169,7 @@ impl Series<'_> {
             label: level.label,
             load: level.load,
             results,
+            dir: Some(dir),
         });
         Ok(!interrupted)
     }
@@ -314,7 +320,7 @@ fn same_point(old: &serde_json::Value, new: &serde_json::Value) -> bool {
 pub fn read_series(dir: &Path) -> anyhow::Result<Vec<Done>> {
     let mut done: Vec<Done> = finished_points(dir)?
         .into_iter()
-        .filter_map(|(_, results)| {
+        .filter_map(|(dir, results)| {
             let load = &results.config["load"];
             let (label, level) = match load["mode"].as_str()? {
                 "closed" => {
@@ -330,6 +336,7 @@ pub fn read_series(dir: &Path) -> anyhow::Result<Vec<Done>> {
                 label,
                 load: level,
                 results,
+                dir: Some(dir),
             })
         })
         .collect();
@@ -378,39 +385,53 @@ pub fn finish_series(
 
 /// The analysis of points sorted by load.
 pub fn analyse(points: &[Done], output: &OutputArgs, series: &SeriesArgs) -> Analysis {
-    let reduced: Vec<Point> = points
+    let mut reduced: Vec<Point> = points
         .iter()
         .map(|d| Point::from_results(d.load, &d.results))
         .collect();
-    // Judged from each point's summaries, so a re-run (--resume) or a
-    // re-report may bring a different SLO than the points were run with.
     let slo = output.slo.as_ref().map(|slo| {
+        let judged: Vec<Vec<ObjectiveResult>> = points.iter().map(|d| judged(d, slo)).collect();
+        for (p, objectives) in reduced.iter_mut().zip(&judged) {
+            p.slo = Some(PointSlo::judge(objectives).0);
+        }
         let loads: Vec<f64> = points.iter().map(|d| d.load).collect();
-        let ratios: Vec<Vec<(String, Option<f64>)>> = points
-            .iter()
-            .map(|d| {
-                slo.objectives
-                    .iter()
-                    .map(|o| {
-                        let l = &d.results.latency;
-                        let summary = match o.metric {
-                            SloMetric::Ttft => l.ttft_ms,
-                            SloMetric::Tpot => l.tpot_ms,
-                            SloMetric::Itl => l.itl_ms,
-                            SloMetric::E2e => l.e2e_ms,
-                        };
-                        let value = summary.and_then(|s| s.get(&o.stat));
-                        (
-                            format!("{}_{}", o.metric.name(), o.stat),
-                            value.map(|v| v / o.limit_ms),
-                        )
-                    })
-                    .collect()
-            })
-            .collect();
-        analysis::slo_capacity(&loads, &ratios, series.target_load)
+        analysis::slo_capacity(&loads, &judged, slo.describe(), series.target_load)
     });
     analysis::analyse(reduced, series.objectives, slo)
+}
+
+/// A point's objectives judged against `slo`: as the run judged them when
+/// it ran with this SLO, else re-judged from its requests (a `--resume` or a
+/// re-report may bring another SLO than the points were run with).
+fn judged(d: &Done, slo: &Slo) -> Vec<ObjectiveResult> {
+    let ran_with = serde_json::from_value::<Option<Slo>>(d.results.config["slo"].clone());
+    if let (Ok(Some(ran)), Some(report)) = (ran_with, &d.results.slo) {
+        if &ran == slo && report.objectives.iter().all(|o| o.verdict.is_some()) {
+            return report.objectives.clone();
+        }
+    }
+    let records = d
+        .dir
+        .as_ref()
+        .and_then(|dir| tokenscope_report::run_dir::Run::read(dir).ok())
+        .map(|run| run.records);
+    match records {
+        Some(records) => {
+            tokenscope_core::metrics::measure(&records, Some(slo), None)
+                .slo
+                .map(|s| s.objectives)
+                .unwrap_or_default()
+        }
+        None => slo
+            .objectives
+            .iter()
+            .map(|o| {
+                let mut r = o.judge(&Distribution::new(), None);
+                r.reason = Some("its requests.jsonl could not be read to judge it".into());
+                r
+            })
+            .collect(),
+    }
 }
 
 /// A series succeeds unless it was interrupted, every point failed, or the
@@ -428,8 +449,12 @@ fn series_exit(points: &[Done], slo: Option<&SloCapacity>) -> Exit {
     {
         return codes[0];
     }
-    if slo.and_then(|s| s.target_met) == Some(false) {
-        return Exit::SloNotMet;
+    match slo {
+        Some(s) if s.target_load.is_some() && s.target_met.is_none() => {
+            return Exit::SloNotJudged
+        }
+        Some(s) if s.target_met == Some(false) => return Exit::SloNotMet,
+        _ => {}
     }
     Exit::Success
 }
