@@ -301,6 +301,28 @@ impl Slo {
             .join(", ")
     }
 
+    /// The requests a run needs for every request-level statistic to be
+    /// judged on its own, and the objective that asks for the most (ITL
+    /// objectives count tokens, not requests, and are left out).
+    pub fn requests_needed(&self) -> Option<(u64, String)> {
+        self.objectives
+            .iter()
+            .filter(|o| o.metric != SloMetric::Itl)
+            .map(|o| (o.samples_needed(), o.key()))
+            .max_by_key(|(n, _)| *n)
+    }
+
+    /// A warning when `requests` are too few for the statistics named.
+    pub fn sample_warning(&self, requests: u64) -> Option<String> {
+        let (needed, key) = self.requests_needed()?;
+        (requests < needed).then(|| {
+            format!(
+                "--slo {key} needs ≈ {} requests to be judged on its own; {requests} will be sent (pass --requests {needed}; fewer are judged only where the data already decides)",
+                thousands(needed)
+            )
+        })
+    }
+
     pub fn is_empty(&self) -> bool {
         self.objectives.is_empty()
     }

@@ -40,6 +40,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
                 .into(),
         ));
     }
+    let planned = outcome::plan(&args.load).requests;
+    if let (Some(slo), Some(n), false) = (&args.output.slo, planned, args.output.quiet) {
+        if let Some(warning) = slo.sample_warning(n) {
+            eprintln!("tokenscope: warning: {warning}");
+        }
+    }
     let setup = args.clone();
     with_runtime(&setup, |url, builtin, threads| async move {
         let (results, dir) = bench(args.clone(), url, builtin, threads).await?;
@@ -204,6 +210,12 @@ pub(crate) async fn bench(
     let base = base_url(&url)?;
     let headers = request_headers(&args)?;
     outcome::check_output(&args.output)?;
+    let out_dir = args
+        .output
+        .out
+        .clone()
+        .unwrap_or_else(outcome::default_out_dir);
+    outcome::claim_out_dir(&out_dir, args.output.force)?;
     let mut notes = Vec::new();
     let local_gpu = match args.gpu {
         GpuSource::None => None,
@@ -256,11 +268,6 @@ pub(crate) async fn bench(
             .map_err(probe_err)?,
     };
 
-    let out_dir = args
-        .output
-        .out
-        .clone()
-        .unwrap_or_else(outcome::default_out_dir);
     std::fs::create_dir_all(&out_dir)
         .with_context(|| format!("creating the run directory {}", out_dir.display()))?;
     let recorder = Recorder::create(&out_dir.join("requests.jsonl"))?;

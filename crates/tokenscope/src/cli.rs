@@ -164,6 +164,7 @@ impl ReportArgs {
             gpu_type: None,
             gpus: 1,
             out: None,
+            force: false,
             json: false,
             quiet: true,
         }
@@ -527,9 +528,12 @@ pub struct OutputArgs {
     /// GPUs behind the server.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub gpus: u32,
-    /// Run directory (default runs/<UTC timestamp>).
+    /// Run directory (default runs/<UTC timestamp>); it must be new or empty.
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Replace the earlier run in --out (its files are removed first).
+    #[arg(long)]
+    pub force: bool,
     /// Print the results document alone on stdout.
     #[arg(long)]
     pub json: bool,

@@ -94,11 +94,87 @@ pub fn merge(mut base: serde_json::Value, extra: serde_json::Value) -> serde_jso
     base
 }
 
+/// `runs/<UTC time>`, with `-2`, `-3`… when a run of the same second has it.
 pub fn default_out_dir() -> PathBuf {
     let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
         .to_string()
         .replace(':', "-");
-    PathBuf::from("runs").join(stamp)
+    let base = PathBuf::from("runs").join(&stamp);
+    (1..)
+        .map(|i| match i {
+            1 => base.clone(),
+            i => PathBuf::from("runs").join(format!("{stamp}-{i}")),
+        })
+        .find(|d| !d.exists())
+        .expect("a free name")
+}
+
+/// What a run or sweep directory may hold; `--force` clears only these.
+fn is_run_file(name: &str) -> bool {
+    matches!(
+        name,
+        "results.json"
+            | "results.json.tmp"
+            | "requests.jsonl"
+            | "timeseries.jsonl"
+            | "report.html"
+            | "sweep.json"
+            | "sweep.csv"
+            | "requests.csv"
+            | "profile.json"
+    ) || (name.starts_with("point-") && name[6..].chars().all(|c| c.is_ascii_digit()))
+}
+
+/// A run directory must be new or empty, so an earlier run is never
+/// overwritten (a `compare` baseline) nor mixed with the new one (its
+/// timeseries drawn beside new records). `--force` clears an earlier run
+/// first — only a directory that holds nothing but a run's files.
+pub fn claim_out_dir(dir: &Path, force: bool) -> anyhow::Result<()> {
+    let entries: Vec<String> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if dir.is_file() => {
+            return Err(Exit::usage(format!(
+                "--out {}: a file, not a directory ({e})",
+                dir.display()
+            )))
+        }
+        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+    };
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let mut shown: Vec<&str> = entries.iter().map(String::as_str).collect();
+    shown.sort_unstable();
+    shown.truncate(4);
+    if !force {
+        return Err(Exit::usage(format!(
+            "--out {} already holds a run ({}…): pass --force to replace it, or choose another --out",
+            dir.display(),
+            shown.join(", ")
+        )));
+    }
+    let foreign: Vec<&String> = entries.iter().filter(|n| !is_run_file(n)).collect();
+    if !foreign.is_empty() {
+        return Err(Exit::usage(format!(
+            "--out {} holds files that are not a tokenscope run ({}); --force clears only a run directory",
+            dir.display(),
+            foreign.iter().take(4).map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        )));
+    }
+    for name in &entries {
+        let path = dir.join(name);
+        let removed = if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        removed.with_context(|| format!("--force: removing {}", path.display()))?;
+    }
+    Ok(())
 }
 
 pub fn now_rfc3339() -> String {

@@ -254,6 +254,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<Exit> {
         .out
         .clone()
         .unwrap_or_else(outcome::default_out_dir);
+    outcome::claim_out_dir(&dir, args.output.force)?;
     if let Some(run) = &args.replay {
         let replay = read_replay(run, &args.load)?;
         let results = one_point(&cfg, &args, &replay.load, Some(replay.trace), &dir)?;

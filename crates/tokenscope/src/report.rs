@@ -42,7 +42,25 @@ pub fn run(args: ReportArgs) -> anyhow::Result<Exit> {
         if args.slo.is_some() || args.series.target_load.is_some() || args.objectives_given() {
             let points = sweep::read_series(dir)?;
             s.analysis = sweep::analyse(&points, &args.output(), &args.series);
+            if let Some(slo) = &args.slo {
+                eprintln!(
+                    "tokenscope report: re-judged against --slo {} from each point's requests (sweep.json is unchanged)",
+                    slo.describe()
+                );
+            }
         }
+    }
+    // A run re-judged against another SLO, by the same rule as when it ran.
+    if let (Report::Run(run), Some(slo)) = (&mut report, &args.slo) {
+        let measured = tokenscope_core::metrics::measure(&run.records, Some(slo), None);
+        run.results.slo = measured.slo;
+        run.results.throughput.goodput_requests_per_s = measured.throughput.goodput_requests_per_s;
+        run.results.throughput.goodput_output_tokens_per_s =
+            measured.throughput.goodput_output_tokens_per_s;
+        eprintln!(
+            "tokenscope report: re-judged against --slo {} from requests.jsonl (results.json is unchanged)",
+            slo.describe()
+        );
     }
     match (args.format, &report) {
         (ReportFormat::Html, Report::Run(run)) => {

@@ -88,9 +88,16 @@ pub fn run(args: SweepArgs) -> anyhow::Result<Exit> {
         .out
         .clone()
         .unwrap_or_else(outcome::default_out_dir);
+    if let (Some(slo), false) = (&args.bench.output.slo, args.bench.output.quiet) {
+        let fewest = explicit.iter().filter_map(|l| l.args.requests).min();
+        if let Some(w) = fewest.and_then(|n| slo.sample_warning(n)) {
+            eprintln!("tokenscope sweep: warning: {w}");
+        }
+    }
     let previous = if args.resume {
         finished_points(&dir)?
     } else {
+        outcome::claim_out_dir(&dir, args.bench.output.force)?;
         Vec::new()
     };
     let setup = args.bench.clone();
@@ -161,6 +168,8 @@ impl Series<'_> {
         }
         let dir = self.free_dir();
         point.output.out = Some(dir.clone());
+        // The sweep owns its point directories: a killed point's leftovers go.
+        point.output.force = true;
         point.output.json = false;
         let (results, _) =
             bench(point, self.url.clone(), self.builtin.clone(), self.threads).await?;
@@ -191,10 +200,28 @@ impl Series<'_> {
         // concurrency and at least AUTO_MIN_REQUESTS: the 100 a point of an
         // explicit series gets would spend most of the sweep at concurrency 1.
         let sized = base.requests.is_none() && base.duration.is_none();
+        // With --slo, enough requests that its percentiles can be judged.
+        let slo_needs = self.args.bench.output.slo.as_ref().and_then(|s| s.requests_needed());
+        match (&slo_needs, sized) {
+            (Some((n, key)), true) => self.say(&format!(
+                "auto: --slo {key} is judged on ≥ {n} requests: each point runs at least that many"
+            )),
+            (Some((n, _)), false) => {
+                if let Some(w) = self.args.bench.output.slo.as_ref().and_then(|s| {
+                    base.requests.and_then(|r| s.sample_warning(r))
+                }) {
+                    self.say(&format!("warning: {w}"));
+                } else if base.duration.is_some() {
+                    self.say(&format!("note: --slo needs ≈ {n} requests a point to be judged on its own; --duration decides how many are sent"));
+                }
+            }
+            _ => {}
+        }
+        let slo_min = slo_needs.map_or(0, |(n, _)| n);
         let point_at = |c: u64| {
             let mut level = closed(&base, c);
             if sized {
-                level.args.requests = Some((2 * c).max(AUTO_MIN_REQUESTS));
+                level.args.requests = Some((2 * c).max(AUTO_MIN_REQUESTS).max(slo_min));
             }
             level
         };

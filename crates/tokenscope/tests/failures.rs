@@ -199,9 +199,12 @@ fn slo_not_met_exits_5_and_goodput_is_reported() {
             "ttft_p99=20ms",
         ],
     );
+    // Four requests decide it: even the most favourable reading of their
+    // p99 (the third of four) is 100 ms.
     assert_eq!(o.status.code(), Some(5));
     let r = results(&out);
     assert_eq!(r["slo"]["met"], false);
+    assert_eq!(r["slo"]["verdict"], "not_met");
     assert_eq!(stat(&r, "throughput.goodput_requests_per_s"), 0.0);
     let out = run_dir("slo-met");
     let o = bench(
@@ -213,11 +216,105 @@ fn slo_not_met_exits_5_and_goodput_is_reported() {
             "--output-tokens",
             "4",
             "--slo",
-            "ttft_p99=2s",
+            "ttft_max=2s",
         ],
     );
     assert_ok(&o);
     assert!(stat(&results(&out), "throughput.goodput_requests_per_s") > 0.0);
+}
+
+#[test]
+fn a_p99_of_a_handful_of_requests_is_not_judged() {
+    let server = Server::start(exact(100, 1));
+    let out = run_dir("slo-few");
+    let o = tokenscope()
+        .args(["bench", "--url", &server.url, "--out"])
+        .arg(&out)
+        .args(["--requests", "32", "--concurrency", "8", "--output-tokens", "4"])
+        .args(["--slo", "ttft_p99=2s"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(7), "{stdout}{stderr}");
+    assert!(stderr.contains("needs ≈ 1,000 requests"), "warned before: {stderr}");
+    assert!(
+        stdout.contains("not enough requests to judge ttft p99 (n = 32; need ≈ 1,000)"),
+        "{stdout}"
+    );
+    let r = results(&out);
+    assert_eq!(r["slo"]["verdict"], "not_enough_data");
+    let o = &r["slo"]["objectives"][0];
+    assert_eq!((o["n"].as_u64(), o["needed"].as_u64()), (Some(32), Some(1000)));
+    assert!(o["ci_high_ms"].is_null(), "no upper bound from 32: {o}");
+    // The same run re-judged on its median: 32 requests suffice.
+    let o = tokenscope()
+        .args(["report", "--format", "terminal", "--slo", "ttft_p50=2s"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("SLO met"), "{stdout}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("re-judged against --slo ttft_p50 ≤ 2000 ms"));
+}
+
+#[test]
+fn slo_limits_carry_units() {
+    for (flag, value, fix) in [
+        ("--slo", "ttft_p99=500", "ttft_p99=500ms"),
+        ("--objectives", "chat_ttft_p99=300", "chat_ttft_p99=300ms"),
+    ] {
+        let cmd = if flag == "--slo" { "bench" } else { "sweep" };
+        let o = tokenscope().args([cmd, flag, value]).output().unwrap();
+        assert_eq!(o.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stderr.contains(fix), "{flag} {value}: {stderr}");
+    }
+    // Microseconds are allowed, and echoed back in ms so a typo shows.
+    let server = Server::start(exact(100, 1));
+    let out = run_dir("slo-us");
+    let o = bench(&server.url, &out, &["--requests", "2", "--output-tokens", "2", "--slo", "ttft_max=500us"]);
+    assert_eq!(o.status.code(), Some(5));
+    let o = tokenscope().args(["report", "--format", "terminal"]).arg(&out).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("ttft_max ≤ 0.5 ms"));
+}
+
+#[test]
+fn a_used_run_directory_is_refused_unless_forced() {
+    let server = Server::start(exact(10, 1));
+    let out = run_dir("reuse");
+    let args = ["--requests", "2", "--output-tokens", "2"];
+    assert_ok(&bench(&server.url, &out, &args));
+    let first = std::fs::read_to_string(out.join("results.json")).unwrap();
+    let o = bench(&server.url, &out, &args);
+    assert_eq!(o.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("already holds a run") && stderr.contains("--force"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(out.join("results.json")).unwrap(), first, "untouched");
+    // --force clears it: no file of the old run is left beside the new one.
+    std::fs::write(out.join("timeseries.jsonl"), "{\"old\": true}\n").unwrap();
+    let o = tokenscope()
+        .args(["bench", "--url", &server.url, "--quiet", "--no-metrics", "--force", "--out"])
+        .arg(&out)
+        .args(args)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    assert!(!out.join("timeseries.jsonl").exists(), "the old time series is gone");
+    // A directory that is not a run is never cleared.
+    let other = run_dir("reuse-foreign");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("notes.txt"), "mine").unwrap();
+    let o = tokenscope()
+        .args(["bench", "--url", &server.url, "--force", "--out"])
+        .arg(&other)
+        .args(args)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(other.join("notes.txt").exists());
 }
 
 #[test]

@@ -192,17 +192,14 @@ fn resume_keeps_finished_points_and_the_slo_gate_judges_the_target_load() {
             }
         }
     }
-    let gate = |target: &str| {
+    // Eight requests a point: a statement about their maxima is judged, a
+    // p99 is not (see below).
+    let gate_on = |slo: &str, target: &str| {
         let start = Instant::now();
         let o = tokenscope()
             .args(["sweep", "--auto", "--resume"])
             .args(WORKLOAD)
-            .args([
-                "--slo",
-                "ttft_p99=1s,tpot_p99=50ms",
-                "--target-load",
-                target,
-            ])
+            .args(["--slo", slo, "--target-load", target])
             .arg("--out")
             .arg(&copy)
             .output()
@@ -211,6 +208,7 @@ fn resume_keeps_finished_points_and_the_slo_gate_judges_the_target_load() {
         let doc = sweep_doc(&copy);
         (o, stderr, doc, start.elapsed())
     };
+    let gate = |target: &str| gate_on("ttft_max=1s,tpot_max=50ms", target);
     // Every point is taken from the directory: nothing runs again.
     let (o, stderr, doc, took) = gate("16");
     assert_ok(&o);
@@ -226,7 +224,7 @@ fn resume_keeps_finished_points_and_the_slo_gate_judges_the_target_load() {
     let highest = slo["highest_met_load"].as_f64().unwrap();
     let capacity = slo["interpolated_load"].as_f64().unwrap();
     assert!(capacity >= highest && capacity <= 2.0 * highest, "{slo}");
-    assert_eq!(slo["limiting"], "ttft_p99");
+    assert_eq!(slo["limiting"], "ttft_max");
     assert!(slo["margin_pct"].as_f64().unwrap() >= 0.0);
     assert_eq!(slo["target_met"], true);
     // Beyond the capacity: exit 5.
@@ -239,4 +237,17 @@ fn resume_keeps_finished_points_and_the_slo_gate_judges_the_target_load() {
     );
     assert_eq!(doc["analysis"]["slo"]["target_met"], false);
     assert!(String::from_utf8_lossy(&o.stdout).contains("SLO NOT met"));
+    // Every recommendation keeps the SLO: none above its capacity.
+    for r in doc["analysis"]["recommendations"].as_array().unwrap() {
+        if let Some(load) = r["load"].as_f64() {
+            assert!(load <= highest, "{r} past the SLO capacity {highest}");
+        }
+    }
+    // A p99 of eight requests a point cannot be judged: exit 7, and why.
+    let (o, stderr, doc, _) = gate_on("ttft_p99=1s", "16");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(7), "{stdout}");
+    assert!(stderr.contains("needs ≈ 1,000 requests"), "{stderr}");
+    assert!(stdout.contains("not enough requests to judge ttft p99"), "{stdout}");
+    assert!(doc["analysis"]["slo"]["target_met"].is_null());
 }
