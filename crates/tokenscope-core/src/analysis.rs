@@ -59,7 +59,10 @@ impl PointSlo {
             _ => o.ci_high_ms,
         };
         let ratio = bound.map_or(f64::INFINITY, |b| b / o.limit_ms);
-        let verdict = match o.verdict.unwrap_or(if o.met { Verdict::Met } else { Verdict::NotMet }) {
+        let verdict = match o
+            .verdict
+            .unwrap_or(if o.met { Verdict::Met } else { Verdict::NotMet })
+        {
             Verdict::Met if ratio > 1.0 => Verdict::NotMet,
             v => v,
         };
@@ -313,7 +316,9 @@ impl Objectives {
             let (key, value) = part
                 .split_once('=')
                 .ok_or_else(|| format!("`{part}`: expected NAME=VALUE ({KEYS})"))?;
-            let ms = || crate::slo::parse_limit_ms(key.trim(), value).map_err(|e| format!("`{part}`: {e}"));
+            let ms = || {
+                crate::slo::parse_limit_ms(key.trim(), value).map_err(|e| format!("`{part}`: {e}"))
+            };
             let number = || match value.trim_end_matches('%').parse::<f64>() {
                 Ok(v) if v > 0.0 && v.is_finite() => {
                     Ok(if value.ends_with('%') { v / 100.0 } else { v })
@@ -606,7 +611,11 @@ fn placed_knee(series: &[Point]) -> Option<Knee> {
     let k = knee(&ttft, &tps, 0.05).or_else(|| knee(&load, &tps, 0.05))?;
     let near: Vec<usize> = (0..series.len())
         .filter(|&i| {
-            let x = if ttft[k.index] == k.load { ttft[i] } else { load[i] };
+            let x = if ttft[k.index] == k.load {
+                ttft[i]
+            } else {
+                load[i]
+            };
             x >= k.low && x <= k.high
         })
         .chain([k.index])
@@ -758,10 +767,7 @@ pub fn slo_capacity(
     let highest = last_good.map(|i| loads[i]);
     let capacity = interpolated.or(highest);
     let undecided_reason = undecided.map(|i| {
-        let why: Vec<String> = judged[i]
-            .iter()
-            .filter_map(|o| o.reason.clone())
-            .collect();
+        let why: Vec<String> = judged[i].iter().filter_map(|o| o.reason.clone()).collect();
         why.join("; ")
     });
     // Past an undecided point the data cannot tell either way.
@@ -891,7 +897,12 @@ mod tests {
 
     #[test]
     fn slo_capacity_interpolates_between_the_last_good_and_first_bad_point() {
-        let r = |v: &[f64]| vec![judged("ttft_p99", Some(v[0])), judged("tpot_p99", Some(v[1]))];
+        let r = |v: &[f64]| {
+            vec![
+                judged("ttft_p99", Some(v[0])),
+                judged("tpot_p99", Some(v[1])),
+            ]
+        };
         let loads = [1.0, 2.0, 4.0, 8.0];
         let ratios = [
             r(&[0.2, 0.1]),
@@ -922,7 +933,10 @@ mod tests {
         assert_eq!(c.target_met, Some(true));
         assert!(c.beyond_series());
         // Even the lightest fails.
-        let hard = [vec![judged("ttft_p99", Some(1.5))], vec![judged("ttft_p99", Some(0.5))]];
+        let hard = [
+            vec![judged("ttft_p99", Some(1.5))],
+            vec![judged("ttft_p99", Some(0.5))],
+        ];
         let c = cap(&hard, 1.0);
         assert_eq!((c.highest_met_load, c.target_met), (None, Some(false)));
     }
@@ -955,11 +969,18 @@ mod tests {
 
     #[test]
     fn no_knee_on_a_series_that_never_bent() {
-        let a = analyse(doubling(&[1.0, 2.0, 4.0, 8.0, 16.0]), Objectives::default(), None);
+        let a = analyse(
+            doubling(&[1.0, 2.0, 4.0, 8.0, 16.0]),
+            Objectives::default(),
+            None,
+        );
         assert_eq!(a.knee, None);
         assert!(!a.flattening.as_ref().unwrap().saturated);
         let note = a.note.unwrap();
-        assert!(note.starts_with("not saturated up to load 16: test higher loads"), "{note}");
+        assert!(
+            note.starts_with("not saturated up to load 16: test higher loads"),
+            "{note}"
+        );
         // Every profile chose the top point, and says it is a lower bound.
         for r in &a.recommendations {
             assert_eq!(r.load, Some(16.0), "{r:?}");
@@ -982,7 +1003,10 @@ mod tests {
         let f = a.flattening.unwrap();
         assert!(f.saturated && f.elasticity < 0.1, "{f:?}");
         let k = a.knee.unwrap();
-        assert!(k.low < k.load && k.load < k.high, "an interval, not a point: {k:?}");
+        assert!(
+            k.low < k.load && k.load < k.high,
+            "an interval, not a point: {k:?}"
+        );
         assert!((8.0..=32.0).contains(&k.load), "{k:?}");
         assert!(a.note.is_none());
     }
@@ -994,7 +1018,11 @@ mod tests {
         let ratios = [0.6, 1.4, 3.0];
         for (p, r) in s.iter_mut().zip(ratios) {
             p.slo = Some(PointSlo {
-                verdict: if r <= 1.0 { Verdict::Met } else { Verdict::NotMet },
+                verdict: if r <= 1.0 {
+                    Verdict::Met
+                } else {
+                    Verdict::NotMet
+                },
                 ratio: r,
             });
         }
@@ -1003,7 +1031,11 @@ mod tests {
             assert_eq!(r.load, Some(1.0), "{r:?}");
         }
         let chat = &recs[0];
-        assert!(chat.objective.contains("ttft_p99 ≤ 100 ms"), "{}", chat.objective);
+        assert!(
+            chat.objective.contains("ttft_p99 ≤ 100 ms"),
+            "{}",
+            chat.objective
+        );
         assert!((chat.margin_pct.unwrap() - 40.0).abs() < 1e-9);
     }
 

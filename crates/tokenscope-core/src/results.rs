@@ -3,9 +3,9 @@
 //! names, so fields are only ever added.
 
 use crate::cost::Cost;
-use crate::stats::Summary;
 /// The SLO verdict types live with the SLO; `results.json` carries them.
 pub use crate::slo::{ObjectiveResult, SloReport};
+use crate::stats::Summary;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -75,11 +75,13 @@ pub enum Verdict {
 impl Verdict {
     /// The worst of several: any not met, else any undecided, else met.
     pub fn all(verdicts: impl IntoIterator<Item = Verdict>) -> Verdict {
-        verdicts.into_iter().fold(Verdict::Met, |a, b| match (a, b) {
-            (Verdict::NotMet, _) | (_, Verdict::NotMet) => Verdict::NotMet,
-            (Verdict::NotEnoughData, _) | (_, Verdict::NotEnoughData) => Verdict::NotEnoughData,
-            _ => Verdict::Met,
-        })
+        verdicts
+            .into_iter()
+            .fold(Verdict::Met, |a, b| match (a, b) {
+                (Verdict::NotMet, _) | (_, Verdict::NotMet) => Verdict::NotMet,
+                (Verdict::NotEnoughData, _) | (_, Verdict::NotEnoughData) => Verdict::NotEnoughData,
+                _ => Verdict::Met,
+            })
     }
 
     pub fn words(self) -> &'static str {
@@ -369,9 +371,8 @@ mod tests {
     #[test]
     fn verdicts_rest_on_their_sample() {
         let o = |text: &str| Slo::parse(text).unwrap().objectives.remove(0);
-        let judge = |o: &Objective, d: &Distribution, q: f64| {
-            o.judge(d, d.quantile(q).map(|v| v / 1e3))
-        };
+        let judge =
+            |o: &Objective, d: &Distribution, q: f64| o.judge(d, d.quantile(q).map(|v| v / 1e3));
         // 32 requests around 80 ms: p99 under 100 ms cannot be judged.
         let few = dist((0..32).map(|i| 70.0 + i as f64 * 0.6));
         let r = judge(&o("ttft_p99=100ms"), &few, 0.99);

@@ -102,7 +102,8 @@ impl Distribution {
         let n = self.count as f64;
         let half = 1.96 * (n * q * (1.0 - q)).sqrt();
         let (lo, hi) = ((n * q - half).floor(), (n * q + half).ceil() + 1.0);
-        let at = |rank: f64| (self.hist.value_at_quantile(rank / n) as f64).clamp(self.min, self.max);
+        let at =
+            |rank: f64| (self.hist.value_at_quantile(rank / n) as f64).clamp(self.min, self.max);
         ((lo >= 1.0).then(|| at(lo)), (hi <= n).then(|| at(hi)))
     }
 

@@ -239,7 +239,15 @@ fn tick(v: f64) -> String {
 }
 
 /// The empirical CDF of `values` as a step line.
-pub fn cdf(title: &str, unit: &str, share: &str, values: &[f64]) -> Option<String> {
+/// The CDF of `values`, with a vertical line at each `(label, x)` in `limits`
+/// (the SLO limits on this metric).
+pub fn cdf(
+    title: &str,
+    unit: &str,
+    share: &str,
+    values: &[f64],
+    limits: &[(String, f64)],
+) -> Option<String> {
     let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
     if v.is_empty() {
         return None;
@@ -253,6 +261,10 @@ pub fn cdf(title: &str, unit: &str, share: &str, values: &[f64]) -> Option<Strin
         pts.push((*x, (i + 1) as f64 / n));
     }
     pts.push((v[v.len() - 1], 1.0));
+    let mut series = vec![Series::line("", pts)];
+    for (label, x) in limits.iter().filter(|(_, x)| x.is_finite()) {
+        series.push(Series::line(label, vec![(*x, 0.0), (*x, 1.0)]));
+    }
     xy(
         &Axes {
             title,
@@ -260,7 +272,7 @@ pub fn cdf(title: &str, unit: &str, share: &str, values: &[f64]) -> Option<Strin
             y: share,
             log_x: false,
         },
-        &[Series::line("", pts)],
+        &series,
         &[],
     )
 }
@@ -349,15 +361,15 @@ mod tests {
 
     #[test]
     fn charts_are_svg_with_their_data_and_empty_input_draws_nothing() {
-        let svg = cdf("TTFT", "ms", "share", &[3.0, 1.0, 2.0, 5.0]).unwrap();
+        let svg = cdf("TTFT", "ms", "share", &[3.0, 1.0, 2.0, 5.0], &[]).unwrap();
         assert!(
             svg.starts_with("<svg") && svg.contains("<polyline"),
             "{svg}"
         );
         let h = histogram("TTFT", "ms", &[1.0, 1.0, 2.0, 9.0], None).unwrap();
         assert!(h.contains("<rect"));
-        assert!(cdf("x", "ms", "share", &[]).is_none());
-        assert!(cdf("x", "ms", "share", &[f64::NAN]).is_none());
+        assert!(cdf("x", "ms", "share", &[], &[]).is_none());
+        assert!(cdf("x", "ms", "share", &[f64::NAN], &[]).is_none());
         // A single value and a log axis still draw.
         let one = xy(
             &Axes {

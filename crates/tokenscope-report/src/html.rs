@@ -6,7 +6,9 @@ use crate::charts::{self, Axes, Mark, Series, Style};
 use crate::health::{self, Health};
 use crate::run_dir::{Run, Sweep};
 use std::fmt::Write;
+use tokenscope_core::analysis::Analysis;
 use tokenscope_core::results::{Finding, RunResults};
+use tokenscope_core::slo::Verdict;
 use tokenscope_core::stats::Summary;
 
 /// Escapes text for HTML.
@@ -27,7 +29,10 @@ table{border-collapse:collapse;font-size:13px}td,th{padding:3px 8px;text-align:r
 th{background:#f6f8fa}td:first-child,th:first-child{text-align:left}
 .dot{display:inline-block;width:10px;height:10px;border-radius:5px;margin-right:6px}
 .note{color:#57606a;font-style:italic}pre{background:#f6f8fa;padding:10px;font-size:12px;overflow:auto}
-.finding{border-left:4px solid;padding:4px 10px;margin:8px 0}";
+.finding{border-left:4px solid;padding:4px 10px;margin:8px 0}
+.verdict{border:2px solid;border-radius:6px;padding:8px 14px;margin:10px 0;font-size:15px}
+.verdict.good{border-color:#1a7f37;background:#dafbe1}.verdict.bad{border-color:#cf222e;background:#ffebe9}
+.verdict.unknown{border-color:#9a6700;background:#fff8c5}.verdict ul{margin:4px 0;font-size:13px}";
 
 fn page(title: &str, body: &str) -> String {
     format!(
@@ -405,11 +410,76 @@ fn header(out: &mut String, kind: &str, r: &RunResults) {
     );
 }
 
+/// The SLO limits on one metric (`TTFT`, …), as labelled chart lines.
+fn slo_lines(r: &RunResults, metric: &str) -> Vec<(String, f64)> {
+    let metric = metric.to_lowercase();
+    r.slo
+        .iter()
+        .flat_map(|s| &s.objectives)
+        .filter(|o| o.metric == metric)
+        .map(|o| {
+            (
+                format!("SLO {}_{} ≤ {}", o.metric, o.stat, ms(o.limit_ms)),
+                o.limit_ms,
+            )
+        })
+        .collect()
+}
+
+/// The SLO verdict in words, first thing on the page.
+fn verdict(out: &mut String, r: &RunResults) {
+    let Some(slo) = &r.slo else {
+        return;
+    };
+    let v = slo.verdict.unwrap_or(if slo.met {
+        Verdict::Met
+    } else {
+        Verdict::NotMet
+    });
+    let (class, words) = match v {
+        Verdict::Met => ("good", "SLO met"),
+        Verdict::NotMet => ("bad", "SLO NOT met"),
+        Verdict::NotEnoughData => ("unknown", "SLO not judged: not enough data"),
+    };
+    let _ = write!(
+        out,
+        "<div class=\"verdict {class}\" id=\"verdict\"><b>{words}</b> — good requests {} of {}<ul>",
+        slo.good_requests, r.counts.requests
+    );
+    for o in &slo.objectives {
+        let value = o.value_ms.map_or("—".into(), ms);
+        let n = o.n.map_or(String::new(), |n| format!(", n = {n}"));
+        let interval = match (o.ci_low_ms, o.ci_high_ms) {
+            (None, None) => String::new(),
+            (lo, hi) => format!(
+                ", 95 % CI {} … {}",
+                lo.map_or("?".into(), ms),
+                hi.map_or("unbounded".into(), ms)
+            ),
+        };
+        let mark = match o.verdict {
+            Some(v) => v.words(),
+            None if o.met => "met",
+            None => "NOT met",
+        };
+        let _ = write!(
+            out,
+            "<li>{}_{} ≤ {}: {value}{interval}{n} — {}</li>",
+            esc(&o.metric),
+            esc(&o.stat),
+            ms(o.limit_ms),
+            esc(o.reason.as_deref().unwrap_or(mark))
+        );
+    }
+    out.push_str("</ul></div>");
+}
+
 /// The page of one run.
 pub fn run_page(run: &Run) -> String {
     let r = &run.results;
     let mut out = String::new();
     header(&mut out, "run", r);
+    verdict(&mut out, r);
     cards(&mut out, r);
 
     out.push_str("<h2>Distributions</h2><div class=\"charts\">");
@@ -427,7 +497,13 @@ pub fn run_page(run: &Run) -> String {
         };
         chart(
             &mut out,
-            charts::cdf(&format!("{name}: CDF"), &unit, share, &values),
+            charts::cdf(
+                &format!("{name}: CDF"),
+                &unit,
+                share,
+                &values,
+                &slo_lines(r, name),
+            ),
             &format!("{name}: no values (no successful request had one)"),
         );
         chart(
@@ -519,6 +595,41 @@ fn settings(out: &mut String, r: &RunResults) {
     );
 }
 
+/// What the sweep concluded, first on the page: the knee (or "not
+/// saturated"), the SLO capacity, then the recommendations.
+fn conclusions(out: &mut String, a: &Analysis) {
+    let mut text = crate::terminal::analysis(a);
+    if let Some(i) = text.find("\nRecommended operating points") {
+        text.truncate(i);
+    }
+    let _ = write!(
+        out,
+        "<div class=\"verdict unknown\" id=\"conclusions\"><pre>{}</pre></div>",
+        esc(text.trim())
+    );
+    out.push_str("<h2>Recommendations</h2><table><tr><th>profile</th><th>objective</th><th>load</th><th>why</th><th>margin</th><th>TTFT p99</th><th>TPOT p99</th><th>tokens/s</th><th>cost/1K</th><th>GPU util</th><th>KV max</th></tr>");
+    for r in &a.recommendations {
+        let e = r.expect.as_ref();
+        let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or("—".into(), f);
+        let _ = write!(
+            out,
+            "<tr><td><b>{}</b></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&r.profile),
+            esc(&r.objective),
+            r.load.map_or("none".into(), |l| if r.lower_bound { format!("≥ {l}") } else { l.to_string() }),
+            esc(&r.why),
+            opt(r.margin_pct, &|v| format!("{v:.0} %")),
+            opt(e.map(|p| p.ttft_p99_ms), &ms),
+            opt(e.map(|p| p.tpot_p99_ms), &ms),
+            opt(e.map(|p| p.output_tps), &|v| format!("{v:.0}")),
+            opt(e.and_then(|p| p.cost_per_1k), &|v| format!("${v:.5}")),
+            opt(e.and_then(|p| p.gpu_util_pct), &|v| format!("{v:.0} %")),
+            opt(e.and_then(|p| p.kv_usage_max), &|v| format!("{:.0} %", v * 100.0)),
+        );
+    }
+    out.push_str("</table>");
+}
+
 /// The page of a sweep: the trade-off curve with the frontier, knee and
 /// recommendations marked, cost and utilisation against load, the tables.
 pub fn sweep_page(s: &Sweep) -> String {
@@ -537,6 +648,7 @@ pub fn sweep_page(s: &Sweep) -> String {
     } else {
         "concurrency"
     };
+    conclusions(&mut out, a);
 
     out.push_str("<h2>Throughput against latency</h2><div class=\"charts\">");
     let all: Vec<(f64, f64)> = a
@@ -659,33 +771,6 @@ pub fn sweep_page(s: &Sweep) -> String {
         "GPU utilisation and KV usage: the server exposed neither",
     );
     out.push_str("</div>");
-
-    out.push_str("<h2>Recommendations</h2><table><tr><th>profile</th><th>objective</th><th>load</th><th>why</th><th>margin</th><th>TTFT p99</th><th>TPOT p99</th><th>tokens/s</th><th>cost/1K</th><th>GPU util</th><th>KV max</th></tr>");
-    for r in &a.recommendations {
-        let e = r.expect.as_ref();
-        let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or("—".into(), f);
-        let _ = write!(
-            out,
-            "<tr><td><b>{}</b></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(&r.profile),
-            esc(&r.objective),
-            r.load.map_or("none".into(), |l| l.to_string()),
-            esc(&r.why),
-            opt(r.margin_pct, &|v| format!("{v:.0} %")),
-            opt(e.map(|p| p.ttft_p99_ms), &ms),
-            opt(e.map(|p| p.tpot_p99_ms), &ms),
-            opt(e.map(|p| p.output_tps), &|v| format!("{v:.0}")),
-            opt(e.and_then(|p| p.cost_per_1k), &|v| format!("${v:.5}")),
-            opt(e.and_then(|p| p.gpu_util_pct), &|v| format!("{v:.0} %")),
-            opt(e.and_then(|p| p.kv_usage_max), &|v| format!("{:.0} %", v * 100.0)),
-        );
-    }
-    out.push_str("</table>");
-    let mut text = crate::terminal::analysis(a);
-    if let Some(i) = text.find("\nRecommended operating points") {
-        text.truncate(i);
-    }
-    let _ = write!(out, "<pre>{}</pre>", esc(text.trim()));
 
     out.push_str("<h2>Points</h2><table><tr><th>point</th><th>output tok/s</th><th>TTFT p50</th><th>TTFT p99</th><th>TPOT p99</th><th>E2E p99</th><th>failed</th><th>frontier</th><th>run</th></tr>");
     for (i, p) in s.points.iter().enumerate() {

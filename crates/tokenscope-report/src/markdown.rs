@@ -4,9 +4,55 @@
 use crate::run_dir::Sweep;
 use std::fmt::Write;
 use tokenscope_core::results::RunResults;
+use tokenscope_core::slo::{SloReport, Verdict};
 
 fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
     v.map_or("—".into(), f)
+}
+
+/// What was run, from `config`: the load, how much, the lengths asked for
+/// and whether they were forced (`--ignore-eos`). `with_load`: false for a
+/// sweep, whose points differ in load.
+pub fn what_was_run(config: &serde_json::Value, with_load: bool) -> String {
+    let mut parts = Vec::new();
+    let load = &config["load"];
+    if with_load {
+        match load["mode"].as_str() {
+            Some("closed") => {
+                parts.push(format!("closed loop, concurrency {}", load["concurrency"]))
+            }
+            Some("open") => parts.push(format!(
+                "open loop, {} requests/s ({})",
+                load["rate"],
+                load["arrival"].as_str().unwrap_or("poisson")
+            )),
+            _ => {}
+        }
+    }
+    match (config["requests"].as_u64(), config["duration_s"].as_f64()) {
+        (Some(n), Some(d)) => parts.push(format!("{n} requests or {d} s")),
+        (Some(n), None) => parts.push(format!("{n} requests")),
+        (None, Some(d)) => parts.push(format!("{d} s")),
+        _ => {}
+    }
+    if let Some(w) = config["warmup"].as_u64().filter(|&w| w > 0) {
+        parts.push(format!("{w} warm-up"));
+    }
+    if let Some(i) = config["input_tokens"].as_str() {
+        parts.push(format!("input tokens {i}"));
+    }
+    if let Some(o) = config["output_tokens"].as_str() {
+        parts.push(format!("output tokens {o}"));
+    }
+    match config["ignore_eos"].as_bool() {
+        Some(true) => parts.push("--ignore-eos (lengths forced)".into()),
+        Some(false) => parts.push("no --ignore-eos (the model may stop early)".into()),
+        None => {}
+    }
+    if let Some(p) = config["shared_prefix"].as_u64().filter(|&p| p > 0) {
+        parts.push(format!("shared prefix {p} tokens"));
+    }
+    parts.join(" · ")
 }
 
 /// One run.
@@ -29,6 +75,10 @@ pub fn run(r: &RunResults) -> String {
             ""
         }
     );
+    let _ = writeln!(out, "**Run:** {}\n", what_was_run(&r.config, true));
+    if let Some(s) = &r.slo {
+        slo(&mut out, s, r.counts.requests);
+    }
     out.push_str(
         "| latency (ms) | mean | p50 | p90 | p99 | max |\n|---|---:|---:|---:|---:|---:|\n",
     );
@@ -86,20 +136,6 @@ pub fn run(r: &RunResults) -> String {
             let _ = writeln!(out, "| {k} | {v} |");
         }
     }
-    if let Some(s) = &r.slo {
-        let _ = writeln!(out, "\n**SLO {}**", if s.met { "met" } else { "NOT met" });
-        for o in &s.objectives {
-            let _ = writeln!(
-                out,
-                "- {}_{} ≤ {} ms: {} ({})",
-                o.metric,
-                o.stat,
-                o.limit_ms,
-                opt(o.value_ms, |v| format!("{v:.2} ms")),
-                if o.met { "met" } else { "not met" }
-            );
-        }
-    }
     if !r.diagnosis.is_empty() {
         out.push_str("\n**Diagnosis**\n\n");
         for f in &r.diagnosis {
@@ -109,10 +145,56 @@ pub fn run(r: &RunResults) -> String {
     out
 }
 
+/// The SLO verdict in words, with each objective's sample.
+fn slo(out: &mut String, s: &SloReport, requests: u64) {
+    let v = s
+        .verdict
+        .unwrap_or(if s.met { Verdict::Met } else { Verdict::NotMet });
+    let _ = writeln!(
+        out,
+        "**SLO {}** — good requests {} of {requests}\n",
+        v.words(),
+        s.good_requests
+    );
+    for o in &s.objectives {
+        let n = o.n.map_or(String::new(), |n| format!(", n = {n}"));
+        let _ = writeln!(
+            out,
+            "- {}_{} ≤ {} ms: {}{n} — {}",
+            o.metric,
+            o.stat,
+            o.limit_ms,
+            opt(o.value_ms, |v| format!("{v:.2} ms")),
+            o.reason.clone().unwrap_or_else(|| match o.verdict {
+                Some(v) => v.words().into(),
+                None if o.met => "met".into(),
+                None => "NOT met".into(),
+            })
+        );
+    }
+    out.push('\n');
+}
+
 /// A sweep.
 pub fn sweep(s: &Sweep) -> String {
     let a = &s.analysis;
     let mut out = String::from("### tokenscope sweep\n\n");
+    if let Some(first) = s.points.first() {
+        let _ = writeln!(
+            out,
+            "**Each point:** {}\n",
+            what_was_run(&first.results.config, false)
+        );
+    }
+    let text = crate::terminal::analysis(a);
+    let head = text
+        .split("\nRecommended operating points")
+        .next()
+        .unwrap_or("");
+    for line in head.lines().filter(|l| !l.trim().is_empty()) {
+        let _ = writeln!(out, "{}  ", line.trim());
+    }
+    out.push('\n');
     out.push_str("| point | output tok/s | per-user tok/s | TTFT p99 | TPOT p99 | E2E p99 | cost/1K | KV max | preempt | frontier |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|:-:|\n");
     for (i, (p, q)) in s.points.iter().zip(&a.series).enumerate() {
         let _ = writeln!(
@@ -140,18 +222,14 @@ pub fn sweep(s: &Sweep) -> String {
             out,
             "| {} | {} | {} | {} |",
             r.profile,
-            r.load.map_or("none".into(), |l| l.to_string()),
+            r.load.map_or("none".into(), |l| if r.lower_bound {
+                format!("≥ {l}")
+            } else {
+                l.to_string()
+            }),
             r.why.replace('|', "\\|"),
             r.margin_pct.map_or("—".into(), |m| format!("{m:.0} %"))
         );
-    }
-    let text = crate::terminal::analysis(a);
-    let head = text
-        .split("\nRecommended operating points")
-        .next()
-        .unwrap_or("");
-    for line in head.lines().filter(|l| !l.trim().is_empty()) {
-        let _ = writeln!(out, "\n{}", line.trim());
     }
     out
 }

@@ -260,9 +260,11 @@ pub fn summary(r: &RunResults) -> String {
 
 /// The SLO verdict in words, each objective with its sample and interval.
 fn slo_lines(out: &mut String, slo: &SloReport, requests: u64) {
-    let verdict = slo
-        .verdict
-        .unwrap_or(if slo.met { Verdict::Met } else { Verdict::NotMet });
+    let verdict = slo.verdict.unwrap_or(if slo.met {
+        Verdict::Met
+    } else {
+        Verdict::NotMet
+    });
     let _ = writeln!(out, "\nSLO {}", verdict.words());
     for o in &slo.objectives {
         let value = o.value_ms.map_or("—".into(), |v| format!("{v:.2} ms"));
@@ -290,11 +292,7 @@ fn slo_lines(out: &mut String, slo: &SloReport, requests: u64) {
             let _ = writeln!(out, "    {reason}");
         }
     }
-    let _ = writeln!(
-        out,
-        "  good requests: {} of {requests}",
-        slo.good_requests
-    );
+    let _ = writeln!(out, "  good requests: {} of {requests}", slo.good_requests);
 }
 
 /// One line per point of a series (a sweep or `sim plan --sweep`).
@@ -348,11 +346,13 @@ pub fn analysis(a: &Analysis) -> String {
             )
         }
         (None, Some(note)) => _ = writeln!(out, "\nno knee: {note}"),
-        (None, None) => _ = writeln!(
-            out,
-            "\nno knee: tokens/s flattened but no single bend stands out ({})",
-            a.flattening.as_ref().map_or("", |f| f.rule.as_str())
-        ),
+        (None, None) => {
+            _ = writeln!(
+                out,
+                "\nno knee: tokens/s flattened but no single bend stands out ({})",
+                a.flattening.as_ref().map_or("", |f| f.rule.as_str())
+            )
+        }
     }
     if let Some(f) = a.flattening.as_ref().filter(|f| f.saturated) {
         _ = writeln!(out, "  rule: {}", f.rule);
@@ -401,22 +401,33 @@ fn slo_capacity_lines(out: &mut String, c: &SloCapacity) {
     );
     match (c.highest_met_load, c.interpolated_load) {
         (None, _) if c.undecided_load.is_some() => {}
-        (None, _) => _ = writeln!(out, "  not met even at the lightest load ({limiting} binds)"),
-        (Some(h), Some(i)) => _ = writeln!(
+        (None, _) => {
+            _ = writeln!(
+                out,
+                "  not met even at the lightest load ({limiting} binds)"
+            )
+        }
+        (Some(h), Some(i)) => {
+            _ = writeln!(
             out,
             "  met up to load {h} (margin {:.0} %); {limiting} reaches its limit near load {i:.1}",
             c.margin_pct.unwrap_or(0.0)
-        ),
-        (Some(h), None) if c.undecided_load.is_some() => _ = writeln!(
-            out,
-            "  met up to load {h} (margin {:.0} %)",
-            c.margin_pct.unwrap_or(0.0)
-        ),
-        (Some(h), None) => _ = writeln!(
+        )
+        }
+        (Some(h), None) if c.undecided_load.is_some() => {
+            _ = writeln!(
+                out,
+                "  met up to load {h} (margin {:.0} %)",
+                c.margin_pct.unwrap_or(0.0)
+            )
+        }
+        (Some(h), None) => {
+            _ = writeln!(
             out,
             "  met at every load up to {h} (margin {:.0} % there); capacity lies beyond the series",
             c.margin_pct.unwrap_or(0.0)
-        ),
+        )
+        }
     }
     if let Some(u) = c.undecided_load {
         _ = writeln!(

@@ -201,15 +201,26 @@ impl Series<'_> {
         // explicit series gets would spend most of the sweep at concurrency 1.
         let sized = base.requests.is_none() && base.duration.is_none();
         // With --slo, enough requests that its percentiles can be judged.
-        let slo_needs = self.args.bench.output.slo.as_ref().and_then(|s| s.requests_needed());
+        let slo_needs = self
+            .args
+            .bench
+            .output
+            .slo
+            .as_ref()
+            .and_then(|s| s.requests_needed());
         match (&slo_needs, sized) {
             (Some((n, key)), true) => self.say(&format!(
                 "auto: --slo {key} is judged on ≥ {n} requests: each point runs at least that many"
             )),
             (Some((n, _)), false) => {
-                if let Some(w) = self.args.bench.output.slo.as_ref().and_then(|s| {
-                    base.requests.and_then(|r| s.sample_warning(r))
-                }) {
+                if let Some(w) = self
+                    .args
+                    .bench
+                    .output
+                    .slo
+                    .as_ref()
+                    .and_then(|s| base.requests.and_then(|r| s.sample_warning(r)))
+                {
                     self.say(&format!("warning: {w}"));
                 } else if base.duration.is_some() {
                     self.say(&format!("note: --slo needs ≈ {n} requests a point to be judged on its own; --duration decides how many are sent"));
@@ -443,12 +454,10 @@ fn judged(d: &Done, slo: &Slo) -> Vec<ObjectiveResult> {
         .and_then(|dir| tokenscope_report::run_dir::Run::read(dir).ok())
         .map(|run| run.records);
     match records {
-        Some(records) => {
-            tokenscope_core::metrics::measure(&records, Some(slo), None)
-                .slo
-                .map(|s| s.objectives)
-                .unwrap_or_default()
-        }
+        Some(records) => tokenscope_core::metrics::measure(&records, Some(slo), None)
+            .slo
+            .map(|s| s.objectives)
+            .unwrap_or_default(),
         None => slo
             .objectives
             .iter()
@@ -477,9 +486,7 @@ fn series_exit(points: &[Done], slo: Option<&SloCapacity>) -> Exit {
         return codes[0];
     }
     match slo {
-        Some(s) if s.target_load.is_some() && s.target_met.is_none() => {
-            return Exit::SloNotJudged
-        }
+        Some(s) if s.target_load.is_some() && s.target_met.is_none() => return Exit::SloNotJudged,
         Some(s) if s.target_met == Some(false) => return Exit::SloNotMet,
         _ => {}
     }

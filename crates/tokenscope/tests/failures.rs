@@ -230,7 +230,14 @@ fn a_p99_of_a_handful_of_requests_is_not_judged() {
     let o = tokenscope()
         .args(["bench", "--url", &server.url, "--out"])
         .arg(&out)
-        .args(["--requests", "32", "--concurrency", "8", "--output-tokens", "4"])
+        .args([
+            "--requests",
+            "32",
+            "--concurrency",
+            "8",
+            "--output-tokens",
+            "4",
+        ])
         .args(["--slo", "ttft_p99=2s"])
         .output()
         .unwrap();
@@ -239,7 +246,10 @@ fn a_p99_of_a_handful_of_requests_is_not_judged() {
         String::from_utf8_lossy(&o.stderr),
     );
     assert_eq!(o.status.code(), Some(7), "{stdout}{stderr}");
-    assert!(stderr.contains("needs ≈ 1,000 requests"), "warned before: {stderr}");
+    assert!(
+        stderr.contains("needs ≈ 1,000 requests"),
+        "warned before: {stderr}"
+    );
     assert!(
         stdout.contains("not enough requests to judge ttft p99 (n = 32; need ≈ 1,000)"),
         "{stdout}"
@@ -247,7 +257,10 @@ fn a_p99_of_a_handful_of_requests_is_not_judged() {
     let r = results(&out);
     assert_eq!(r["slo"]["verdict"], "not_enough_data");
     let o = &r["slo"]["objectives"][0];
-    assert_eq!((o["n"].as_u64(), o["needed"].as_u64()), (Some(32), Some(1000)));
+    assert_eq!(
+        (o["n"].as_u64(), o["needed"].as_u64()),
+        (Some(32), Some(1000))
+    );
     assert!(o["ci_high_ms"].is_null(), "no upper bound from 32: {o}");
     // The same run re-judged on its median: 32 requests suffice.
     let o = tokenscope()
@@ -257,7 +270,9 @@ fn a_p99_of_a_handful_of_requests_is_not_judged() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("SLO met"), "{stdout}");
-    assert!(String::from_utf8_lossy(&o.stderr).contains("re-judged against --slo ttft_p50 ≤ 2000 ms"));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("re-judged against --slo ttft_p50 ≤ 2000 ms")
+    );
 }
 
 #[test]
@@ -275,9 +290,24 @@ fn slo_limits_carry_units() {
     // Microseconds are allowed, and echoed back in ms so a typo shows.
     let server = Server::start(exact(100, 1));
     let out = run_dir("slo-us");
-    let o = bench(&server.url, &out, &["--requests", "2", "--output-tokens", "2", "--slo", "ttft_max=500us"]);
+    let o = bench(
+        &server.url,
+        &out,
+        &[
+            "--requests",
+            "2",
+            "--output-tokens",
+            "2",
+            "--slo",
+            "ttft_max=500us",
+        ],
+    );
     assert_eq!(o.status.code(), Some(5));
-    let o = tokenscope().args(["report", "--format", "terminal"]).arg(&out).output().unwrap();
+    let o = tokenscope()
+        .args(["report", "--format", "terminal"])
+        .arg(&out)
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&o.stdout).contains("ttft_max ≤ 0.5 ms"));
 }
 
@@ -291,18 +321,36 @@ fn a_used_run_directory_is_refused_unless_forced() {
     let o = bench(&server.url, &out, &args);
     assert_eq!(o.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(stderr.contains("already holds a run") && stderr.contains("--force"), "{stderr}");
-    assert_eq!(std::fs::read_to_string(out.join("results.json")).unwrap(), first, "untouched");
+    assert!(
+        stderr.contains("already holds a run") && stderr.contains("--force"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("results.json")).unwrap(),
+        first,
+        "untouched"
+    );
     // --force clears it: no file of the old run is left beside the new one.
     std::fs::write(out.join("timeseries.jsonl"), "{\"old\": true}\n").unwrap();
     let o = tokenscope()
-        .args(["bench", "--url", &server.url, "--quiet", "--no-metrics", "--force", "--out"])
+        .args([
+            "bench",
+            "--url",
+            &server.url,
+            "--quiet",
+            "--no-metrics",
+            "--force",
+            "--out",
+        ])
         .arg(&out)
         .args(args)
         .output()
         .unwrap();
     assert_ok(&o);
-    assert!(!out.join("timeseries.jsonl").exists(), "the old time series is gone");
+    assert!(
+        !out.join("timeseries.jsonl").exists(),
+        "the old time series is gone"
+    );
     // A directory that is not a run is never cleared.
     let other = run_dir("reuse-foreign");
     std::fs::create_dir_all(&other).unwrap();

@@ -248,6 +248,9 @@ fn resume_keeps_finished_points_and_the_slo_gate_judges_the_target_load() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(7), "{stdout}");
     assert!(stderr.contains("needs ≈ 1,000 requests"), "{stderr}");
-    assert!(stdout.contains("not enough requests to judge ttft p99"), "{stdout}");
+    assert!(
+        stdout.contains("not enough requests to judge ttft p99"),
+        "{stdout}"
+    );
     assert!(doc["analysis"]["slo"]["target_met"].is_null());
 }
