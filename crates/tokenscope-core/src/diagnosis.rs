@@ -30,6 +30,17 @@ pub fn diagnose(
     client: &ClientUsage,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
+    if counts.implausible_usage > 0 {
+        out.push(finding(
+            "implausible_usage",
+            "warning",
+            format!(
+                "{} of {} responses reported usage counts that cannot be true (more tokens than bytes received or than max_tokens, or absurd sizes): those were counted from the stream instead; see implausible_usage in requests.jsonl",
+                counts.implausible_usage, counts.requests
+            ),
+            &[("responses", json!(counts.implausible_usage))],
+        ));
+    }
     if let (Some(cores), Some(threads)) = (client.cpu_cores, client.threads) {
         if threads > 0 && cores >= 0.85 * threads as f64 {
             out.push(finding(

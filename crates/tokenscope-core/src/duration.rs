@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+/// The longest duration accepted (a year): past it a typo, never a plan.
+pub const MAX_SECS: f64 = 365.0 * 86_400.0;
+
 /// Parses `250ms`, `1.5s`, `2m`, `100us`; a bare number is seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
@@ -28,6 +31,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if !secs.is_finite() || secs < 0.0 {
         return Err(format!("`{text}` is not a valid duration"));
     }
+    if secs > MAX_SECS {
+        return Err(format!(
+            "`{text}` is longer than a year; nothing here waits that long"
+        ));
+    }
     Ok(Duration::from_secs_f64(secs))
 }
 
@@ -44,5 +52,7 @@ mod tests {
         assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
         assert!(parse_duration("fast").is_err());
         assert!(parse_duration("5parsecs").is_err());
+        assert!(parse_duration("99999999999999999999999h").is_err());
+        assert!(parse_duration("400d").is_err());
     }
 }

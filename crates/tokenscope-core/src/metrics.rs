@@ -220,6 +220,10 @@ fn counts(all: &[RequestRecord], measured: &[&RequestRecord]) -> Counts {
         short_outputs: measured.iter().filter(|r| r.short_output()).count() as u64,
         waited_for_slot: measured.iter().filter(|r| r.waited_for_slot).count() as u64,
         retried: measured.iter().filter(|r| r.retries > 0).count() as u64,
+        implausible_usage: measured
+            .iter()
+            .filter(|r| r.implausible_usage.is_some())
+            .count() as u64,
     }
 }
 
@@ -236,8 +240,9 @@ fn source_name(s: Option<TokenSource>) -> String {
 fn tokens(ok: &[&RequestRecord]) -> Tokens {
     let mut t = Tokens::default();
     for r in ok {
-        t.input_total += r.input_tokens.unwrap_or(0);
-        t.output_total += r.output_tokens;
+        // Saturating: a total never wraps round to a small number.
+        t.input_total = t.input_total.saturating_add(r.input_tokens.unwrap_or(0));
+        t.output_total = t.output_total.saturating_add(r.output_tokens);
         *t.input_sources
             .entry(source_name(r.input_token_source))
             .or_insert(0) += 1;

@@ -135,6 +135,11 @@ pub struct RequestRecord {
     /// Open loop with `--max-concurrency`: the request could not leave on time.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub waited_for_slot: bool,
+    /// The server's usage counts, when they could not be true (more output
+    /// tokens than bytes received or than `max_tokens` allowed, absurd
+    /// sizes): kept here for the record, replaced by a count of our own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub implausible_usage: Option<String>,
     /// The server's own per-request timings when it sends them (llama.cpp's `timings`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_timings: Option<serde_json::Value>,
@@ -197,6 +202,7 @@ impl RequestRecord {
             finish_reason: None,
             retries: 0,
             waited_for_slot: false,
+            implausible_usage: None,
             server_timings: None,
             chunks: Vec::new(),
         }

@@ -143,6 +143,9 @@ pub struct Counts {
     pub waited_for_slot: u64,
     /// Requests sent again because a kept-alive connection was found closed by the server.
     pub retried: u64,
+    /// Responses whose usage counts could not be true (counted from the stream instead).
+    #[serde(default)]
+    pub implausible_usage: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -264,11 +264,17 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> RequestRecord {
             "stream ended without [DONE] or a finish reason".into(),
         ));
     }
+    let n_chunks = s.chunks.len() as u64;
+    // Before the split, a chunk's second field is its text bytes.
+    let bytes: u64 = s.chunks.iter().map(|c| c.1 as u64).sum();
+    if let Some(why) = implausible(s.usage, bytes, n_chunks, rec.requested_output_tokens) {
+        rec.implausible_usage = Some(why);
+        s.usage = None;
+    }
     if let Some(p) = s.usage.and_then(|u| u.prompt_tokens) {
         rec.input_tokens = Some(p);
         rec.input_token_source = Some(TokenSource::ServerUsage);
     }
-    let n_chunks = s.chunks.len() as u64;
     let (total, source) = match s.usage.and_then(|u| u.completion_tokens) {
         Some(n) if s.failure.is_none() => (n, TokenSource::ServerUsage),
         _ => match tokenizer::count_tokens(&s.text).filter(|_| s.failure.is_none()) {
@@ -289,6 +295,36 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> RequestRecord {
         rec.error = Some(msg);
     }
     rec
+}
+
+/// Prompt sizes past this are not real (the largest context windows hold ~10M).
+const MAX_PLAUSIBLE_PROMPT: u64 = 1 << 32;
+
+/// Why the server's usage cannot be true, if it cannot: a token is at least
+/// a byte of text (or an empty chunk), a server never writes past
+/// `max_tokens` (one more for an end-of-sequence token), and no prompt holds
+/// billions of tokens.
+fn implausible(
+    usage: Option<Usage>,
+    bytes: u64,
+    chunks: u64,
+    max_tokens: Option<u64>,
+) -> Option<String> {
+    let u = usage?;
+    if let Some(n) = u.completion_tokens {
+        if n > bytes.saturating_add(chunks) {
+            return Some(format!(
+                "completion_tokens {n} from {chunks} chunks carrying {bytes} bytes"
+            ));
+        }
+        if let Some(max) = max_tokens.filter(|&m| n > m.saturating_add(1)) {
+            return Some(format!("completion_tokens {n} with max_tokens {max}"));
+        }
+    }
+    match u.prompt_tokens {
+        Some(p) if p > MAX_PLAUSIBLE_PROMPT => Some(format!("prompt_tokens {p}")),
+        _ => None,
+    }
 }
 
 /// Replaces each chunk's byte count with its token count.

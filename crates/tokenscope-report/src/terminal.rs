@@ -141,9 +141,13 @@ pub fn summary(r: &RunResults) -> String {
     match &r.efficiency.cost {
         Some(cost) => {
             let per = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("${v:.5}"));
+            let source = r.config["gpu_price_source"]
+                .as_str()
+                .map(|s| format!("; {s}"))
+                .unwrap_or_default();
             let _ = writeln!(
                 out,
-                "  cost / 1K output tokens {:>12}   (${:.2}/GPU-h × {} GPU)",
+                "  cost / 1K output tokens {:>12}   (${:.2}/GPU-h × {} GPU{source})",
                 per(cost.usd_per_1k_output_tokens),
                 cost.usd_per_gpu_hour,
                 cost.gpus
@@ -186,6 +190,12 @@ pub fn summary(r: &RunResults) -> String {
                 let _ = writeln!(out, "  energy                  {j:.3} J per output token");
             }
         }
+        None if r.simulated.is_some() || r.server.kind.as_deref() == Some("tokenscope-sim") => {
+            let _ = writeln!(
+                out,
+                "  GPU                     simulated: no device to measure"
+            );
+        }
         None => {
             let _ = writeln!(out, "  GPU                     not measured (--gpu local, or a DCGM exporter via --metrics-url)");
         }
@@ -216,29 +226,7 @@ pub fn summary(r: &RunResults) -> String {
     }
 
     if let (Some(kind), Some(m)) = (&r.server.kind, &r.server.metrics) {
-        let _ = writeln!(out, "\nServer ({kind}, from its own metrics)");
-        let g = |k: &str| {
-            m[k].as_object()
-                .and_then(|o| Some((o.get("mean")?.as_f64()?, o.get("max")?.as_f64()?)))
-        };
-        if let Some((mean, max)) = g("running") {
-            let _ = writeln!(
-                out,
-                "  running requests        {mean:.1} mean, {max:.0} max"
-            );
-        }
-        if let Some((mean, max)) = g("waiting") {
-            let _ = writeln!(
-                out,
-                "  waiting requests        {mean:.1} mean, {max:.0} max"
-            );
-        }
-        if let Some(q) = m["queue_time"]["mean_ms"].as_f64() {
-            let _ = writeln!(out, "  queue time              {q:.1} ms mean");
-        }
-        if let Some(t) = m["generation_tokens_per_s"].as_f64() {
-            let _ = writeln!(out, "  generated tokens/s      {t:.1}");
-        }
+        server_lines(&mut out, kind, m);
     }
     if !c.errors.is_empty() {
         let _ = writeln!(out, "\nErrors");
@@ -293,6 +281,37 @@ fn slo_lines(out: &mut String, slo: &SloReport, requests: u64) {
         }
     }
     let _ = writeln!(out, "  good requests: {} of {requests}", slo.good_requests);
+}
+
+/// The server's own figures, under a heading only when there is one.
+fn server_lines(out: &mut String, kind: &str, m: &serde_json::Value) {
+    let mut lines = String::new();
+    let g = |k: &str| {
+        m[k].as_object()
+            .and_then(|o| Some((o.get("mean")?.as_f64()?, o.get("max")?.as_f64()?)))
+    };
+    if let Some((mean, max)) = g("running") {
+        let _ = writeln!(
+            lines,
+            "  running requests        {mean:.1} mean, {max:.0} max"
+        );
+    }
+    if let Some((mean, max)) = g("waiting") {
+        let _ = writeln!(
+            lines,
+            "  waiting requests        {mean:.1} mean, {max:.0} max"
+        );
+    }
+    if let Some(q) = m["queue_time"]["mean_ms"].as_f64() {
+        let _ = writeln!(lines, "  queue time              {q:.1} ms mean");
+    }
+    if let Some(t) = m["generation_tokens_per_s"].as_f64() {
+        let _ = writeln!(lines, "  generated tokens/s      {t:.1}");
+    }
+    if !lines.is_empty() {
+        let _ = writeln!(out, "\nServer ({kind}, from its own metrics)");
+        out.push_str(&lines);
+    }
 }
 
 /// One line per point of a series (a sweep or `sim plan --sweep`).

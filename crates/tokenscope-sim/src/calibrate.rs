@@ -69,14 +69,40 @@ pub fn predict(
     })
 }
 
+/// The range each fitted factor may take: (name, low, high).
+const BOUNDS: [(&str, f64, f64); 4] = [
+    ("compute efficiency", 1e-4, 1.0),
+    ("memory efficiency", 1e-4, 1.0),
+    ("step overhead (s)", 1e-6, 1.0),
+    ("per-sequence cost (s)", 1e-7, 1.0),
+];
+
 /// Parameters live in log space: compute, memory, step overhead, per-sequence cost.
 fn efficiency_at(x: &[f64; 4]) -> Efficiency {
+    let f = |i: usize| x[i].exp().clamp(BOUNDS[i].1, BOUNDS[i].2);
     Efficiency {
-        compute: x[0].exp().clamp(1e-4, 1.0),
-        memory: x[1].exp().clamp(1e-4, 1.0),
-        step_overhead_s: x[2].exp().clamp(1e-6, 1.0),
-        per_sequence_s: x[3].exp().clamp(1e-7, 1.0),
+        compute: f(0),
+        memory: f(1),
+        step_overhead_s: f(2),
+        per_sequence_s: f(3),
     }
+}
+
+/// The fitted factors that ended on (within 1 % of) a bound: the model could
+/// only match the run by pushing them there, so the run contradicts it (a
+/// CPU server, another GPU than the one named, costs the model lacks).
+pub fn at_bounds(e: &Efficiency) -> Vec<String> {
+    let values = [e.compute, e.memory, e.step_overhead_s, e.per_sequence_s];
+    BOUNDS
+        .iter()
+        .zip(values)
+        .filter(|((_, lo, hi), v)| *v <= lo * 1.01 || *v >= hi * 0.99)
+        .map(|((name, lo, hi), v)| {
+            let which = if v <= lo * 1.01 { "lower" } else { "upper" };
+            let bound = if which == "lower" { lo } else { hi };
+            format!("{name} = {v:.3e} sits at its {which} bound {bound:e}")
+        })
+        .collect()
 }
 
 /// Fits compute and memory efficiency, the per-step overhead and the
@@ -182,6 +208,26 @@ fn nelder_mead<const N: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn factors_on_their_bounds_are_named() {
+        let ok = Efficiency {
+            compute: 0.5,
+            memory: 0.7,
+            step_overhead_s: 1e-3,
+            per_sequence_s: 1e-5,
+        };
+        assert!(at_bounds(&ok).is_empty());
+        let pinned = Efficiency {
+            compute: 1e-4,
+            step_overhead_s: 1.0,
+            ..ok
+        };
+        let found = at_bounds(&pinned);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(found[0].contains("compute efficiency") && found[0].contains("lower"));
+        assert!(found[1].contains("step overhead") && found[1].contains("upper"));
+    }
 
     #[test]
     fn nelder_mead_finds_a_quadratic_minimum() {

@@ -33,7 +33,18 @@ use tokio_util::sync::CancellationToken;
 /// apart from a built-in server's in the same process.
 const CLIENT_THREADS: &str = "ts-";
 
-pub fn run(args: BenchArgs) -> anyhow::Result<Exit> {
+/// The GPU the built-in engine models (Llama-3.1-8B on one H100 SXM).
+const BUILTIN_GPU: &str = "h100-sxm";
+
+/// The built-in engine knows its GPU: price it unless told otherwise.
+pub(crate) fn price_builtin(args: &mut BenchArgs) {
+    if args.url.is_none() && matches!(args.builtin, BuiltinChoice::Engine) {
+        outcome::price_known_gpu(&mut args.output, BUILTIN_GPU, 1);
+    }
+}
+
+pub fn run(mut args: BenchArgs) -> anyhow::Result<Exit> {
+    price_builtin(&mut args);
     if args.load.concurrency.len() > 1 || args.load.rate.len() > 1 {
         return Err(Exit::usage(
             "--concurrency and --rate take one value in bench; `tokenscope sweep` runs a series"
@@ -126,7 +137,7 @@ impl Builtin {
                 let cat = Catalogue::builtin();
                 let config = EngineConfig::new(
                     cat.model("llama-3.1-8b").expect("in the catalogue"),
-                    cat.gpu("h100-sxm").expect("in the catalogue"),
+                    cat.gpu(BUILTIN_GPU).expect("in the catalogue"),
                 );
                 let description = format!("built-in simulated engine: {}", config.describe());
                 let options = ServeOptions::for_config(&config);

@@ -115,6 +115,10 @@ pub struct CompareArgs {
     /// Confidence of the intervals.
     #[arg(long, default_value_t = 0.95, value_parser = probability)]
     pub confidence: f64,
+    /// Judge regressions even when the runs differ in model, server, API or
+    /// workload (otherwise such a comparison is reported, never gated).
+    #[arg(long)]
+    pub allow_unlike: bool,
     /// Print the comparison as JSON alone.
     #[arg(long)]
     pub json: bool,
@@ -163,6 +167,7 @@ impl ReportArgs {
             gpu_price: None,
             gpu_type: None,
             gpus: 1,
+            gpu_known: None,
             out: None,
             force: false,
             json: false,
@@ -355,6 +360,15 @@ fn duration(s: &str) -> Result<Duration, String> {
     parse_duration(s)
 }
 
+/// A duration that must be above zero (`--duration 0s` would send nothing,
+/// `--idle-timeout 0` would time out every request).
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("`{s}` must be above zero")),
+        d => Ok(d),
+    }
+}
+
 fn scrape_interval(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d < Duration::from_millis(100) {
@@ -428,10 +442,10 @@ pub struct BenchArgs {
     #[arg(long = "header", value_parser = header, value_name = "NAME:VALUE")]
     pub headers: Vec<(String, String)>,
     /// Longest one request may take.
-    #[arg(long, default_value = "10m", value_parser = duration)]
+    #[arg(long, default_value = "10m", value_parser = positive_duration)]
     pub timeout: Duration,
     /// Longest to wait for the response head or the next bytes of a stream.
-    #[arg(long, default_value = "120s", value_parser = duration)]
+    #[arg(long, default_value = "120s", value_parser = positive_duration)]
     pub idle_timeout: Duration,
     /// Prometheus endpoint(s) to sample during the run, repeatable (a DCGM exporter, a
     /// second replica). Default: the server's own /metrics.
@@ -491,7 +505,7 @@ pub struct LoadArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub requests: Option<u64>,
     /// Stop starting requests after this long (e.g. 60s, 2m); those in flight finish.
-    #[arg(long, value_parser = duration)]
+    #[arg(long, value_parser = positive_duration)]
     pub duration: Option<Duration>,
     /// Requests sent first and excluded from the results.
     #[arg(long, default_value_t = 0)]
@@ -528,6 +542,10 @@ pub struct OutputArgs {
     /// GPUs behind the server.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub gpus: u32,
+    /// Set when the GPU type was not given but is known (a simulated engine
+    /// knows its GPU): the run is priced at that GPU's default price.
+    #[arg(skip)]
+    pub gpu_known: Option<String>,
     /// Run directory (default runs/<UTC timestamp>); it must be new or empty.
     #[arg(long)]
     pub out: Option<PathBuf>,

@@ -1,111 +1,255 @@
 //! `tokenscope compare A B`: whether B differs from A, metric by metric, with
-//! bootstrap confidence intervals from the per-request records.
+//! bootstrap confidence intervals from the per-request records. Two sweeps
+//! are compared point by point, at the loads both measured. Runs of
+//! different models, servers, APIs or workloads are said to be unlike up
+//! front: their differences are shown, never gated as regressions.
 
 use crate::cli::CompareArgs;
 use crate::exit::Exit;
 use crate::report::read_run;
 use serde_json::json;
+use std::path::Path;
 use tokenscope_core::compare::{compare, MetricChange, Settings};
+use tokenscope_core::record::RequestRecord;
+use tokenscope_core::results::RunResults;
+
+/// What makes two runs measure different things, one line each.
+pub fn unlike(a: &RunResults, b: &RunResults) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut differ = |what: &str, x: String, y: String| {
+        if x != y {
+            out.push(format!("{what} differs: A {x} · B {y}"));
+        }
+    };
+    differ("model", a.target.model.clone(), b.target.model.clone());
+    differ("API", a.target.api.clone(), b.target.api.clone());
+    let kind = |r: &RunResults| r.server.kind.clone().unwrap_or_else(|| "unknown".into());
+    differ("server kind", kind(a), kind(b));
+    for key in [
+        "input_tokens",
+        "output_tokens",
+        "shared_prefix",
+        "ignore_eos",
+    ] {
+        differ(
+            &format!("workload ({key})"),
+            a.config[key].to_string(),
+            b.config[key].to_string(),
+        );
+    }
+    out
+}
+
+/// One compared pair: its label (a sweep's load), the changes, and the regressions.
+struct Pair {
+    label: Option<String>,
+    changes: Vec<MetricChange>,
+    unlike: Vec<String>,
+}
 
 pub fn run(args: CompareArgs) -> anyhow::Result<Exit> {
-    let (a, b) = (read_run(&args.a)?, read_run(&args.b)?);
     let settings = Settings {
         resamples: args.resamples as usize,
         confidence: args.confidence,
         noise_threshold_pct: args.noise_threshold,
         seed: 0,
     };
-    let changes = compare(&a.records, &b.records, &settings);
-    if changes.is_empty() {
+    let sweeps = args.a.join("sweep.json").exists() && args.b.join("sweep.json").exists();
+    let pairs = if sweeps {
+        let (pairs, line) = sweep_pairs(&args.a, &args.b, &settings)?;
+        if !args.json {
+            println!("{line}");
+        }
+        pairs
+    } else {
+        let (a, b) = (read_run(&args.a)?, read_run(&args.b)?);
+        if !args.json {
+            header(&args.a, &a.results, &args.b, &b.results);
+        }
+        vec![Pair {
+            label: None,
+            changes: compare(&a.records, &b.records, &settings),
+            unlike: unlike(&a.results, &b.results),
+        }]
+    };
+    if pairs.iter().all(|p| p.changes.is_empty()) {
         return Err(Exit::usage(
             "nothing to compare: one of the runs has no successful request".into(),
         ));
     }
-    let failing: Vec<&MetricChange> = changes
+    let is_unlike = pairs.iter().any(|p| !p.unlike.is_empty());
+    let gated = !is_unlike || args.allow_unlike;
+    let failing: Vec<(Option<&String>, &MetricChange)> = pairs
         .iter()
-        .filter(|c| {
-            c.is_regression()
+        .flat_map(|p| p.changes.iter().map(move |c| (p.label.as_ref(), c)))
+        .filter(|(_, c)| {
+            gated
+                && c.is_regression()
                 && args
                     .fail_on_regression
                     .is_some_and(|limit| c.change_pct.abs() >= limit)
         })
         .collect();
     if args.json {
+        let points: Vec<_> = pairs
+            .iter()
+            .map(|p| json!({"load": p.label, "metrics": p.changes, "unlike": p.unlike}))
+            .collect();
         let doc = json!({
             "a": args.a, "b": args.b,
             "settings": settings,
-            "metrics": changes,
+            "unlike": pairs.iter().flat_map(|p| p.unlike.clone()).collect::<std::collections::BTreeSet<_>>(),
+            "metrics": if sweeps { json!(null) } else { json!(pairs[0].changes) },
+            "points": if sweeps { json!(points) } else { json!(null) },
             "fail_on_regression_pct": args.fail_on_regression,
-            "regressions": failing.iter().map(|c| &c.metric).collect::<Vec<_>>(),
+            "regressions": failing.iter().map(|(l, c)| match l {
+                Some(l) => format!("{l}: {}", c.metric),
+                None => c.metric.clone(),
+            }).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        println!(
-            "A {}  ({}, {} requests)",
-            args.a.display(),
-            a.results.target.model,
-            a.results.counts.requests
-        );
-        println!(
-            "B {}  ({}, {} requests)",
-            args.b.display(),
-            b.results.target.model,
-            b.results.counts.requests
-        );
-        for key in ["load", "input_tokens", "output_tokens"] {
-            let (x, y) = (&a.results.config[key], &b.results.config[key]);
-            if x != y {
-                println!("  note: {key} differs: A {x} · B {y}");
-            }
-        }
-        println!(
-            "\n{:<30}{:>12}{:>12}{:>10}  {:<22}",
-            "metric",
-            "A",
-            "B",
-            "change",
-            format!("{:.0} % interval", settings.confidence * 100.0)
-        );
-        for c in &changes {
-            let verdict = match (c.significant, c.is_regression()) {
-                _ if c.not_judged.is_some() => "(too few requests to judge)",
-                (false, _) => "",
-                (true, true) => "significant · worse",
-                (true, false) => "significant · better",
-            };
-            println!(
-                "{:<30}{:>12.2}{:>12.2}{:>+9.1}%  [{:+.1}, {:+.1}] %  {verdict}",
-                format!("{} ({})", c.metric, c.unit),
-                c.a,
-                c.b,
-                c.change_pct,
-                c.ci_low_pct,
-                c.ci_high_pct
-            );
-        }
-        println!(
-            "\nsignificant: the interval excludes 0 and |change| > {} % (noise threshold); bootstrap over requests, {} resamples",
-            settings.noise_threshold_pct, settings.resamples
-        );
-        if let Some(note) = changes.iter().find_map(|c| c.not_judged.as_ref()) {
-            println!("tail quantiles: {note}");
-        }
-        if let Some(limit) = args.fail_on_regression {
-            if failing.is_empty() {
-                println!("no regression of {limit} % or more");
-            } else {
-                for c in &failing {
-                    println!(
-                        "REGRESSION: {} {:+.1} % (limit {limit} %)",
-                        c.metric, c.change_pct
-                    );
-                }
-            }
-        }
+        print_pairs(&pairs, &settings, &args, gated, &failing);
     }
     Ok(if failing.is_empty() {
         Exit::Success
     } else {
         Exit::Regression
     })
+}
+
+fn header(pa: &Path, a: &RunResults, pb: &Path, b: &RunResults) {
+    for (name, path, r) in [("A", pa, a), ("B", pb, b)] {
+        println!(
+            "{name} {}  ({}, {}, {} requests)",
+            path.display(),
+            r.target.model,
+            r.server.kind.as_deref().unwrap_or("server kind unknown"),
+            r.counts.requests
+        );
+    }
+    let (x, y) = (&a.config["load"], &b.config["load"]);
+    if x != y {
+        println!("  note: load differs: A {x} · B {y}");
+    }
+}
+
+/// Two sweeps, point by point at the loads both have.
+fn sweep_pairs(a: &Path, b: &Path, settings: &Settings) -> anyhow::Result<(Vec<Pair>, String)> {
+    let (sa, sb) = (crate::sweep::read_series(a)?, crate::sweep::read_series(b)?);
+    let records = |d: &crate::sweep::Done| -> Vec<RequestRecord> {
+        d.dir
+            .as_ref()
+            .and_then(|dir| read_run(dir).ok())
+            .map(|r| r.records)
+            .unwrap_or_default()
+    };
+    let mut pairs = Vec::new();
+    for pa in &sa {
+        let Some(pb) = sb.iter().find(|p| p.load == pa.load) else {
+            continue;
+        };
+        pairs.push(Pair {
+            label: Some(pa.label.clone()),
+            changes: compare(&records(pa), &records(pb), settings),
+            unlike: unlike(&pa.results, &pb.results),
+        });
+    }
+    if pairs.is_empty() {
+        return Err(Exit::usage(format!(
+            "the sweeps {} and {} share no load: nothing to compare point by point",
+            a.display(),
+            b.display()
+        )));
+    }
+    let line = format!(
+        "sweeps A {} · B {}: {} loads in common (A has {}, B has {})",
+        a.display(),
+        b.display(),
+        pairs.len(),
+        sa.len(),
+        sb.len()
+    );
+    Ok((pairs, line))
+}
+
+fn print_pairs(
+    pairs: &[Pair],
+    settings: &Settings,
+    args: &CompareArgs,
+    gated: bool,
+    failing: &[(Option<&String>, &MetricChange)],
+) {
+    let unlike: std::collections::BTreeSet<&String> =
+        pairs.iter().flat_map(|p| &p.unlike).collect();
+    if !unlike.is_empty() {
+        println!(
+            "UNLIKE RUNS: they measure different things, so a change below is not a regression:"
+        );
+        for u in &unlike {
+            println!("  {u}");
+        }
+        if !gated {
+            println!(
+                "  (--fail-on-regression does not judge unlike runs; --allow-unlike makes it)"
+            );
+        }
+    }
+    for p in pairs {
+        if let Some(l) = &p.label {
+            println!("\n{l}");
+        }
+        table(&p.changes, settings);
+    }
+    println!(
+        "\nsignificant: the interval excludes 0 and |change| > {} % (noise threshold); bootstrap over requests, {} resamples",
+        settings.noise_threshold_pct, settings.resamples
+    );
+    if let Some(note) = pairs
+        .iter()
+        .flat_map(|p| &p.changes)
+        .find_map(|c| c.not_judged.as_ref())
+    {
+        println!("tail quantiles: {note}");
+    }
+    if let Some(limit) = args.fail_on_regression.filter(|_| gated) {
+        if failing.is_empty() {
+            println!("no regression of {limit} % or more");
+        }
+        for (label, c) in failing {
+            let at = label.map_or(String::new(), |l| format!(" at {l}"));
+            println!(
+                "REGRESSION{at}: {} {:+.1} % (limit {limit} %)",
+                c.metric, c.change_pct
+            );
+        }
+    }
+}
+
+fn table(changes: &[MetricChange], settings: &Settings) {
+    println!(
+        "{:<30}{:>12}{:>12}{:>10}  {:<22}",
+        "metric",
+        "A",
+        "B",
+        "change",
+        format!("{:.0} % interval", settings.confidence * 100.0)
+    );
+    for c in changes {
+        let verdict = match (c.significant, c.is_regression()) {
+            _ if c.not_judged.is_some() => "(too few requests to judge)",
+            (false, _) => "",
+            (true, true) => "significant · worse",
+            (true, false) => "significant · better",
+        };
+        println!(
+            "{:<30}{:>12.2}{:>12.2}{:>+9.1}%  [{:+.1}, {:+.1}] %  {verdict}",
+            format!("{} ({})", c.metric, c.unit),
+            c.a,
+            c.b,
+            c.change_pct,
+            c.ci_low_pct,
+            c.ci_high_pct
+        );
+    }
 }

@@ -83,6 +83,7 @@ pub fn config_json(load: &LoadArgs, plan: &RunPlan, output: &OutputArgs) -> serd
         "gpu_price_usd_per_hour": output.gpu_price,
         "gpu_type": output.gpu_type,
         "gpus": output.gpus,
+        "gpu_price_source": price_source(output),
     })
 }
 
@@ -223,6 +224,33 @@ impl Telemetry {
     }
 }
 
+/// A simulated engine knows its GPU: without `--gpu-price`/`--gpu-type` it
+/// is priced at that GPU's default price (when the table has one).
+pub fn price_known_gpu(output: &mut OutputArgs, gpu: &str, gpus: u32) {
+    if output.gpu_price.is_none()
+        && output.gpu_type.is_none()
+        && tokenscope_core::prices::price(gpu).is_ok()
+    {
+        output.gpu_type = Some(gpu.to_string());
+        output.gpus = gpus;
+        output.gpu_known = Some(gpu.to_string());
+    }
+}
+
+/// Where the price came from, for `config.gpu_price_source` and the summary.
+pub fn price_source(output: &OutputArgs) -> Option<String> {
+    if output.gpu_price.is_some() {
+        return Some("--gpu-price".into());
+    }
+    let t = output.gpu_type.as_deref()?;
+    let (_, source) = tokenscope_core::prices::price(t).ok()?;
+    let why = match &output.gpu_known {
+        Some(_) => "the simulated GPU's default price",
+        None => "--gpu-type default price",
+    };
+    Some(format!("{why} for {t} ({source})"))
+}
+
 /// Checks `--gpu-type` before any load is sent.
 pub fn check_output(output: &OutputArgs) -> anyhow::Result<()> {
     if let (None, Some(t)) = (output.gpu_price, &output.gpu_type) {
@@ -341,6 +369,12 @@ pub fn print(results: &RunResults, output: &OutputArgs, dir: &Path) -> anyhow::R
         print!("{}", tokenscope_report::terminal::summary(results));
         println!("\nrun directory: {}", dir.display());
     }
+    if results.counts.requests == 0 && !results.partial {
+        eprintln!(
+            "tokenscope: error: no request was measured ({} warm-up, window {:.2} s): nothing to conclude; send more (--requests, --duration) or fewer --warmup",
+            results.counts.warmup, results.window.duration_s
+        );
+    }
     Ok(())
 }
 
@@ -348,6 +382,8 @@ pub fn exit_code(r: &RunResults) -> Exit {
     let c = &r.counts;
     if r.partial {
         Exit::Interrupted
+    } else if c.requests == 0 {
+        Exit::Error // nothing measured: see `print`
     } else if c.requests > 0 && c.succeeded == 0 {
         let all_connect = c
             .errors

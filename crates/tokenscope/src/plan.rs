@@ -243,9 +243,10 @@ fn one_point(
     Ok(results)
 }
 
-pub fn run(args: PlanArgs) -> anyhow::Result<Exit> {
+pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
     outcome::check_output(&args.output)?;
     let mut cfg = engine_config(&args.engine)?;
+    outcome::price_known_gpu(&mut args.output, &cfg.gpu.name, cfg.tp);
     if let Some(p) = &args.profile {
         cfg.efficiency = read_profile(p)?.efficiency;
     }
@@ -386,6 +387,16 @@ pub fn calibrate(args: CalibrateArgs) -> anyhow::Result<Exit> {
         efficiency.per_sequence_s * 1e3
     );
     println!("profile: {}", path.display());
+    let pinned = tokenscope_sim::calibrate::at_bounds(&efficiency);
+    for p in &pinned {
+        eprintln!("tokenscope sim calibrate: warning: {p}");
+    }
+    if !pinned.is_empty() {
+        eprintln!(
+            "tokenscope sim calibrate: warning: the fit reached the model's limits: this run contradicts the engine model for {} on {} (a CPU server, another GPU, or costs the model lacks); predictions from this profile are not to be trusted",
+            cfg.model.name, cfg.gpu.name
+        );
+    }
     Ok(Exit::Success)
 }
 

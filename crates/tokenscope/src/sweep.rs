@@ -69,7 +69,8 @@ pub fn open(base: &LoadArgs, r: f64) -> Level {
     }
 }
 
-pub fn run(args: SweepArgs) -> anyhow::Result<Exit> {
+pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
+    crate::bench::price_builtin(&mut args.bench);
     let load = &args.bench.load;
     let explicit: Vec<Level> = if args.auto {
         Vec::new()
