@@ -39,6 +39,71 @@ pub struct Point {
     /// upper bound ([`PointSlo::judge`]).
     #[serde(default)]
     pub slo: Option<PointSlo>,
+    /// With `sweep --repeat`: the spread across this load's runs (the point
+    /// itself is the run with the median tokens/s).
+    #[serde(default)]
+    pub spread: Option<Spread>,
+}
+
+/// How much repeated runs of one load differed.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Spread {
+    pub runs: u32,
+    pub output_tps: [f64; 2],
+    pub ttft_p99_ms: [f64; 2],
+}
+
+impl Spread {
+    /// Half the range of tokens/s relative to the point's own: its noise.
+    pub fn relative_noise(&self, output_tps: f64) -> f64 {
+        if output_tps > 0.0 {
+            (self.output_tps[1] - self.output_tps[0]) / 2.0 / output_tps
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Runs of the same loads (`sweep --repeat`) into one point per load: the
+/// run with the median tokens/s, its spread, and an SLO standing that holds
+/// only if every run's does. `runs` need not be sorted; the result is.
+pub fn combine_repeats(runs: Vec<Point>) -> Vec<Point> {
+    let mut runs = runs;
+    runs.sort_by(|a, b| a.load.total_cmp(&b.load));
+    let mut out: Vec<Point> = Vec::new();
+    for group in runs.chunk_by(|a, b| a.load == b.load) {
+        if group.len() == 1 {
+            out.push(group[0]);
+            continue;
+        }
+        let mut by_tps = group.to_vec();
+        by_tps.sort_by(|a, b| a.output_tps.total_cmp(&b.output_tps));
+        let mut p = by_tps[(by_tps.len() - 1) / 2];
+        let range = |f: fn(&Point) -> f64| {
+            group
+                .iter()
+                .map(f)
+                .fold([f64::INFINITY, f64::NEG_INFINITY], |[lo, hi], v| {
+                    [lo.min(v), hi.max(v)]
+                })
+        };
+        p.spread = Some(Spread {
+            runs: group.len() as u32,
+            output_tps: range(|p| p.output_tps),
+            ttft_p99_ms: range(|p| p.ttft_p99_ms),
+        });
+        let slos: Vec<PointSlo> = group.iter().filter_map(|p| p.slo).collect();
+        if !slos.is_empty() {
+            p.slo = Some(PointSlo {
+                verdict: Verdict::all(slos.iter().map(|s| s.verdict)),
+                ratio: slos.iter().map(|s| s.ratio).fold(0.0, f64::max),
+            });
+        }
+        p.failed = group.iter().map(|p| p.failed).sum();
+        p.overloaded = group.iter().any(|p| p.overloaded);
+        out.push(p);
+    }
+    out
 }
 
 /// A point's SLO standing for the gate and the recommendations.
@@ -120,6 +185,7 @@ impl Point {
             failed: r.counts.failed,
             overloaded: r.diagnosis.iter().any(|f| f.rule == "overload"),
             slo: None,
+            spread: None,
         }
     }
 }
@@ -229,6 +295,10 @@ pub struct Flattening {
     pub elasticity: f64,
     /// How far the heaviest point falls short of proportional growth, in %.
     pub shortfall_pct: f64,
+    /// The noise the shortfall had to exceed twice: 5 %, or the spread of
+    /// repeated runs where that is larger.
+    #[serde(default)]
+    pub noise_pct: f64,
     /// The same test over the first doubling: flat already there puts the
     /// knee at or below the lightest load.
     pub flat_from_start: bool,
@@ -247,8 +317,8 @@ fn growth(a: &Point, b: &Point) -> (f64, f64) {
     (elasticity, (proportional - b.output_tps) / proportional)
 }
 
-fn is_flat(elasticity: f64, shortfall: f64) -> bool {
-    elasticity < KNEE_ELASTICITY && shortfall > 2.0 * KNEE_NOISE
+fn is_flat(elasticity: f64, shortfall: f64, noise: f64) -> bool {
+    elasticity < KNEE_ELASTICITY && shortfall > 2.0 * noise
 }
 
 /// Applies the knee rule to points sorted by load; `None` with fewer than two
@@ -265,12 +335,17 @@ pub fn flattening(points: &[Point]) -> Option<Flattening> {
         .find(|p| p.load <= top.load / 2.0)
         .unwrap_or(first);
     let (elasticity, shortfall) = growth(from, top);
+    // Repeated runs measure the noise; it only ever raises the bar.
+    let noise = points
+        .iter()
+        .filter_map(|p| p.spread.map(|s| s.relative_noise(p.output_tps)))
+        .fold(KNEE_NOISE, f64::max);
     let start = points
         .iter()
         .find(|p| p.load >= first.load * 2.0)
         .unwrap_or(top);
     let (e0, s0) = growth(first, start);
-    let saturated = is_flat(elasticity, shortfall);
+    let saturated = is_flat(elasticity, shortfall, noise);
     let rule = format!(
         "load {} → {}: tokens/s {:.0} → {:.0}, elasticity {:.2} (a knee needs < {KNEE_ELASTICITY}), {:.0} % short of proportional growth (needs > {:.0} %)",
         from.load,
@@ -279,7 +354,7 @@ pub fn flattening(points: &[Point]) -> Option<Flattening> {
         top.output_tps,
         elasticity,
         shortfall * 100.0,
-        2.0 * KNEE_NOISE * 100.0
+        2.0 * noise * 100.0
     );
     Some(Flattening {
         saturated,
@@ -287,7 +362,8 @@ pub fn flattening(points: &[Point]) -> Option<Flattening> {
         to_load: top.load,
         elasticity,
         shortfall_pct: shortfall * 100.0,
-        flat_from_start: saturated && is_flat(e0, s0),
+        noise_pct: noise * 100.0,
+        flat_from_start: saturated && is_flat(e0, s0, noise),
         rule,
     })
 }
@@ -870,6 +946,7 @@ mod tests {
             failed: 0,
             overloaded: false,
             slo: None,
+            spread: None,
         }
     }
 
@@ -1009,6 +1086,36 @@ mod tests {
         );
         assert!((8.0..=32.0).contains(&k.load), "{k:?}");
         assert!(a.note.is_none());
+    }
+
+    #[test]
+    fn repeats_become_one_point_with_their_spread_and_raise_the_noise_bar() {
+        let mut runs = doubling(&[1.0, 2.0, 4.0]);
+        runs.extend(doubling(&[1.0, 2.0, 4.0]).into_iter().map(|mut p| {
+            p.output_tps *= 1.3;
+            p
+        }));
+        runs.extend(doubling(&[1.0, 2.0, 4.0]).into_iter().map(|mut p| {
+            p.output_tps *= 0.7;
+            p
+        }));
+        runs[2].slo = Some(PointSlo {
+            verdict: Verdict::NotMet,
+            ratio: 1.5,
+        });
+        let points = combine_repeats(runs);
+        assert_eq!(points.len(), 3);
+        let s = points[2].spread.unwrap();
+        assert_eq!(s.runs, 3);
+        assert_eq!(points[2].output_tps, 400.0, "the median run");
+        assert_eq!(s.output_tps, [280.0, 520.0]);
+        assert_eq!(
+            points[2].slo.unwrap().verdict,
+            Verdict::NotMet,
+            "one run failed it"
+        );
+        let f = flattening(&points).unwrap();
+        assert!((f.noise_pct - 30.0).abs() < 1e-9, "{f:?}");
     }
 
     #[test]

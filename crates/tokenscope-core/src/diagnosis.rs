@@ -23,11 +23,19 @@ fn finding(
     }
 }
 
+/// What the run asked for that a rule's advice depends on.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Asked {
+    /// `--ignore-eos` was given: exact lengths were asked for.
+    pub ignore_eos: bool,
+}
+
 pub fn diagnose(
     counts: &Counts,
     latency: &Latency,
     tokens: &Tokens,
     client: &ClientUsage,
+    asked: Asked,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     if counts.implausible_usage > 0 {
@@ -82,14 +90,22 @@ pub fn diagnose(
         }
     }
     if counts.short_outputs > 0 {
+        let advice = if asked.ignore_eos {
+            "--ignore-eos was sent, so the server ignored it (or caps lengths itself): its lengths are not exact"
+        } else {
+            "use --ignore-eos for exact lengths"
+        };
         out.push(finding(
             "short_outputs",
             "warning",
             format!(
-                "{} of {} successful requests returned fewer tokens than asked (use --ignore-eos for exact lengths)",
+                "{} of {} successful requests returned fewer tokens than asked ({advice})",
                 counts.short_outputs, counts.succeeded
             ),
-            &[("short_outputs", json!(counts.short_outputs)), ("succeeded", json!(counts.succeeded))],
+            &[
+                ("short_outputs", json!(counts.short_outputs)),
+                ("succeeded", json!(counts.succeeded)),
+            ],
         ));
     }
     if tokens.multi_token_chunks {
@@ -100,21 +116,53 @@ pub fn diagnose(
             &[("tokens_per_chunk", json!(tokens.tokens_per_chunk))],
         ));
     }
-    if counts.failed > 0 {
-        let share = counts.failed as f64 / counts.requests.max(1) as f64;
+    // Requests cancelled by the user (Ctrl-C, SIGTERM) are not failures.
+    let cancelled = counts
+        .errors
+        .get(&crate::record::ErrorKind::Cancelled.to_string())
+        .copied()
+        .unwrap_or(0);
+    if cancelled > 0 {
+        out.push(finding(
+            "cancelled",
+            "info",
+            format!("{cancelled} requests in flight were cancelled when the run stopped (by you, by a signal, or at the end of --duration); they are not counted as failures"),
+            &[("cancelled", json!(cancelled))],
+        ));
+    }
+    let failed = counts.failed - cancelled.min(counts.failed);
+    if failed > 0 {
+        let share = failed as f64 / (counts.requests - cancelled).max(1) as f64;
+        let top = counts
+            .top_errors
+            .iter()
+            .find(|e| e.kind != "cancelled")
+            .map(|e| format!("; most often {} ×{}: {}", e.kind, e.count, e.message))
+            .unwrap_or_default();
         out.push(finding(
             "errors",
             if share > 0.05 { "critical" } else { "warning" },
             format!(
-                "{} of {} requests failed ({:.1} %)",
-                counts.failed,
-                counts.requests,
+                "{failed} of {} requests failed ({:.1} %){top}",
+                counts.requests - cancelled,
                 share * 100.0
             ),
             &[("errors", json!(counts.errors))],
         ));
     }
-    if counts.retried > 0 {
+    // Re-sent on a fresh connection and answered: the server drops kept-alive
+    // connections. Never answered even then: it refuses requests.
+    if counts.retried > 0 && counts.retried_succeeded == 0 {
+        out.push(finding(
+            "server_closes_connections",
+            "critical",
+            format!(
+                "the server closed {} connections without answering, fresh ones too: it is refusing requests (not a keep-alive matter on the client's side)",
+                counts.retried
+            ),
+            &[("retried", json!(counts.retried))],
+        ));
+    } else if counts.retried > 0 {
         out.push(finding(
             "server_closes_keepalive",
             "info",

@@ -4,8 +4,8 @@ use crate::cost::Cost;
 use crate::cost::GpuPrice;
 use crate::record::{RequestRecord, TokenSource};
 use crate::results::{
-    Concurrency, Counts, Latency, ObjectiveResult, SloReport, SteadyWindow, Throughput, Tokens,
-    Window,
+    Concurrency, Counts, ErrorSample, Latency, ObjectiveResult, SloReport, SteadyWindow,
+    Throughput, Tokens, Window,
 };
 use crate::slo::{Slo, SloMetric, Verdict};
 use crate::stats::Distribution;
@@ -224,7 +224,34 @@ fn counts(all: &[RequestRecord], measured: &[&RequestRecord]) -> Counts {
             .iter()
             .filter(|r| r.implausible_usage.is_some())
             .count() as u64,
+        retried_succeeded: measured
+            .iter()
+            .filter(|r| r.retries > 0 && r.succeeded())
+            .count() as u64,
+        top_errors: top_errors(measured),
     }
+}
+
+/// The three most frequent (kind, message) pairs among the failures.
+fn top_errors(measured: &[&RequestRecord]) -> Vec<ErrorSample> {
+    let mut by: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for r in measured {
+        if let Some(kind) = r.error_kind {
+            let message = r.error.clone().unwrap_or_default();
+            *by.entry((kind.to_string(), message)).or_insert(0) += 1;
+        }
+    }
+    let mut list: Vec<ErrorSample> = by
+        .into_iter()
+        .map(|((kind, message), count)| ErrorSample {
+            kind,
+            message,
+            count,
+        })
+        .collect();
+    list.sort_by(|a, b| b.count.cmp(&a.count));
+    list.truncate(3);
+    list
 }
 
 fn source_name(s: Option<TokenSource>) -> String {

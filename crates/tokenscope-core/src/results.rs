@@ -146,6 +146,20 @@ pub struct Counts {
     /// Responses whose usage counts could not be true (counted from the stream instead).
     #[serde(default)]
     pub implausible_usage: u64,
+    /// Of the `retried` requests, those that then succeeded on a new connection.
+    #[serde(default)]
+    pub retried_succeeded: u64,
+    /// The most frequent failure messages (up to 3), with their kind and count.
+    #[serde(default)]
+    pub top_errors: Vec<ErrorSample>,
+}
+
+/// One failure message and how many requests ended with it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorSample {
+    pub kind: String,
+    pub message: String,
+    pub count: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

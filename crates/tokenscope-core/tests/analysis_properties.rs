@@ -82,6 +82,7 @@ fn point(load: f64, tps: f64, ttft: &Distribution) -> Point {
         failed: 0,
         overloaded: false,
         slo: None,
+        spread: None,
     }
 }
 

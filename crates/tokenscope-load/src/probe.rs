@@ -84,10 +84,41 @@ pub async fn detect_api(
         if resp.status().is_success() {
             return Ok(api);
         }
-        tried.push(format!("{} → HTTP {}", api.path(), resp.status().as_u16()));
+        let status = resp.status().as_u16();
+        let said = server_message(resp).await;
+        tried.push(match said {
+            Some(m) => format!("{} → HTTP {status}: {m}", api.path()),
+            None => format!("{} → HTTP {status}", api.path()),
+        });
     }
     Err(ProbeError::Refused(format!(
-        "no OpenAI-compatible API answered at {base} ({}); set --api",
-        tried.join(", ")
+        "no OpenAI-compatible API accepted model `{model}` at {base} ({})",
+        tried.join("; ")
     )))
+}
+
+/// What an error response says, in one short line: its JSON `error.message`
+/// (OpenAI, vLLM), `message` or `detail`, else the start of its text.
+async fn server_message(resp: reqwest::Response) -> Option<String> {
+    let text = tokio::time::timeout(Duration::from_secs(5), resp.text())
+        .await
+        .ok()?
+        .ok()?;
+    let json: Option<Value> = serde_json::from_str(&text).ok();
+    let said = json
+        .as_ref()
+        .and_then(|v| {
+            [
+                &v["error"]["message"],
+                &v["error"],
+                &v["message"],
+                &v["detail"],
+            ]
+            .into_iter()
+            .find_map(|m| m.as_str().map(str::to_owned))
+        })
+        .unwrap_or(text);
+    let line: String = said.split_whitespace().collect::<Vec<_>>().join(" ");
+    let short: String = line.chars().take(200).collect();
+    (!short.is_empty()).then_some(short)
 }

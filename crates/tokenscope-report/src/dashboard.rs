@@ -45,6 +45,8 @@ pub struct View {
     pub in_flight: Option<u64>,
     pub errors: Vec<(String, u64)>,
     pub server: ServerView,
+    /// `--slo` so far: (objective, its figure now, standing) per objective.
+    pub slo: Vec<(String, String, Health)>,
     /// Statements from the diagnosis rules (`watch`).
     pub findings: Vec<String>,
     pub footer: String,
@@ -67,11 +69,13 @@ fn ms(v: Option<f64>) -> String {
     }
 }
 
+/// A name, its value (coloured by health) and a note; 19 columns before the
+/// note, so three panels fit an 80-column terminal with every figure.
 fn row<'a>(name: &'a str, value: String, h: Health, note: &'a str) -> Line<'a> {
     Line::from(vec![
-        Span::raw(format!("{name:<14}")),
+        Span::raw(format!("{name:<11}")),
         Span::styled(
-            format!("{value:>12}"),
+            format!("{value:>8}"),
             Style::default().fg(color(h)).add_modifier(Modifier::BOLD),
         ),
         Span::styled(format!("  {note}"), Style::default().fg(Color::Gray)),
@@ -90,10 +94,11 @@ fn clock(s: f64) -> String {
 
 /// Draws the whole dashboard.
 pub fn draw(f: &mut Frame, v: &View) {
+    // 3 + 9 + 5 + ≥3 + 1 rows: fits 80×24 with the errors panel.
     let [top, middle, spark, bottom, footer] = Layout::vertical([
         Constraint::Length(3),
         Constraint::Length(9),
-        Constraint::Length(6),
+        Constraint::Length(5),
         Constraint::Min(3),
         Constraint::Length(1),
     ])
@@ -200,21 +205,29 @@ fn progress(f: &mut Frame, area: Rect, v: &View) {
 
 fn latency(f: &mut Frame, area: Rect, v: &View) {
     let mut lines = vec![Line::styled(
-        format!("{:<14}{:>10}{:>10}", "", "p50", "p99"),
+        format!("{:<6}{:>9}{:>9}", "", "p50", "p99"),
         Style::default().fg(Color::Gray),
     )];
     for (name, p50, p99) in &v.latency {
         lines.push(Line::from(vec![
-            Span::raw(format!("{name:<14}")),
+            Span::raw(format!("{name:<6}")),
             Span::styled(
-                format!("{:>10}", ms(*p50)),
+                format!("{:>9}", ms(*p50)),
                 Style::default().add_modifier(Modifier::BOLD),
             ),
             Span::styled(
-                format!("{:>10}", ms(*p99)),
+                format!("{:>9}", ms(*p99)),
                 Style::default().add_modifier(Modifier::BOLD),
             ),
         ]));
+    }
+    // Two lines an objective, so 80 columns keep its figure whole.
+    for (objective, value, h) in &v.slo {
+        lines.push(Line::raw(format!("SLO {objective}")));
+        lines.push(Line::styled(
+            format!("  {value}"),
+            Style::default().fg(color(*h)).add_modifier(Modifier::BOLD),
+        ));
     }
     f.render_widget(
         Paragraph::new(lines).block(Block::default().borders(Borders::ALL).title(" Latency ")),
@@ -309,9 +322,27 @@ mod tests {
     use ratatui::backend::TestBackend;
     use ratatui::Terminal;
 
+    fn lines(text: &str, width: u16) -> String {
+        text.chars()
+            .collect::<Vec<_>>()
+            .chunks(width as usize)
+            .map(|l| l.iter().collect::<String>())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     #[test]
     fn panels_show_the_numbers() {
-        let mut t = Terminal::new(TestBackend::new(120, 32)).unwrap();
+        panels_show_the_numbers_at(120, 32);
+    }
+
+    #[test]
+    fn an_80_by_24_terminal_loses_no_figure() {
+        panels_show_the_numbers_at(80, 24);
+    }
+
+    fn panels_show_the_numbers_at(width: u16, height: u16) {
+        let mut t = Terminal::new(TestBackend::new(width, height)).unwrap();
         let v = View {
             title: "tokenscope bench".into(),
             progress: Some((50, 200)),
@@ -320,11 +351,16 @@ mod tests {
             tokens_per_s: vec![100, 200, 1234],
             done: 50,
             in_flight: Some(8),
+            requests_per_s: Some(12.5),
+            failed: 2,
             server: ServerView {
                 kv_usage: Some(0.42),
                 waiting: Some(3.0),
+                running: Some(64.0),
+                gpu_util_pct: Some(87.0),
                 ..Default::default()
             },
+            slo: vec![("ttft_p99≤200ms".into(), "140 ms ok".into(), Health::Good)],
             ..Default::default()
         };
         t.draw(|f| draw(f, &v)).unwrap();
@@ -343,8 +379,20 @@ mod tests {
             "now 1234",
             "42 %",
             "waiting",
+            "12.50",
+            "1234",
+            "GPU util",
+            "87 %",
+            "running",
+            "64",
+            "SLO ttft_p99≤200ms",
+            "140 ms ok",
         ] {
-            assert!(text.contains(want), "missing {want}");
+            assert!(
+                text.contains(want),
+                "{width}×{height}: missing {want}\n{}",
+                lines(&text, width)
+            );
         }
     }
 }

@@ -78,7 +78,12 @@ pub fn sweep_csv(s: &Sweep) -> Result<String, csv::Error> {
         "pareto_frontier",
         "knee",
     ])?;
-    for (i, (p, q)) in s.points.iter().zip(&a.series).enumerate() {
+    for p in &s.points {
+        // Repeated runs of a load share its analysed point.
+        let Some(i) = a.series.iter().position(|q| q.load == p.load) else {
+            continue;
+        };
+        let q = &a.series[i];
         w.write_record([
             p.point.clone(),
             q.load.to_string(),

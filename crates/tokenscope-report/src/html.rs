@@ -773,9 +773,15 @@ pub fn sweep_page(s: &Sweep) -> String {
     out.push_str("</div>");
 
     out.push_str("<h2>Points</h2><table><tr><th>point</th><th>output tok/s</th><th>TTFT p50</th><th>TTFT p99</th><th>TPOT p99</th><th>E2E p99</th><th>failed</th><th>frontier</th><th>run</th></tr>");
-    for (i, p) in s.points.iter().enumerate() {
+    for (n, p) in s.points.iter().enumerate() {
+        // Repeated runs of a load share its analysed point.
+        let i = a
+            .series
+            .iter()
+            .position(|q| q.load == p.load)
+            .unwrap_or(usize::MAX);
         let q = &a.series.get(i);
-        let link = s.point_dirs.get(i).cloned().flatten().and_then(|d| {
+        let link = s.point_dirs.get(n).cloned().flatten().and_then(|d| {
             d.strip_prefix(&s.dir)
                 .ok()
                 .map(|rel| rel.join("report.html").to_string_lossy().into_owned())

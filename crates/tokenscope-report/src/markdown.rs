@@ -196,7 +196,12 @@ pub fn sweep(s: &Sweep) -> String {
     }
     out.push('\n');
     out.push_str("| point | output tok/s | per-user tok/s | TTFT p99 | TPOT p99 | E2E p99 | cost/1K | KV max | preempt | frontier |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|:-:|\n");
-    for (i, (p, q)) in s.points.iter().zip(&a.series).enumerate() {
+    for p in &s.points {
+        // Repeated runs of a load share its analysed point.
+        let Some(i) = a.series.iter().position(|q| q.load == p.load) else {
+            continue;
+        };
+        let q = &a.series[i];
         let _ = writeln!(
             out,
             "| {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.0} | {} | {} | {} | {} |",

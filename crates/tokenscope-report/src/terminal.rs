@@ -132,8 +132,8 @@ pub fn summary(r: &RunResults) -> String {
     if let Some(u) = &t.per_user_output_tokens_per_s {
         let _ = writeln!(
             out,
-            "  per-user tokens/s     {:>10.1}   (p50; p10 ≈ slowest users: see results.json)",
-            u.p50
+            "  per-user tokens/s     {:>10.1}   (p50; slowest user {:.1})",
+            u.p50, u.min
         );
     }
 
@@ -231,7 +231,19 @@ pub fn summary(r: &RunResults) -> String {
     if !c.errors.is_empty() {
         let _ = writeln!(out, "\nErrors");
         for (kind, n) in &c.errors {
-            let _ = writeln!(out, "  {kind:<22}{n:>8}");
+            let mine = if kind == "cancelled" {
+                "   (stopped with the run, not failures)"
+            } else {
+                ""
+            };
+            let _ = writeln!(out, "  {kind:<22}{n:>8}{mine}");
+        }
+        for e in c.top_errors.iter().filter(|e| e.kind != "cancelled") {
+            let mut message = e.message.clone();
+            if message.chars().count() > 160 {
+                message = message.chars().take(157).collect::<String>() + "…";
+            }
+            let _ = writeln!(out, "  ×{:<5} {}: {message}", e.count, e.kind);
         }
     }
     if let Some(slo) = &r.slo {
@@ -375,6 +387,22 @@ pub fn analysis(a: &Analysis) -> String {
     }
     if let Some(f) = a.flattening.as_ref().filter(|f| f.saturated) {
         _ = writeln!(out, "  rule: {}", f.rule);
+    }
+    for p in &a.series {
+        if let Some(s) = p.spread {
+            _ = writeln!(
+                out,
+                "load {}: {} runs, tokens/s {:.0} (range {:.0}–{:.0}), TTFT p99 {:.0} ms (range {:.0}–{:.0})",
+                p.load,
+                s.runs,
+                p.output_tps,
+                s.output_tps[0],
+                s.output_tps[1],
+                p.ttft_p99_ms,
+                s.ttft_p99_ms[0],
+                s.ttft_p99_ms[1]
+            );
+        }
     }
     if let Some(s) = a.saturation {
         _ = writeln!(

@@ -158,8 +158,15 @@ impl Builtin {
     }
 }
 
-/// `http://host:port[/v1][/]` → `http://host:port`.
-fn base_url(url: &str) -> anyhow::Result<String> {
+/// `http://host:port[/v1][/]` → `http://host:port`; a full endpoint URL
+/// (`…/v1/chat/completions`, `…/v1/completions`) is accepted and names its
+/// API. A URL without a scheme is refused with the fix.
+fn base_url(url: &str) -> anyhow::Result<(String, Option<ApiChoice>)> {
+    if !url.contains("://") {
+        return Err(Exit::usage(format!(
+            "--url `{url}` has no scheme: add http:// (--url http://{url})"
+        )));
+    }
     let parsed =
         reqwest::Url::parse(url).map_err(|e| Exit::usage(format!("--url `{url}`: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") {
@@ -168,7 +175,18 @@ fn base_url(url: &str) -> anyhow::Result<String> {
         )));
     }
     let trimmed = url.trim_end_matches('/');
-    Ok(trimmed.strip_suffix("/v1").unwrap_or(trimmed).to_string())
+    for (endpoint, api) in [
+        ("/v1/chat/completions", ApiChoice::OpenaiChat),
+        ("/v1/completions", ApiChoice::OpenaiCompletions),
+    ] {
+        if let Some(base) = trimmed.strip_suffix(endpoint) {
+            return Ok((base.to_string(), Some(api)));
+        }
+    }
+    Ok((
+        trimmed.strip_suffix("/v1").unwrap_or(trimmed).to_string(),
+        None,
+    ))
 }
 
 fn request_headers(args: &BenchArgs) -> anyhow::Result<HeaderMap> {
@@ -218,7 +236,7 @@ pub(crate) async fn bench(
     builtin: Option<String>,
     threads: usize,
 ) -> anyhow::Result<(RunResults, PathBuf)> {
-    let base = base_url(&url)?;
+    let (base, endpoint_api) = base_url(&url)?;
     let headers = request_headers(&args)?;
     outcome::check_output(&args.output)?;
     let out_dir = args
@@ -271,12 +289,28 @@ pub(crate) async fn bench(
                     .context(format!("{base}/v1/models lists no model; pass --model"))
             })?,
     };
-    let api = match args.api {
+    // A URL naming its endpoint chooses the API unless --api did.
+    let choice = match (args.api, endpoint_api) {
+        (ApiChoice::Auto, Some(api)) => api,
+        (choice, _) => choice,
+    };
+    let api = match choice {
         ApiChoice::OpenaiChat => Api::Chat,
         ApiChoice::OpenaiCompletions => Api::Completions,
-        ApiChoice::Auto => probe::detect_api(&client, &base, &headers, &model)
-            .await
-            .map_err(probe_err)?,
+        ApiChoice::Auto => match probe::detect_api(&client, &base, &headers, &model).await {
+            Ok(api) => api,
+            Err(ProbeError::Refused(why)) => {
+                // The usual cause is a model the server does not serve: name those it does.
+                let listed = probe::list_models(&client, &base, &headers)
+                    .await
+                    .ok()
+                    .filter(|m| !m.is_empty() && !m.contains(&model))
+                    .map(|m| format!("; the server serves {} (pass one as --model)", m.join(", ")))
+                    .unwrap_or_default();
+                return Err(anyhow::Error::new(Exit::Unreachable).context(format!("{why}{listed}")));
+            }
+            Err(e) => return Err(probe_err(e)),
+        },
     };
 
     std::fs::create_dir_all(&out_dir)
@@ -375,6 +409,7 @@ pub(crate) async fn bench(
                 latest,
                 title,
                 rate: crate::live::Rate::new(),
+                slo: args.output.slo.clone(),
             };
             crate::live::Dashboard::start(move || source.view())
         })
@@ -450,6 +485,7 @@ struct LiveSource {
     latest: Option<tokenscope_telemetry::scraper::Latest>,
     title: String,
     rate: crate::live::Rate,
+    slo: Option<tokenscope_core::slo::Slo>,
 }
 
 impl LiveSource {
@@ -467,7 +503,7 @@ impl LiveSource {
         let ms = |h: &hdrhistogram::Histogram<u64>, q: f64| {
             (!h.is_empty()).then(|| h.value_at_quantile(q) as f64 / 1e3)
         };
-        let (latency, errors) = match p.live.lock() {
+        let (latency, errors, slo) = match p.live.lock() {
             Ok(live) => (
                 vec![
                     (
@@ -482,8 +518,11 @@ impl LiveSource {
                     ),
                 ],
                 live.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+                self.slo
+                    .as_ref()
+                    .map_or(Vec::new(), |s| live_slo(s, &live.ttft_us, &live.tpot_us)),
             ),
-            Err(_) => (Vec::new(), Vec::new()),
+            Err(_) => (Vec::new(), Vec::new(), Vec::new()),
         };
         let sample = self
             .latest
@@ -524,9 +563,49 @@ impl LiveSource {
             errors,
             server,
             findings: Vec::new(),
+            slo,
             footer: "Ctrl-C stops the run: requests in flight are recorded as cancelled".into(),
         }
     }
+}
+
+/// `--slo` while the run goes: each TTFT/TPOT objective's figure so far, red
+/// once past its limit, amber while too few requests can judge it.
+fn live_slo(
+    slo: &tokenscope_core::slo::Slo,
+    ttft_us: &hdrhistogram::Histogram<u64>,
+    tpot_us: &hdrhistogram::Histogram<u64>,
+) -> Vec<(String, String, tokenscope_report::health::Health)> {
+    use tokenscope_core::slo::{quantile_of, SloMetric};
+    use tokenscope_report::health::Health;
+    slo.objectives
+        .iter()
+        .filter_map(|o| {
+            let h = match o.metric {
+                SloMetric::Ttft => ttft_us,
+                SloMetric::Tpot => tpot_us,
+                _ => return None,
+            };
+            let label = format!("{}≤{}ms", o.key(), o.limit_ms);
+            if h.is_empty() {
+                return Some((label, "—".into(), Health::Unknown));
+            }
+            let us = match (quantile_of(&o.stat), o.stat.as_str()) {
+                (Some(q), _) => h.value_at_quantile(q) as f64,
+                (None, "mean") => h.mean(),
+                _ => h.max() as f64,
+            };
+            let (ms, n, needed) = (us / 1e3, h.len(), o.samples_needed());
+            let (word, health) = if ms > o.limit_ms {
+                ("over".to_string(), Health::Bad)
+            } else if n < needed {
+                (format!("n={n}/{needed}"), Health::Warn)
+            } else {
+                ("ok".to_string(), Health::Good)
+            };
+            Some((label, format!("{ms:.0} ms {word}"), health))
+        })
+        .collect()
 }
 
 /// A progress line on stderr: redrawn in place on a terminal, every 10 s otherwise.

@@ -263,6 +263,11 @@ pub struct SweepArgs {
     /// Reuse the finished points already in --out (same load and workload) and run only the rest.
     #[arg(long, requires = "out")]
     pub resume: bool,
+    /// Run each point K times: the analysis uses each load's median run, shows
+    /// the spread across runs, takes the knee rule's noise from it, and a load
+    /// meets --slo only if every run does.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub repeat: u32,
 }
 
 /// A load series for `sim plan --sweep`: `concurrency:1,4,16` or `rate:1,2,4`.

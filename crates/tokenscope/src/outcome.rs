@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 use tokenscope_core::cost::GpuPrice;
-use tokenscope_core::diagnosis::diagnose;
+use tokenscope_core::diagnosis::{diagnose, Asked};
 use tokenscope_core::metrics::{measure, Measured};
 use tokenscope_core::record::{ErrorKind, RequestRecord};
 use tokenscope_core::results::{self, ClientUsage, Efficiency, Finding, RunResults, Server, Tool};
@@ -285,7 +285,10 @@ pub fn assemble(records: &[RequestRecord], output: &OutputArgs, facts: RunFacts)
         },
         None => ClientUsage::default(),
     };
-    let mut diagnosis = diagnose(&m.counts, &m.latency, &m.tokens, &client);
+    let asked = Asked {
+        ignore_eos: facts.config["ignore_eos"].as_bool().unwrap_or(false),
+    };
+    let mut diagnosis = diagnose(&m.counts, &m.latency, &m.tokens, &client, asked);
     diagnosis.extend(facts.extra_findings);
     let (mut server, mut kv_cache, mut gpu) = (facts.server, facts.kv_cache, None);
     if let Some(t) = &facts.telemetry {

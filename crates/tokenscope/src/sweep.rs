@@ -146,11 +146,27 @@ impl Series<'_> {
         }
     }
 
-    /// Runs one point (or takes it from a previous run with `--resume`);
-    /// false when it was interrupted.
+    /// Runs one point `--repeat` times (each run taken from a previous one
+    /// with `--resume` where it can be); false when it was interrupted.
     async fn point(&mut self, level: Level) -> anyhow::Result<bool> {
+        let k = self.args.repeat;
+        for run in 1..=k {
+            let label = if k > 1 {
+                format!("{} (run {run} of {k})", level.label)
+            } else {
+                level.label.clone()
+            };
+            if !self.one_run(&level, label).await? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// One run of a point; false when it was interrupted.
+    async fn one_run(&mut self, level: &Level, label: String) -> anyhow::Result<bool> {
         let mut point = self.args.bench.clone();
-        point.load = level.args;
+        point.load = level.args.clone();
         let config = outcome::config_json(&point.load, &outcome::plan(&point.load), &point.output);
         if let Some(i) = self
             .previous
@@ -158,9 +174,9 @@ impl Series<'_> {
             .position(|(_, r)| same_point(&r.config, &config))
         {
             let (from, results) = self.previous.swap_remove(i);
-            self.say(&format!("{}: kept from {}", level.label, from.display()));
+            self.say(&format!("{label}: kept from {}", from.display()));
             self.done.push(Done {
-                label: level.label,
+                label,
                 load: level.load,
                 results,
                 dir: Some(from),
@@ -176,7 +192,7 @@ impl Series<'_> {
             bench(point, self.url.clone(), self.builtin.clone(), self.threads).await?;
         let interrupted = results.partial;
         self.done.push(Done {
-            label: level.label,
+            label,
             load: level.load,
             results,
             dir: Some(dir),
@@ -291,13 +307,13 @@ impl Series<'_> {
     /// TTFT p99 rose, or the server's queue grew through it.
     fn past_saturation(&self) -> Option<String> {
         let probe_load = self.args.auto_max_concurrency as f64;
-        let mut climb: Vec<Point> = self
-            .done
-            .iter()
-            .filter(|d| d.load != probe_load)
-            .map(|d| Point::from_results(d.load, &d.results))
-            .collect();
-        climb.sort_by(|a, b| a.load.total_cmp(&b.load));
+        let climb: Vec<Point> = analysis::combine_repeats(
+            self.done
+                .iter()
+                .filter(|d| d.load != probe_load)
+                .map(|d| Point::from_results(d.load, &d.results))
+                .collect(),
+        );
         let last = self.done.last()?;
         if last.results.diagnosis.iter().any(|f| f.rule == "overload") {
             return Some("the server's waiting requests grew through the point".into());
@@ -433,10 +449,21 @@ pub fn analyse(points: &[Done], output: &OutputArgs, series: &SeriesArgs) -> Ana
         for (p, objectives) in reduced.iter_mut().zip(&judged) {
             p.slo = Some(PointSlo::judge(objectives).0);
         }
-        let loads: Vec<f64> = points.iter().map(|d| d.load).collect();
-        analysis::slo_capacity(&loads, &judged, slo.describe(), series.target_load)
+        // Repeated runs of a load are judged together: all their objectives.
+        let mut loads: Vec<f64> = Vec::new();
+        let mut per_load: Vec<Vec<ObjectiveResult>> = Vec::new();
+        for (d, objectives) in points.iter().zip(judged) {
+            match loads.iter().position(|&l| l == d.load) {
+                Some(i) => per_load[i].extend(objectives),
+                None => {
+                    loads.push(d.load);
+                    per_load.push(objectives);
+                }
+            }
+        }
+        analysis::slo_capacity(&loads, &per_load, slo.describe(), series.target_load)
     });
-    analysis::analyse(reduced, series.objectives, slo)
+    analysis::analyse(analysis::combine_repeats(reduced), series.objectives, slo)
 }
 
 /// A point's objectives judged against `slo`: as the run judged them when

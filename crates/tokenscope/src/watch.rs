@@ -232,7 +232,7 @@ fn to_view(s: &Snapshot, url: &str, start: Instant, args: &WatchArgs, rate: &Rat
         planned_s: args.duration.map(|d| d.as_secs_f64()),
         latency: vec![
             row("TTFT", m.ttft),
-            row("queue time", m.queue_time),
+            row("queue", m.queue_time),
             row("ITL", m.itl),
             row("E2E", m.e2e),
         ],
@@ -254,6 +254,7 @@ fn to_view(s: &Snapshot, url: &str, start: Instant, args: &WatchArgs, rate: &Rat
             missing: s.error.clone(),
         },
         findings: s.findings.iter().map(|f| f.message.clone()).collect(),
+        slo: Vec::new(),
         footer: "Ctrl-C to stop · no load is sent · figures are the server's own".into(),
     }
 }

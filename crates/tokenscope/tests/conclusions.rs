@@ -175,19 +175,23 @@ fn a_run_that_measures_nothing_is_an_error() {
     );
 }
 
-/// A server on 127.0.0.1 that streams two words and claims `usage`.
-fn lying_server(usage: &'static str) -> String {
+/// A server on 127.0.0.1 answering each request with `answer(request line)`
+/// (a whole HTTP response), connection closed after each.
+fn raw_server(answer: fn(&str) -> String) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     std::thread::spawn(move || {
         for stream in listener.incoming().take(64) {
             let Ok(mut stream) = stream else { continue };
             let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut length = 0;
+            let (mut first, mut length) = (String::new(), 0);
             loop {
                 let mut line = String::new();
                 if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
                     break;
+                }
+                if first.is_empty() {
+                    first = line.clone();
                 }
                 if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
                     length = v.trim().parse().unwrap_or(0);
@@ -195,24 +199,36 @@ fn lying_server(usage: &'static str) -> String {
             }
             let mut body = vec![0; length];
             let _ = std::io::Read::read_exact(&mut reader, &mut body);
-            let events = format!(
-                "data: {{\"choices\":[{{\"delta\":{{\"content\":\"hello\"}}}}]}}\n\n\
-                 data: {{\"choices\":[{{\"delta\":{{\"content\":\" world\"}},\"finish_reason\":\"length\"}}]}}\n\n\
-                 data: {{\"choices\":[],\"usage\":{usage}}}\n\ndata: [DONE]\n\n"
-            );
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{events}",
-                events.len()
-            );
+            let _ = stream.write_all(answer(&first).as_bytes());
         }
     });
     url
 }
 
+fn http(status: &str, content_type: &str, body: &str) -> String {
+    format!(
+        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Streams two words and claims `completion_tokens` of 2^64 − 1.
+fn lying_server() -> String {
+    raw_server(|_| {
+        http(
+            "200 OK",
+            "text/event-stream",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"hello\"}}]}\n\n\
+             data: {\"choices\":[{\"delta\":{\"content\":\" world\"},\"finish_reason\":\"length\"}]}\n\n\
+             data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":18446744073709551615}}\n\n\
+             data: [DONE]\n\n",
+        )
+    })
+}
+
 #[test]
 fn usage_counts_that_cannot_be_true_are_flagged_not_summed() {
-    let url = lying_server(r#"{"prompt_tokens":5,"completion_tokens":18446744073709551615}"#);
+    let url = lying_server();
     let out = run_dir("implausible-usage");
     let o = tokenscope()
         .args([
@@ -313,4 +329,157 @@ fn compare_says_when_runs_are_unlike_and_compares_sweeps_point_by_point() {
     assert!(points
         .iter()
         .all(|p| !p["metrics"].as_array().unwrap().is_empty()));
+}
+
+#[test]
+fn messages_point_the_right_way() {
+    // A model the server does not serve: its own words, and what it serves.
+    let url = raw_server(|line| {
+        if line.starts_with("GET /v1/models") {
+            http(
+                "200 OK",
+                "application/json",
+                r#"{"data":[{"id":"llama-3-8b"},{"id":"qwen-7b"}]}"#,
+            )
+        } else {
+            http(
+                "404 Not Found",
+                "application/json",
+                r#"{"error":{"message":"The model `gpt-9` does not exist.","type":"NotFoundError"}}"#,
+            )
+        }
+    });
+    let o = tokenscope()
+        .args([
+            "bench",
+            "--url",
+            &url,
+            "--model",
+            "gpt-9",
+            "--no-metrics",
+            "--requests",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("The model `gpt-9` does not exist."),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("the server serves llama-3-8b, qwen-7b"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+
+    // No scheme: say what to add.
+    let o = tokenscope()
+        .args(["bench", "--url", "localhost:8000"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("add http://"));
+
+    // A full endpoint URL is accepted and names its API.
+    let server = Server::start(exact(5, 1));
+    let out = run_dir("endpoint-url");
+    let endpoint = format!("{}/v1/completions", server.url);
+    let o = bench(
+        &endpoint,
+        &out,
+        &["--requests", "2", "--output-tokens", "2"],
+    );
+    assert_ok(&o);
+    assert_eq!(results(&out)["target"]["api"], "openai-completions");
+
+    // Requests that all fail: the top message is in the summary.
+    let url = raw_server(|line| {
+        if line.starts_with("GET /v1/models") {
+            http("200 OK", "application/json", r#"{"data":[{"id":"m"}]}"#)
+        } else {
+            http(
+                "503 Service Unavailable",
+                "application/json",
+                r#"{"error":{"message":"engine overloaded, retry later"}}"#,
+            )
+        }
+    });
+    let out = run_dir("top-errors");
+    let o = tokenscope()
+        .args([
+            "bench",
+            "--url",
+            &url,
+            "--api",
+            "openai-chat",
+            "--model",
+            "m",
+            "--no-metrics",
+        ])
+        .args(["--requests", "3", "--concurrency", "1", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(4));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("×3"), "{stdout}");
+    let top = &results(&out)["counts"]["top_errors"][0];
+    assert_eq!(top["count"], 3, "{top}");
+}
+
+#[test]
+fn repeat_runs_each_point_k_times_and_reports_the_spread() {
+    let out = run_dir("repeat");
+    let o = tokenscope()
+        .args([
+            "sweep",
+            "--builtin",
+            "exact",
+            "--concurrency",
+            "1,2",
+            "--repeat",
+            "3",
+        ])
+        .args([
+            "--requests",
+            "6",
+            "--output-tokens",
+            "4",
+            "--quiet",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let doc = sweep_doc(&out);
+    assert_eq!(doc["points"].as_array().unwrap().len(), 6, "every run kept");
+    let series = doc["analysis"]["series"].as_array().unwrap();
+    assert_eq!(series.len(), 2, "one point a load");
+    for p in series {
+        let s = &p["spread"];
+        assert_eq!(s["runs"], 3, "{p}");
+        let (lo, hi) = (
+            s["output_tps"][0].as_f64().unwrap(),
+            s["output_tps"][1].as_f64().unwrap(),
+        );
+        let mid = p["output_tps"].as_f64().unwrap();
+        assert!(lo <= mid && mid <= hi, "{p}");
+    }
+    assert!(stdout.contains("3 runs, tokens/s"), "{stdout}");
+    assert!(stdout.contains("concurrency 2 (run 3 of 3)"), "{stdout}");
+    // The reports read it: one Markdown row per run, each with its load's point.
+    let o = tokenscope()
+        .args(["report", "--format", "md"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).matches("(run ").count(),
+        6
+    );
 }

@@ -15,10 +15,15 @@ struct Tmux {
 
 impl Tmux {
     fn start(name: &str) -> Tmux {
+        Tmux::sized(name, 130, 42)
+    }
+
+    fn sized(name: &str, width: u16, height: u16) -> Tmux {
         let socket = format!("ts-{name}-{}", std::process::id());
         let t = Tmux { socket };
+        let (w, h) = (width.to_string(), height.to_string());
         let o = t
-            .cmd(&["new-session", "-d", "-s", "main", "-x", "130", "-y", "42"])
+            .cmd(&["new-session", "-d", "-s", "main", "-x", &w, "-y", &h])
             .output()
             .expect("tmux is installed (scripts/test.sh installs Debian's tmux)");
         assert!(
@@ -201,6 +206,43 @@ fn dashboard_shows_changing_numbers_and_restores_the_terminal() {
 }
 
 #[test]
+fn an_80_by_24_terminal_shows_every_figure_and_the_slo_live() {
+    let t = Tmux::sized("small", 80, 24);
+    let out = run_dir("live-small");
+    t.type_line(&format!(
+        "{} bench --requests 160 --concurrency 8 --output-tokens 128 --slo ttft_p99=2s --out {}; echo EXIT=$?",
+        env!("CARGO_BIN_EXE_tokenscope"),
+        out.display()
+    ));
+    let pane = t.wait_for("ttft_p99≤2000ms", Duration::from_secs(30));
+    let pane = if pane.contains("n=") {
+        pane
+    } else {
+        t.wait_for("n=", Duration::from_secs(10))
+    };
+    for figure in [
+        "requests ·",
+        "TTFT",
+        "TPOT",
+        "tokens/s",
+        "requests/s",
+        "in flight",
+        "KV usage",
+        "running",
+    ] {
+        assert!(pane.contains(figure), "{figure} lost at 80×24:\n{pane}");
+    }
+    // Too few requests yet to judge a p99: said, not concluded.
+    assert!(pane.contains("/1000"), "{pane}");
+    assert!(pane.contains("SLO ttft_p99≤2000ms"), "{pane}");
+    let end = t.wait_for_exit(Duration::from_secs(120));
+    assert!(
+        end.contains("EXIT=7"),
+        "160 requests cannot judge a p99: {end}"
+    );
+}
+
+#[test]
 fn ctrl_c_stops_the_run_and_restores_the_terminal() {
     let t = Tmux::start("ctrlc");
     let out = run_dir("live-ctrlc");
@@ -233,7 +275,7 @@ fn watch_dashboard_shows_the_servers_numbers_and_ctrl_c_restores_the_terminal() 
     let pane = t.wait_for("tokenscope-sim", Duration::from_secs(20));
     assert!(pane.contains("tokenscope watch"), "{pane}");
     // The server's own numbers arrive: running sequences and tokens/s.
-    let pane = t.wait_for("running                 16", Duration::from_secs(20));
+    let pane = t.wait_for("running          16", Duration::from_secs(20));
     assert!(pane.contains("KV usage"), "{pane}");
     assert_eq!(t.screen_state(), (true, false));
     t.ctrl_c();
