@@ -260,10 +260,20 @@ pub fn cdf(
     for (i, x) in v.iter().enumerate().step_by(stride) {
         pts.push((*x, (i + 1) as f64 / n));
     }
-    pts.push((v[v.len() - 1], 1.0));
-    let mut series = vec![Series::line("", pts)];
+    let top = v[v.len() - 1];
+    pts.push((top, 1.0));
+    let name = if limits.is_empty() { "" } else { "measured" };
+    let mut series = vec![Series::line(name, pts)];
+    // A limit far right of the data would squash it: named, not drawn.
     for (label, x) in limits.iter().filter(|(_, x)| x.is_finite()) {
-        series.push(Series::line(label, vec![(*x, 0.0), (*x, 1.0)]));
+        if *x <= 3.0 * top {
+            series.push(Series::line(label, vec![(*x, 0.0), (*x, 1.0)]));
+        } else {
+            series.push(Series::line(
+                format!("{label} (far right of the data)"),
+                Vec::new(),
+            ));
+        }
     }
     xy(
         &Axes {

@@ -181,7 +181,8 @@ fn charts_with_data(dom: &str) -> usize {
     charts.len()
 }
 
-fn check(name: &str, page_path: &Path, min_charts: usize) {
+/// Renders the page in Chromium, checks it, and returns its DOM.
+fn check(name: &str, page_path: &Path, min_charts: usize) -> String {
     let page = std::fs::read_to_string(page_path).unwrap();
     let r = render(page, Some(&artifacts().join(format!("report-{name}.png"))));
     assert!(r.console.is_empty(), "console messages: {:?}", r.console);
@@ -200,6 +201,7 @@ fn check(name: &str, page_path: &Path, min_charts: usize) {
         n >= min_charts,
         "{n} charts, expected at least {min_charts}"
     );
+    r.dom
 }
 
 #[test]
@@ -232,14 +234,44 @@ fn report_of_a_bench_run_renders_offline_with_charts() {
         .args(RUN)
         .args(["--gpu-type", "h100-sxm", "--quiet", "--out"])
         .arg(&out)
+        .args(["--slo", "ttft_p99=5s,tpot_p50=1s"])
         .output()
         .unwrap();
-    assert_ok(&o);
+    // 40 requests cannot judge a p99 (exit 7); the page says so first.
+    assert_eq!(
+        o.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // bench wrote it at the end of the run.
     let page = out.join("report.html");
     assert!(page.exists());
     // Distributions (4 × CDF + histogram) and the time series the engine's /metrics feed.
-    check("run", &page, 8 + 3);
+    let dom = check("run", &page, 8 + 3);
+    let verdict = dom.find("id=\"verdict\"").expect("a verdict block");
+    assert!(
+        verdict < dom.find("<svg").unwrap(),
+        "the verdict comes before the charts"
+    );
+    let block = &dom[verdict..verdict + dom[verdict..].find("</div>").unwrap()];
+    for words in [
+        "SLO not judged: not enough data",
+        "good requests",
+        "not enough requests to judge ttft p99 (n = 40; need ≈ 1,000)",
+        "tpot_p50",
+    ] {
+        assert!(block.contains(words), "{words} not in {block}");
+    }
+    // The SLO limits are lines on the latency CDFs.
+    assert!(
+        dom.contains("SLO ttft_p99 ≤"),
+        "no SLO line on the TTFT CDF"
+    );
+    assert!(
+        dom.contains("SLO tpot_p50 ≤"),
+        "no SLO line on the TPOT CDF"
+    );
 }
 
 /// A DCGM exporter stand-in on 127.0.0.1: GPU utilisation and power that
@@ -320,7 +352,7 @@ fn report_with_a_dcgm_exporter_draws_gpu_utilisation_and_power_over_time() {
     assert!(!html.contains("no GPU source"), "the GPU chart is drawn");
     assert!(html.contains("GPU utilisation and power"));
     // The run's charts plus the GPU's, each an SVG with data, offline.
-    check("gpu", &page, 8 + 4 + 1);
+    let _ = check("gpu", &page, 8 + 4 + 1);
 }
 
 #[test]
@@ -355,7 +387,20 @@ fn report_of_a_sweep_renders_offline_with_its_recommendations() {
     ] {
         assert!(html.contains(profile), "the sweep page names {profile}");
     }
-    check("sweep", &page, 5);
+    let dom = check("sweep", &page, 5);
+    // The conclusions and the recommendations come before the charts.
+    let first_chart = dom.find("<svg").unwrap();
+    let conclusions = dom.find("id=\"conclusions\"").expect("a conclusions block");
+    let recommended = dom.find("<h2>Recommendations</h2>").unwrap();
+    assert!(
+        conclusions < first_chart && recommended < first_chart,
+        "conclusions first"
+    );
+    assert!(
+        dom[conclusions..recommended].contains("knee")
+            || dom[conclusions..recommended].contains("not saturated"),
+        "the knee or 'not saturated' is stated at the top"
+    );
     // Re-rendering from the directory gives the same page kind, and Markdown and CSV.
     let o = tokenscope()
         .arg("report")
