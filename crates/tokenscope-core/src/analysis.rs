@@ -922,6 +922,7 @@ mod tests {
         assert!(knee(&xs, &ys, 0.05).is_none());
     }
 
+    #[allow(clippy::too_many_arguments)] // one column of the test table each
     fn pt(
         load: f64,
         tps: f64,

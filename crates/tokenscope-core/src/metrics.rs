@@ -249,7 +249,7 @@ fn top_errors(measured: &[&RequestRecord]) -> Vec<ErrorSample> {
             count,
         })
         .collect();
-    list.sort_by(|a, b| b.count.cmp(&a.count));
+    list.sort_by_key(|e| std::cmp::Reverse(e.count));
     list.truncate(3);
     list
 }
