@@ -205,6 +205,25 @@ fn raw_server(answer: fn(&str) -> String) -> String {
     url
 }
 
+/// `bench` against a raw server as model `m` on the chat API, one at a time, no scraping.
+fn bench_chat(url: &str, out: &std::path::Path, args: &[&str]) -> std::process::Output {
+    tokenscope()
+        .args([
+            "bench",
+            "--url",
+            url,
+            "--api",
+            "openai-chat",
+            "--model",
+            "m",
+        ])
+        .args(["--no-metrics", "--concurrency", "1", "--out"])
+        .arg(out)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 fn http(status: &str, content_type: &str, body: &str) -> String {
     format!(
         "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -230,28 +249,11 @@ fn lying_server() -> String {
 fn usage_counts_that_cannot_be_true_are_flagged_not_summed() {
     let url = lying_server();
     let out = run_dir("implausible-usage");
-    let o = tokenscope()
-        .args([
-            "bench",
-            "--url",
-            &url,
-            "--api",
-            "openai-chat",
-            "--model",
-            "m",
-        ])
-        .args([
-            "--no-metrics",
-            "--quiet",
-            "--requests",
-            "4",
-            "--concurrency",
-            "1",
-        ])
-        .args(["--output-tokens", "2", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = bench_chat(
+        &url,
+        &out,
+        &["--quiet", "--requests", "4", "--output-tokens", "2"],
+    );
     assert_ok(&o);
     let r = results(&out);
     assert_eq!(r["counts"]["implausible_usage"], 4);
@@ -407,21 +409,7 @@ fn messages_point_the_right_way() {
         }
     });
     let out = run_dir("top-errors");
-    let o = tokenscope()
-        .args([
-            "bench",
-            "--url",
-            &url,
-            "--api",
-            "openai-chat",
-            "--model",
-            "m",
-            "--no-metrics",
-        ])
-        .args(["--requests", "3", "--concurrency", "1", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = bench_chat(&url, &out, &["--requests", "3"]);
     assert_eq!(o.status.code(), Some(4));
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("×3"), "{stdout}");
