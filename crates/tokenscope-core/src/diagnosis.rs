@@ -186,3 +186,87 @@ pub fn diagnose(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(counts: &Counts, asked: Asked) -> Vec<Finding> {
+        diagnose(
+            counts,
+            &Latency::default(),
+            &Tokens::default(),
+            &ClientUsage::default(),
+            asked,
+        )
+    }
+
+    fn find<'a>(all: &'a [Finding], rule: &str) -> Option<&'a Finding> {
+        all.iter().find(|f| f.rule == rule)
+    }
+
+    #[test]
+    fn cancelled_requests_are_not_failures() {
+        let counts = Counts {
+            requests: 8,
+            succeeded: 6,
+            failed: 2,
+            errors: [("cancelled".to_string(), 2)].into_iter().collect(),
+            ..Counts::default()
+        };
+        let all = rules(&counts, Asked::default());
+        assert!(find(&all, "errors").is_none(), "{all:?}");
+        assert!(find(&all, "cancelled")
+            .unwrap()
+            .message
+            .contains("not counted as failures"));
+    }
+
+    #[test]
+    fn short_outputs_advise_ignore_eos_only_when_it_was_not_given() {
+        let counts = Counts {
+            requests: 4,
+            succeeded: 4,
+            short_outputs: 3,
+            ..Counts::default()
+        };
+        let plain = rules(&counts, Asked::default());
+        assert!(find(&plain, "short_outputs")
+            .unwrap()
+            .message
+            .contains("use --ignore-eos"));
+        let forced = rules(&counts, Asked { ignore_eos: true });
+        let m = &find(&forced, "short_outputs").unwrap().message;
+        assert!(
+            !m.contains("use --ignore-eos") && m.contains("the server ignored it"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn a_server_that_never_answers_is_not_a_keep_alive_matter() {
+        let refusing = Counts {
+            requests: 5,
+            failed: 5,
+            retried: 5,
+            retried_succeeded: 0,
+            errors: [("connect".to_string(), 5)].into_iter().collect(),
+            ..Counts::default()
+        };
+        let all = rules(&refusing, Asked::default());
+        assert!(find(&all, "server_closes_keepalive").is_none());
+        assert!(find(&all, "server_closes_connections")
+            .unwrap()
+            .message
+            .contains("refusing"));
+        let llama_like = Counts {
+            requests: 5,
+            succeeded: 5,
+            retried: 4,
+            retried_succeeded: 4,
+            ..Counts::default()
+        };
+        let all = rules(&llama_like, Asked::default());
+        assert!(find(&all, "server_closes_keepalive").is_some());
+    }
+}

@@ -262,6 +262,22 @@ fn a_p99_of_a_handful_of_requests_is_not_judged() {
         (Some(32), Some(1000))
     );
     assert!(o["ci_high_ms"].is_null(), "no upper bound from 32: {o}");
+    // Markdown says what was run and the verdict first.
+    let o = tokenscope()
+        .args(["report", "--format", "md"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let md = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        md.contains("**Run:** closed loop, concurrency 8 · 32 requests"),
+        "{md}"
+    );
+    assert!(md.contains("no --ignore-eos"), "{md}");
+    assert!(
+        md.find("**SLO not enough data to judge**").unwrap() < md.find("| latency").unwrap(),
+        "{md}"
+    );
     // The same run re-judged on its median: 32 requests suffice.
     let o = tokenscope()
         .args(["report", "--format", "terminal", "--slo", "ttft_p50=2s"])
