@@ -1,26 +1,61 @@
 //! Sampling the server's `/metrics` during a run: a baseline before the load,
 //! one scrape every interval, a last one after; each appended to
 //! `timeseries.jsonl` on the run's clock as it is taken.
+//!
+//! Scraping never shapes the load: it runs on a thread and runtime of its own
+//! (never the client's), the baseline is taken before the run's clock starts
+//! and is bounded, endpoints are fetched concurrently, a scrape in progress is
+//! abandoned when the run ends, and the last scrape is bounded too. Each
+//! endpoint gets only its own headers: credentials go to the target's origin
+//! alone (the caller decides; see [`Endpoint`]).
 
 use crate::kinds::{self, Concepts, ServerKind};
 use crate::prometheus;
 use crate::window::{hist_delta, Scrape};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+/// How long the baseline may wait for an endpoint: the run waits for it
+/// before its clock starts, so it is short.
+pub const EDGE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the last scrape may wait: the run's end waits for it.
+pub const FINAL_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a scrape during the run may wait (it runs beside the load).
+pub const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One metrics URL and the headers it may be sent.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    pub url: String,
+    pub headers: reqwest::header::HeaderMap,
+}
 
 /// Where and how often to scrape.
 #[derive(Clone)]
 pub struct ScrapeConfig {
-    pub urls: Vec<String>,
+    pub endpoints: Vec<Endpoint>,
     pub interval: Duration,
-    pub headers: reqwest::header::HeaderMap,
     /// The local GPU, sampled with every scrape (`--gpu local`).
     pub local_gpu: Option<Arc<crate::gpu::LocalGpu>>,
+}
+
+impl ScrapeConfig {
+    pub fn urls(&self) -> Vec<String> {
+        self.endpoints.iter().map(|e| e.url.clone()).collect()
+    }
+}
+
+/// How one endpoint fared over the run.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct EndpointHealth {
+    pub attempts: u64,
+    pub failures: u64,
+    pub first_error: Option<String>,
 }
 
 /// What the scraper saw.
@@ -31,6 +66,8 @@ pub struct ScrapeLog {
     pub sources: Vec<(String, ServerKind)>,
     pub errors: u64,
     pub first_error: Option<String>,
+    /// Per URL: attempts, failures and the first error.
+    pub endpoints: BTreeMap<String, EndpointHealth>,
 }
 
 impl ScrapeLog {
@@ -67,45 +104,58 @@ pub struct Sample {
 /// The latest sample, shared with whoever displays it.
 pub type Latest = Arc<std::sync::Mutex<Option<Sample>>>;
 
+/// The scraping thread of one run.
 pub struct Scraper {
     stop: CancellationToken,
-    task: JoinHandle<ScrapeLog>,
+    origin: Option<tokio::sync::oneshot::Sender<Instant>>,
+    thread: Option<std::thread::JoinHandle<ScrapeLog>>,
     latest: Latest,
 }
 
 impl Scraper {
-    /// Takes the baseline scrape, then keeps scraping every interval in the
-    /// background. `in_flight` reads the client's in-flight count for each
-    /// line; `origin` is the run's clock origin.
+    /// Starts the scraping thread and takes the baseline (bounded by
+    /// [`EDGE_TIMEOUT`]); returns once it is taken, before the run's clock
+    /// starts. The periodic scrapes wait for [`Scraper::run_from`].
     pub async fn start(
-        client: reqwest::Client,
         config: ScrapeConfig,
-        origin: Instant,
         timeseries: &Path,
         in_flight: Arc<dyn Fn() -> u64 + Send + Sync>,
     ) -> std::io::Result<Scraper> {
         let out = std::io::BufWriter::new(std::fs::File::create(timeseries)?);
-        let mut sampler = Sampler::new(client, config, origin, Some(out), in_flight);
-        let latest = sampler.latest.clone();
-        sampler.take().await;
         let stop = CancellationToken::new();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<Latest>();
+        let (origin_tx, origin_rx) = tokio::sync::oneshot::channel::<Instant>();
         let token = stop.clone();
-        let task = tokio::spawn(async move {
-            let every = sampler.config.interval;
-            let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                let last = tokio::select! {
-                    _ = ticker.tick() => false,
-                    _ = token.cancelled() => true,
-                };
-                sampler.take().await;
-                if last {
-                    return sampler.log;
-                }
-            }
-        });
-        Ok(Scraper { stop, task, latest })
+        let thread = std::thread::Builder::new()
+            .name("ts-scraper".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a current-thread runtime");
+                rt.block_on(scrape_loop(
+                    config, out, in_flight, token, ready_tx, origin_rx,
+                ))
+            })?;
+        // The baseline is bounded; a thread that cannot even start is an error.
+        let latest = tokio::time::timeout(EDGE_TIMEOUT * 2, ready_rx)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        Ok(Scraper {
+            stop,
+            origin: Some(origin_tx),
+            thread: Some(thread),
+            latest,
+        })
+    }
+
+    /// Starts the periodic scrapes on the run's clock.
+    pub fn run_from(&mut self, origin: Instant) {
+        if let Some(tx) = self.origin.take() {
+            let _ = tx.send(origin);
+        }
     }
 
     /// The latest sample, for a live view.
@@ -113,11 +163,57 @@ impl Scraper {
         self.latest.clone()
     }
 
-    /// Takes the last scrape and returns everything seen.
-    pub async fn finish(self) -> ScrapeLog {
+    /// Abandons a scrape in progress, takes the last one (bounded by
+    /// [`FINAL_TIMEOUT`]) and returns everything seen.
+    pub async fn finish(mut self) -> ScrapeLog {
         self.stop.cancel();
-        self.task.await.unwrap_or_default()
+        drop(self.origin.take());
+        let thread = self.thread.take();
+        tokio::task::spawn_blocking(move || thread.and_then(|t| t.join().ok()))
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_default()
     }
+}
+
+/// The scraping thread: baseline, then every interval until stopped, then the last.
+async fn scrape_loop(
+    config: ScrapeConfig,
+    out: std::io::BufWriter<std::fs::File>,
+    in_flight: Arc<dyn Fn() -> u64 + Send + Sync>,
+    stop: CancellationToken,
+    ready: tokio::sync::oneshot::Sender<Latest>,
+    origin: tokio::sync::oneshot::Receiver<Instant>,
+) -> ScrapeLog {
+    let client = match reqwest::Client::builder().build() {
+        Ok(c) => c,
+        Err(_) => return ScrapeLog::default(),
+    };
+    let every = config.interval;
+    let mut sampler = Sampler::new(client, config, None, Some(out), in_flight);
+    sampler.take(EDGE_TIMEOUT).await;
+    let _ = ready.send(sampler.latest.clone());
+    let Ok(origin) = origin.await else {
+        return sampler.log; // the run never started
+    };
+    sampler.origin = Some(origin);
+    let mut next = tokio::time::Instant::now() + every;
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep_until(next) => {}
+        }
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => break, // a scrape in progress is abandoned
+            _ = sampler.take(SCRAPE_TIMEOUT) => {}
+        }
+        next = (next + every).max(tokio::time::Instant::now());
+    }
+    sampler.take(FINAL_TIMEOUT).await;
+    sampler.log
 }
 
 /// Everything one scrape needs, and what the scrapes found so far. The
@@ -126,7 +222,8 @@ pub struct Sampler {
     client: reqwest::Client,
     config: ScrapeConfig,
     out: Option<std::io::BufWriter<std::fs::File>>,
-    origin: Instant,
+    /// The run's clock; `None` before it starts (the baseline is at t = 0).
+    origin: Option<Instant>,
     in_flight: Arc<dyn Fn() -> u64 + Send + Sync>,
     pub log: ScrapeLog,
     latest: Latest,
@@ -137,7 +234,7 @@ impl Sampler {
     pub fn new(
         client: reqwest::Client,
         config: ScrapeConfig,
-        origin: Instant,
+        origin: Option<Instant>,
         out: Option<std::io::BufWriter<std::fs::File>>,
         in_flight: Arc<dyn Fn() -> u64 + Send + Sync>,
     ) -> Sampler {
@@ -157,14 +254,16 @@ impl Sampler {
         self.latest.lock().ok().and_then(|l| l.clone())
     }
 
-    /// One scrape: fetched, merged, logged, and written as a line.
-    pub async fn take(&mut self) {
-        let (mut concepts, mut error) = scrape(&self.client, &self.config, &mut self.log).await;
+    /// One scrape, each endpoint waited for at most `timeout`: fetched,
+    /// merged, logged, and written as a line.
+    pub async fn take(&mut self, timeout: Duration) {
+        let (mut concepts, mut error) =
+            scrape(&self.client, &self.config, &mut self.log, timeout).await;
         if let Some(gpu) = &self.config.local_gpu {
             concepts = kinds::merge(&[gpu.sample(), concepts]);
             error = None;
         }
-        let t_s = self.origin.elapsed().as_secs_f64();
+        let t_s = self.origin.map_or(0.0, |o| o.elapsed().as_secs_f64());
         let prev_queue = self
             .log
             .scrapes
@@ -206,24 +305,34 @@ impl Sampler {
     }
 }
 
-/// Scrapes every URL once and merges what they said.
+/// Scrapes every endpoint once, all at the same time, and merges what they said.
 async fn scrape(
     client: &reqwest::Client,
     config: &ScrapeConfig,
     log: &mut ScrapeLog,
+    timeout: Duration,
 ) -> (Concepts, Option<String>) {
+    let fetches = config
+        .endpoints
+        .iter()
+        .map(|e| fetch(client, &e.url, &e.headers, timeout));
+    let answers = futures_util::future::join_all(fetches).await;
     let mut parts = Vec::new();
     let mut error = None;
-    for url in &config.urls {
-        match fetch(client, url, &config.headers).await {
-            Ok(e) => {
-                let kind = kinds::detect(&e);
-                if !log.sources.iter().any(|(u, _)| u == url) {
-                    log.sources.push((url.clone(), kind));
+    for (e, answer) in config.endpoints.iter().zip(answers) {
+        let health = log.endpoints.entry(e.url.clone()).or_default();
+        health.attempts += 1;
+        match answer {
+            Ok(exp) => {
+                let kind = kinds::detect(&exp);
+                if !log.sources.iter().any(|(u, _)| *u == e.url) {
+                    log.sources.push((e.url.clone(), kind));
                 }
-                parts.push(kinds::concepts(kind, &e));
+                parts.push(kinds::concepts(kind, &exp));
             }
             Err(msg) => {
+                health.failures += 1;
+                health.first_error.get_or_insert_with(|| msg.clone());
                 log.errors += 1;
                 log.first_error.get_or_insert_with(|| msg.clone());
                 error = Some(msg);
@@ -240,21 +349,26 @@ async fn fetch(
     client: &reqwest::Client,
     url: &str,
     headers: &reqwest::header::HeaderMap,
+    timeout: Duration,
 ) -> Result<prometheus::Exposition, String> {
-    let resp = client
-        .get(url)
-        .headers(headers.clone())
-        .timeout(Duration::from_secs(5))
-        .send()
+    let get = async {
+        let resp = client
+            .get(url)
+            .headers(headers.clone())
+            .send()
+            .await
+            .map_err(|e| format!("{url}: {}", e.without_url()))?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(format!("{url}: HTTP {}", status.as_u16()));
+        }
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| format!("{url}: {}", e.without_url()))?;
+        prometheus::parse(&text).map_err(|e| format!("{url}: {e}"))
+    };
+    tokio::time::timeout(timeout, get)
         .await
-        .map_err(|e| format!("{url}: {}", e.without_url()))?;
-    let status = resp.status();
-    if !status.is_success() {
-        return Err(format!("{url}: HTTP {}", status.as_u16()));
-    }
-    let text = resp
-        .text()
-        .await
-        .map_err(|e| format!("{url}: {}", e.without_url()))?;
-    prometheus::parse(&text).map_err(|e| format!("{url}: {e}"))
+        .unwrap_or_else(|_| Err(format!("{url}: no answer within {timeout:?}")))
 }

@@ -26,7 +26,7 @@ use tokenscope_sim::engine::EngineConfig;
 use tokenscope_sim::exact::{ExactConfig, ExactServer};
 use tokenscope_sim::serve::{EngineServer, ServeOptions};
 use tokenscope_telemetry::gpu::LocalGpu;
-use tokenscope_telemetry::scraper::{ScrapeConfig, Scraper};
+use tokenscope_telemetry::scraper::{Endpoint, ScrapeConfig, Scraper};
 use tokio_util::sync::CancellationToken;
 
 /// Client threads are named with this prefix so their CPU time can be told
@@ -193,22 +193,70 @@ fn request_headers(args: &BenchArgs) -> anyhow::Result<HeaderMap> {
     metrics_headers(args.api_key_env.as_deref(), &args.headers)
 }
 
+/// `scheme://host:port` of a URL, for the same-origin rule.
+fn origin(url: &str) -> Option<String> {
+    let u = reqwest::Url::parse(url).ok()?;
+    Some(format!(
+        "{}://{}:{}",
+        u.scheme(),
+        u.host_str()?,
+        u.port_or_known_default()?
+    ))
+}
+
+/// Each metrics URL with the headers it may get: the target's own (API key,
+/// `--header`) only on the target's origin, `--metrics-header` everywhere.
+/// Credentials never travel to an exporter on another host or port.
+pub(crate) fn metrics_endpoints(
+    target: &str,
+    urls: &[String],
+    target_headers: &HeaderMap,
+    own: &[(String, String)],
+) -> anyhow::Result<Vec<Endpoint>> {
+    let own = header_map(own, "--metrics-header")?;
+    let home = origin(target);
+    urls.iter()
+        .map(|url| {
+            if origin(url).is_none() {
+                return Err(Exit::usage(format!(
+                    "--metrics-url `{url}`: not an http(s) URL (e.g. http://gpu-node:9400/metrics)"
+                )));
+            }
+            let mut headers = if origin(url) == home {
+                target_headers.clone()
+            } else {
+                HeaderMap::new()
+            };
+            headers.extend(own.clone());
+            Ok(Endpoint {
+                url: url.clone(),
+                headers,
+            })
+        })
+        .collect()
+}
+
+/// `NAME: VALUE` pairs as sensitive headers; `flag` names them in errors.
+fn header_map(pairs: &[(String, String)], flag: &str) -> anyhow::Result<HeaderMap> {
+    let mut headers = HeaderMap::new();
+    for (k, v) in pairs {
+        let name = HeaderName::from_bytes(k.as_bytes())
+            .map_err(|_| Exit::usage(format!("{flag}: `{k}` is not a header name")))?;
+        let mut value = HeaderValue::from_str(v)
+            .map_err(|_| Exit::usage(format!("{flag} {k}: the value is not valid in a header")))?;
+        value.set_sensitive(true);
+        headers.insert(name, value);
+    }
+    Ok(headers)
+}
+
 /// `--header`s and the API key (from `--api-key-env`, else OPENAI_API_KEY),
 /// all marked sensitive so they never appear in debug output.
 pub(crate) fn metrics_headers(
     api_key_env: Option<&str>,
     extra: &[(String, String)],
 ) -> anyhow::Result<HeaderMap> {
-    let mut headers = HeaderMap::new();
-    for (k, v) in extra {
-        let name = HeaderName::from_bytes(k.as_bytes())
-            .map_err(|_| Exit::usage(format!("--header: `{k}` is not a header name")))?;
-        let mut value = HeaderValue::from_str(v).map_err(|_| {
-            Exit::usage(format!("--header {k}: the value is not valid in a header"))
-        })?;
-        value.set_sensitive(true);
-        headers.insert(name, value);
-    }
+    let mut headers = header_map(extra, "--header")?;
     let key =
         match api_key_env {
             Some(var) => Some(std::env::var(var).map_err(|_| {
@@ -329,21 +377,25 @@ pub(crate) async fn bench(
     let started_at = outcome::now_rfc3339();
     let cancel = CancellationToken::new();
     let progress = Arc::new(Progress::default());
-    let clock = Clock::start();
     let metrics_urls = match (args.no_metrics, args.metrics_urls.is_empty()) {
         (true, _) => Vec::new(),
         (false, true) => vec![format!("{base}/metrics")],
         (false, false) => args.metrics_urls.clone(),
     };
-    let scraper = if metrics_urls.is_empty() && local_gpu.is_none() {
+    // The baseline scrape comes before the clock starts: a slow metrics
+    // endpoint never eats into the load's time or bunches its schedule.
+    let mut scraper = if metrics_urls.is_empty() && local_gpu.is_none() {
         None
     } else {
-        let urls = metrics_urls;
         let config = ScrapeConfig {
             local_gpu: local_gpu.clone(),
-            urls,
+            endpoints: metrics_endpoints(
+                &base,
+                &metrics_urls,
+                &metrics_headers,
+                &args.metrics_headers,
+            )?,
             interval: args.scrape_interval,
-            headers: metrics_headers.clone(),
         };
         let progress = progress.clone();
         let in_flight = Arc::new(move || {
@@ -352,21 +404,18 @@ pub(crate) async fn bench(
                 .load(Ordering::Relaxed)
                 .saturating_sub(progress.finished.load(Ordering::Relaxed))
         });
-        let client = reqwest::Client::builder()
-            .build()
-            .context("building the metrics client")?;
         Some(
-            Scraper::start(
-                client,
-                config,
-                clock.origin(),
-                &out_dir.join("timeseries.jsonl"),
-                in_flight,
-            )
-            .await
-            .with_context(|| format!("creating {}", out_dir.join("timeseries.jsonl").display()))?,
+            Scraper::start(config, &out_dir.join("timeseries.jsonl"), in_flight)
+                .await
+                .with_context(|| {
+                    format!("creating {}", out_dir.join("timeseries.jsonl").display())
+                })?,
         )
     };
+    let clock = Clock::start();
+    if let Some(s) = &mut scraper {
+        s.run_from(clock.origin());
+    }
     let runner = Arc::new(Runner {
         target,
         clock,

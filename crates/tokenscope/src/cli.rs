@@ -68,9 +68,13 @@ tokenscope watch http://localhost:8000 --duration 10m > watch.log   # one line p
 pub struct WatchArgs {
     /// The server (its /metrics is read) or a metrics URL.
     pub url: String,
-    /// More Prometheus endpoints merged in, repeatable (a DCGM exporter).
+    /// More Prometheus endpoints merged in, repeatable (a DCGM exporter). The
+    /// API key and --header go only to an endpoint on URL's own origin.
     #[arg(long = "metrics-url", value_name = "URL")]
     pub metrics_urls: Vec<String>,
+    /// Header for the --metrics-url endpoints, repeatable.
+    #[arg(long = "metrics-header", value_parser = header, value_name = "NAME:VALUE")]
+    pub metrics_headers: Vec<(String, String)>,
     /// How often to sample (100ms or more).
     #[arg(long, default_value = "1s", value_parser = scrape_interval)]
     pub interval: Duration,
@@ -453,9 +457,13 @@ pub struct BenchArgs {
     #[arg(long, default_value = "120s", value_parser = positive_duration)]
     pub idle_timeout: Duration,
     /// Prometheus endpoint(s) to sample during the run, repeatable (a DCGM exporter, a
-    /// second replica). Default: the server's own /metrics.
+    /// second replica). Default: the server's own /metrics. The API key and
+    /// --header go only to an endpoint on the target's own origin.
     #[arg(long = "metrics-url", value_name = "URL")]
     pub metrics_urls: Vec<String>,
+    /// Header for the metrics endpoints only, repeatable ('Authorization: Bearer …').
+    #[arg(long = "metrics-header", value_parser = header, value_name = "NAME:VALUE")]
+    pub metrics_headers: Vec<(String, String)>,
     /// How often to sample the metrics (100ms or more).
     #[arg(long, default_value = "1s", value_parser = scrape_interval)]
     pub scrape_interval: Duration,

@@ -205,6 +205,9 @@ pub struct Telemetry {
     pub sources: Vec<(String, String)>,
     pub errors: u64,
     pub first_error: Option<String>,
+    /// Per metrics URL: attempts, failures, first error.
+    pub endpoints:
+        std::collections::BTreeMap<String, tokenscope_telemetry::scraper::EndpointHealth>,
 }
 
 impl Telemetry {
@@ -220,6 +223,7 @@ impl Telemetry {
                 .collect(),
             errors: log.errors,
             first_error: log.first_error.clone(),
+            endpoints: log.endpoints.clone(),
         }
     }
 }
@@ -295,6 +299,26 @@ pub fn assemble(records: &[RequestRecord], output: &OutputArgs, facts: RunFacts)
         diagnosis.extend(tokenscope_telemetry::diagnose::diagnose(
             &t.summary, &m.latency,
         ));
+        // Each endpoint that failed is named, also when others answered.
+        for (url, h) in t.endpoints.iter().filter(|(_, h)| h.failures > 0) {
+            diagnosis.push(Finding {
+                rule: "metrics_endpoint_failed".into(),
+                severity: "warning".into(),
+                message: format!(
+                    "metrics endpoint {url}: {} of {} scrapes failed ({}); its figures are missing, not zero",
+                    h.failures,
+                    h.attempts,
+                    h.first_error.as_deref().unwrap_or("no answer")
+                ),
+                evidence: [
+                    ("url".to_string(), json!(url)),
+                    ("failures".to_string(), json!(h.failures)),
+                    ("attempts".to_string(), json!(h.attempts)),
+                ]
+                .into_iter()
+                .collect(),
+            });
+        }
         if t.sources.is_empty() && t.errors > 0 {
             diagnosis.push(Finding {
                 rule: "metrics_unavailable".into(),
@@ -318,6 +342,7 @@ pub fn assemble(records: &[RequestRecord], output: &OutputArgs, facts: RunFacts)
                     .collect::<Vec<_>>()),
             );
             obj.insert("scrape_errors".into(), json!(t.errors));
+            obj.insert("endpoints".into(), json!(t.endpoints));
             obj.insert("first_scrape_error".into(), json!(t.first_error));
         }
         server.metrics = Some(metrics);

@@ -54,7 +54,9 @@ struct Watcher {
 
 impl Watcher {
     async fn sample(&mut self) -> Snapshot {
-        self.sampler.take().await;
+        self.sampler
+            .take(tokenscope_telemetry::scraper::SCRAPE_TIMEOUT)
+            .await;
         let log = &mut self.sampler.log;
         // Keep the window (and one scrape before it, for the deltas).
         if let Some(last) = log.scrapes.last().map(|s| s.t_s) {
@@ -105,14 +107,19 @@ pub fn run(args: WatchArgs) -> anyhow::Result<Exit> {
         let client = reqwest::Client::builder()
             .build()
             .context("building the metrics client")?;
+        let target = crate::bench::metrics_headers(args.api_key_env.as_deref(), &args.headers)?;
         let config = ScrapeConfig {
-            urls: urls.clone(),
+            endpoints: crate::bench::metrics_endpoints(
+                &args.url,
+                &urls,
+                &target,
+                &args.metrics_headers,
+            )?,
             interval: args.interval,
-            headers: crate::bench::metrics_headers(args.api_key_env.as_deref(), &args.headers)?,
             local_gpu,
         };
         let mut w = Watcher {
-            sampler: Sampler::new(client, config, Instant::now(), None, Arc::new(|| 0)),
+            sampler: Sampler::new(client, config, Some(Instant::now()), None, Arc::new(|| 0)),
             window: args.window,
         };
         if args.once {

@@ -1,0 +1,182 @@
+//! Faults around the load: a metrics endpoint that never answers does not
+//! delay, shape or extend the load; credentials go only to the target.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Accepts connections and never answers (held open for a minute at most).
+fn silent_endpoint() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        let start = Instant::now();
+        for s in listener.incoming().take(64) {
+            held.push(s);
+            if start.elapsed() > Duration::from_secs(60) {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_secs(60));
+    });
+    url
+}
+
+/// A metrics endpoint that records the headers of every request it gets.
+fn logging_endpoint() -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(200) {
+            let Ok(mut stream) = stream else { continue };
+            let reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = String::new();
+            for line in reader.lines() {
+                let Ok(line) = line else { break };
+                if line.is_empty() {
+                    break;
+                }
+                head.push_str(&line);
+                head.push('\n');
+            }
+            log.lock().unwrap().push(head);
+            let body = "# TYPE up gauge\nup 1\n";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (url, seen)
+}
+
+#[test]
+fn a_silent_metrics_endpoint_neither_delays_shapes_nor_extends_the_load() {
+    let server = Server::start(exact(20, 1));
+    let silent = silent_endpoint();
+    let out = run_dir("silent-metrics");
+    let start = Instant::now();
+    let o = tokenscope()
+        .args([
+            "bench",
+            "--url",
+            &server.url,
+            "--rate",
+            "25",
+            "--arrival",
+            "constant",
+        ])
+        .args([
+            "--duration",
+            "4s",
+            "--output-tokens",
+            "4",
+            "--scrape-interval",
+            "200ms",
+        ])
+        .args(["--metrics-url", &silent, "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    assert_ok(&o);
+    let recs = records(&out);
+    let sent: Vec<f64> = recs
+        .iter()
+        .map(|r| r["sent_at_us"].as_f64().unwrap() / 1e6)
+        .collect();
+    let scheduled: Vec<f64> = recs
+        .iter()
+        .map(|r| r["scheduled_at_us"].as_f64().unwrap() / 1e6)
+        .collect();
+    let first = scheduled.iter().copied().fold(f64::INFINITY, f64::min);
+    let last = sent.iter().copied().fold(0.0, f64::max);
+    // 4 s of load at 25/s, on schedule from the start: no burst of requests
+    // held back behind a scrape.
+    assert!(
+        first < 0.2,
+        "the load started late: first scheduled at {first} s"
+    );
+    assert!((last - 4.0).abs() <= 0.2, "load for {last} s, not 4 s");
+    assert!((95..=105).contains(&recs.len()), "{} requests", recs.len());
+    let r = results(&out);
+    assert!(
+        stat(&r, "latency.client_lag_ms.p99") < 20.0,
+        "the schedule was kept"
+    );
+    // Baseline (≤ 2 s) + 4 s of load + the last scrape (≤ 1 s) + start-up.
+    assert!(took < Duration::from_secs(9), "the run took {took:?}");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains(&format!("metrics endpoint {silent}")),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn credentials_go_only_to_the_target() {
+    let server = Server::start(exact(5, 1));
+    let (exporter, seen) = logging_endpoint();
+    let out = run_dir("credentials");
+    let o = tokenscope()
+        .env("TS_TEST_KEY", "sk-test-key-123")
+        .args([
+            "bench",
+            "--url",
+            &server.url,
+            "--api-key-env",
+            "TS_TEST_KEY",
+        ])
+        .args(["--header", "X-Tenant: tenant-secret-456"])
+        .args([
+            "--metrics-url",
+            &exporter,
+            "--metrics-header",
+            "X-Exporter-Token: exp-789",
+        ])
+        .args([
+            "--requests",
+            "4",
+            "--output-tokens",
+            "2",
+            "--scrape-interval",
+            "100ms",
+        ])
+        .args(["--quiet", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let heads = seen.lock().unwrap().clone();
+    assert!(heads.len() >= 2, "the exporter was scraped: {heads:?}");
+    for h in &heads {
+        let lower = h.to_ascii_lowercase();
+        assert!(
+            !lower.contains("sk-test-key-123"),
+            "the API key reached the exporter:\n{h}"
+        );
+        assert!(
+            !lower.contains("tenant-secret-456"),
+            "--header reached the exporter:\n{h}"
+        );
+        assert!(!lower.contains("authorization"), "{h}");
+        assert!(
+            lower.contains("x-exporter-token: exp-789"),
+            "its own header: {h}"
+        );
+    }
+    // Nothing secret is written down either.
+    for file in ["results.json", "requests.jsonl", "timeseries.jsonl"] {
+        let text = std::fs::read_to_string(out.join(file)).unwrap();
+        for secret in ["sk-test-key-123", "tenant-secret-456", "exp-789"] {
+            assert!(!text.contains(secret), "{secret} in {file}");
+        }
+    }
+}
