@@ -20,6 +20,11 @@ pub struct RunResults {
     pub started_at: String,
     /// The run was cut short (Ctrl-C); every finished request is still recorded.
     pub partial: bool,
+    /// The run could not write its output (a full disk): what failed and
+    /// what was kept. The figures are over every request held in memory;
+    /// `requests.jsonl` holds the first `counts` of them that reached the disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_error: Option<String>,
     /// Present when no server was measured: the run was simulated by `sim plan`
     /// on a virtual clock, and this describes the simulated deployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]

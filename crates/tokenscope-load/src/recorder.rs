@@ -1,13 +1,19 @@
 //! `requests.jsonl`: one line per finished request, appended and flushed as it
 //! finishes, on a thread of its own so disk never stalls the load loop. A crash
 //! or Ctrl-C loses nothing that completed.
+//!
+//! When a write fails (a full disk), the line is cut back so the file ends on
+//! a whole record, the run is told to stop (`on_failure`), and every later
+//! record is still kept in memory: [`Recorded`] says how many reached the
+//! disk and why the rest did not.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use tokenscope_core::record::RequestRecord;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecorderError {
@@ -31,14 +37,25 @@ impl RecordSink {
     }
 }
 
+/// Every record of the run, and how many of them are on disk.
+pub struct Recorded {
+    /// All records, in finishing order (those after a write failure too).
+    pub records: Vec<RequestRecord>,
+    /// The first `on_disk` of them are whole lines of `requests.jsonl`.
+    pub on_disk: usize,
+    /// Why the rest are not.
+    pub error: Option<RecorderError>,
+}
+
 pub struct Recorder {
     sink: RecordSink,
-    writer: JoinHandle<Result<Vec<RequestRecord>, RecorderError>>,
+    writer: JoinHandle<Recorded>,
 }
 
 impl Recorder {
-    /// Creates (truncates) `path` and starts the writer thread.
-    pub fn create(path: &Path) -> Result<Recorder, RecorderError> {
+    /// Creates (truncates) `path` and starts the writer thread; a failed
+    /// write cancels `on_failure`.
+    pub fn create(path: &Path, on_failure: CancellationToken) -> Result<Recorder, RecorderError> {
         let io = |source| RecorderError::Io {
             path: path.to_owned(),
             source,
@@ -48,21 +65,7 @@ impl Recorder {
         let (tx, rx) = mpsc::channel::<RequestRecord>();
         let writer = std::thread::Builder::new()
             .name("ts-recorder".into())
-            .spawn(move || {
-                let io = |source| RecorderError::Io {
-                    path: path.clone(),
-                    source,
-                };
-                let mut out = BufWriter::new(file);
-                let mut all = Vec::new();
-                for r in rx {
-                    serde_json::to_writer(&mut out, &r).map_err(|e| io(e.into()))?;
-                    out.write_all(b"\n").map_err(io)?;
-                    out.flush().map_err(io)?;
-                    all.push(r);
-                }
-                Ok(all)
-            })
+            .spawn(move || write_all(file, &path, rx, on_failure))
             .map_err(io)?;
         Ok(Recorder {
             sink: RecordSink { tx },
@@ -74,12 +77,80 @@ impl Recorder {
         self.sink.clone()
     }
 
-    /// Waits until every record sent so far is on disk; returns them all in finishing order.
-    /// Every clone of the sink must be dropped first.
-    pub fn finish(self) -> Result<Vec<RequestRecord>, RecorderError> {
+    /// Waits until every record sent so far is written (or kept); returns
+    /// them all. Every clone of the sink must be dropped first.
+    pub fn finish(self) -> Recorded {
         drop(self.sink);
         self.writer
             .join()
             .expect("the recorder thread does not panic")
+    }
+}
+
+/// The writer thread: a line per record, each written whole with one call.
+fn write_all(
+    mut file: File,
+    path: &Path,
+    rx: mpsc::Receiver<RequestRecord>,
+    on_failure: CancellationToken,
+) -> Recorded {
+    let mut done = Recorded {
+        records: Vec::new(),
+        on_disk: 0,
+        error: None,
+    };
+    let mut written: u64 = 0;
+    let mut line = Vec::with_capacity(4096);
+    for r in rx {
+        if done.error.is_none() {
+            line.clear();
+            let wrote = serde_json::to_writer(&mut line, &r)
+                .map_err(std::io::Error::from)
+                .and_then(|()| {
+                    line.push(b'\n');
+                    file.write_all(&line)
+                });
+            match wrote {
+                Ok(()) => {
+                    written += line.len() as u64;
+                    done.on_disk += 1;
+                }
+                Err(source) => {
+                    // Cut a torn line back to the last whole record.
+                    let _ = file.set_len(written);
+                    done.error = Some(RecorderError::Io {
+                        path: path.to_owned(),
+                        source,
+                    });
+                    on_failure.cancel();
+                }
+            }
+        }
+        done.records.push(r);
+    }
+    done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_write_stops_the_run_and_keeps_every_record() {
+        // /dev/full: every write fails with "no space left on device".
+        let Ok(file) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+            panic!("/dev/full is part of every Linux system");
+        };
+        let (tx, rx) = mpsc::channel();
+        let stop = CancellationToken::new();
+        for id in 0..3 {
+            tx.send(RequestRecord::sent(id, 0, 0)).unwrap();
+        }
+        drop(tx);
+        let done = write_all(file, Path::new("/dev/full"), rx, stop.clone());
+        assert!(stop.is_cancelled(), "the run is told to stop");
+        assert_eq!(done.on_disk, 0);
+        assert_eq!(done.records.len(), 3, "kept in memory");
+        assert!(done.error.unwrap().to_string().contains("/dev/full"));
     }
 }

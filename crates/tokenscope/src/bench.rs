@@ -363,7 +363,10 @@ pub(crate) async fn bench(
 
     std::fs::create_dir_all(&out_dir)
         .with_context(|| format!("creating the run directory {}", out_dir.display()))?;
-    let recorder = Recorder::create(&out_dir.join("requests.jsonl"))?;
+    outcome::reserve_output(&out_dir)?;
+    let cancel = CancellationToken::new();
+    // A failed write stops the run: no request is sent that cannot be kept.
+    let recorder = Recorder::create(&out_dir.join("requests.jsonl"), cancel.clone())?;
     let target = Target {
         client,
         url: reqwest::Url::parse(&format!("{base}{}", api.path())).context("endpoint URL")?,
@@ -375,7 +378,6 @@ pub(crate) async fn bench(
         idle_timeout: args.idle_timeout,
     };
     let started_at = outcome::now_rfc3339();
-    let cancel = CancellationToken::new();
     let progress = Arc::new(Progress::default());
     let metrics_urls = match (args.no_metrics, args.metrics_urls.is_empty()) {
         (true, _) => Vec::new(),
@@ -482,7 +484,8 @@ pub(crate) async fn bench(
         Some(s) => Some(s.finish().await),
         None => None,
     };
-    let records = recorder.finish()?;
+    let recorded = recorder.finish();
+    let records = recorded.records;
     let cpu = thread_cpu(CLIENT_THREADS);
 
     let config = outcome::merge(
@@ -519,8 +522,22 @@ pub(crate) async fn bench(
             outcome::Telemetry::from_log(log, last_sent.map(|us| us as f64 / 1e6))
         }),
     };
-    let results = outcome::assemble(&records, &args.output, facts);
-    outcome::write_results(&out_dir, &results)?;
+    let mut results = outcome::assemble(&records, &args.output, facts);
+    if let Some(e) = &recorded.error {
+        let said = format!(
+            "output failed: {e}; the run stopped there: the first {} of {} finished requests are whole lines of requests.jsonl, the rest were counted in memory",
+            recorded.on_disk,
+            records.len()
+        );
+        results.output_error = Some(said.clone());
+        eprintln!("tokenscope: error: {said}");
+    }
+    if let Err(e) = outcome::write_results(&out_dir, &results) {
+        if results.output_error.is_none() {
+            return Err(anyhow::Error::new(Exit::OutputFailed).context(format!("{e:#}")));
+        }
+        eprintln!("tokenscope: error: {e:#}: results.json is missing; the summary below is all there is of the figures");
+    }
     crate::report::write_html_after_run(&out_dir, args.output.quiet || args.output.json);
     Ok((results, out_dir))
 }

@@ -20,7 +20,7 @@ tokenscope bench                                   # the built-in server, 100 re
 tokenscope bench --url http://localhost:8000 --concurrency 32 --requests 500\n  \
 tokenscope bench --url http://localhost:8000 --rate 8 --duration 60s --slo ttft_p99=500ms,tpot_p99=50ms\n  \
 tokenscope sim exact --port 8000 --ttft 100ms --itl 20ms\n\n\
-Exit codes: 0 success · 2 bad usage · 3 target unreachable · 4 every request failed · 5 SLO not met · 6 regression (compare) · 130 interrupted · 1 other error"
+Exit codes: 0 success · 2 bad usage · 3 target unreachable · 4 every request failed · 5 SLO not met · 6 regression (compare) · 7 SLO not judged (too few requests) · 8 output failed (disk full) · 130 interrupted · 1 other error or nothing measured"
 )]
 pub struct Cli {
     #[command(subcommand)]

@@ -22,6 +22,9 @@ pub enum Exit {
     /// `--slo` given but a statistic it names rests on too few requests to
     /// judge (a p99 of 32 requests): neither met nor not met.
     SloNotJudged = 7,
+    /// The run's output could not be written (a full disk): the run stopped;
+    /// what was kept is said on stderr and in results.json when it could be written.
+    OutputFailed = 8,
     /// Interrupted by Ctrl-C; the run directory is complete and marked partial.
     Interrupted = 130,
 }

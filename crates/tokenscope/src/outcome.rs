@@ -123,6 +123,7 @@ fn is_run_file(name: &str) -> bool {
             | "sweep.csv"
             | "requests.csv"
             | "profile.json"
+            | ".results.reserve"
     ) || (name.starts_with("point-") && name[6..].chars().all(|c| c.is_ascii_digit()))
 }
 
@@ -350,6 +351,7 @@ pub fn assemble(records: &[RequestRecord], output: &OutputArgs, facts: RunFacts)
         gpu = tokenscope_telemetry::diagnose::gpu(&t.summary, m.tokens.output_total);
     }
     RunResults {
+        output_error: None,
         schema: results::SCHEMA.into(),
         tool: Tool {
             name: "tokenscope".into(),
@@ -377,14 +379,59 @@ pub fn assemble(records: &[RequestRecord], output: &OutputArgs, facts: RunFacts)
     }
 }
 
-/// Writes `results.json` atomically (temporary file, then rename).
+/// Space held from the start of a run for its `results.json`, so a disk
+/// that fills during the run still takes the results (a run's is ~10 KB).
+const RESERVE: &str = ".results.reserve";
+const RESERVE_BYTES: u64 = 256 * 1024;
+
+/// Refuses a run directory on a nearly full filesystem (before any load),
+/// then holds [`RESERVE_BYTES`] for the results.
+pub fn reserve_output(dir: &Path) -> anyhow::Result<()> {
+    if let Some(free) = free_bytes(dir) {
+        if free < 2 * RESERVE_BYTES {
+            return Err(anyhow::Error::new(Exit::OutputFailed).context(format!(
+                "--out {}: only {} KiB free on its filesystem; a run needs room for its records (free some space or choose another --out)",
+                dir.display(),
+                free / 1024
+            )));
+        }
+    }
+    std::fs::write(dir.join(RESERVE), vec![0u8; RESERVE_BYTES as usize])
+        .with_context(|| format!("reserving space in {}", dir.display()))
+        .map_err(|e| anyhow::Error::new(Exit::OutputFailed).context(format!("{e:#}")))
+}
+
+/// Bytes free to this user on the filesystem holding `dir`.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid NUL-terminated path and a zeroed out-struct.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut st) };
+    (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// Writes `results.json` atomically (temporary file, then rename); on a full
+/// disk, gives back the space held by [`reserve_output`] and tries again.
 pub fn write_results(dir: &Path, results: &RunResults) -> anyhow::Result<()> {
     let path = dir.join("results.json");
     let tmp = dir.join("results.json.tmp");
-    let text = serde_json::to_string_pretty(results)?;
-    std::fs::write(&tmp, text + "\n").with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
+    let text = serde_json::to_string_pretty(results)? + "\n";
+    let write = || -> std::io::Result<()> {
+        std::fs::write(&tmp, &text)?;
+        std::fs::rename(&tmp, &path)
+    };
+    let reserve = dir.join(RESERVE);
+    let outcome = write().or_else(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        if std::fs::remove_file(&reserve).is_ok() {
+            write()
+        } else {
+            Err(e)
+        }
+    });
+    let _ = std::fs::remove_file(&reserve);
+    outcome.with_context(|| format!("writing {}", path.display()))
 }
 
 /// The summary on stdout, or with `--json` the results document alone.
@@ -408,7 +455,9 @@ pub fn print(results: &RunResults, output: &OutputArgs, dir: &Path) -> anyhow::R
 
 pub fn exit_code(r: &RunResults) -> Exit {
     let c = &r.counts;
-    if r.partial {
+    if r.output_error.is_some() {
+        Exit::OutputFailed
+    } else if r.partial {
         Exit::Interrupted
     } else if c.requests == 0 {
         Exit::Error // nothing measured: see `print`

@@ -190,7 +190,8 @@ impl Series<'_> {
         point.output.json = false;
         let (results, _) =
             bench(point, self.url.clone(), self.builtin.clone(), self.threads).await?;
-        let interrupted = results.partial;
+        // Interrupted, or its output could not be written: the series stops.
+        let interrupted = results.partial || results.output_error.is_some();
         self.done.push(Done {
             label,
             load: level.load,
@@ -502,6 +503,9 @@ fn judged(d: &Done, slo: &Slo) -> Vec<ObjectiveResult> {
 /// `--target-load` gate did not hold. Points past the SLO are expected in a
 /// sweep and are not failures by themselves.
 fn series_exit(points: &[Done], slo: Option<&SloCapacity>) -> Exit {
+    if points.iter().any(|d| d.results.output_error.is_some()) {
+        return Exit::OutputFailed;
+    }
     if points.iter().any(|d| d.results.partial) {
         return Exit::Interrupted;
     }

@@ -180,3 +180,109 @@ fn credentials_go_only_to_the_target() {
         }
     }
 }
+
+/// A small tmpfs of its own (the tests run as root), unmounted when dropped.
+struct Tmpfs {
+    dir: std::path::PathBuf,
+}
+
+impl Tmpfs {
+    fn mount(name: &str, size: &str) -> Tmpfs {
+        let dir = run_dir(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let o = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .output()
+            .expect("mount(8)");
+        assert!(
+            o.status.success(),
+            "mounting a tmpfs needs root (the test command runs as root): {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        Tmpfs { dir }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.dir).status();
+    }
+}
+
+#[test]
+fn a_full_disk_stops_the_run_and_loses_no_completed_request() {
+    let server = Server::start(exact(1, 0));
+    let disk = Tmpfs::mount("disk-full", "1m");
+    let out = disk.dir.join("run");
+    let o = tokenscope()
+        .args(["bench", "--url", &server.url, "--no-metrics", "--quiet"])
+        .args([
+            "--requests",
+            "20000",
+            "--concurrency",
+            "16",
+            "--output-tokens",
+            "64",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(8), "exit 8: output failed\n{stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    // Every line on disk is a whole record.
+    let text = std::fs::read_to_string(out.join("requests.jsonl")).unwrap();
+    assert!(text.ends_with('\n'), "no torn last line");
+    let lines = text.lines().count();
+    for (i, line) in text.lines().enumerate() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("line {}: {e}", i + 1));
+        assert!(v["id"].is_u64());
+    }
+    assert!(lines > 100, "the disk held {lines} records");
+    assert!(
+        stderr.contains(&format!("the first {lines} of")),
+        "{stderr}"
+    );
+    // The results, from the reserved space, say what was kept.
+    let r = results(&out);
+    assert!(
+        r["output_error"]
+            .as_str()
+            .unwrap()
+            .contains("No space left"),
+        "{}",
+        r["output_error"]
+    );
+    assert!(stat(&r, "counts.requests") >= lines as f64);
+    // It stopped: far fewer than the 20,000 asked for were sent.
+    assert!(stat(&r, "counts.requests") < 10_000.0);
+}
+
+#[test]
+fn a_full_disk_at_the_start_is_refused_before_any_load() {
+    let server = Server::start(exact(1, 0));
+    let disk = Tmpfs::mount("disk-full-start", "1m");
+    std::fs::write(disk.dir.join("ballast"), vec![0u8; 800 * 1024]).unwrap();
+    let out = disk.dir.join("run");
+    let o = tokenscope()
+        .args([
+            "bench",
+            "--url",
+            &server.url,
+            "--no-metrics",
+            "--quiet",
+            "--requests",
+            "5",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(8), "{stderr}");
+    assert!(stderr.contains("KiB free"), "{stderr}");
+    assert!(!out.join("requests.jsonl").exists(), "no load was sent");
+}
