@@ -35,6 +35,9 @@ pub enum ErrorKind {
     Malformed,
     /// Cancelled by the user (Ctrl-C) or the end of a `--duration` run.
     Cancelled,
+    /// tokenscope itself failed on this request (a panic in its task): a
+    /// bug of ours, recorded so the request is not lost; the run exits 1.
+    Internal,
 }
 
 impl fmt::Display for ErrorKind {
@@ -47,6 +50,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::ServerError => f.write_str("server_error"),
             ErrorKind::Malformed => f.write_str("malformed"),
             ErrorKind::Cancelled => f.write_str("cancelled"),
+            ErrorKind::Internal => f.write_str("internal"),
         }
     }
 }
@@ -61,6 +65,7 @@ impl std::str::FromStr for ErrorKind {
             "server_error" => ErrorKind::ServerError,
             "malformed" => ErrorKind::Malformed,
             "cancelled" => ErrorKind::Cancelled,
+            "internal" => ErrorKind::Internal,
             other => match other.strip_prefix("http_").and_then(|c| c.parse().ok()) {
                 Some(code) => ErrorKind::Http(code),
                 None => return Err(format!("unknown error kind `{other}`")),

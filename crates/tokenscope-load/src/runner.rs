@@ -11,6 +11,7 @@ use crate::workload::Workload;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokenscope_core::record::ErrorKind;
 use tokenscope_core::record::RequestRecord;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -52,6 +53,8 @@ pub struct Progress {
     pub finished_chunks: AtomicU64,
     /// Latency and errors of the requests finished so far (warm-up included).
     pub live: std::sync::Mutex<LiveLatency>,
+    /// The open loop's arrival thread failed (panicked): the schedule broke off.
+    pub arrival_failed: std::sync::atomic::AtomicBool,
 }
 
 /// TTFT and TPOT so far (µs, HDR) and failures by kind, for the live view;
@@ -127,6 +130,9 @@ pub struct Runner {
     pub sink: RecordSink,
     pub cancel: CancellationToken,
     pub progress: Arc<Progress>,
+    /// Fault injection for the tests (`TOKENSCOPE_FAULT_PANIC_REQUEST=ID`):
+    /// the request with this id panics in its task.
+    pub panic_at: Option<u64>,
 }
 
 impl Runner {
@@ -147,18 +153,42 @@ impl Runner {
         }
     }
 
+    /// One request, recorded whatever happens: a panic in its task (a bug
+    /// of ours) is caught and recorded as an `internal` error.
     async fn one(&self, plan: &RunPlan, ticket: Ticket) {
-        let spec = plan.workload.request(ticket.id);
+        use futures_util::FutureExt;
         self.progress.sent.fetch_add(1, Ordering::Relaxed);
-        let rec = execute(
-            &self.target,
-            &self.clock,
-            ticket,
-            &spec,
-            &self.cancel,
-            &self.progress.streamed_chunks,
-        )
-        .await;
+        let (id, scheduled, warmup) = (ticket.id, ticket.scheduled_at_us, ticket.warmup);
+        let attempt = async {
+            if self.panic_at == Some(ticket.id) {
+                panic!("injected by TOKENSCOPE_FAULT_PANIC_REQUEST");
+            }
+            let spec = plan.workload.request(ticket.id);
+            execute(
+                &self.target,
+                &self.clock,
+                ticket,
+                &spec,
+                &self.cancel,
+                &self.progress.streamed_chunks,
+            )
+            .await
+        };
+        let rec = match std::panic::AssertUnwindSafe(attempt).catch_unwind().await {
+            Ok(rec) => rec,
+            Err(panic) => {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".into());
+                let mut rec = RequestRecord::sent(id, scheduled, self.clock.now_us());
+                rec.warmup = warmup;
+                rec.error_kind = Some(ErrorKind::Internal);
+                rec.error = Some(format!("internal error in tokenscope: {why}"));
+                rec
+            }
+        };
         self.progress.finished(&rec);
         self.sink.record(rec);
     }
@@ -279,7 +309,14 @@ impl Runner {
         }
         drop(rx);
         while tasks.join_next().await.is_some() {}
-        let _ = tokio::task::spawn_blocking(move || arrivals.join()).await;
+        let joined = tokio::task::spawn_blocking(move || arrivals.join()).await;
+        if !matches!(joined, Ok(Ok(()))) {
+            // The schedule broke off: say so, never a quietly short run.
+            if let Ok(mut live) = self.progress.live.lock() {
+                *live.errors.entry("internal".into()).or_default() += 1;
+            }
+            self.progress.arrival_failed.store(true, Ordering::SeqCst);
+        }
     }
 }
 

@@ -18,6 +18,11 @@ pub enum LengthSpec {
     LogNormal { mean: f64, std: f64 },
 }
 
+/// The longest prompt or answer a SPEC may ask for (10M tokens: past the
+/// largest context windows; a longer one is a typo that would build
+/// gigabytes of prompt).
+pub const MAX_LENGTH: u64 = 10_000_000;
+
 impl std::str::FromStr for LengthSpec {
     type Err = String;
     fn from_str(spec: &str) -> Result<Self, String> {
@@ -26,7 +31,14 @@ impl std::str::FromStr for LengthSpec {
                 "`{spec}`: {why} (use 256, uniform:128..512, normal:512,64 or lognormal:512,256)"
             )
         };
-        let num = |s: &str| s.trim().parse::<f64>().map_err(|_| bad("not a number"));
+        let num = |s: &str| match s.trim().parse::<f64>() {
+            Ok(v) if !v.is_finite() || v < 0.0 => Err(bad("not a finite, non-negative number")),
+            Ok(v) if v > MAX_LENGTH as f64 => Err(bad(&format!(
+                "above {MAX_LENGTH} tokens, more than any model's context"
+            ))),
+            Ok(v) => Ok(v),
+            Err(_) => Err(bad("not a number")),
+        };
         let pair = |s: &str, sep: &str| -> Result<(f64, f64), String> {
             let (a, b) = s
                 .split_once(sep)
@@ -236,6 +248,10 @@ mod tests {
             "gauss:1,2",
             "normal:1",
             "normal:-1,2",
+            "normal:inf,1",
+            "1e15",
+            "uniform:1..1e9",
+            "lognormal:512,NaN",
         ] {
             let err = bad.parse::<LengthSpec>().unwrap_err();
             assert!(err.contains(bad), "{err}");

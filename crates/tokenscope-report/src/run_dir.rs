@@ -72,6 +72,11 @@ impl Run {
         })
     }
 
+    /// `requests.jsonl` alone (a torn last line is skipped).
+    pub fn read_records(dir: &Path) -> Result<Vec<RequestRecord>, ReadError> {
+        jsonl(&dir.join("requests.jsonl"))
+    }
+
     /// The measured requests (warm-up left out).
     pub fn measured(&self) -> impl Iterator<Item = &RequestRecord> {
         self.records.iter().filter(|r| !r.warmup)

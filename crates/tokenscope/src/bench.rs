@@ -285,6 +285,9 @@ pub(crate) async fn bench(
     threads: usize,
 ) -> anyhow::Result<(RunResults, PathBuf)> {
     let (base, endpoint_api) = base_url(&url)?;
+    // Listening from the start: a Ctrl-C or SIGTERM during the probe or the
+    // first metrics scrape still ends in a complete, partial run directory.
+    let mut stop = crate::signals::Stop::listen().context("installing the signal handlers")?;
     let headers = request_headers(&args)?;
     outcome::check_output(&args.output)?;
     let out_dir = args
@@ -365,6 +368,7 @@ pub(crate) async fn bench(
         .with_context(|| format!("creating the run directory {}", out_dir.display()))?;
     outcome::reserve_output(&out_dir)?;
     let cancel = CancellationToken::new();
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // A failed write stops the run: no request is sent that cannot be kept.
     let recorder = Recorder::create(&out_dir.join("requests.jsonl"), cancel.clone())?;
     let target = Target {
@@ -424,16 +428,17 @@ pub(crate) async fn bench(
         sink: recorder.sink(),
         cancel: cancel.clone(),
         progress: progress.clone(),
+        panic_at: std::env::var("TOKENSCOPE_FAULT_PANIC_REQUEST")
+            .ok()
+            .and_then(|v| v.parse().ok()),
     });
 
-    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let on_ctrl_c = {
         let (cancel, interrupted) = (cancel.clone(), interrupted.clone());
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                interrupted.store(true, Ordering::SeqCst);
-                cancel.cancel();
-            }
+            stop.recv().await;
+            interrupted.store(true, Ordering::SeqCst);
+            cancel.cancel();
         })
     };
     if !args.output.quiet {
@@ -484,6 +489,14 @@ pub(crate) async fn bench(
         Some(s) => Some(s.finish().await),
         None => None,
     };
+    if progress.arrival_failed.load(Ordering::SeqCst) {
+        notes.push(Finding {
+            rule: "internal_error".into(),
+            severity: "critical".into(),
+            message: "the arrival schedule broke off (an internal error in tokenscope): fewer requests were sent than planned".into(),
+            evidence: Default::default(),
+        });
+    }
     let recorded = recorder.finish();
     let records = recorded.records;
     let cpu = thread_cpu(CLIENT_THREADS);

@@ -393,6 +393,17 @@ fn positive_f64(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Requests/s between one an hour and a million a second: outside that, a typo.
+fn rate(s: &str) -> Result<f64, String> {
+    let r = positive_f64(s)?;
+    if !(1.0 / 3600.0..=1e6).contains(&r) {
+        return Err(format!(
+            "`{s}` requests/s is outside 0.0003 (one an hour) … 1000000"
+        ));
+    }
+    Ok(r)
+}
+
 fn probability(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
@@ -506,7 +517,7 @@ pub struct LoadArgs {
     #[arg(long, conflicts_with = "rate", value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub concurrency: Vec<u64>,
     /// Open loop: requests per second, whatever the server does. `sweep` takes a list: 1,2,4.
-    #[arg(long, value_delimiter = ',', value_parser = positive_f64)]
+    #[arg(long, value_delimiter = ',', value_parser = rate)]
     pub rate: Vec<f64>,
     /// Open-loop arrivals: poisson, constant or gamma:K (K < 1 burstier).
     #[arg(long, default_value = "poisson", requires = "rate")]

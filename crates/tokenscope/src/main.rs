@@ -9,6 +9,7 @@ mod outcome;
 mod plan;
 mod report;
 mod serve;
+mod signals;
 mod sweep;
 mod watch;
 

@@ -434,15 +434,24 @@ pub fn write_results(dir: &Path, results: &RunResults) -> anyhow::Result<()> {
     outcome.with_context(|| format!("writing {}", path.display()))
 }
 
+/// Writes to stdout; a reader that went away (`… | head`, `… | true`) ends
+/// the output quietly, and the command keeps its own exit code.
+pub fn to_stdout(text: &str) {
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
 /// The summary on stdout, or with `--json` the results document alone.
 pub fn print(results: &RunResults, output: &OutputArgs, dir: &Path) -> anyhow::Result<()> {
     if output.json {
-        let mut stdout = std::io::stdout().lock();
-        serde_json::to_writer_pretty(&mut stdout, results)?;
-        writeln!(stdout)?;
+        to_stdout(&(serde_json::to_string_pretty(results)? + "\n"));
     } else {
-        print!("{}", tokenscope_report::terminal::summary(results));
-        println!("\nrun directory: {}", dir.display());
+        to_stdout(&tokenscope_report::terminal::summary(results));
+        to_stdout(&format!("\nrun directory: {}\n", dir.display()));
+    }
+    if internal_failure(results) {
+        eprintln!(
+            "tokenscope: error: tokenscope itself failed during the run (see the `internal` errors in requests.jsonl and the diagnosis); the figures may be incomplete — please report it"
+        );
     }
     if results.counts.requests == 0 && !results.partial {
         eprintln!(
@@ -453,10 +462,19 @@ pub fn print(results: &RunResults, output: &OutputArgs, dir: &Path) -> anyhow::R
     Ok(())
 }
 
+/// tokenscope itself failed during the run (a panic caught in a request
+/// task, or the arrival schedule broke off).
+fn internal_failure(r: &RunResults) -> bool {
+    r.counts.errors.contains_key("internal")
+        || r.diagnosis.iter().any(|f| f.rule == "internal_error")
+}
+
 pub fn exit_code(r: &RunResults) -> Exit {
     let c = &r.counts;
     if r.output_error.is_some() {
         Exit::OutputFailed
+    } else if internal_failure(r) {
+        Exit::Error // a bug of ours: see `print`
     } else if r.partial {
         Exit::Interrupted
     } else if c.requests == 0 {

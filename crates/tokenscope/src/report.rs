@@ -34,9 +34,51 @@ pub fn write_html_after_run(dir: &Path, quiet: bool) {
     }
 }
 
+/// A run killed before it wrote `results.json` (SIGKILL, a crash): its
+/// figures rebuilt from the requests on disk, marked partial.
+fn rebuild_killed_run(dir: &Path, output: &crate::cli::OutputArgs) -> anyhow::Result<Run> {
+    let records = Run::read_records(dir).map_err(|e| Exit::usage(e.to_string()))?;
+    let facts = crate::outcome::RunFacts {
+        started_at: "unknown (the run was killed before it wrote results.json)".into(),
+        partial: true,
+        target: tokenscope_core::results::Target {
+            url: "unknown (killed run: rebuilt from requests.jsonl)".into(),
+            api: "unknown".into(),
+            model: "unknown".into(),
+            builtin: None,
+        },
+        config: serde_json::json!({"rebuilt_from": "requests.jsonl"}),
+        server: Default::default(),
+        kv_cache: None,
+        client_cpu: None,
+        extra_findings: Vec::new(),
+        simulated: None,
+        telemetry: None,
+    };
+    let results = crate::outcome::assemble(&records, output, facts);
+    eprintln!(
+        "tokenscope report: {} has no results.json (the run was killed): {} requests rebuilt from requests.jsonl, marked partial; server metrics and settings are not known",
+        dir.display(),
+        records.len()
+    );
+    Ok(Run {
+        dir: dir.into(),
+        results,
+        records,
+        timeseries: Vec::new(),
+    })
+}
+
 pub fn run(args: ReportArgs) -> anyhow::Result<Exit> {
     let dir = &args.dir;
-    let mut report = Report::read(dir).map_err(|e| Exit::usage(e.to_string()))?;
+    let killed = !dir.join("results.json").exists()
+        && !dir.join("sweep.json").exists()
+        && dir.join("requests.jsonl").exists();
+    let mut report = if killed {
+        Report::Run(Box::new(rebuild_killed_run(dir, &args.output())?))
+    } else {
+        Report::read(dir).map_err(|e| Exit::usage(e.to_string()))?
+    };
     // A sweep re-reported against other objectives or another SLO.
     if let Report::Sweep(s) = &mut report {
         if args.slo.is_some() || args.series.target_load.is_some() || args.objectives_given() {
@@ -76,7 +118,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<Exit> {
             };
             match &args.out {
                 Some(path) => done(write(path.clone(), &text)?),
-                None => print!("{text}"),
+                None => crate::outcome::to_stdout(&text),
             }
         }
         (ReportFormat::Csv, Report::Run(run)) => done(write(
@@ -86,7 +128,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<Exit> {
         (ReportFormat::Csv, Report::Sweep(s)) => {
             done(write(out(&args, "sweep.csv"), &export::sweep_csv(s)?)?)
         }
-        (ReportFormat::Terminal, Report::Run(run)) => print!("{}", terminal::summary(&run.results)),
+        (ReportFormat::Terminal, Report::Run(run)) => {
+            crate::outcome::to_stdout(&terminal::summary(&run.results))
+        }
         (ReportFormat::Terminal, Report::Sweep(s)) => print_sweep(s),
     }
     Ok(Exit::Success)
@@ -97,7 +141,7 @@ fn out(args: &ReportArgs, name: &str) -> PathBuf {
 }
 
 fn done(path: PathBuf) {
-    println!("{}", path.display());
+    crate::outcome::to_stdout(&format!("{}\n", path.display()));
 }
 
 fn print_sweep(s: &Sweep) {
@@ -106,8 +150,8 @@ fn print_sweep(s: &Sweep) {
         .iter()
         .map(|p| (p.point.clone(), p.results.clone()))
         .collect();
-    print!("{}", terminal::series_table(&labelled));
-    print!("{}", terminal::analysis(&s.analysis));
+    crate::outcome::to_stdout(&terminal::series_table(&labelled));
+    crate::outcome::to_stdout(&terminal::analysis(&s.analysis));
 }
 
 /// Reads a run directory for `compare`.

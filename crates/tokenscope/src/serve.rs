@@ -64,8 +64,10 @@ pub fn engine(args: ServeArgs) -> anyhow::Result<Exit> {
             .await
             .map_err(anyhow::Error::msg)?;
         println!("tokenscope simulated engine listening on {}", server.url());
-        eprintln!("{describe} · OpenAI API at /v1, vLLM metrics at /metrics · Ctrl-C stops");
-        tokio::signal::ctrl_c().await?;
+        eprintln!(
+            "{describe} · OpenAI API at /v1, vLLM metrics at /metrics · Ctrl-C or SIGTERM stops"
+        );
+        crate::signals::Stop::listen()?.recv().await;
         server.shutdown().await;
         Ok(Exit::Success)
     })
@@ -90,7 +92,7 @@ pub fn exact(args: ExactArgs) -> anyhow::Result<Exit> {
             "model {} · TTFT {:?} · ITL {:?} · {} token(s) per chunk · Ctrl-C stops",
             args.model, args.ttft, args.itl, args.tokens_per_chunk
         );
-        tokio::signal::ctrl_c().await?;
+        crate::signals::Stop::listen()?.recv().await;
         server.shutdown().await;
         Ok(Exit::Success)
     })

@@ -423,18 +423,18 @@ pub fn finish_series(
     .with_context(|| format!("writing {}", dir.join("sweep.json").display()))?;
     crate::report::write_html_after_run(dir, output.quiet || output.json);
     if output.json {
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        outcome::to_stdout(&(serde_json::to_string_pretty(&doc)? + "\n"));
     } else {
         let labelled: Vec<(String, RunResults)> = points
             .iter()
             .map(|d| (d.label.clone(), d.results.clone()))
             .collect();
-        print!("{}", tokenscope_report::terminal::series_table(&labelled));
-        print!("{}", tokenscope_report::terminal::analysis(&analysis));
-        println!(
-            "\nseries directory: {} (point-NN/, sweep.json)",
+        outcome::to_stdout(&tokenscope_report::terminal::series_table(&labelled));
+        outcome::to_stdout(&tokenscope_report::terminal::analysis(&analysis));
+        outcome::to_stdout(&format!(
+            "\nseries directory: {} (point-NN/, sweep.json)\n",
             dir.display()
-        );
+        ));
     }
     Ok(series_exit(&points, analysis.slo.as_ref()))
 }

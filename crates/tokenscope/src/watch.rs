@@ -197,10 +197,11 @@ async fn live(w: &mut Watcher, args: &WatchArgs, url: &str) -> anyhow::Result<Ex
         .flatten();
     let mut rate = Rate::new();
     let mut ticker = tokio::time::interval(args.interval);
+    let mut stop = crate::signals::Stop::listen()?;
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            _ = tokio::signal::ctrl_c() => break,
+            _ = stop.recv() => break,
         }
         let s = w.sample().await;
         if let Some(t) = w.sampler.latest().and_then(|l| l.generation_tokens_total) {

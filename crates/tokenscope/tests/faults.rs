@@ -286,3 +286,190 @@ fn a_full_disk_at_the_start_is_refused_before_any_load() {
     assert!(stderr.contains("KiB free"), "{stderr}");
     assert!(!out.join("requests.jsonl").exists(), "no load was sent");
 }
+
+/// `bench` in the background against `url`, many requests, output kept.
+fn spawn_bench(url: &str, out: &std::path::Path, extra: &[&str]) -> std::process::Child {
+    tokenscope()
+        .args(["bench", "--url", url, "--quiet", "--requests", "100000"])
+        .args(["--concurrency", "8", "--output-tokens", "16", "--out"])
+        .arg(out)
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits (bounded) until `requests.jsonl` holds `n` lines.
+fn wait_for_records(out: &std::path::Path, n: usize) {
+    let start = Instant::now();
+    while std::fs::read_to_string(out.join("requests.jsonl")).map_or(0, |t| t.lines().count()) < n {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no {n} records in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn signal(child: &std::process::Child, sig: libc::c_int) {
+    // SAFETY: a plain kill(2) of our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
+}
+
+#[test]
+fn sigterm_ends_a_run_like_ctrl_c() {
+    let server = Server::start(exact(20, 5));
+    let out = run_dir("sigterm");
+    let child = spawn_bench(&server.url, &out, &["--no-metrics"]);
+    wait_for_records(&out, 20);
+    signal(&child, libc::SIGTERM);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r = results(&out);
+    assert_eq!(r["partial"], true);
+    assert!(stat(&r, "counts.requests") >= 20.0);
+}
+
+#[test]
+fn sigkill_keeps_every_completed_record_and_report_rebuilds_the_run() {
+    let server = Server::start(exact(20, 5));
+    let out = run_dir("sigkill");
+    let child = spawn_bench(&server.url, &out, &["--no-metrics"]);
+    wait_for_records(&out, 30);
+    signal(&child, libc::SIGKILL);
+    let _ = child.wait_with_output().unwrap();
+    assert!(!out.join("results.json").exists());
+    let text = std::fs::read_to_string(out.join("requests.jsonl")).unwrap();
+    let whole: Vec<&str> = text
+        .split_inclusive('\n')
+        .filter(|l| l.ends_with('\n'))
+        .collect();
+    assert!(whole.len() >= 30);
+    for (i, line) in whole.iter().enumerate() {
+        serde_json::from_str::<serde_json::Value>(line)
+            .unwrap_or_else(|e| panic!("line {}: {e}", i + 1));
+    }
+    let o = tokenscope()
+        .args(["report", "--format", "terminal"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("PARTIAL"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("{} requests", whole.len())),
+        "{stdout}"
+    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("rebuilt from requests.jsonl"));
+}
+
+#[test]
+fn ctrl_c_during_the_first_scrape_leaves_a_complete_run_directory() {
+    let server = Server::start(exact(20, 5));
+    let silent = silent_endpoint();
+    let out = run_dir("ctrlc-scrape");
+    let child = spawn_bench(&server.url, &out, &["--metrics-url", &silent]);
+    // The baseline waits up to 2 s on the silent endpoint: interrupt it there.
+    std::thread::sleep(Duration::from_millis(700));
+    signal(&child, libc::SIGINT);
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r = results(&out);
+    assert_eq!(r["partial"], true);
+    assert!(out.join("requests.jsonl").exists() && out.join("report.html").exists());
+}
+
+#[test]
+fn a_panicking_request_is_recorded_as_internal_and_the_run_exits_1() {
+    let server = Server::start(exact(5, 1));
+    let out = run_dir("panic");
+    let o = tokenscope()
+        .env("TOKENSCOPE_FAULT_PANIC_REQUEST", "3")
+        .args(["bench", "--url", &server.url, "--no-metrics", "--quiet"])
+        .args([
+            "--requests",
+            "10",
+            "--concurrency",
+            "2",
+            "--output-tokens",
+            "2",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("tokenscope itself failed"), "{stderr}");
+    let recs = records(&out);
+    assert_eq!(recs.len(), 10, "no request lost");
+    let bad: Vec<_> = recs
+        .iter()
+        .filter(|r| r["error_kind"] == "internal")
+        .collect();
+    assert_eq!(bad.len(), 1);
+    assert_eq!(bad[0]["id"], 3);
+    assert_eq!(stat(&results(&out), "counts.errors.internal"), 1.0);
+    // Absurd flags are usage errors, never panics.
+    for (flag, value) in [
+        ("--rate", "1e-300"),
+        ("--input-tokens", "normal:inf,1"),
+        ("--input-tokens", "1e15"),
+        ("--timeout", "1e19"),
+        ("--duration", "99999999999h"),
+        ("--idle-timeout", "0s"),
+    ] {
+        let o = tokenscope().args(["bench", flag, value]).output().unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{flag} {value}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(String::from_utf8_lossy(&o.stderr).contains(flag), "{flag}");
+    }
+}
+
+#[test]
+fn a_closed_stdout_ends_quietly_with_the_runs_own_exit_code() {
+    let server = Server::start(exact(5, 1));
+    let out = run_dir("broken-pipe");
+    // `… --slo ttft_max=1ms | true`: the summary meets a closed pipe; the
+    // run's exit code (5: not met) survives it, and nothing panics.
+    let script = format!(
+        "{} bench --url {} --quiet --no-metrics --requests 4 --output-tokens 2 --slo ttft_max=1ms --out {} | true; echo \"${{PIPESTATUS[0]}}\"",
+        env!("CARGO_BIN_EXE_tokenscope"),
+        server.url,
+        out.display()
+    );
+    let o = std::process::Command::new("bash")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "5", "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let script = format!(
+        "{} report --format md {} | true; echo \"${{PIPESTATUS[0]}}\"",
+        env!("CARGO_BIN_EXE_tokenscope"),
+        out.display()
+    );
+    let o = std::process::Command::new("bash")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "0");
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
+}
