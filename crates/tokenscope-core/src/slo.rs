@@ -398,6 +398,19 @@ mod tests {
     }
 
     #[test]
+    fn requests_needed_name_the_most_demanding_objective() {
+        let slo = Slo::parse("ttft_p50=1s,e2e_p99=10s,itl_p999=50ms").unwrap();
+        // ITL counts tokens, not requests: left out.
+        assert_eq!(slo.requests_needed(), Some((1000, "e2e_p99".into())));
+        let w = slo.sample_warning(200).unwrap();
+        assert!(
+            w.contains("e2e_p99 needs ≈ 1,000 requests") && w.contains("200 will be sent"),
+            "{w}"
+        );
+        assert!(slo.sample_warning(1000).is_none());
+    }
+
+    #[test]
     fn thousands_separators() {
         assert_eq!(thousands(1000), "1,000");
         assert_eq!(thousands(10000), "10,000");

@@ -250,7 +250,22 @@ pub async fn execute(
         let drain = async { while let Ok(Some(_)) = response.chunk().await {} };
         let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
     }
-    settle(rec, stream)
+    // Counting tokens locally (no usage from the server) is CPU work: off
+    // the runtime's threads, so the other streams are read on time, and
+    // after `done_at`, so it is never part of this request's timing.
+    let needs_tokenizer = stream.failure.is_none()
+        && stream.usage.is_none_or(|u| u.completion_tokens.is_none())
+        && !stream.text.is_empty();
+    if !needs_tokenizer {
+        return settle(rec, stream);
+    }
+    match tokio::task::spawn_blocking(move || settle(rec, stream)).await {
+        Ok(rec) => rec,
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => panic!("counting the answer's tokens was cancelled"),
+        },
+    }
 }
 
 /// Turns the stream into the record: failure or success, token counts and their sources.

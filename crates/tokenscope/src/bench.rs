@@ -474,6 +474,7 @@ pub(crate) async fn bench(
         .then(|| tokio::spawn(report_progress(progress.clone(), clock, total)));
 
     runner.clone().run(&plan).await;
+    let client_wall_s = clock.now_us() as f64 / 1e6;
     on_ctrl_c.abort();
     if let Some(d) = dashboard {
         d.stop();
@@ -523,7 +524,7 @@ pub(crate) async fn bench(
         config,
         server: Server::default(),
         kv_cache: None,
-        client_cpu: cpu.map(|(d, _)| (d.as_secs_f64(), threads)),
+        client_cpu: cpu.map(|(d, _)| (d.as_secs_f64(), threads, client_wall_s)),
         extra_findings: notes,
         simulated: None,
         telemetry: telemetry.as_ref().map(|log| {

@@ -191,8 +191,9 @@ pub struct RunFacts {
     pub config: serde_json::Value,
     pub server: Server,
     pub kv_cache: Option<serde_json::Value>,
-    /// Client CPU: (seconds, threads), when measured.
-    pub client_cpu: Option<(f64, usize)>,
+    /// Client CPU: (seconds, threads, the wall seconds the client worked:
+    /// from the run's start until every request was settled), when measured.
+    pub client_cpu: Option<(f64, usize, f64)>,
     pub extra_findings: Vec<Finding>,
     pub simulated: Option<serde_json::Value>,
     /// What the server's own metrics said, when they were read.
@@ -281,9 +282,11 @@ pub fn assemble(records: &[RequestRecord], output: &OutputArgs, facts: RunFacts)
         });
     let m: Measured = measure(records, output.slo.as_ref(), price);
     let client = match facts.client_cpu {
-        Some((cpu, threads)) => ClientUsage {
+        // Over the client's own working time, not the requests' window: token
+        // counting after a request's end is client work too.
+        Some((cpu, threads, wall_s)) => ClientUsage {
             cpu_seconds: Some(cpu),
-            cpu_cores: (m.window.duration_s > 0.0).then(|| cpu / m.window.duration_s),
+            cpu_cores: (wall_s > 0.0).then(|| cpu / wall_s),
             cpu_us_per_output_token: (m.tokens.output_total > 0)
                 .then(|| cpu * 1e6 / m.tokens.output_total as f64),
             threads: Some(threads),

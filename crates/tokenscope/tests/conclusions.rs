@@ -7,8 +7,6 @@
 mod common;
 use common::*;
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
 
 fn plan_sweep(name: &str, args: &[&str]) -> (std::path::PathBuf, String) {
     let out = run_dir(name);
@@ -175,36 +173,6 @@ fn a_run_that_measures_nothing_is_an_error() {
     );
 }
 
-/// A server on 127.0.0.1 answering each request with `answer(request line)`
-/// (a whole HTTP response), connection closed after each.
-fn raw_server(answer: fn(&str) -> String) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for stream in listener.incoming().take(64) {
-            let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let (mut first, mut length) = (String::new(), 0);
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if first.is_empty() {
-                    first = line.clone();
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-            }
-            let mut body = vec![0; length];
-            let _ = std::io::Read::read_exact(&mut reader, &mut body);
-            let _ = stream.write_all(answer(&first).as_bytes());
-        }
-    });
-    url
-}
-
 /// `bench` against a raw server as model `m` on the chat API, one at a time, no scraping.
 fn bench_chat(url: &str, out: &std::path::Path, args: &[&str]) -> std::process::Output {
     tokenscope()
@@ -222,13 +190,6 @@ fn bench_chat(url: &str, out: &std::path::Path, args: &[&str]) -> std::process::
         .args(args)
         .output()
         .unwrap()
-}
-
-fn http(status: &str, content_type: &str, body: &str) -> String {
-    format!(
-        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
 }
 
 /// Streams two words and claims `completion_tokens` of 2^64 − 1.

@@ -473,3 +473,58 @@ fn a_closed_stdout_ends_quietly_with_the_runs_own_exit_code() {
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "0");
     assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
 }
+
+/// 128 KB of one repeated word, streamed in 32 chunks, no usage: the
+/// tokenizer's worst case (one pre-token). It must not stall other streams.
+fn one_word_server() -> String {
+    raw_server(|line| {
+        if line.starts_with("GET /v1/models") {
+            return http("200 OK", "application/json", r#"{"data":[{"id":"m"}]}"#);
+        }
+        let chunk = format!(
+            "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{}\"}}}}]}}\n\n",
+            "ab".repeat(2048)
+        );
+        let body = chunk.repeat(32)
+            + "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+        http("200 OK", "text/event-stream", &body)
+    })
+}
+
+#[test]
+fn counting_a_huge_one_word_answer_neither_stalls_nor_times_out() {
+    let url = one_word_server();
+    let out = run_dir("one-word");
+    let start = Instant::now();
+    let o = tokenscope()
+        .args([
+            "bench",
+            "--url",
+            &url,
+            "--api",
+            "openai-chat",
+            "--model",
+            "m",
+            "--no-metrics",
+        ])
+        .args([
+            "--quiet",
+            "--requests",
+            "6",
+            "--concurrency",
+            "3",
+            "--idle-timeout",
+            "3s",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let took = start.elapsed();
+    let r = results(&out);
+    assert_eq!(r["counts"]["succeeded"], 6, "{}", r["counts"]);
+    assert_eq!(r["tokens"]["output_sources"]["tokenizer"], 6);
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert!(stat(&r, "client.cpu_cores") < 2.5, "the CPU figure is sane");
+}
