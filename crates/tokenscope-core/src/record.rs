@@ -38,6 +38,10 @@ pub enum ErrorKind {
     /// tokenscope itself failed on this request (a panic in its task): a
     /// bug of ours, recorded so the request is not lost; the run exits 1.
     Internal,
+    /// A stream was asked for and a complete (non-SSE) body came back.
+    NotStreamed,
+    /// The stream ended properly but carried no generated text at all.
+    EmptyAnswer,
 }
 
 impl fmt::Display for ErrorKind {
@@ -51,6 +55,8 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Malformed => f.write_str("malformed"),
             ErrorKind::Cancelled => f.write_str("cancelled"),
             ErrorKind::Internal => f.write_str("internal"),
+            ErrorKind::NotStreamed => f.write_str("not_streamed"),
+            ErrorKind::EmptyAnswer => f.write_str("empty_answer"),
         }
     }
 }
@@ -66,6 +72,8 @@ impl std::str::FromStr for ErrorKind {
             "malformed" => ErrorKind::Malformed,
             "cancelled" => ErrorKind::Cancelled,
             "internal" => ErrorKind::Internal,
+            "not_streamed" => ErrorKind::NotStreamed,
+            "empty_answer" => ErrorKind::EmptyAnswer,
             other => match other.strip_prefix("http_").and_then(|c| c.parse().ok()) {
                 Some(code) => ErrorKind::Http(code),
                 None => return Err(format!("unknown error kind `{other}`")),

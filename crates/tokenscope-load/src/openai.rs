@@ -67,16 +67,40 @@ pub fn request_body(api: Api, p: &RequestParams<'_>) -> Vec<u8> {
     serde_json::to_vec(&body).expect("a JSON value serializes")
 }
 
-/// Token counts the server reports.
+/// Token counts the server reports. Some servers send them as floats
+/// (`3.0`): whole ones are taken, anything else is no count.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 pub struct Usage {
+    #[serde(default, deserialize_with = "count")]
     pub prompt_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "count")]
     pub completion_tokens: Option<u64>,
+}
+
+/// A token count as an integer, or a float with no fraction; else none.
+fn count<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let v: Option<Value> = Option::deserialize(d)?;
+    Ok(v.and_then(|v| {
+        v.as_u64().or_else(|| {
+            v.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0 && *f < 1.8e19)
+                .map(|f| f as u64)
+        })
+    }))
+}
+
+/// `null` where a list belongs (`"choices": null`) is an empty list.
+fn null_as_empty<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
 }
 
 #[derive(Deserialize)]
 struct RawChunk<'a> {
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "null_as_empty")]
     choices: Vec<RawChoice<'a>>,
     #[serde(default)]
     usage: Option<Usage>,
@@ -213,6 +237,24 @@ mod tests {
         let (info, _) =
             parse(r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#);
         assert_eq!(info.text_bytes, 0, "empty content is not a token");
+    }
+
+    #[test]
+    fn float_usage_and_null_choices_are_tolerated() {
+        let mut text = String::new();
+        let info = parse_chunk(
+            r#"{"choices":null,"usage":{"prompt_tokens":18.0,"completion_tokens":3.0}}"#,
+            &mut text,
+        )
+        .unwrap();
+        assert_eq!(info.usage.unwrap().completion_tokens, Some(3));
+        assert_eq!(info.usage.unwrap().prompt_tokens, Some(18));
+        let info = parse_chunk(
+            r#"{"choices":[],"usage":{"completion_tokens":2.5}}"#,
+            &mut text,
+        )
+        .unwrap();
+        assert_eq!(info.usage.unwrap().completion_tokens, None, "not a count");
     }
 
     #[test]

@@ -15,7 +15,10 @@ pub enum ProbeError {
     Refused(String),
 }
 
-const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest a probe waits: the run's own `--timeout`, at most a minute.
+fn bounded(timeout: Duration) -> Duration {
+    timeout.min(Duration::from_secs(60))
+}
 
 fn unreachable(url: &str, e: reqwest::Error) -> ProbeError {
     ProbeError::Unreachable {
@@ -29,12 +32,13 @@ pub async fn list_models(
     client: &reqwest::Client,
     base: &str,
     headers: &HeaderMap,
+    timeout: Duration,
 ) -> Result<Vec<String>, ProbeError> {
     let url = format!("{base}/v1/models");
     let resp = client
         .get(&url)
         .headers(headers.clone())
-        .timeout(PROBE_TIMEOUT)
+        .timeout(bounded(timeout))
         .send()
         .await
         .map_err(|e| unreachable(base, e))?;
@@ -64,6 +68,7 @@ pub async fn detect_api(
     base: &str,
     headers: &HeaderMap,
     model: &str,
+    timeout: Duration,
 ) -> Result<Api, ProbeError> {
     let mut tried = Vec::new();
     for api in [Api::Chat, Api::Completions] {
@@ -77,7 +82,7 @@ pub async fn detect_api(
             .post(format!("{base}{}", api.path()))
             .headers(headers.clone())
             .json(&body)
-            .timeout(PROBE_TIMEOUT)
+            .timeout(bounded(timeout))
             .send()
             .await
             .map_err(|e| unreachable(base, e))?;

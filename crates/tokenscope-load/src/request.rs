@@ -174,6 +174,38 @@ pub async fn execute(
     rec.first_byte_at_us = Some(clock.now_us());
     let status = response.status();
     rec.status = Some(status.as_u16());
+    if status.is_redirection() {
+        // Redirects are not followed: a POST turned into a GET elsewhere
+        // measures something else.
+        let to = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .unwrap_or("?")
+            .to_string();
+        let msg = format!(
+            "HTTP {}: redirected to {to} (not followed; pass the final URL as --url)",
+            status.as_u16()
+        );
+        return fail(rec, clock, ErrorKind::Http(status.as_u16()), msg);
+    }
+    let is_sse = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|c| c.to_str().ok())
+        .is_none_or(|c| c.contains("text/event-stream"));
+    if status.is_success() && !is_sse {
+        let kind = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|c| c.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let msg = format!(
+            "asked for a stream, got a complete `{kind}` body: the server ignored stream=true, so TTFT and ITL cannot be measured"
+        );
+        return fail(rec, clock, ErrorKind::NotStreamed, msg);
+    }
     if !status.is_success() {
         let text = tokio::time::timeout(Duration::from_secs(5), response.text()).await;
         let msg = match text {
@@ -277,6 +309,13 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> RequestRecord {
         s.failure = Some((
             ErrorKind::Stream,
             "stream ended without [DONE] or a finish reason".into(),
+        ));
+    }
+    if s.failure.is_none() && s.chunks.is_empty() {
+        s.failure = Some((
+            ErrorKind::EmptyAnswer,
+            "the stream ended without any generated text (no chunk's choices carried content)"
+                .into(),
         ));
     }
     let n_chunks = s.chunks.len() as u64;

@@ -319,6 +319,8 @@ pub(crate) async fn bench(
         .tcp_nodelay(true)
         .pool_max_idle_per_host(plan.pattern.max_in_flight().unwrap_or(1024))
         .connect_timeout(Duration::from_secs(10))
+        // A redirect is reported, not followed (a POST would become a GET).
+        .redirect(reqwest::redirect::Policy::none())
         .build()
         .context("building the HTTP client")?;
 
@@ -330,15 +332,20 @@ pub(crate) async fn bench(
     };
     let model = match &args.model {
         Some(m) => m.clone(),
-        None => probe::list_models(&client, &base, &headers)
-            .await
-            .map_err(probe_err)?
-            .into_iter()
-            .next()
-            .ok_or_else(|| {
-                anyhow::Error::new(Exit::Unreachable)
-                    .context(format!("{base}/v1/models lists no model; pass --model"))
-            })?,
+        None => probe::list_models(
+            &client,
+            &base,
+            &headers,
+            args.timeout.min(args.idle_timeout),
+        )
+        .await
+        .map_err(probe_err)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| {
+            anyhow::Error::new(Exit::Unreachable)
+                .context(format!("{base}/v1/models lists no model; pass --model"))
+        })?,
     };
     // A URL naming its endpoint chooses the API unless --api did.
     let choice = match (args.api, endpoint_api) {
@@ -348,16 +355,29 @@ pub(crate) async fn bench(
     let api = match choice {
         ApiChoice::OpenaiChat => Api::Chat,
         ApiChoice::OpenaiCompletions => Api::Completions,
-        ApiChoice::Auto => match probe::detect_api(&client, &base, &headers, &model).await {
+        ApiChoice::Auto => match probe::detect_api(
+            &client,
+            &base,
+            &headers,
+            &model,
+            args.timeout.min(args.idle_timeout),
+        )
+        .await
+        {
             Ok(api) => api,
             Err(ProbeError::Refused(why)) => {
                 // The usual cause is a model the server does not serve: name those it does.
-                let listed = probe::list_models(&client, &base, &headers)
-                    .await
-                    .ok()
-                    .filter(|m| !m.is_empty() && !m.contains(&model))
-                    .map(|m| format!("; the server serves {} (pass one as --model)", m.join(", ")))
-                    .unwrap_or_default();
+                let listed = probe::list_models(
+                    &client,
+                    &base,
+                    &headers,
+                    args.timeout.min(args.idle_timeout),
+                )
+                .await
+                .ok()
+                .filter(|m| !m.is_empty() && !m.contains(&model))
+                .map(|m| format!("; the server serves {} (pass one as --model)", m.join(", ")))
+                .unwrap_or_default();
                 return Err(anyhow::Error::new(Exit::Unreachable).context(format!("{why}{listed}")));
             }
             Err(e) => return Err(probe_err(e)),

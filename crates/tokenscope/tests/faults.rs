@@ -528,3 +528,116 @@ fn counting_a_huge_one_word_answer_neither_stalls_nor_times_out() {
     assert!(took < Duration::from_secs(20), "took {took:?}");
     assert!(stat(&r, "client.cpu_cores") < 2.5, "the CPU figure is sane");
 }
+
+/// `bench` of model `m` on the chat API against a raw server: 2 requests.
+fn bench_raw(url: &str, name: &str) -> (std::process::Output, serde_json::Value) {
+    let out = run_dir(name);
+    let o = tokenscope()
+        .args([
+            "bench",
+            "--url",
+            url,
+            "--api",
+            "openai-chat",
+            "--model",
+            "m",
+            "--no-metrics",
+        ])
+        .args(["--quiet", "--requests", "2", "--concurrency", "1", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let first = records(&out).into_iter().next().unwrap_or_default();
+    (o, first)
+}
+
+#[test]
+fn misleading_answers_get_their_own_classification_or_are_tolerated() {
+    // A complete JSON body where a stream was asked for.
+    let url = raw_server(|_| {
+        http(
+            "200 OK",
+            "application/json",
+            r#"{"choices":[{"message":{"content":"hello"},"finish_reason":"stop"}],"usage":{"completion_tokens":1}}"#,
+        )
+    });
+    let (o, rec) = bench_raw(&url, "not-streamed");
+    assert_eq!(o.status.code(), Some(4));
+    assert_eq!(rec["error_kind"], "not_streamed", "{rec}");
+    assert!(rec["error"]
+        .as_str()
+        .unwrap()
+        .contains("ignored stream=true"));
+
+    // A redirect (to a GET-only path): reported, not followed.
+    let url = raw_server(|_| {
+        "HTTP/1.1 302 Found\r\nlocation: /elsewhere\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".into()
+    });
+    let (_, rec) = bench_raw(&url, "redirected");
+    assert_eq!(rec["error_kind"], "http_302", "{rec}");
+    assert!(
+        rec["error"]
+            .as_str()
+            .unwrap()
+            .contains("redirected to /elsewhere"),
+        "{rec}"
+    );
+
+    // A stream whose choices are always empty: no text at all.
+    let url = raw_server(|_| {
+        http(
+            "200 OK",
+            "text/event-stream",
+            "data: {\"choices\":[]}\n\ndata: {\"choices\":[]}\n\ndata: [DONE]\n\n",
+        )
+    });
+    let (_, rec) = bench_raw(&url, "empty-choices");
+    assert_eq!(rec["error_kind"], "empty_answer", "{rec}");
+
+    // Float usage counts and `choices: null` are tolerated, as servers send them.
+    let url = raw_server(|_| {
+        http(
+            "200 OK",
+            "text/event-stream",
+            "data: {\"choices\":null}\n\n\
+             data: {\"choices\":[{\"delta\":{\"content\":\"hi there\"},\"finish_reason\":\"stop\"}]}\n\n\
+             data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7.0,\"completion_tokens\":2.0}}\n\n\
+             data: [DONE]\n\n",
+        )
+    });
+    let (o, rec) = bench_raw(&url, "float-usage");
+    assert_ok(&o);
+    assert!(rec["error_kind"].is_null(), "{rec}");
+    assert_eq!(rec["output_tokens"], 2);
+    assert_eq!(rec["output_token_source"], "server_usage");
+}
+
+#[test]
+fn the_model_probe_is_bounded_by_the_runs_timeout() {
+    // /v1/models never answers: the probe gives up with --timeout, not 60 s.
+    let silent = silent_endpoint().replace("/metrics", "");
+    let start = Instant::now();
+    let o = tokenscope()
+        .args([
+            "bench",
+            "--url",
+            &silent,
+            "--timeout",
+            "2s",
+            "--requests",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        start.elapsed()
+    );
+}
