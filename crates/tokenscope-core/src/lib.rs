@@ -12,6 +12,7 @@ pub mod cost;
 pub mod diagnosis;
 pub mod duration;
 pub mod metrics;
+pub mod mutate;
 pub mod prices;
 pub mod record;
 pub mod results;

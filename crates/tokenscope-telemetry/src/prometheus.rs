@@ -144,14 +144,20 @@ fn parse_sample(line: &str) -> Result<Sample, String> {
                         i += 1;
                         break;
                     }
-                    b'\\' if i + 1 < b.len() => {
+                    b'\\' if i + 1 < b.len() && matches!(b[i + 1], b'n' | b'"' | b'\\') => {
                         value.push(match b[i + 1] {
                             b'n' => '\n',
                             b'"' => '"',
-                            b'\\' => '\\',
-                            other => other as char,
+                            _ => '\\',
                         });
                         i += 2;
+                    }
+                    b'\\' => {
+                        // An unknown escape is kept as written; the character
+                        // after it (perhaps several bytes) is copied whole
+                        // next (found by fuzzing: `\é` split a character).
+                        value.push('\\');
+                        i += 1;
                     }
                     _ => {
                         // Copy one UTF-8 character.
@@ -197,6 +203,14 @@ fn parse_sample(line: &str) -> Result<Sample, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unknown_escape_before_a_multibyte_character_is_kept() {
+        let e = parse("x{a=\"\\é\"} 1\n").unwrap();
+        assert_eq!(e.samples[0].labels[0].1, "\\é");
+        // The input fuzzing found (it panicked on a split character): an error now.
+        assert!(parse("x_topal{path=\"/a\\\u{fffd}\"b\",le=\"1e-3\"} 1.5e3 1700000000\n").is_err());
+    }
 
     #[test]
     fn parses_names_with_colons_labels_escapes_and_specials() {
