@@ -173,25 +173,6 @@ fn a_run_that_measures_nothing_is_an_error() {
     );
 }
 
-/// `bench` against a raw server as model `m` on the chat API, one at a time, no scraping.
-fn bench_chat(url: &str, out: &std::path::Path, args: &[&str]) -> std::process::Output {
-    tokenscope()
-        .args([
-            "bench",
-            "--url",
-            url,
-            "--api",
-            "openai-chat",
-            "--model",
-            "m",
-        ])
-        .args(["--no-metrics", "--concurrency", "1", "--out"])
-        .arg(out)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 /// Streams two words and claims `completion_tokens` of 2^64 − 1.
 fn lying_server() -> String {
     raw_server(|_| {

@@ -312,6 +312,16 @@ fn wait_for_records(out: &std::path::Path, n: usize) {
     }
 }
 
+/// Waits for a signalled run: exit 130 and a partial results.json.
+fn ended_partial(child: std::process::Child, out: &std::path::Path) -> serde_json::Value {
+    let o = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{stderr}");
+    let r = results(out);
+    assert_eq!(r["partial"], true);
+    r
+}
+
 fn signal(child: &std::process::Child, sig: libc::c_int) {
     // SAFETY: a plain kill(2) of our own child.
     assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, sig) }, 0);
@@ -324,15 +334,7 @@ fn sigterm_ends_a_run_like_ctrl_c() {
     let child = spawn_bench(&server.url, &out, &["--no-metrics"]);
     wait_for_records(&out, 20);
     signal(&child, libc::SIGTERM);
-    let o = child.wait_with_output().unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let r = results(&out);
-    assert_eq!(r["partial"], true);
+    let r = ended_partial(child, &out);
     assert!(stat(&r, "counts.requests") >= 20.0);
 }
 
@@ -379,15 +381,7 @@ fn ctrl_c_during_the_first_scrape_leaves_a_complete_run_directory() {
     // The baseline waits up to 2 s on the silent endpoint: interrupt it there.
     std::thread::sleep(Duration::from_millis(700));
     signal(&child, libc::SIGINT);
-    let o = child.wait_with_output().unwrap();
-    assert_eq!(
-        o.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let r = results(&out);
-    assert_eq!(r["partial"], true);
+    ended_partial(child, &out);
     assert!(out.join("requests.jsonl").exists() && out.join("report.html").exists());
 }
 
@@ -496,30 +490,11 @@ fn counting_a_huge_one_word_answer_neither_stalls_nor_times_out() {
     let url = one_word_server();
     let out = run_dir("one-word");
     let start = Instant::now();
-    let o = tokenscope()
-        .args([
-            "bench",
-            "--url",
-            &url,
-            "--api",
-            "openai-chat",
-            "--model",
-            "m",
-            "--no-metrics",
-        ])
-        .args([
-            "--quiet",
-            "--requests",
-            "6",
-            "--concurrency",
-            "3",
-            "--idle-timeout",
-            "3s",
-            "--out",
-        ])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = bench_chat(
+        &url,
+        &out,
+        &["--quiet", "--requests", "6", "--idle-timeout", "3s"],
+    );
     assert_ok(&o);
     let took = start.elapsed();
     let r = results(&out);
@@ -532,21 +507,7 @@ fn counting_a_huge_one_word_answer_neither_stalls_nor_times_out() {
 /// `bench` of model `m` on the chat API against a raw server: 2 requests.
 fn bench_raw(url: &str, name: &str) -> (std::process::Output, serde_json::Value) {
     let out = run_dir(name);
-    let o = tokenscope()
-        .args([
-            "bench",
-            "--url",
-            url,
-            "--api",
-            "openai-chat",
-            "--model",
-            "m",
-            "--no-metrics",
-        ])
-        .args(["--quiet", "--requests", "2", "--concurrency", "1", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = bench_chat(url, &out, &["--quiet", "--requests", "2"]);
     let first = records(&out).into_iter().next().unwrap_or_default();
     (o, first)
 }

@@ -265,3 +265,22 @@ pub fn http(status: &str, content_type: &str, body: &str) -> String {
         body.len()
     )
 }
+
+/// `bench` against a raw server as model `m` on the chat API, one at a time, no scraping.
+pub fn bench_chat(url: &str, out: &std::path::Path, args: &[&str]) -> std::process::Output {
+    tokenscope()
+        .args([
+            "bench",
+            "--url",
+            url,
+            "--api",
+            "openai-chat",
+            "--model",
+            "m",
+        ])
+        .args(["--no-metrics", "--concurrency", "1", "--out"])
+        .arg(out)
+        .args(args)
+        .output()
+        .unwrap()
+}
