@@ -280,7 +280,16 @@ fn server_killed_mid_run_failures_are_classified_and_nothing_is_lost() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    // Kill the server once a request has finished (a fixed 1.5 s raced the
+    // ~1.45 s a 400-token answer takes here), and well before the last.
+    let start = std::time::Instant::now();
+    while std::fs::read_to_string(out.join("requests.jsonl")).map_or(0, |t| t.lines().count()) < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no request finished in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     llama.kill();
     let o = child.wait_with_output().unwrap();
     // The run completed (some requests succeeded); failures are in the results.
