@@ -684,16 +684,13 @@ fn placed_knee(series: &[Point]) -> Option<Knee> {
     let ttft: Vec<f64> = series.iter().map(|p| p.ttft_p99_ms).collect();
     let load: Vec<f64> = series.iter().map(|p| p.load).collect();
     let tps: Vec<f64> = series.iter().map(|p| p.output_tps).collect();
-    let k = knee(&ttft, &tps, 0.05).or_else(|| knee(&load, &tps, 0.05))?;
+    let (xs, k) = match knee(&ttft, &tps, 0.05) {
+        Some(k) => (&ttft, k),
+        None => (&load, knee(&load, &tps, 0.05)?),
+    };
+    // The points Kneedle cannot tell apart from the knee, by index.
     let near: Vec<usize> = (0..series.len())
-        .filter(|&i| {
-            let x = if ttft[k.index] == k.load {
-                ttft[i]
-            } else {
-                load[i]
-            };
-            x >= k.low && x <= k.high
-        })
+        .filter(|&i| xs[i] >= k.low && xs[i] <= k.high)
         .chain([k.index])
         .collect();
     let first = near.iter().copied().min()?;
