@@ -9,6 +9,7 @@
 
 use proptest::prelude::*;
 use tokenscope_core::analysis::{analyse, slo_capacity, Objectives, Point, PointSlo};
+use tokenscope_core::mutate::Rng;
 use tokenscope_core::slo::{quantile_of, ObjectiveResult, Slo, Verdict};
 use tokenscope_core::stats::Distribution;
 
@@ -20,16 +21,9 @@ enum Shape {
     Saturating(f64),
 }
 
-/// A small deterministic generator (splitmix64), seeded by proptest.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
+/// A uniform number in [0, 1) from the seeded generator.
+fn unit(rng: &mut Rng) -> f64 {
+    (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 struct Case {
@@ -50,7 +44,7 @@ fn case(shape: Shape, points: usize, noise: f64, requests: usize, seed: u64) -> 
                 Shape::Linear(r) => 100.0 * r.powi(i as i32),
                 Shape::Saturating(k) => 100.0 * x / (1.0 + x / k),
             };
-            clean * (1.0 + noise * (2.0 * rng.next() - 1.0))
+            clean * (1.0 + noise * (2.0 * unit(&mut rng) - 1.0))
         })
         .collect();
     let ttft = loads
@@ -59,7 +53,7 @@ fn case(shape: Shape, points: usize, noise: f64, requests: usize, seed: u64) -> 
             // TTFT grows with load; a heavy right tail.
             let base = 20.0 + 4.0 * x;
             (0..requests)
-                .map(|_| base * (1.0 + 2.0 * rng.next().powi(6)))
+                .map(|_| base * (1.0 + 2.0 * unit(&mut rng).powi(6)))
                 .collect()
         })
         .collect();

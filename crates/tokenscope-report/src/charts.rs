@@ -370,6 +370,39 @@ mod tests {
     }
 
     #[test]
+    fn slo_limits_are_lines_on_the_cdf_unless_far_right_of_the_data() {
+        let data = [3.0, 1.0, 2.0, 5.0];
+        let limit = |label: &str, x: f64| [(label.to_string(), x)];
+        let near = cdf(
+            "TTFT",
+            "ms",
+            "share",
+            &data,
+            &limit("SLO ttft_p99 ≤ 4 ms", 4.0),
+        )
+        .unwrap();
+        assert!(near.contains("SLO ttft_p99 ≤ 4 ms"));
+        let far = cdf(
+            "TTFT",
+            "ms",
+            "share",
+            &data,
+            &limit("SLO ttft_p99 ≤ 5 s", 5000.0),
+        )
+        .unwrap();
+        assert!(far.contains("(far right of the data)"));
+        assert!(
+            !far.contains(">5000<"),
+            "the axis is not stretched to the limit"
+        );
+        // The same legend in both; only the near limit draws its line.
+        assert_eq!(
+            near.matches("<polyline").count(),
+            far.matches("<polyline").count() + 1
+        );
+    }
+
+    #[test]
     fn charts_are_svg_with_their_data_and_empty_input_draws_nothing() {
         let svg = cdf("TTFT", "ms", "share", &[3.0, 1.0, 2.0, 5.0], &[]).unwrap();
         assert!(

@@ -44,12 +44,6 @@ pub struct ScrapeConfig {
     pub local_gpu: Option<Arc<crate::gpu::LocalGpu>>,
 }
 
-impl ScrapeConfig {
-    pub fn urls(&self) -> Vec<String> {
-        self.endpoints.iter().map(|e| e.url.clone()).collect()
-    }
-}
-
 /// How one endpoint fared over the run.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct EndpointHealth {

@@ -190,7 +190,7 @@ fn base_url(url: &str) -> anyhow::Result<(String, Option<ApiChoice>)> {
 }
 
 fn request_headers(args: &BenchArgs) -> anyhow::Result<HeaderMap> {
-    metrics_headers(args.api_key_env.as_deref(), &args.headers)
+    target_headers(args.api_key_env.as_deref(), &args.headers)
 }
 
 /// `scheme://host:port` of a URL, for the same-origin rule.
@@ -217,12 +217,12 @@ pub(crate) fn metrics_endpoints(
     let home = origin(target);
     urls.iter()
         .map(|url| {
-            if origin(url).is_none() {
+            let Some(at) = origin(url) else {
                 return Err(Exit::usage(format!(
                     "--metrics-url `{url}`: not an http(s) URL (e.g. http://gpu-node:9400/metrics)"
                 )));
-            }
-            let mut headers = if origin(url) == home {
+            };
+            let mut headers = if Some(at) == home {
                 target_headers.clone()
             } else {
                 HeaderMap::new()
@@ -252,7 +252,7 @@ fn header_map(pairs: &[(String, String)], flag: &str) -> anyhow::Result<HeaderMa
 
 /// `--header`s and the API key (from `--api-key-env`, else OPENAI_API_KEY),
 /// all marked sensitive so they never appear in debug output.
-pub(crate) fn metrics_headers(
+pub(crate) fn target_headers(
     api_key_env: Option<&str>,
     extra: &[(String, String)],
 ) -> anyhow::Result<HeaderMap> {
@@ -312,7 +312,8 @@ pub(crate) async fn bench(
             }
         },
     };
-    let metrics_headers = headers.clone();
+    // The target's headers also go to a metrics URL on its own origin.
+    let target_headers = headers.clone();
     let plan = outcome::plan(&args.load);
     let client = reqwest::Client::builder()
         .http1_only()
@@ -330,22 +331,19 @@ pub(crate) async fn bench(
         }
         ProbeError::Refused(_) => anyhow::Error::new(Exit::Unreachable).context(e.to_string()),
     };
+    // The probes wait no longer than a request of the run would.
+    let probe_timeout = args.timeout.min(args.idle_timeout);
     let model = match &args.model {
         Some(m) => m.clone(),
-        None => probe::list_models(
-            &client,
-            &base,
-            &headers,
-            args.timeout.min(args.idle_timeout),
-        )
-        .await
-        .map_err(probe_err)?
-        .into_iter()
-        .next()
-        .ok_or_else(|| {
-            anyhow::Error::new(Exit::Unreachable)
-                .context(format!("{base}/v1/models lists no model; pass --model"))
-        })?,
+        None => probe::list_models(&client, &base, &headers, probe_timeout)
+            .await
+            .map_err(probe_err)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                anyhow::Error::new(Exit::Unreachable)
+                    .context(format!("{base}/v1/models lists no model; pass --model"))
+            })?,
     };
     // A URL naming its endpoint chooses the API unless --api did.
     let choice = match (args.api, endpoint_api) {
@@ -355,29 +353,18 @@ pub(crate) async fn bench(
     let api = match choice {
         ApiChoice::OpenaiChat => Api::Chat,
         ApiChoice::OpenaiCompletions => Api::Completions,
-        ApiChoice::Auto => match probe::detect_api(
-            &client,
-            &base,
-            &headers,
-            &model,
-            args.timeout.min(args.idle_timeout),
-        )
-        .await
+        ApiChoice::Auto => match probe::detect_api(&client, &base, &headers, &model, probe_timeout)
+            .await
         {
             Ok(api) => api,
             Err(ProbeError::Refused(why)) => {
                 // The usual cause is a model the server does not serve: name those it does.
-                let listed = probe::list_models(
-                    &client,
-                    &base,
-                    &headers,
-                    args.timeout.min(args.idle_timeout),
-                )
-                .await
-                .ok()
-                .filter(|m| !m.is_empty() && !m.contains(&model))
-                .map(|m| format!("; the server serves {} (pass one as --model)", m.join(", ")))
-                .unwrap_or_default();
+                let listed = probe::list_models(&client, &base, &headers, probe_timeout)
+                    .await
+                    .ok()
+                    .filter(|m| !m.is_empty() && !m.contains(&model))
+                    .map(|m| format!("; the server serves {} (pass one as --model)", m.join(", ")))
+                    .unwrap_or_default();
                 return Err(anyhow::Error::new(Exit::Unreachable).context(format!("{why}{listed}")));
             }
             Err(e) => return Err(probe_err(e)),
@@ -418,7 +405,7 @@ pub(crate) async fn bench(
             endpoints: metrics_endpoints(
                 &base,
                 &metrics_urls,
-                &metrics_headers,
+                &target_headers,
                 &args.metrics_headers,
             )?,
             interval: args.scrape_interval,

@@ -140,8 +140,7 @@ fn sweep_pairs(a: &Path, b: &Path, settings: &Settings) -> anyhow::Result<(Vec<P
     let records = |d: &crate::sweep::Done| -> Vec<RequestRecord> {
         d.dir
             .as_ref()
-            .and_then(|dir| read_run(dir).ok())
-            .map(|r| r.records)
+            .and_then(|dir| tokenscope_report::run_dir::Run::read_records(dir).ok())
             .unwrap_or_default()
     };
     let mut pairs = Vec::new();

@@ -383,7 +383,7 @@ pub fn assemble(records: &[RequestRecord], output: &OutputArgs, facts: RunFacts)
 }
 
 /// Space held from the start of a run for its `results.json`, so a disk
-/// that fills during the run still takes the results (a run's is ~10 KB).
+/// that fills during the run still takes the results (a run's is ~6 KB).
 const RESERVE: &str = ".results.reserve";
 const RESERVE_BYTES: u64 = 256 * 1024;
 
@@ -468,7 +468,9 @@ pub fn print(results: &RunResults, output: &OutputArgs, dir: &Path) -> anyhow::R
 /// tokenscope itself failed during the run (a panic caught in a request
 /// task, or the arrival schedule broke off).
 fn internal_failure(r: &RunResults) -> bool {
-    r.counts.errors.contains_key("internal")
+    r.counts
+        .errors
+        .contains_key(&ErrorKind::Internal.to_string())
         || r.diagnosis.iter().any(|f| f.rule == "internal_error")
 }
 

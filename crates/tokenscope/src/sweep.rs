@@ -480,8 +480,7 @@ fn judged(d: &Done, slo: &Slo) -> Vec<ObjectiveResult> {
     let records = d
         .dir
         .as_ref()
-        .and_then(|dir| tokenscope_report::run_dir::Run::read(dir).ok())
-        .map(|run| run.records);
+        .and_then(|dir| tokenscope_report::run_dir::Run::read_records(dir).ok());
     match records {
         Some(records) => tokenscope_core::metrics::measure(&records, Some(slo), None)
             .slo

@@ -107,7 +107,7 @@ pub fn run(args: WatchArgs) -> anyhow::Result<Exit> {
         let client = reqwest::Client::builder()
             .build()
             .context("building the metrics client")?;
-        let target = crate::bench::metrics_headers(args.api_key_env.as_deref(), &args.headers)?;
+        let target = crate::bench::target_headers(args.api_key_env.as_deref(), &args.headers)?;
         let config = ScrapeConfig {
             endpoints: crate::bench::metrics_endpoints(
                 &args.url,

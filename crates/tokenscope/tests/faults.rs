@@ -97,22 +97,29 @@ fn a_silent_metrics_endpoint_neither_delays_shapes_nor_extends_the_load() {
         .map(|r| r["scheduled_at_us"].as_f64().unwrap() / 1e6)
         .collect();
     let first = scheduled.iter().copied().fold(f64::INFINITY, f64::min);
-    let last = sent.iter().copied().fold(0.0, f64::max);
-    // 4 s of load at 25/s, on schedule from the start: no burst of requests
-    // held back behind a scrape.
+    let last_scheduled = scheduled.iter().copied().fold(0.0, f64::max);
+    let last_sent = sent.iter().copied().fold(0.0, f64::max);
+    // The whole 4 s schedule ran, from the start of the run's clock (before,
+    // a 5 s baseline scrape used the clock up and the load never came).
     assert!(
         first < 0.2,
         "the load started late: first scheduled at {first} s"
     );
-    assert!((last - 4.0).abs() <= 0.2, "load for {last} s, not 4 s");
-    assert!((95..=105).contains(&recs.len()), "{} requests", recs.len());
-    let r = results(&out);
     assert!(
-        stat(&r, "latency.client_lag_ms.p99") < 20.0,
-        "the schedule was kept"
+        (last_scheduled - 4.0).abs() <= 0.2,
+        "schedule of {last_scheduled} s, not 4 s"
     );
-    // Baseline (≤ 2 s) + 4 s of load + the last scrape (≤ 1 s) + start-up.
-    assert!(took < Duration::from_secs(9), "the run took {took:?}");
+    assert!((95..=105).contains(&recs.len()), "{} requests", recs.len());
+    // Kept on time: no burst of requests held back behind a scrape (that
+    // would be seconds late). Bounds a loaded 2-core machine keeps.
+    let r = results(&out);
+    let lag = stat(&r, "latency.client_lag_ms.p99");
+    assert!(lag < 500.0, "the schedule was not kept: lag p99 {lag} ms");
+    assert!(last_sent < 4.5, "last sent at {last_sent} s");
+    // Baseline (≤ 2 s) + 4 s of load + the last scrape (≤ 1 s), with room
+    // for start-up on a loaded machine; the old scraper's 5 s scrapes after
+    // the load ran past this.
+    assert!(took < Duration::from_secs(12), "the run took {took:?}");
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(
         stdout.contains(&format!("metrics endpoint {silent}")),
@@ -378,8 +385,16 @@ fn ctrl_c_during_the_first_scrape_leaves_a_complete_run_directory() {
     let silent = silent_endpoint();
     let out = run_dir("ctrlc-scrape");
     let child = spawn_bench(&server.url, &out, &["--metrics-url", &silent]);
-    // The baseline waits up to 2 s on the silent endpoint: interrupt it there.
-    std::thread::sleep(Duration::from_millis(700));
+    // The baseline scrape waits up to 2 s on the silent endpoint: interrupt
+    // it there (timeseries.jsonl appears as the scraper starts).
+    let start = Instant::now();
+    while !out.join("timeseries.jsonl").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the scraper never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     signal(&child, libc::SIGINT);
     ended_partial(child, &out);
     assert!(out.join("requests.jsonl").exists() && out.join("report.html").exists());
