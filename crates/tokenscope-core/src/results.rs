@@ -208,6 +208,31 @@ pub struct ClientUsage {
     pub cpu_us_per_output_token: Option<f64>,
     /// Client threads (tokio workers).
     pub threads: Option<usize>,
+    /// The event-loop delay probe: how late a timer asking to wake every
+    /// 1 ms ran, ms. Every time the client stamps is this late at worst.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loop_delay_ms: Option<crate::stats::Summary>,
+    /// Per second of the run: `[second, worst loop delay in it (ms)]`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loop_delay_per_s: Vec<(u64, f64)>,
+    /// Connections opened before the measured window, so their connect
+    /// time is not inside any TTFT.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connections: Option<Connections>,
+    /// The open-file limit the run had (raised to the hard limit at start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_file_limit: Option<u64>,
+}
+
+/// Connections opened ahead of the load (`bench --cold-connections` opens none).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Connections {
+    pub opened: u64,
+    pub failed: u64,
+    /// Time to connect and get a first answer (`GET /v1/models`), ms.
+    pub connect_ms: Option<crate::stats::Summary>,
+    /// The whole warm-up, before the run's clock started, ms.
+    pub took_ms: f64,
 }
 
 /// One statement of the diagnosis, with the numbers behind it.

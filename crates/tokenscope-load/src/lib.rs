@@ -5,7 +5,9 @@
 
 pub mod arrival;
 pub mod clock;
+pub mod connections;
 pub mod cpu;
+pub mod loop_delay;
 pub mod openai;
 pub mod probe;
 pub mod recorder;

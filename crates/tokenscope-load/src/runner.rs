@@ -154,8 +154,9 @@ impl Runner {
     }
 
     /// One request, recorded whatever happens: a panic in its task (a bug
-    /// of ours) is caught and recorded as an `internal` error.
-    async fn one(&self, plan: &RunPlan, ticket: Ticket) {
+    /// of ours) is caught and recorded as an `internal` error. Returns when
+    /// it was done (µs on the run's clock): a closed loop's slot came free then.
+    async fn one(&self, plan: &RunPlan, ticket: Ticket) -> u64 {
         use futures_util::FutureExt;
         self.progress.sent.fetch_add(1, Ordering::Relaxed);
         let (id, scheduled, warmup) = (ticket.id, ticket.scheduled_at_us, ticket.warmup);
@@ -190,7 +191,9 @@ impl Runner {
             }
         };
         self.progress.finished(&rec);
+        let done = rec.done_at_us;
         self.sink.record(rec);
+        done
     }
 
     async fn closed(
@@ -203,16 +206,21 @@ impl Runner {
         let mut workers = JoinSet::new();
         for worker in 0..concurrency {
             let (me, next, plan) = (self.clone(), next.clone(), plan.clone());
-            let start_at = plan
+            let ramp = plan
                 .ramp_up
-                .map(|r| me.clock.origin() + r.mul_f64(worker as f64 / concurrency as f64));
+                .map(|r| r.mul_f64(worker as f64 / concurrency as f64));
             workers.spawn(async move {
-                if let Some(at) = start_at {
+                if let Some(offset) = ramp {
                     tokio::select! {
                         _ = me.cancel.cancelled() => return,
-                        _ = tokio::time::sleep_until(at.into()) => {}
+                        _ = tokio::time::sleep_until(me.clock.at(offset).into()) => {}
                     }
                 }
+                // The intended start of a request: when its slot came free —
+                // the run's start (or the ramp's slot) for the first, the end
+                // of the previous request after that. How late the client
+                // actually sent it is its lag, in closed loops too.
+                let mut intended = ramp.map_or(0, |d| d.as_micros() as u64);
                 loop {
                     if me.cancel.is_cancelled() || deadline.is_some_and(|d| Instant::now() >= d) {
                         break;
@@ -223,11 +231,11 @@ impl Runner {
                     }
                     let ticket = Ticket {
                         id,
-                        scheduled_at_us: me.clock.now_us(),
+                        scheduled_at_us: intended,
                         warmup: id < plan.warmup,
                         waited_for_slot: false,
                     };
-                    me.one(&plan, ticket).await;
+                    intended = me.one(&plan, ticket).await;
                 }
             });
         }

@@ -21,6 +21,52 @@ fn row(out: &mut String, name: &str, s: Option<&Summary>) {
     }
 }
 
+/// The figures a `client_lag` finding says may be tainted (`ttft`, `itl`,
+/// `tpot`, `e2e`, `ttft_from_scheduled`, `load_shape`).
+fn tainted(r: &RunResults) -> std::collections::BTreeSet<String> {
+    r.diagnosis
+        .iter()
+        .filter(|f| f.rule == "client_lag")
+        .filter_map(|f| f.evidence.get("taints")?.as_array().cloned())
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A row's label, marked `‡` when the client's lag may have tainted it.
+fn marked(label: &str, key: &str, tainted: &std::collections::BTreeSet<String>) -> String {
+    match tainted.contains(key) {
+        true => format!("{label} ‡"),
+        false => label.to_string(),
+    }
+}
+
+/// The client's own resolution: loop delay and connections opened ahead.
+fn client_lines(out: &mut String, r: &RunResults) {
+    if let Some(d) = &r.client.loop_delay_ms {
+        let _ = writeln!(
+            out,
+            "  client loop delay       p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms   (a 1 ms timer; stamps are this late at worst)",
+            d.p50, d.p99, d.max
+        );
+    }
+    if let Some(c) = &r.client.connections {
+        let connect = c
+            .connect_ms
+            .map(|s| format!(", connect p50 {:.2} ms, max {:.2} ms", s.p50, s.max))
+            .unwrap_or_default();
+        let failed = match c.failed {
+            0 => String::new(),
+            n => format!(", {n} failed"),
+        };
+        let _ = writeln!(
+            out,
+            "  connections             {} opened before the clock{connect}{failed}   (not inside TTFT; --cold-connections to include them)",
+            c.opened
+        );
+    }
+}
+
 /// The seed's GPU utilisation bands.
 fn band(pct: f64) -> &'static str {
     if pct < 50.0 {
@@ -68,27 +114,36 @@ pub fn summary(r: &RunResults) -> String {
         out,
         "\nLatency (ms)                mean      p50      p90      p95      p99      max"
     );
-    row(&mut out, "TTFT", r.latency.ttft_ms.as_ref());
-    row(&mut out, "TPOT", r.latency.tpot_ms.as_ref());
+    let tainted = tainted(r);
+    let l = &r.latency;
     row(
         &mut out,
-        if r.tokens.multi_token_chunks {
-            "ITL (split*)"
-        } else {
-            "ITL"
-        },
-        r.latency.itl_ms.as_ref(),
+        &marked("TTFT", "ttft", &tainted),
+        l.ttft_ms.as_ref(),
     );
+    row(
+        &mut out,
+        &marked("TPOT", "tpot", &tainted),
+        l.tpot_ms.as_ref(),
+    );
+    let itl = match r.tokens.multi_token_chunks {
+        true => "ITL (split*)",
+        false => "ITL",
+    };
+    row(&mut out, &marked(itl, "itl", &tainted), l.itl_ms.as_ref());
     if r.tokens.multi_token_chunks {
-        row(&mut out, "ICL (chunk gaps)", r.latency.icl_ms.as_ref());
+        row(&mut out, "ICL (chunk gaps)", l.icl_ms.as_ref());
     }
-    row(&mut out, "E2E", r.latency.e2e_ms.as_ref());
-    if r.latency.client_lag_ms.is_some_and(|l| l.max >= 1.0) {
-        row(&mut out, "client lag", r.latency.client_lag_ms.as_ref());
-        row(
-            &mut out,
-            "TTFT from schedule",
-            r.latency.ttft_from_scheduled_ms.as_ref(),
+    row(&mut out, &marked("E2E", "e2e", &tainted), l.e2e_ms.as_ref());
+    if l.client_lag_ms.is_some_and(|l| l.max >= 1.0) {
+        row(&mut out, "client lag", l.client_lag_ms.as_ref());
+        let from_schedule = marked("TTFT from schedule", "ttft_from_scheduled", &tainted);
+        row(&mut out, &from_schedule, l.ttft_from_scheduled_ms.as_ref());
+    }
+    if !tainted.is_empty() {
+        let _ = writeln!(
+            out,
+            "  ‡ the client was late (client_lag below): this figure may be off by its lag"
         );
     }
     if r.tokens.multi_token_chunks {
@@ -224,6 +279,7 @@ pub fn summary(r: &RunResults) -> String {
             "  client CPU              {cpu:.2} cores, {per_tok:.2} µs per output token"
         );
     }
+    client_lines(&mut out, r);
 
     if let (Some(kind), Some(m)) = (&r.server.kind, &r.server.metrics) {
         server_lines(&mut out, kind, m);

@@ -13,9 +13,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokenscope_core::results::Finding;
-use tokenscope_core::results::{self, RunResults, Server};
+use tokenscope_core::results::{self, ClientUsage, RunResults, Server};
+use tokenscope_load::arrival::LoadPattern;
 use tokenscope_load::clock::Clock;
+use tokenscope_load::connections::{self, FileLimit};
 use tokenscope_load::cpu::thread_cpu;
+use tokenscope_load::loop_delay;
 use tokenscope_load::openai::Api;
 use tokenscope_load::probe::{self, ProbeError};
 use tokenscope_load::recorder::Recorder;
@@ -315,10 +318,21 @@ pub(crate) async fn bench(
     // The target's headers also go to a metrics URL on its own origin.
     let target_headers = headers.clone();
     let plan = outcome::plan(&args.load);
+    let file_limit = FileLimit::raise();
+    if let (Some(limit), Some(n)) = (file_limit, plan.pattern.max_in_flight()) {
+        let flag = match plan.pattern {
+            LoadPattern::Closed { .. } => "--concurrency",
+            LoadPattern::Open { .. } => "--max-concurrency",
+        };
+        if let Some(why) = limit.refuse(n as u64, flag) {
+            return Err(Exit::usage(why));
+        }
+    }
+    let streams = streams_ahead(&plan.pattern);
     let client = reqwest::Client::builder()
         .http1_only()
         .tcp_nodelay(true)
-        .pool_max_idle_per_host(plan.pattern.max_in_flight().unwrap_or(1024))
+        .pool_max_idle_per_host(plan.pattern.max_in_flight().unwrap_or(1024).max(streams))
         .connect_timeout(Duration::from_secs(10))
         // A redirect is reported, not followed (a POST would become a GET).
         .redirect(reqwest::redirect::Policy::none())
@@ -425,10 +439,26 @@ pub(crate) async fn bench(
                 })?,
         )
     };
+    // One connection per stream, opened before the clock starts: a burst
+    // is then N writes on open sockets, not N connects on the client's thread.
+    let warmed = match args.cold_connections {
+        true => None,
+        false => Some(
+            connections::warm(
+                &target.client,
+                &base,
+                &target_headers,
+                streams as u64,
+                probe_timeout,
+            )
+            .await,
+        ),
+    };
     let clock = Clock::start();
     if let Some(s) = &mut scraper {
         s.run_from(clock.origin());
     }
+    let loop_probe = loop_delay::Probe::start(clock);
     let runner = Arc::new(Runner {
         target,
         clock,
@@ -482,6 +512,7 @@ pub(crate) async fn bench(
 
     runner.clone().run(&plan).await;
     let client_wall_s = clock.now_us() as f64 / 1e6;
+    let loop_delay = loop_probe.finish().await;
     on_ctrl_c.abort();
     if let Some(d) = dashboard {
         d.stop();
@@ -532,6 +563,7 @@ pub(crate) async fn bench(
         server: Server::default(),
         kv_cache: None,
         client_cpu: cpu.map(|(d, _)| (d.as_secs_f64(), threads, client_wall_s)),
+        client: client_side(&loop_delay, warmed.as_ref(), file_limit),
         extra_findings: notes,
         simulated: None,
         telemetry: telemetry.as_ref().map(|log| {
@@ -561,6 +593,46 @@ pub(crate) async fn bench(
     }
     crate::report::write_html_after_run(&out_dir, args.output.quiet || args.output.json);
     Ok((results, out_dir))
+}
+
+/// Connections to open before the load: one per stream a closed loop (or a
+/// capped open loop) can have in flight; an uncapped open loop gets one per
+/// request its first second sends, at most 1,024 (more are opened as needed).
+fn streams_ahead(pattern: &LoadPattern) -> usize {
+    match *pattern {
+        LoadPattern::Open {
+            rate,
+            max_concurrency: None,
+            ..
+        } => (rate.ceil() as usize).clamp(1, 1024),
+        _ => pattern.max_in_flight().unwrap_or(1),
+    }
+}
+
+/// The client's own measurements besides its CPU: loop delay, connections
+/// opened ahead, the open-file limit.
+fn client_side(
+    delay: &loop_delay::LoopDelay,
+    warmed: Option<&connections::Warmed>,
+    limit: Option<FileLimit>,
+) -> ClientUsage {
+    const MS: f64 = 1e-3;
+    ClientUsage {
+        loop_delay_ms: delay.all_us.summary(MS),
+        loop_delay_per_s: delay
+            .per_second
+            .iter()
+            .map(|&(s, us)| (s, us as f64 * MS))
+            .collect(),
+        connections: warmed.map(|w| results::Connections {
+            opened: w.opened,
+            failed: w.failed,
+            connect_ms: w.connect_us.summary(MS),
+            took_ms: w.took.as_secs_f64() * 1e3,
+        }),
+        open_file_limit: limit.map(|l| l.soft),
+        ..ClientUsage::default()
+    }
 }
 
 /// What the dashboard reads during a run.

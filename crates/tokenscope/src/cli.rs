@@ -489,6 +489,12 @@ pub struct BenchArgs {
     /// Client worker threads (default: all cores).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub client_threads: Option<u64>,
+    /// Open no connections ahead of the load: each stream's first request
+    /// connects inside the measured window (its TTFT includes the connect, as a
+    /// new user's would). By default one connection per stream is opened before
+    /// the clock starts and its connect time is reported on its own.
+    #[arg(long)]
+    pub cold_connections: bool,
     /// Without --url: which built-in server to test. `engine` simulates Llama-3.1-8B on
     /// one H100 SXM (vLLM-like batching and KV cache); `exact` streams with exactly
     /// 100 ms TTFT and 20 ms between tokens (ground truth).

@@ -194,6 +194,9 @@ pub struct RunFacts {
     /// Client CPU: (seconds, threads, the wall seconds the client worked:
     /// from the run's start until every request was settled), when measured.
     pub client_cpu: Option<(f64, usize, f64)>,
+    /// What else the client measured of itself (loop delay, connections);
+    /// the CPU fields are filled from `client_cpu`.
+    pub client: ClientUsage,
     pub extra_findings: Vec<Finding>,
     pub simulated: Option<serde_json::Value>,
     /// What the server's own metrics said, when they were read.
@@ -290,11 +293,13 @@ pub fn assemble(records: &[RequestRecord], output: &OutputArgs, facts: RunFacts)
             cpu_us_per_output_token: (m.tokens.output_total > 0)
                 .then(|| cpu * 1e6 / m.tokens.output_total as f64),
             threads: Some(threads),
+            ..facts.client
         },
-        None => ClientUsage::default(),
+        None => facts.client,
     };
     let asked = Asked {
         ignore_eos: facts.config["ignore_eos"].as_bool().unwrap_or(false),
+        open_loop: facts.config["load"]["mode"] == "open",
     };
     let mut diagnosis = diagnose(&m.counts, &m.latency, &m.tokens, &client, asked);
     diagnosis.extend(facts.extra_findings);

@@ -233,6 +233,7 @@ fn one_point(
         },
         kv_cache: Some(kv),
         client_cpu: None,
+        client: Default::default(),
         extra_findings: Vec::new(),
         simulated: Some(deployment_json(cfg, &out)),
         telemetry: None,

@@ -51,6 +51,7 @@ fn rebuild_killed_run(dir: &Path, output: &crate::cli::OutputArgs) -> anyhow::Re
         server: Default::default(),
         kv_cache: None,
         client_cpu: None,
+        client: Default::default(),
         extra_findings: Vec::new(),
         simulated: None,
         telemetry: None,

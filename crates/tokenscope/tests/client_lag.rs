@@ -1,0 +1,111 @@
+//! The client measures its own lateness: starved of CPU, a closed-loop run
+//! says `client_lag` and names the figures it taints; given its CPU, it says
+//! nothing. (In a file of its own so no other test's load shares the
+//! machine with the quiet run; the two tests take turns.)
+
+mod common;
+use common::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Pins the calling thread (or, in a child before exec, the process) to CPU 0.
+fn pin_to_cpu0() -> std::io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET and
+    // sched_setaffinity only read and write it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        match libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        }
+    }
+}
+
+/// `bench` pinned to CPU 0 with one client thread, a closed loop of 8 streams.
+fn closed_loop_on_cpu0(url: &str, name: &str) -> (std::process::Output, serde_json::Value) {
+    use std::os::unix::process::CommandExt;
+    let out = run_dir(name);
+    let mut cmd = tokenscope();
+    cmd.args([
+        "bench",
+        "--url",
+        url,
+        "--no-metrics",
+        "--client-threads",
+        "1",
+    ])
+    .args([
+        "--concurrency",
+        "8",
+        "--requests",
+        "96",
+        "--output-tokens",
+        "24",
+    ])
+    .arg("--out")
+    .arg(&out);
+    // SAFETY: pre_exec runs only sched_setaffinity, which is async-signal-safe.
+    unsafe { cmd.pre_exec(pin_to_cpu0) };
+    let o = cmd.output().unwrap();
+    assert_ok(&o);
+    (o, results(&out))
+}
+
+#[test]
+fn a_client_starved_of_cpu_says_so_and_names_the_tainted_figures() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let server = Server::start(exact(20, 10));
+    // Three busy threads on CPU 0: the client gets about a quarter of it.
+    let stop = Arc::new(AtomicBool::new(false));
+    let hogs: Vec<_> = (0..3)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                pin_to_cpu0().expect("pinning a thread to CPU 0");
+                let mut x = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+                }
+            })
+        })
+        .collect();
+    let (o, r) = closed_loop_on_cpu0(&server.url, "lag-starved");
+    stop.store(true, Ordering::Relaxed);
+    hogs.into_iter().for_each(|h| h.join().unwrap());
+
+    assert!(has_rule(&r, "client_lag"), "{}", r["diagnosis"]);
+    let read_late = r["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == "client_lag" && f["evidence"]["loop_delay_p99_ms"].is_number())
+        .unwrap_or_else(|| panic!("a loop-delay finding: {}", r["diagnosis"]));
+    let taints = read_late["evidence"]["taints"].as_array().unwrap();
+    assert!(
+        taints.iter().any(|t| t == "itl"),
+        "ITL (10 ms) is tainted: {taints:?}"
+    );
+    assert!(stat(&r, "client.loop_delay_ms.p99") > 2.0);
+    // The summary marks the tainted rows where they are shown.
+    let summary = String::from_utf8_lossy(&o.stdout);
+    assert!(summary.contains("ITL ‡"), "{summary}");
+    assert!(summary.contains("the client read late"), "{summary}");
+}
+
+#[test]
+fn a_client_with_its_cpu_says_nothing_of_lag() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let server = Server::start(exact(20, 10));
+    let (o, r) = closed_loop_on_cpu0(&server.url, "lag-quiet");
+    assert!(!has_rule(&r, "client_lag"), "{}", r["diagnosis"]);
+    // The probe ran: ~1 sample per ms of the run.
+    let samples = stat(&r, "client.loop_delay_ms.count");
+    assert!(samples > 500.0, "{samples} loop-delay samples");
+    // Closed loop: each request after the first wave was intended when its
+    // slot came free, so lag is recorded for every request, and small.
+    assert_eq!(stat(&r, "latency.client_lag_ms.count"), 96.0);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains('‡'));
+}
