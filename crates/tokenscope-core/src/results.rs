@@ -222,6 +222,57 @@ pub struct ClientUsage {
     /// The open-file limit the run had (raised to the hard limit at start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_file_limit: Option<u64>,
+    /// The error floor `bench --self-check` measured on this machine first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_check: Option<SelfCheck>,
+}
+
+/// The resolution of this machine's measurements at a load: the client run
+/// against the built-in exact server, its figures compared per request with
+/// the server's own send times (`tokenscope selftest`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SelfCheck {
+    /// Concurrent streams, all started at once.
+    pub streams: u64,
+    pub requests: u64,
+    /// What the exact server was told to do.
+    pub server_ttft_ms: f64,
+    pub server_itl_ms: f64,
+    pub output_tokens: u64,
+    /// Client TTFT − the server's (request arrival → first token handed to
+    /// the socket), per request, ms: what the client adds (send, read, and
+    /// the server's accept queue, which a loaded machine shares).
+    pub ttft_error_ms: Option<crate::stats::Summary>,
+    /// Client TPOT − the server's, per request, ms.
+    pub tpot_error_ms: Option<crate::stats::Summary>,
+    /// The client's event-loop delay during the check, ms.
+    pub loop_delay_ms: Option<crate::stats::Summary>,
+    /// Requests that failed during the check (a floor with failures is suspect).
+    pub failed: u64,
+}
+
+impl SelfCheck {
+    /// "at 64 streams this machine measures TTFT within +0.14 / +0.32 ms (p50/p99) …"
+    pub fn sentence(&self) -> String {
+        let pair = |s: &Option<crate::stats::Summary>| {
+            s.map_or("—".to_string(), |s| {
+                format!("{:+.2} / {:+.2} ms", s.p50, s.p99)
+            })
+        };
+        let failed = match self.failed {
+            0 => String::new(),
+            n => format!(
+                "; {n} of {} requests failed: the floor is suspect",
+                self.requests
+            ),
+        };
+        format!(
+            "at {} streams this machine measures TTFT within {} and TPOT within {} (p50 / p99) of the server's own send times{failed}",
+            self.streams,
+            pair(&self.ttft_error_ms),
+            pair(&self.tpot_error_ms)
+        )
+    }
 }
 
 /// Connections opened ahead of the load (`bench --cold-connections` opens none).

@@ -65,6 +65,9 @@ fn client_lines(out: &mut String, r: &RunResults) {
             c.opened
         );
     }
+    if let Some(check) = &r.client.self_check {
+        let _ = writeln!(out, "  self-check              {}", check.sentence());
+    }
 }
 
 /// The seed's GPU utilisation bands.

@@ -328,3 +328,34 @@ impl Plan {
         Json(self.writer.whole(self.tokens, &self.shared.config.model))
     }
 }
+
+/// The client's error against this server's own times, per request: client
+/// TTFT − the server's `timings.ttft_ms`, client TPOT − its `timings.tpot_ms`
+/// (µs, by size). Requests without the server's timings (failed, or another server)
+/// are skipped.
+pub fn errors_against_server<'a>(
+    records: impl IntoIterator<Item = &'a tokenscope_core::record::RequestRecord>,
+) -> (
+    tokenscope_core::stats::Distribution,
+    tokenscope_core::stats::Distribution,
+) {
+    let (mut ttft, mut tpot) = Default::default();
+    let ms = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64);
+    for r in records.into_iter().filter(|r| r.succeeded()) {
+        let Some(t) = &r.server_timings else { continue };
+        if let (Some(client), Some(server)) = (r.ttft_us(), ms(t, "ttft_ms")) {
+            record_signed(&mut ttft, client as f64 - server * 1e3);
+        }
+        if let (Some(client), Some(server)) = (r.tpot_us(), ms(t, "tpot_ms")) {
+            record_signed(&mut tpot, client - server * 1e3);
+        }
+    }
+    (ttft, tpot)
+}
+
+/// The size of an error. TTFT's cannot be below zero (the client stamps
+/// before the server receives and after it sends); TPOT's can (a first token
+/// read late shortens the client's span), and counts by its size.
+fn record_signed(d: &mut tokenscope_core::stats::Distribution, us: f64) {
+    d.record(us.abs());
+}

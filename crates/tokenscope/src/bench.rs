@@ -293,6 +293,10 @@ pub(crate) async fn bench(
     let mut stop = crate::signals::Stop::listen().context("installing the signal handlers")?;
     let headers = request_headers(&args)?;
     outcome::check_output(&args.output)?;
+    let self_check = match args.self_check {
+        false => None,
+        true => Some(run_self_check(&args, threads).await?),
+    };
     let out_dir = args
         .output
         .out
@@ -563,7 +567,10 @@ pub(crate) async fn bench(
         server: Server::default(),
         kv_cache: None,
         client_cpu: cpu.map(|(d, _)| (d.as_secs_f64(), threads, client_wall_s)),
-        client: client_side(&loop_delay, warmed.as_ref(), file_limit),
+        client: ClientUsage {
+            self_check,
+            ..client_side(&loop_delay, warmed.as_ref(), file_limit)
+        },
         extra_findings: notes,
         simulated: None,
         telemetry: telemetry.as_ref().map(|log| {
@@ -593,6 +600,20 @@ pub(crate) async fn bench(
     }
     crate::report::write_html_after_run(&out_dir, args.output.quiet || args.output.json);
     Ok((results, out_dir))
+}
+
+/// `--self-check`: the error floor at this run's concurrency, measured first.
+async fn run_self_check(args: &BenchArgs, threads: usize) -> anyhow::Result<results::SelfCheck> {
+    let streams = streams_ahead(&outcome::plan(&args.load).pattern) as u64;
+    let load = crate::selftest::Load::for_bench(streams, Some(threads as u64));
+    if !args.output.quiet {
+        eprintln!("tokenscope: self-check at {streams} streams against the built-in exact server…");
+    }
+    let check = Box::pin(crate::selftest::measure(load)).await?;
+    if !args.output.quiet {
+        eprintln!("tokenscope: self-check: {}", check.sentence());
+    }
+    Ok(check)
 }
 
 /// Connections to open before the load: one per stream a closed loop (or a

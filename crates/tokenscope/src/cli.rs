@@ -59,9 +59,43 @@ tokenscope watch http://localhost:8000 --metrics-url http://gpu-node:9400/metric
 tokenscope watch http://localhost:8000 --once --json          # one snapshot for scripts\n  \
 tokenscope watch http://localhost:8000 --duration 10m > watch.log   # one line per sample")]
     Watch(WatchArgs),
+    /// The error floor of this machine's measurements: the client against the built-in exact server at a load.
+    #[command(after_help = "Examples:\n  \
+tokenscope selftest --concurrency 64\n  \
+tokenscope selftest --concurrency 1024 --itl 20ms --output-tokens 256   # a large burst\n  \
+tokenscope selftest --concurrency 1024 --client-threads 1 --json        # one client core, for scripts\n\n\
+It prints how far the client's TTFT and TPOT lie from the server's own send times\n\
+(p50 / p99): differences smaller than that are below this machine's resolution.\n\
+`bench --self-check` runs it first at the bench's concurrency and stores it in results.json.")]
+    Selftest(SelftestArgs),
     /// Built-in servers.
     #[command(subcommand)]
     Sim(SimCommand),
+}
+
+#[derive(Args, Debug)]
+pub struct SelftestArgs {
+    /// Concurrent streams, all started at once.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub concurrency: u64,
+    /// Requests in all (default: one per stream, a single wave).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub requests: Option<u64>,
+    /// The exact server's time to first token.
+    #[arg(long, default_value = "100ms", value_parser = duration)]
+    pub ttft: Duration,
+    /// The exact server's time between tokens.
+    #[arg(long, default_value = "20ms", value_parser = duration)]
+    pub itl: Duration,
+    /// Tokens per answer.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(2..=100_000))]
+    pub output_tokens: u64,
+    /// Client worker threads (default: all cores).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub client_threads: Option<u64>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -495,6 +529,11 @@ pub struct BenchArgs {
     /// the clock starts and its connect time is reported on its own.
     #[arg(long)]
     pub cold_connections: bool,
+    /// First run `tokenscope selftest` at this run's concurrency (64 tokens
+    /// a stream, ~2 s) and store the error floor it measured in results.json
+    /// (`client.self_check`), so a reader knows the resolution of the numbers.
+    #[arg(long)]
+    pub self_check: bool,
     /// Without --url: which built-in server to test. `engine` simulates Llama-3.1-8B on
     /// one H100 SXM (vLLM-like batching and KV cache); `exact` streams with exactly
     /// 100 ms TTFT and 20 ms between tokens (ground truth).

@@ -8,6 +8,7 @@ mod live;
 mod outcome;
 mod plan;
 mod report;
+mod selftest;
 mod serve;
 mod signals;
 mod sweep;
@@ -25,6 +26,7 @@ fn main() -> ExitCode {
         cli::Command::Report(args) => report::run(*args),
         cli::Command::Compare(args) => compare::run(args),
         cli::Command::Watch(args) => watch::run(args),
+        cli::Command::Selftest(args) => selftest::run(args),
         cli::Command::Sim(cli::SimCommand::Exact(args)) => serve::exact(args),
         cli::Command::Sim(cli::SimCommand::Serve(args)) => serve::engine(*args),
         cli::Command::Sim(cli::SimCommand::Plan(args)) => plan::run(*args),

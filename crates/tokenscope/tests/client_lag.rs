@@ -1,6 +1,6 @@
-//! The client measures its own lateness: starved of CPU, a closed-loop run
+//! The client measures its own lateness and resolution: starved of CPU, a closed-loop run
 //! says `client_lag` and names the figures it taints; given its CPU, it says
-//! nothing. (In a file of its own so no other test's load shares the
+//! nothing; `selftest` prints the floor a bench measures. (In a file of its own so no other test's load shares the
 //! machine with the quiet run; the two tests take turns.)
 
 mod common;
@@ -108,4 +108,85 @@ fn a_client_with_its_cpu_says_nothing_of_lag() {
     // slot came free, so lag is recorded for every request, and small.
     assert_eq!(stat(&r, "latency.client_lag_ms.count"), 96.0);
     assert!(!String::from_utf8_lossy(&o.stdout).contains('‡'));
+}
+
+/// Client TTFT − the exact server's own (`timings.ttft_ms`), per request, ms.
+fn ttft_errors(out: &std::path::Path) -> Vec<f64> {
+    let mut e: Vec<f64> = records(out)
+        .iter()
+        .filter(|r| r["error_kind"].is_null())
+        .map(|r| {
+            let client = (r["first_token_at_us"].as_f64().unwrap()
+                - r["sent_at_us"].as_f64().unwrap())
+                / 1e3;
+            client - r["server_timings"]["ttft_ms"].as_f64().unwrap()
+        })
+        .collect();
+    e.sort_by(f64::total_cmp);
+    e
+}
+
+#[test]
+fn selftest_prints_the_floor_a_bench_against_the_exact_server_measures() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let o = tokenscope()
+        .args([
+            "selftest",
+            "--concurrency",
+            "32",
+            "--output-tokens",
+            "32",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let check: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(check["streams"], 32);
+    assert_eq!(check["failed"], 0);
+    let floor_p50 = stat(&check, "ttft_error_ms.p50");
+    let tpot_p99 = stat(&check, "tpot_error_ms.p99");
+
+    // The same load through bench against the built-in exact server.
+    let out = run_dir("selftest-bench");
+    let o = tokenscope()
+        .args([
+            "bench",
+            "--builtin",
+            "exact",
+            "--quiet",
+            "--api",
+            "openai-chat",
+        ])
+        .args([
+            "--concurrency",
+            "32",
+            "--requests",
+            "32",
+            "--output-tokens",
+            "32",
+        ])
+        .args(["--input-tokens", "16", "--self-check", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let errors = ttft_errors(&out);
+    assert_eq!(errors.len(), 32);
+    let bench_p50 = errors[16];
+    // Two runs of the same load on a shared machine: the same floor within a
+    // few ms (each is ~1 ms on an idle machine).
+    assert!(
+        (floor_p50 - bench_p50).abs() < 5.0,
+        "selftest p50 {floor_p50:.2} ms vs bench p50 {bench_p50:.2} ms"
+    );
+    assert!(floor_p50 >= 0.0 && floor_p50 < 20.0, "{floor_p50}");
+    assert!(
+        tpot_p99 < 2.0,
+        "TPOT is exact to well under a ms: {tpot_p99}"
+    );
+    // --self-check stored its floor with the run.
+    let r = results(&out);
+    assert_eq!(r["client"]["self_check"]["streams"], 32);
+    assert!(stat(&r, "client.self_check.ttft_error_ms.p50") < 20.0);
 }

@@ -617,3 +617,59 @@ fn the_model_probe_is_bounded_by_the_runs_timeout() {
         start.elapsed()
     );
 }
+
+#[test]
+fn a_concurrency_over_the_open_file_limit_is_refused_with_the_fix() {
+    use std::os::unix::process::CommandExt;
+    let server = Server::start(exact(1, 0));
+    let out = run_dir("nofile");
+    let mut cmd = tokenscope();
+    cmd.args(["bench", "--url", &server.url, "--no-metrics", "--quiet"])
+        .args(["--concurrency", "1000", "--requests", "1000", "--out"])
+        .arg(&out);
+    // SAFETY: setrlimit is async-signal-safe; the child may then open 256 files.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 256,
+            };
+            match libc::setrlimit(libc::RLIMIT_NOFILE, &lim) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        })
+    };
+    let o = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--concurrency 1000 needs about 1064 open files"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("lower --concurrency to 192"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(!out.join("requests.jsonl").exists(), "no load was sent");
+
+    // Under the limit, the soft limit is raised to the hard one and recorded.
+    let o = bench(
+        &server.url,
+        &out,
+        &["--no-metrics", "--concurrency", "4", "--requests", "8"],
+    );
+    assert_ok(&o);
+    let r = results(&out);
+    let hard = rlimit_hard();
+    assert_eq!(stat(&r, "client.open_file_limit") as u64, hard);
+    assert_eq!(stat(&r, "client.connections.opened"), 4.0);
+}
+
+fn rlimit_hard() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    lim.rlim_max
+}

@@ -1,0 +1,190 @@
+//! `tokenscope selftest` and `bench --self-check`: the client run on this
+//! machine against the built-in exact server at a given load, its TTFT and
+//! TPOT compared per request with the server's own send times. The result is
+//! the error floor of this machine's measurements at that load — what a
+//! reader needs to know before trusting a difference of a few milliseconds.
+
+use crate::cli::{BenchArgs, SelftestArgs};
+use crate::exit::Exit;
+use anyhow::Context;
+use clap::Parser;
+use std::time::Duration;
+use tokenscope_core::record::RequestRecord;
+use tokenscope_core::results::SelfCheck;
+use tokenscope_sim::exact::{errors_against_server, ExactConfig, ExactServer};
+
+/// The load a self-check runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Load {
+    pub streams: u64,
+    pub requests: u64,
+    pub ttft: Duration,
+    pub itl: Duration,
+    pub output_tokens: u64,
+    pub client_threads: Option<u64>,
+}
+
+impl Load {
+    /// What `bench --self-check` runs: one wave at the bench's own
+    /// concurrency, short answers (64 tokens at 20 ms: 1.4 s).
+    pub fn for_bench(streams: u64, client_threads: Option<u64>) -> Load {
+        Load {
+            streams,
+            requests: streams,
+            ttft: Duration::from_millis(100),
+            itl: Duration::from_millis(20),
+            output_tokens: 64,
+            client_threads,
+        }
+    }
+}
+
+/// `tokenscope selftest`.
+pub fn run(args: SelftestArgs) -> anyhow::Result<Exit> {
+    let load = Load {
+        streams: args.concurrency,
+        requests: args.requests.unwrap_or(args.concurrency),
+        ttft: args.ttft,
+        itl: args.itl,
+        output_tokens: args.output_tokens,
+        client_threads: args.client_threads,
+    };
+    let threads = threads(load.client_threads);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("ts-client")
+        .enable_all()
+        .build()?;
+    if !args.json {
+        eprintln!(
+            "tokenscope selftest: {} requests at {} streams, all at once, against the built-in exact server (TTFT {} ms, {} ms between tokens, {} tokens)…",
+            load.requests,
+            load.streams,
+            load.ttft.as_millis(),
+            load.itl.as_millis(),
+            load.output_tokens
+        );
+    }
+    let check = rt.block_on(measure(load));
+    rt.shutdown_timeout(Duration::from_secs(1));
+    let check = check?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&check)?);
+    } else {
+        print(&check);
+    }
+    Ok(Exit::Success)
+}
+
+fn threads(asked: Option<u64>) -> usize {
+    asked
+        .map(|n| n as usize)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+}
+
+fn print(c: &SelfCheck) {
+    println!("{}", c.sentence());
+    let row = |name: &str, s: &Option<tokenscope_core::stats::Summary>| {
+        if let Some(s) = s {
+            println!(
+                "  {name:<22}{:>9.3}{:>9.3}{:>9.3}{:>9.3}",
+                s.p50, s.p90, s.p99, s.max
+            );
+        }
+    };
+    println!("\nError (ms)                  p50      p90      p99      max");
+    row("TTFT", &c.ttft_error_ms);
+    row("TPOT", &c.tpot_error_ms);
+    row("client loop delay", &c.loop_delay_ms);
+}
+
+/// Runs the check on the current (client) runtime; the exact server gets a
+/// runtime of its own (threads `srv-selftest`), as a built-in server does.
+pub async fn measure(load: Load) -> anyhow::Result<SelfCheck> {
+    let srv = tokio::runtime::Builder::new_multi_thread()
+        .thread_name("srv-selftest")
+        .enable_all()
+        .build()?;
+    let config = ExactConfig {
+        ttft: load.ttft,
+        itl: load.itl,
+        ..ExactConfig::default()
+    };
+    let started = srv.spawn(ExactServer::start(([127, 0, 0, 1], 0).into(), config));
+    let server = started
+        .await?
+        .context("starting the exact server on 127.0.0.1")?;
+    let url = server.url();
+    let dir = std::env::temp_dir().join(format!("tokenscope-selftest-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let args = bench_args(&url, &dir, &load)?;
+    let threads = threads(load.client_threads);
+    let outcome = crate::bench::bench(args, url, None, threads).await;
+    srv.shutdown_background();
+    let (results, _) = outcome.context("the self-check's run")?;
+    let records = read_records(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    let records = records?;
+    let (ttft, tpot) = errors_against_server(&records);
+    const MS: f64 = 1e-3;
+    Ok(SelfCheck {
+        streams: load.streams,
+        requests: load.requests,
+        server_ttft_ms: load.ttft.as_secs_f64() * 1e3,
+        server_itl_ms: load.itl.as_secs_f64() * 1e3,
+        output_tokens: load.output_tokens,
+        ttft_error_ms: ttft.summary(MS),
+        tpot_error_ms: tpot.summary(MS),
+        loop_delay_ms: results.client.loop_delay_ms,
+        failed: results.counts.failed,
+    })
+}
+
+/// The bench a self-check runs, as its command line would say it.
+fn bench_args(url: &str, dir: &std::path::Path, load: &Load) -> anyhow::Result<BenchArgs> {
+    #[derive(Parser)]
+    struct Argv {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+    let mut argv: Vec<String> = [
+        "selftest",
+        "--url",
+        url,
+        "--api",
+        "openai-chat",
+        "--model",
+        "tokenscope-exact",
+        "--no-metrics",
+        "--quiet",
+        "--input-tokens",
+        "16",
+    ]
+    .map(String::from)
+    .to_vec();
+    argv.extend([
+        "--concurrency".into(),
+        load.streams.to_string(),
+        "--requests".into(),
+        load.requests.to_string(),
+        "--output-tokens".into(),
+        load.output_tokens.to_string(),
+        "--out".into(),
+        dir.display().to_string(),
+    ]);
+    if let Some(n) = load.client_threads {
+        argv.extend(["--client-threads".into(), n.to_string()]);
+    }
+    Ok(Argv::try_parse_from(argv)
+        .map_err(|e| Exit::usage(format!("the self-check's load: {e}")))?
+        .bench)
+}
+
+fn read_records(dir: &std::path::Path) -> anyhow::Result<Vec<RequestRecord>> {
+    let path = dir.join("requests.jsonl");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .map(|l| serde_json::from_str(l).with_context(|| format!("a record of {}", path.display())))
+        .collect()
+}
