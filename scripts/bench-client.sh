@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Benchmark of the client's own cost (not a test): how much CPU tokenscope
-# spends per streamed token, how many tokens/s it ingests on one core, and how
-# precise its clock is with many streams. Writes a Markdown report to stdout.
+# Benchmark of the client's own cost and precision (not a test): CPU per
+# streamed token, tokens/s ingested on one core, the error of TTFT and TPOT
+# against the server's own send times at 64 / 1,024 / 10,000 streams, peak
+# memory over long runs, and a one-hour simulated plan. Markdown on stdout.
 #
 # The exact server runs as a separate process pinned to CPU 1, the client to
-# CPU 0 with one worker thread, so the client's numbers are its own.
+# CPU 0 with one worker thread, so the client's numbers are one core's. Every
+# burst starts all its streams at once: no ramp-up, no warm-up round.
 #
 #   scripts/bench-client.sh > /tmp/bench.md
+#   SECTIONS="timing memory" scripts/bench-client.sh   # a subset
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
@@ -16,6 +19,7 @@ server_pid=""
 cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+sections="${SECTIONS:-throughput timing memory plan}"
 
 start_server() { # args for `sim exact`
   local port
@@ -29,55 +33,119 @@ start_server() { # args for `sim exact`
   url="http://127.0.0.1:$port"
 }
 stop_server() { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=""; }
-# CPU seconds the server process has used so far.
-server_cpu() { awk '{printf "%.2f", ($14 + $15) / 100}' "/proc/$server_pid/stat"; }
 
-field() { python3 -c "import json,sys; d=json.load(open('$1')); print(eval(sys.argv[1], {}, {'d': d}))" "$2"; }
+# `bench` on CPU 0, one client thread; peak RSS (KiB) and CPU seconds go to $work/time.
+client() { # out-dir, then bench args
+  local out="$1"; shift
+  /usr/bin/time -f "%M %U %S" -o "$work/time" taskset -c 0 "$bin" bench --url "$url" --quiet \
+    --client-threads 1 --model tokenscope-exact --api openai-chat --input-tokens 16 --no-metrics \
+    --out "$out" "$@" > /dev/null
+}
+peak_mb() { awk '{printf "%.0f", $1 / 1024}' "$work/time"; }
+cpu_s() { awk '{printf "%.2f", $2 + $3}' "$work/time"; }
 
-echo "## Client cost: throughput (server sends as fast as it can: TTFT 0, ITL 0)"
-echo
-echo "| concurrency | requests × tokens | output tokens/s achieved | client CPU cores | CPU µs / token | tokens per client CPU-second |"
-echo "|---|---|---|---|---|---|"
-start_server --ttft 0ms --itl 0ms
-for spec in "1 400" "64 800" "1024 2048"; do
-  set -- $spec
-  out="$work/tp-$1"
-  taskset -c 0 "$bin" bench --url "$url" --quiet --client-threads 1 --concurrency "$1" --requests "$2" \
-    --output-tokens 2048 --input-tokens 16 --model tokenscope-exact --api openai-chat --out "$out" > /dev/null
-  r="$out/results.json"
-  printf '| %s | %s × 2048 | %.0f | %.2f | %.2f | %.0f |\n' "$1" "$2" \
-    "$(field "$r" 'd["throughput"]["output_tokens_per_s"]')" \
-    "$(field "$r" 'd["client"]["cpu_cores"]')" \
-    "$(field "$r" 'd["client"]["cpu_us_per_output_token"]')" \
-    "$(field "$r" '1e6 / d["client"]["cpu_us_per_output_token"]')"
-done
-stop_server
+# Figures of a run directory: results.json, and the per-request error against
+# the exact server's own times (its `timings` on every answer).
+figures() { python3 - "$1" <<'EOF'
+import json, sys
+run = sys.argv[1]
+r = json.load(open(f"{run}/results.json"))
+ttft, tpot = [], []
+for line in open(f"{run}/requests.jsonl"):
+    q = json.loads(line)
+    t = q.get("server_timings")
+    if q.get("error_kind") or not t:
+        continue
+    ttft.append((q["first_token_at_us"] - q["sent_at_us"]) / 1e3 - t["ttft_ms"])
+    n = q["output_tokens"]
+    if n >= 2:
+        last = q["chunks"][-1][0]
+        tpot.append(abs((last - q["first_token_at_us"]) / 1e3 / (n - 1) - t["tpot_ms"]))
+def q(a, p):
+    a = sorted(a)
+    return a[min(len(a) - 1, int(p * len(a)))] if a else float("nan")
+c, l = r["client"], r["latency"]
+tokens = r["tokens"]["output_total"]
+print(json.dumps({
+    "ok": r["counts"]["succeeded"], "n": r["counts"]["requests"],
+    "ttft50": q(ttft, .5), "ttft99": q(ttft, .99), "tpot50": q(tpot, .5), "tpot99": q(tpot, .99),
+    "lag99": l["client_lag_ms"]["p99"], "loop99": c["loop_delay_ms"]["p99"],
+    "cpu100k": c["cpu_seconds"] / tokens * 1e5 if tokens else float("nan"),
+    "tps": r["throughput"]["output_tokens_per_s"], "cores": c["cpu_cores"],
+    "rules": sorted({f["rule"] for f in r["diagnosis"]}),
+}))
+EOF
+}
+get() { python3 -c "import json,sys; print(format(json.loads(sys.argv[1])[sys.argv[2]], sys.argv[3]))" "$1" "$2" "$3"; }
 
-echo
-echo "## Timing error (server: TTFT 100 ms, ITL 20 ms, 256 tokens; 5 s ramp-up, one warm-up round)"
-echo
-echo "| concurrency | TTFT p50 − 100 ms | TTFT p99 − 100 ms | ITL p50 − 20 ms | ITL p99 − 20 ms | TPOT p99 − 20 ms | client CPU cores | server CPU cores | server's own lateness p50 / p99 |"
-echo "|---|---|---|---|---|---|---|---|---|"
-start_server --ttft 100ms --itl 20ms
-for c in 1 64 1024; do
-  out="$work/t-$c"
-  n=$(( c < 4 ? 4 : c ))
-  curl -sf "$url/stats?reset" > /dev/null
-  cpu0=$(server_cpu); t0=$(date +%s.%N)
-  taskset -c 0 "$bin" bench --url "$url" --quiet --client-threads 1 --concurrency "$c" --requests "$n" --warmup "$c" \
-    --ramp-up 5s --output-tokens 256 --input-tokens 16 --model tokenscope-exact --api openai-chat --out "$out" > /dev/null
-  cpu1=$(server_cpu); t1=$(date +%s.%N)
-  curl -sf "$url/stats" > "$work/stats-$c.json"
-  r="$out/results.json"
-  printf '| %s | %+.3f ms | %+.3f ms | %+.3f ms | %+.3f ms | %+.3f ms | %.2f | %.2f | %.3f / %.3f ms |\n' "$c" \
-    "$(field "$r" 'd["latency"]["ttft_ms"]["p50"] - 100')" \
-    "$(field "$r" 'd["latency"]["ttft_ms"]["p99"] - 100')" \
-    "$(field "$r" 'd["latency"]["itl_ms"]["p50"] - 20')" \
-    "$(field "$r" 'd["latency"]["itl_ms"]["p99"] - 20')" \
-    "$(field "$r" 'd["latency"]["tpot_ms"]["p99"] - 20')" \
-    "$(field "$r" 'd["client"]["cpu_cores"]')" \
-    "$(python3 -c "print(($cpu1 - $cpu0) / ($t1 - $t0))")" \
-    "$(field "$work/stats-$c.json" 'd["lateness_us"]["p50"] / 1e3')" \
-    "$(field "$work/stats-$c.json" 'd["lateness_us"]["p99"] / 1e3')"
-done
-stop_server
+echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))."
+
+if [[ $sections == *throughput* ]]; then
+  echo
+  echo "## Ingest on one core (server sends as fast as it can: TTFT 0, ITL 0, 2,048 tokens)"
+  echo
+  echo "| streams | requests | output tokens/s | client CPU cores | client CPU-s per 100k tokens | peak RSS |"
+  echo "|---|---|---|---|---|---|"
+  start_server --ttft 0ms --itl 0ms
+  for spec in "1 400" "64 800" "1024 2048"; do
+    set -- $spec
+    client "$work/tp-$1" --concurrency "$1" --requests "$2" --output-tokens 2048
+    f=$(figures "$work/tp-$1")
+    printf '| %s | %s | %s | %s | %s | %s MB |\n' "$1" "$2" "$(get "$f" tps .0f)" \
+      "$(get "$f" cores .2f)" "$(get "$f" cpu100k .3f)" "$(peak_mb)"
+  done
+  stop_server
+fi
+
+if [[ $sections == *timing* ]]; then
+  echo
+  echo "## Error against the server's own send times (all streams started at once)"
+  echo
+  echo "TTFT error = client TTFT − the server's (request arrival → first token handed to"
+  echo "the socket), per request; TPOT error likewise, by size. Lag = the burst's send"
+  echo "spread (actual send − intended start); loop delay = the client's 1 ms probe."
+  echo
+  echo "| streams | server TTFT / ITL / tokens | TTFT error p50 / p99 | TPOT error p50 / p99 | lag p99 | loop delay p99 | client CPU-s per 100k tokens | tokens/s | peak RSS | findings |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+  for spec in "64 100ms 20ms 256" "1024 100ms 20ms 256" "10000 1000ms 500ms 32"; do
+    set -- $spec
+    start_server --ttft "$2" --itl "$3"
+    client "$work/t-$1" --concurrency "$1" --requests "$1" --output-tokens "$4"
+    f=$(figures "$work/t-$1")
+    printf '| %s | %s / %s / %s | %+.2f / %+.2f ms | %.3f / %.3f ms | %.1f ms | %.2f ms | %.2f | %.0f | %s MB | %s |\n' \
+      "$1" "$2" "$3" "$4" "$(get "$f" ttft50 f)" "$(get "$f" ttft99 f)" "$(get "$f" tpot50 f)" \
+      "$(get "$f" tpot99 f)" "$(get "$f" lag99 f)" "$(get "$f" loop99 f)" "$(get "$f" cpu100k f)" \
+      "$(get "$f" tps f)" "$(peak_mb)" "$(get "$f" rules s)"
+    stop_server
+  done
+fi
+
+if [[ $sections == *memory* ]]; then
+  echo
+  echo "## Memory over long runs (256 streams, 256 tokens each, TTFT 0, ITL 0)"
+  echo
+  echo "| requests | output tokens | peak RSS | client CPU-s | run directory |"
+  echo "|---|---|---|---|---|"
+  start_server --ttft 0ms --itl 0ms
+  for n in 16384 131072; do
+    client "$work/m-$n" --concurrency 256 --requests "$n" --output-tokens 256
+    printf '| %s | %s | %s MB | %s | %s |\n' "$n" "$((n * 256))" "$(peak_mb)" "$(cpu_s)" \
+      "$(du -sh "$work/m-$n" | cut -f1)"
+    rm -rf "$work/m-$n"
+  done
+  stop_server
+fi
+
+if [[ $sections == *plan* ]]; then
+  echo
+  echo "## A one-hour simulated plan (Llama-3.1-8B on an H100, 20 requests/s, 512 in / 256 out)"
+  echo
+  echo "| command | CPU-s | peak RSS | run directory |"
+  echo "|---|---|---|---|"
+  /usr/bin/time -f "%M %U %S" -o "$work/time" "$bin" sim plan --model llama-3.1-8b --gpu h100-sxm \
+    --rate 20 --duration 1h --input-tokens 512 --output-tokens 256 --quiet --out "$work/plan" > /dev/null
+  printf '| sim plan --rate 20 --duration 1h (with its report) | %s | %s MB | %s |\n' "$(cpu_s)" "$(peak_mb)" \
+    "$(du -sh "$work/plan" | cut -f1)"
+  /usr/bin/time -f "%M %U %S" -o "$work/time" "$bin" report "$work/plan" > /dev/null
+  printf '| report of that run | %s | %s MB | |\n' "$(cpu_s)" "$(peak_mb)"
+fi

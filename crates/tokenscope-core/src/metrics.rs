@@ -29,119 +29,286 @@ pub struct Measured {
 
 /// Computes the run's metrics over the measured (non-warm-up) records.
 pub fn measure(records: &[RequestRecord], slo: Option<&Slo>, price: Option<GpuPrice>) -> Measured {
-    let measured: Vec<&RequestRecord> = records.iter().filter(|r| !r.warmup).collect();
-    let ok: Vec<&RequestRecord> = measured.iter().copied().filter(|r| r.succeeded()).collect();
-
-    let window = window(&measured);
-    let latency = latency(&measured, &ok);
-    let counts = counts(records, &measured);
-    let tokens = tokens(&ok);
-
-    let window_s = window.duration_s;
-    let rate = |x: f64| if window_s > 0.0 { x / window_s } else { 0.0 };
-    let good: Option<Vec<&RequestRecord>> = slo.map(|s| {
-        ok.iter()
-            .copied()
-            .filter(|r| s.request_is_good(r))
-            .collect()
-    });
-    let good_tokens = good
-        .as_ref()
-        .map(|g| g.iter().map(|r| r.output_tokens).sum::<u64>());
-
-    let mut per_user = Distribution::new();
-    for tpot in ok.iter().filter_map(|r| r.tpot_us()) {
-        if tpot > 0.0 {
-            per_user.record(1e6 / tpot * 1e3); // milli-tokens/s keeps 3 digits of precision
-        }
-    }
-
-    let throughput = Throughput {
-        output_tokens_per_s: rate(tokens.output_total as f64),
-        total_tokens_per_s: rate((tokens.output_total + tokens.input_total) as f64),
-        requests_per_s: rate(counts.succeeded as f64),
-        goodput_requests_per_s: good.as_ref().map(|g| rate(g.len() as f64)),
-        goodput_output_tokens_per_s: good_tokens.map(|t| rate(t as f64)),
-        per_user_output_tokens_per_s: per_user.summary(1e-3),
-        concurrency: concurrency(&measured, window.start_s, window.end_s),
-    };
-
-    let slo_report = slo.map(|s| {
-        slo_report(
-            s,
-            &ok,
-            &latency,
-            good.as_ref().map_or(0, |g| g.len() as u64),
-        )
-    });
-    let cost = price.map(|p| {
-        p.cost(
-            window_s,
-            tokens.output_total,
-            tokens.output_total + tokens.input_total,
-            good_tokens,
-        )
-    });
-
-    Measured {
-        window,
-        latency,
-        throughput,
-        counts,
-        tokens,
-        slo: slo_report,
-        cost,
-    }
+    let mut agg = Aggregator::new(slo.cloned(), price);
+    records.iter().for_each(|r| agg.add(r));
+    agg.finish()
 }
 
-fn window(measured: &[&RequestRecord]) -> Window {
-    let Some(start) = measured.iter().map(|r| r.sent_at_us).min() else {
-        return Window::default();
-    };
-    let end = measured.iter().map(|r| r.done_at_us).max().unwrap_or(start);
-    let (start_s, end_s) = (start as f64 * US, end as f64 * US);
+/// The steady-state window's grid: its edges are rounded inward to it, so
+/// its tokens are counted from per-slot totals instead of every chunk's time.
+pub const GRID_US: u64 = 10_000;
 
-    // Steady state: from the first completion (the pipeline is full) to the
-    // last send (after it the load only drains).
-    let first_done = measured.iter().map(|r| r.done_at_us).min().unwrap_or(end);
-    let last_sent = measured.iter().map(|r| r.sent_at_us).max().unwrap_or(start);
-    let steady = (last_sent > first_done).then(|| {
-        let (a, b) = (first_done, last_sent);
-        let span_s = (b - a) as f64 * US;
-        let tokens: u64 = measured
-            .iter()
-            .filter(|r| r.succeeded())
-            .flat_map(|r| r.chunks.iter())
-            .filter(|c| c.at_us() > a && c.at_us() <= b)
-            .map(|c| c.tokens() as u64)
-            .sum();
-        let done = measured
-            .iter()
-            .filter(|r| r.succeeded() && r.done_at_us > a && r.done_at_us <= b)
-            .count();
-        SteadyWindow {
-            start_s: a as f64 * US,
-            end_s: b as f64 * US,
-            duration_s: span_s,
-            output_tokens_per_s: tokens as f64 / span_s,
-            requests_per_s: done as f64 / span_s,
-            concurrency_mean: concurrency(measured, a as f64 * US, b as f64 * US).mean,
+/// At most this many distinct (kind, message) pairs are told apart for the
+/// top errors; beyond, they are counted under their kind only.
+const MAX_MESSAGES: usize = 10_000;
+
+/// The run's figures from its records one at a time, in memory that does not
+/// grow with the run's tokens: distributions are HDR histograms, tokens are
+/// summed per 10 ms slot of the run's clock, and each request keeps only
+/// its send and end instants (24 bytes: the exact concurrency needs them).
+/// Records may come in any order.
+#[derive(Debug, Clone)]
+pub struct Aggregator {
+    slo: Option<Slo>,
+    price: Option<GpuPrice>,
+    warmup: u64,
+    counts: Counts,
+    messages: BTreeMap<(String, String), u64>,
+    /// (sent, done, succeeded) of every measured request.
+    spans: Vec<(u64, u64, bool)>,
+    /// Output tokens of successful measured requests per 10 ms slot, by chunk arrival.
+    tokens_per_slot: Vec<u32>,
+    ttft: Distribution,
+    ttft_sched: Distribution,
+    tpot: Distribution,
+    itl: Distribution,
+    icl: Distribution,
+    e2e: Distribution,
+    lag: Distribution,
+    per_user: Distribution,
+    tokens: Tokens,
+    good_requests: u64,
+    good_tokens: u64,
+}
+
+impl Aggregator {
+    pub fn new(slo: Option<Slo>, price: Option<GpuPrice>) -> Aggregator {
+        Aggregator {
+            slo,
+            price,
+            warmup: 0,
+            counts: Counts::default(),
+            messages: BTreeMap::new(),
+            spans: Vec::new(),
+            tokens_per_slot: Vec::new(),
+            ttft: Distribution::new(),
+            ttft_sched: Distribution::new(),
+            tpot: Distribution::new(),
+            itl: Distribution::new(),
+            icl: Distribution::new(),
+            e2e: Distribution::new(),
+            lag: Distribution::new(),
+            per_user: Distribution::new(),
+            tokens: Tokens::default(),
+            good_requests: 0,
+            good_tokens: 0,
         }
-    });
-    Window {
-        start_s,
-        end_s,
-        duration_s: end_s - start_s,
-        steady,
+    }
+
+    /// Takes one record into the figures; the record can then be dropped.
+    pub fn add(&mut self, r: &RequestRecord) {
+        if r.warmup {
+            self.warmup += 1;
+            return;
+        }
+        self.count(r);
+        self.spans.push((r.sent_at_us, r.done_at_us, r.succeeded()));
+        self.lag.record(r.lag_us() as f64);
+        if !r.succeeded() {
+            return;
+        }
+        self.time(r);
+        self.count_tokens(r);
+        if self.slo.as_ref().is_some_and(|s| s.request_is_good(r)) {
+            self.good_requests += 1;
+            self.good_tokens = self.good_tokens.saturating_add(r.output_tokens);
+        }
+    }
+
+    fn count(&mut self, r: &RequestRecord) {
+        let c = &mut self.counts;
+        c.requests += 1;
+        c.short_outputs += r.short_output() as u64;
+        c.waited_for_slot += r.waited_for_slot as u64;
+        c.retried += (r.retries > 0) as u64;
+        c.implausible_usage += r.implausible_usage.is_some() as u64;
+        c.retried_succeeded += (r.retries > 0 && r.succeeded()) as u64;
+        let Some(kind) = r.error_kind else {
+            c.succeeded += 1;
+            return;
+        };
+        c.failed += 1;
+        *c.errors.entry(kind.to_string()).or_insert(0) += 1;
+        let message = r.error.clone().unwrap_or_default();
+        let key = (kind.to_string(), message);
+        if self.messages.len() < MAX_MESSAGES || self.messages.contains_key(&key) {
+            *self.messages.entry(key).or_insert(0) += 1;
+        }
+    }
+
+    fn time(&mut self, r: &RequestRecord) {
+        if let Some(v) = r.ttft_us() {
+            self.ttft.record(v as f64);
+        }
+        if let Some(v) = r.ttft_from_scheduled_us() {
+            self.ttft_sched.record(v as f64);
+        }
+        if let Some(v) = r.tpot_us() {
+            self.tpot.record(v);
+            if v > 0.0 {
+                self.per_user.record(1e6 / v * 1e3); // milli-tokens/s keeps 3 digits
+            }
+        }
+        for (gap, k) in r.itl_us() {
+            self.itl.record_n(gap, k as u64);
+        }
+        for gap in r.chunk_gaps_us() {
+            self.icl.record(gap as f64);
+        }
+        self.e2e.record(r.e2e_us() as f64);
+    }
+
+    fn count_tokens(&mut self, r: &RequestRecord) {
+        let t = &mut self.tokens;
+        // Saturating: a total never wraps round to a small number.
+        t.input_total = t.input_total.saturating_add(r.input_tokens.unwrap_or(0));
+        t.output_total = t.output_total.saturating_add(r.output_tokens);
+        *t.input_sources
+            .entry(source_name(r.input_token_source))
+            .or_insert(0) += 1;
+        *t.output_sources
+            .entry(source_name(r.output_token_source))
+            .or_insert(0) += 1;
+        for c in &r.chunks {
+            *t.tokens_per_chunk.entry(c.tokens()).or_insert(0) += 1;
+            let slot = (c.at_us() / GRID_US) as usize;
+            if slot >= self.tokens_per_slot.len() {
+                self.tokens_per_slot.resize(slot + 1, 0);
+            }
+            self.tokens_per_slot[slot] = self.tokens_per_slot[slot].saturating_add(c.tokens());
+        }
+    }
+
+    /// Output tokens per second of the run, by chunk arrival (for charts).
+    pub fn tokens_per_second(&self) -> Vec<f64> {
+        let per = (1_000_000 / GRID_US) as usize;
+        self.tokens_per_slot
+            .chunks(per)
+            .map(|c| c.iter().map(|&t| t as f64).sum())
+            .collect()
+    }
+
+    /// The (sent, done) instants of every measured request, µs.
+    pub fn spans(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.spans.iter().map(|&(s, d, _)| (s, d))
+    }
+
+    /// The latency distributions, µs (for charts): TTFT, TPOT, ITL, E2E.
+    pub fn distributions(&self) -> [(&'static str, &Distribution); 4] {
+        [
+            ("TTFT", &self.ttft),
+            ("TPOT", &self.tpot),
+            ("ITL", &self.itl),
+            ("E2E", &self.e2e),
+        ]
+    }
+
+    /// The figures.
+    pub fn finish(&self) -> Measured {
+        let window = self.window();
+        let latency = Latency {
+            ttft_ms: self.ttft.summary(US_TO_MS),
+            ttft_from_scheduled_ms: self.ttft_sched.summary(US_TO_MS),
+            tpot_ms: self.tpot.summary(US_TO_MS),
+            itl_ms: self.itl.summary(US_TO_MS),
+            icl_ms: self.icl.summary(US_TO_MS),
+            e2e_ms: self.e2e.summary(US_TO_MS),
+            client_lag_ms: self.lag.summary(US_TO_MS),
+        };
+        let mut counts = self.counts.clone();
+        counts.warmup = self.warmup;
+        counts.top_errors = top_errors(&self.messages);
+        let mut tokens = self.tokens.clone();
+        tokens.multi_token_chunks = tokens.tokens_per_chunk.keys().any(|&k| k > 1);
+
+        let window_s = window.duration_s;
+        let rate = |x: f64| if window_s > 0.0 { x / window_s } else { 0.0 };
+        let judged = self.slo.is_some();
+        let throughput = Throughput {
+            output_tokens_per_s: rate(tokens.output_total as f64),
+            total_tokens_per_s: rate((tokens.output_total + tokens.input_total) as f64),
+            requests_per_s: rate(counts.succeeded as f64),
+            goodput_requests_per_s: judged.then(|| rate(self.good_requests as f64)),
+            goodput_output_tokens_per_s: judged.then(|| rate(self.good_tokens as f64)),
+            per_user_output_tokens_per_s: self.per_user.summary(1e-3),
+            concurrency: concurrency(&self.spans, window.start_s, window.end_s),
+        };
+        let slo = self.slo.as_ref().map(|s| {
+            let samples = |m: SloMetric| match m {
+                SloMetric::Ttft => &self.ttft,
+                SloMetric::Tpot => &self.tpot,
+                SloMetric::Itl => &self.itl,
+                SloMetric::E2e => &self.e2e,
+            };
+            slo_report(s, samples, &latency, self.good_requests)
+        });
+        let cost = self.price.map(|p| {
+            p.cost(
+                window_s,
+                tokens.output_total,
+                tokens.output_total + tokens.input_total,
+                judged.then_some(self.good_tokens),
+            )
+        });
+        Measured {
+            window,
+            latency,
+            throughput,
+            counts,
+            tokens,
+            slo,
+            cost,
+        }
+    }
+
+    fn window(&self) -> Window {
+        let Some(start) = self.spans.iter().map(|s| s.0).min() else {
+            return Window::default();
+        };
+        let end = self.spans.iter().map(|s| s.1).max().unwrap_or(start);
+        let (start_s, end_s) = (start as f64 * US, end as f64 * US);
+        // Steady state: from the first completion (the pipeline is full) to
+        // the last send (after it the load only drains), rounded inward to
+        // the 10 ms grid.
+        let first_done = self.spans.iter().map(|s| s.1).min().unwrap_or(end);
+        let last_sent = self.spans.iter().map(|s| s.0).max().unwrap_or(start);
+        let (a, b) = (first_done.div_ceil(GRID_US), last_sent / GRID_US);
+        let steady = (b > a).then(|| {
+            let (from, to) = (a * GRID_US, b * GRID_US);
+            let span_s = (to - from) as f64 * US;
+            let slots = self
+                .tokens_per_slot
+                .get(a as usize..(b as usize).min(self.tokens_per_slot.len()));
+            let tokens: u64 = slots.map_or(0, |s| s.iter().map(|&t| t as u64).sum());
+            let done = self
+                .spans
+                .iter()
+                .filter(|&&(_, d, ok)| ok && d >= from && d < to)
+                .count();
+            SteadyWindow {
+                start_s: from as f64 * US,
+                end_s: to as f64 * US,
+                duration_s: span_s,
+                output_tokens_per_s: tokens as f64 / span_s,
+                requests_per_s: done as f64 / span_s,
+                concurrency_mean: concurrency(&self.spans, from as f64 * US, to as f64 * US).mean,
+            }
+        });
+        Window {
+            start_s,
+            end_s,
+            duration_s: end_s - start_s,
+            steady,
+        }
     }
 }
 
 /// In-flight requests (sent, not yet done): time-weighted mean over [from, to] and max.
-fn concurrency(measured: &[&RequestRecord], from_s: f64, to_s: f64) -> Concurrency {
-    let mut events: Vec<(u64, i64)> = Vec::with_capacity(measured.len() * 2);
-    for r in measured {
-        events.push((r.sent_at_us, 1));
-        events.push((r.done_at_us.max(r.sent_at_us), -1));
+fn concurrency(spans: &[(u64, u64, bool)], from_s: f64, to_s: f64) -> Concurrency {
+    let mut events: Vec<(u64, i64)> = Vec::with_capacity(spans.len() * 2);
+    for &(sent, done, _) in spans {
+        events.push((sent, 1));
+        events.push((done.max(sent), -1));
     }
     // Ends before starts at the same instant: a closed loop's hand-over is not 2 in flight.
     events.sort_unstable_by_key(|&(t, d)| (t, d));
@@ -163,89 +330,13 @@ fn concurrency(measured: &[&RequestRecord], from_s: f64, to_s: f64) -> Concurren
     }
 }
 
-fn latency(measured: &[&RequestRecord], ok: &[&RequestRecord]) -> Latency {
-    let (mut ttft, mut ttft_sched, mut tpot, mut itl, mut icl, mut e2e, mut lag) = (
-        Distribution::new(),
-        Distribution::new(),
-        Distribution::new(),
-        Distribution::new(),
-        Distribution::new(),
-        Distribution::new(),
-        Distribution::new(),
-    );
-    for r in ok {
-        if let Some(v) = r.ttft_us() {
-            ttft.record(v as f64);
-        }
-        if let Some(v) = r.ttft_from_scheduled_us() {
-            ttft_sched.record(v as f64);
-        }
-        if let Some(v) = r.tpot_us() {
-            tpot.record(v);
-        }
-        for (gap, k) in r.itl_us() {
-            itl.record_n(gap, k as u64);
-        }
-        for gap in r.chunk_gaps_us() {
-            icl.record(gap as f64);
-        }
-        e2e.record(r.e2e_us() as f64);
-    }
-    for r in measured {
-        lag.record(r.lag_us() as f64);
-    }
-    Latency {
-        ttft_ms: ttft.summary(US_TO_MS),
-        ttft_from_scheduled_ms: ttft_sched.summary(US_TO_MS),
-        tpot_ms: tpot.summary(US_TO_MS),
-        itl_ms: itl.summary(US_TO_MS),
-        icl_ms: icl.summary(US_TO_MS),
-        e2e_ms: e2e.summary(US_TO_MS),
-        client_lag_ms: lag.summary(US_TO_MS),
-    }
-}
-
-fn counts(all: &[RequestRecord], measured: &[&RequestRecord]) -> Counts {
-    let mut errors = BTreeMap::new();
-    for kind in measured.iter().filter_map(|r| r.error_kind) {
-        *errors.entry(kind.to_string()).or_insert(0) += 1;
-    }
-    let failed: u64 = errors.values().sum();
-    Counts {
-        requests: measured.len() as u64,
-        succeeded: measured.len() as u64 - failed,
-        failed,
-        errors,
-        warmup: (all.len() - measured.len()) as u64,
-        short_outputs: measured.iter().filter(|r| r.short_output()).count() as u64,
-        waited_for_slot: measured.iter().filter(|r| r.waited_for_slot).count() as u64,
-        retried: measured.iter().filter(|r| r.retries > 0).count() as u64,
-        implausible_usage: measured
-            .iter()
-            .filter(|r| r.implausible_usage.is_some())
-            .count() as u64,
-        retried_succeeded: measured
-            .iter()
-            .filter(|r| r.retries > 0 && r.succeeded())
-            .count() as u64,
-        top_errors: top_errors(measured),
-    }
-}
-
 /// The three most frequent (kind, message) pairs among the failures.
-fn top_errors(measured: &[&RequestRecord]) -> Vec<ErrorSample> {
-    let mut by: BTreeMap<(String, String), u64> = BTreeMap::new();
-    for r in measured {
-        if let Some(kind) = r.error_kind {
-            let message = r.error.clone().unwrap_or_default();
-            *by.entry((kind.to_string(), message)).or_insert(0) += 1;
-        }
-    }
-    let mut list: Vec<ErrorSample> = by
-        .into_iter()
-        .map(|((kind, message), count)| ErrorSample {
-            kind,
-            message,
+fn top_errors(messages: &BTreeMap<(String, String), u64>) -> Vec<ErrorSample> {
+    let mut list: Vec<ErrorSample> = messages
+        .iter()
+        .map(|((kind, message), &count)| ErrorSample {
+            kind: kind.clone(),
+            message: message.clone(),
             count,
         })
         .collect();
@@ -264,45 +355,11 @@ fn source_name(s: Option<TokenSource>) -> String {
     }
 }
 
-fn tokens(ok: &[&RequestRecord]) -> Tokens {
-    let mut t = Tokens::default();
-    for r in ok {
-        // Saturating: a total never wraps round to a small number.
-        t.input_total = t.input_total.saturating_add(r.input_tokens.unwrap_or(0));
-        t.output_total = t.output_total.saturating_add(r.output_tokens);
-        *t.input_sources
-            .entry(source_name(r.input_token_source))
-            .or_insert(0) += 1;
-        *t.output_sources
-            .entry(source_name(r.output_token_source))
-            .or_insert(0) += 1;
-        for c in &r.chunks {
-            *t.tokens_per_chunk.entry(c.tokens()).or_insert(0) += 1;
-        }
-    }
-    t.multi_token_chunks = t.tokens_per_chunk.keys().any(|&k| k > 1);
-    t
-}
-
-/// The samples of one metric over the successful requests, in microseconds.
-fn samples(metric: SloMetric, ok: &[&RequestRecord]) -> Distribution {
-    let mut d = Distribution::new();
-    for r in ok {
-        match metric {
-            SloMetric::Ttft => r.ttft_us().into_iter().for_each(|v| d.record(v as f64)),
-            SloMetric::Tpot => r.tpot_us().into_iter().for_each(|v| d.record(v)),
-            SloMetric::E2e => d.record(r.e2e_us() as f64),
-            SloMetric::Itl => r.itl_us().for_each(|(gap, k)| d.record_n(gap, k as u64)),
-        }
-    }
-    d
-}
-
 /// Each objective judged on its samples (see [`crate::slo`]), with the
 /// summary's figure as the estimate.
-pub fn slo_report(
+pub fn slo_report<'a>(
     slo: &Slo,
-    ok: &[&RequestRecord],
+    samples: impl Fn(SloMetric) -> &'a Distribution,
     latency: &Latency,
     good_requests: u64,
 ) -> SloReport {
@@ -316,7 +373,7 @@ pub fn slo_report(
                 SloMetric::Itl => latency.itl_ms,
                 SloMetric::E2e => latency.e2e_ms,
             };
-            o.judge(&samples(o.metric, ok), summary.and_then(|s| s.get(&o.stat)))
+            o.judge(samples(o.metric), summary.and_then(|s| s.get(&o.stat)))
         })
         .collect();
     let verdict = Verdict::all(objectives.iter().filter_map(|o| o.verdict));

@@ -81,6 +81,18 @@ impl Distribution {
         self.count
     }
 
+    /// The recorded values as `(value, how many)`, one per histogram bucket
+    /// (3 significant digits): a few thousand at most, however many samples.
+    pub fn buckets(&self) -> Vec<(f64, u64)> {
+        self.hist
+            .iter_recorded()
+            .map(|b| {
+                let v = self.hist.highest_equivalent(b.value_iterated_to()) as f64;
+                (v.clamp(self.min, self.max), b.count_at_value())
+            })
+            .collect()
+    }
+
     pub fn mean(&self) -> Option<f64> {
         (self.count > 0).then(|| self.sum / self.count as f64)
     }

@@ -2,16 +2,20 @@
 //! finishes, on a thread of its own so disk never stalls the load loop. A crash
 //! or Ctrl-C loses nothing that completed.
 //!
+//! Records are not kept: each is written, then taken into the run's figures
+//! (an [`Aggregator`]) and dropped, so memory does not grow with the run.
+//!
 //! When a write fails (a full disk), the line is cut back so the file ends on
 //! a whole record, the run is told to stop (`on_failure`), and every later
-//! record is still kept in memory: [`Recorded`] says how many reached the
-//! disk and why the rest did not.
+//! record still counts in the figures: [`Recorded`] says how many reached
+//! the disk and why the rest did not.
 
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
+use tokenscope_core::metrics::Aggregator;
 use tokenscope_core::record::RequestRecord;
 use tokio_util::sync::CancellationToken;
 
@@ -37,11 +41,13 @@ impl RecordSink {
     }
 }
 
-/// Every record of the run, and how many of them are on disk.
+/// The figures of every record of the run, and how many are on disk.
 pub struct Recorded {
-    /// All records, in finishing order (those after a write failure too).
-    pub records: Vec<RequestRecord>,
-    /// The first `on_disk` of them are whole lines of `requests.jsonl`.
+    /// Every record's figures (those after a write failure too).
+    pub figures: Aggregator,
+    /// Records received, in all.
+    pub total: usize,
+    /// The first `on_disk` of them (in finishing order) are whole lines of `requests.jsonl`.
     pub on_disk: usize,
     /// Why the rest are not.
     pub error: Option<RecorderError>,
@@ -53,9 +59,13 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Creates (truncates) `path` and starts the writer thread; a failed
-    /// write cancels `on_failure`.
-    pub fn create(path: &Path, on_failure: CancellationToken) -> Result<Recorder, RecorderError> {
+    /// Creates (truncates) `path` and starts the writer thread, which takes
+    /// each record into `figures` once written; a failed write cancels `on_failure`.
+    pub fn create(
+        path: &Path,
+        on_failure: CancellationToken,
+        figures: Aggregator,
+    ) -> Result<Recorder, RecorderError> {
         let io = |source| RecorderError::Io {
             path: path.to_owned(),
             source,
@@ -65,7 +75,7 @@ impl Recorder {
         let (tx, rx) = mpsc::channel::<RequestRecord>();
         let writer = std::thread::Builder::new()
             .name("ts-recorder".into())
-            .spawn(move || write_all(file, &path, rx, on_failure))
+            .spawn(move || write_all(file, &path, rx, on_failure, figures))
             .map_err(io)?;
         Ok(Recorder {
             sink: RecordSink { tx },
@@ -77,8 +87,8 @@ impl Recorder {
         self.sink.clone()
     }
 
-    /// Waits until every record sent so far is written (or kept); returns
-    /// them all. Every clone of the sink must be dropped first.
+    /// Waits until every record sent so far is written and counted; returns
+    /// the figures. Every clone of the sink must be dropped first.
     pub fn finish(self) -> Recorded {
         drop(self.sink);
         self.writer
@@ -93,9 +103,11 @@ fn write_all(
     path: &Path,
     rx: mpsc::Receiver<RequestRecord>,
     on_failure: CancellationToken,
+    figures: Aggregator,
 ) -> Recorded {
     let mut done = Recorded {
-        records: Vec::new(),
+        figures,
+        total: 0,
         on_disk: 0,
         error: None,
     };
@@ -126,7 +138,8 @@ fn write_all(
                 }
             }
         }
-        done.records.push(r);
+        done.figures.add(&r);
+        done.total += 1;
     }
     done
 }
@@ -147,10 +160,21 @@ mod tests {
             tx.send(RequestRecord::sent(id, 0, 0)).unwrap();
         }
         drop(tx);
-        let done = write_all(file, Path::new("/dev/full"), rx, stop.clone());
+        let done = write_all(
+            file,
+            Path::new("/dev/full"),
+            rx,
+            stop.clone(),
+            Aggregator::new(None, None),
+        );
         assert!(stop.is_cancelled(), "the run is told to stop");
         assert_eq!(done.on_disk, 0);
-        assert_eq!(done.records.len(), 3, "kept in memory");
+        assert_eq!(done.total, 3);
+        assert_eq!(
+            done.figures.finish().counts.requests,
+            3,
+            "every record counted"
+        );
         assert!(done.error.unwrap().to_string().contains("/dev/full"));
     }
 }

@@ -248,19 +248,40 @@ pub fn cdf(
     values: &[f64],
     limits: &[(String, f64)],
 ) -> Option<String> {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    let pairs: Vec<(f64, f64)> = values.iter().map(|&v| (v, 1.0)).collect();
+    cdf_weighted(title, unit, share, &pairs, limits)
+}
+
+/// The CDF of `(value, weight)` pairs: each value stands for `weight` samples
+/// (a histogram's bucket, or an ITL gap split over several tokens).
+pub fn cdf_weighted(
+    title: &str,
+    unit: &str,
+    share: &str,
+    pairs: &[(f64, f64)],
+    limits: &[(String, f64)],
+) -> Option<String> {
+    let mut v: Vec<(f64, f64)> = pairs
+        .iter()
+        .copied()
+        .filter(|(x, w)| x.is_finite() && *w > 0.0)
+        .collect();
     if v.is_empty() {
         return None;
     }
-    v.sort_by(f64::total_cmp);
-    let n = v.len() as f64;
+    v.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total: f64 = v.iter().map(|p| p.1).sum();
     // At most ~400 steps: enough for the eye, small for the page.
     let stride = (v.len() / 400).max(1);
-    let mut pts = vec![(v[0], 0.0)];
-    for (i, x) in v.iter().enumerate().step_by(stride) {
-        pts.push((*x, (i + 1) as f64 / n));
+    let mut pts = vec![(v[0].0, 0.0)];
+    let mut cum = 0.0;
+    for (i, (x, w)) in v.iter().enumerate() {
+        cum += w;
+        if i % stride == 0 {
+            pts.push((*x, cum / total));
+        }
     }
-    let top = v[v.len() - 1];
+    let top = v[v.len() - 1].0;
     pts.push((top, 1.0));
     let name = if limits.is_empty() { "" } else { "measured" };
     let mut series = vec![Series::line(name, pts)];

@@ -1,7 +1,7 @@
 //! CSV exports: one row per request (`requests.csv`), one row per sweep
 //! point (`sweep.csv`). Times in ms on the run's clock.
 
-use crate::run_dir::{Run, Sweep};
+use crate::run_dir::{for_each_record, ReadError, Sweep};
 
 fn ms(us: Option<u64>) -> String {
     us.map_or(String::new(), |v| format!("{:.3}", v as f64 / 1e3))
@@ -11,9 +11,18 @@ fn num(v: Option<f64>) -> String {
     v.map_or(String::new(), |v| format!("{v}"))
 }
 
-/// `requests.csv`: every request, warm-up included and marked.
-pub fn requests_csv(run: &Run) -> Result<String, csv::Error> {
-    let mut w = csv::Writer::from_writer(Vec::new());
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("writing CSV: {0}")]
+    Csv(#[from] csv::Error),
+}
+
+/// `requests.csv` of the run in `dir`: every request, warm-up included and
+/// marked, written to `out` as `requests.jsonl` is read (never all in memory).
+pub fn requests_csv(dir: &std::path::Path, out: impl std::io::Write) -> Result<(), ExportError> {
+    let mut w = csv::Writer::from_writer(out);
     w.write_record([
         "id",
         "warmup",
@@ -31,30 +40,37 @@ pub fn requests_csv(run: &Run) -> Result<String, csv::Error> {
         "error_kind",
         "retries",
     ])?;
-    for r in &run.records {
-        w.write_record([
-            r.id.to_string(),
-            r.warmup.to_string(),
-            ms(Some(r.scheduled_at_us)),
-            ms(Some(r.sent_at_us)),
-            ms(r.first_token_at_us),
-            ms(Some(r.done_at_us)),
-            ms(r.ttft_us()),
-            num(r.tpot_us().map(|v| v / 1e3)),
-            ms(Some(r.e2e_us())),
-            r.input_tokens.map_or(String::new(), |v| v.to_string()),
-            r.output_tokens.to_string(),
-            r.requested_output_tokens
-                .map_or(String::new(), |v| v.to_string()),
-            r.status.map_or(String::new(), |v| v.to_string()),
-            r.error_kind.map_or(String::new(), |k| k.to_string()),
-            r.retries.to_string(),
-        ])?;
+    let mut failed = None;
+    for_each_record(dir, |r| {
+        if failed.is_some() {
+            return;
+        }
+        failed = w
+            .write_record([
+                r.id.to_string(),
+                r.warmup.to_string(),
+                ms(Some(r.scheduled_at_us)),
+                ms(Some(r.sent_at_us)),
+                ms(r.first_token_at_us),
+                ms(Some(r.done_at_us)),
+                ms(r.ttft_us()),
+                num(r.tpot_us().map(|v| v / 1e3)),
+                ms(Some(r.e2e_us())),
+                r.input_tokens.map_or(String::new(), |v| v.to_string()),
+                r.output_tokens.to_string(),
+                r.requested_output_tokens
+                    .map_or(String::new(), |v| v.to_string()),
+                r.status.map_or(String::new(), |v| v.to_string()),
+                r.error_kind.map_or(String::new(), |k| k.to_string()),
+                r.retries.to_string(),
+            ])
+            .err();
+    })?;
+    if let Some(e) = failed {
+        return Err(e.into());
     }
-    Ok(
-        String::from_utf8(w.into_inner().map_err(|e| e.into_error())?)
-            .expect("CSV of UTF-8 fields"),
-    )
+    w.flush().map_err(csv::Error::from)?;
+    Ok(())
 }
 
 /// `sweep.csv`: every point's reduced figures and where it stands.

@@ -240,62 +240,46 @@ fn cards(out: &mut String, r: &RunResults) {
 /// Points of a time series: (seconds into the run, value).
 type Points = Vec<(f64, f64)>;
 
-/// A latency's values in ms, with weights where one value stands for several tokens (ITL).
+/// A latency's distribution in ms: `(value, how many)` per histogram bucket.
 struct Values {
     name: &'static str,
-    values: Vec<f64>,
-    weights: Option<Vec<f64>>,
+    buckets: Vec<(f64, f64)>,
+    /// ITL counts tokens; the others count requests.
+    per_token: bool,
 }
 
-/// Per-request latency values (successful, measured requests) in ms.
+/// The latency distributions of the successful, measured requests, in ms,
+/// from the run's histograms (never every value: a long run has millions).
 fn distributions(run: &Run) -> Vec<Values> {
-    let ok: Vec<_> = run.measured().filter(|r| r.succeeded()).collect();
-    let ttft = ok
-        .iter()
-        .filter_map(|r| r.ttft_us())
-        .map(|v| v as f64 / 1e3)
-        .collect();
-    let tpot = ok
-        .iter()
-        .filter_map(|r| r.tpot_us())
-        .map(|v| v / 1e3)
-        .collect();
-    let e2e = ok.iter().map(|r| r.e2e_us() as f64 / 1e3).collect();
-    let (itl, w): (Vec<f64>, Vec<f64>) = ok
-        .iter()
-        .flat_map(|r| r.itl_us())
-        .map(|(gap, k)| (gap / 1e3, k as f64))
-        .unzip();
-    let one = |name, values| Values {
-        name,
-        values,
-        weights: None,
-    };
-    vec![
-        one("TTFT", ttft),
-        one("TPOT", tpot),
-        Values {
-            name: "ITL",
-            values: itl,
-            weights: Some(w),
-        },
-        one("E2E", e2e),
-    ]
+    run.requests
+        .distributions()
+        .into_iter()
+        .map(|(name, d)| Values {
+            name,
+            buckets: d
+                .buckets()
+                .into_iter()
+                .map(|(v, n)| (v / 1e3, n as f64))
+                .collect(),
+            per_token: name == "ITL",
+        })
+        .collect()
 }
 
 /// Client-side series from the records: in flight and output tokens/s, per second.
 fn client_series(run: &Run) -> (Points, Points) {
-    let recs: Vec<_> = run.measured().collect();
-    let end_us = recs.iter().map(|r| r.done_at_us).max().unwrap_or(0);
-    let secs = (end_us / 1_000_000 + 1) as usize;
-    let mut tokens = vec![0.0; secs];
+    let tokens = run.requests.tokens_per_second();
+    let end_us = run
+        .requests
+        .spans()
+        .map(|(_, done)| done)
+        .max()
+        .unwrap_or(0);
+    let secs = ((end_us / 1_000_000 + 1) as usize).max(tokens.len());
     let mut in_flight = vec![0.0; secs];
-    for r in &recs {
-        for c in &r.chunks {
-            tokens[(c.at_us() / 1_000_000) as usize] += c.tokens() as f64;
-        }
+    for (a, b) in run.requests.spans() {
         // Time-weighted in-flight per second.
-        let (a, b) = (r.sent_at_us, r.done_at_us.max(r.sent_at_us));
+        let b = b.max(a);
         for (s, slot) in in_flight
             .iter_mut()
             .enumerate()
@@ -485,34 +469,34 @@ pub fn run_page(run: &Run) -> String {
     out.push_str("<h2>Distributions</h2><div class=\"charts\">");
     for Values {
         name,
-        values,
-        weights,
+        buckets,
+        per_token,
     } in distributions(run)
     {
         let unit = format!("{name} (ms)");
-        let share = if weights.is_some() {
-            "share of tokens ≤ x"
-        } else {
-            "share of requests ≤ x"
+        let share = match per_token {
+            true => "share of tokens ≤ x",
+            false => "share of requests ≤ x",
         };
         chart(
             &mut out,
-            charts::cdf(
+            charts::cdf_weighted(
                 &format!("{name}: CDF"),
                 &unit,
                 share,
-                &values,
+                &buckets,
                 &slo_lines(r, name),
             ),
             &format!("{name}: no values (no successful request had one)"),
         );
+        let (values, weights): (Vec<f64>, Vec<f64>) = buckets.into_iter().unzip();
         chart(
             &mut out,
             charts::histogram(
                 &format!("{name}: histogram"),
                 &unit,
                 &values,
-                weights.as_deref(),
+                Some(&weights),
             ),
             &format!("{name}: no values"),
         );

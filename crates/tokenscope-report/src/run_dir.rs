@@ -2,9 +2,11 @@
 //! `requests.jsonl`, `timeseries.jsonl`) or a sweep directory (`sweep.json`
 //! and its `point-NN/` runs).
 
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 use tokenscope_core::analysis::Analysis;
+use tokenscope_core::metrics::Aggregator;
 use tokenscope_core::record::RequestRecord;
 use tokenscope_core::results::RunResults;
 
@@ -44,11 +46,14 @@ fn parse<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// One run: its results, its requests, and the sampled time series.
+/// One run: its results, its requests' figures, and the sampled time series.
 pub struct Run {
     pub dir: PathBuf,
     pub results: RunResults,
-    pub records: Vec<RequestRecord>,
+    /// `requests.jsonl` read once, one record at a time, into its figures
+    /// (distributions, tokens per time slot, each request's span): memory
+    /// that does not grow with the run's tokens.
+    pub requests: Aggregator,
     /// `timeseries.jsonl` rows (absent when nothing was scraped).
     pub timeseries: Vec<serde_json::Value>,
 }
@@ -57,7 +62,8 @@ impl Run {
     pub fn read(dir: &Path) -> Result<Run, ReadError> {
         let results_path = dir.join("results.json");
         let results = parse(&results_path, 1, &read(&results_path)?)?;
-        let records = jsonl(&dir.join("requests.jsonl"))?;
+        let mut requests = Aggregator::new(None, None);
+        for_each_record(dir, |r| requests.add(&r))?;
         let ts_path = dir.join("timeseries.jsonl");
         let timeseries = if ts_path.exists() {
             jsonl(&ts_path)?
@@ -67,19 +73,48 @@ impl Run {
         Ok(Run {
             dir: dir.into(),
             results,
-            records,
+            requests,
             timeseries,
         })
     }
 
-    /// `requests.jsonl` alone (a torn last line is skipped).
+    /// `requests.jsonl` alone, every record in memory (a torn last line is
+    /// skipped). [`for_each_record`] reads it without holding it.
     pub fn read_records(dir: &Path) -> Result<Vec<RequestRecord>, ReadError> {
-        jsonl(&dir.join("requests.jsonl"))
+        let mut all = Vec::new();
+        for_each_record(dir, |r| all.push(r))?;
+        Ok(all)
     }
+}
 
-    /// The measured requests (warm-up left out).
-    pub fn measured(&self) -> impl Iterator<Item = &RequestRecord> {
-        self.records.iter().filter(|r| !r.warmup)
+/// Reads `DIR/requests.jsonl` a line at a time, handing each record to `f`;
+/// returns how many there were. A torn last line (a crash mid-write) is
+/// skipped; any other bad line is an error naming it.
+pub fn for_each_record(dir: &Path, mut f: impl FnMut(RequestRecord)) -> Result<usize, ReadError> {
+    let path = dir.join("requests.jsonl");
+    let io = |source| ReadError::Io {
+        path: path.clone(),
+        source,
+    };
+    let mut reader = std::io::BufReader::new(std::fs::File::open(&path).map_err(io)?);
+    let (mut line, mut n, mut number) = (String::new(), 0, 0);
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).map_err(io)? == 0 {
+            return Ok(n);
+        }
+        number += 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match parse(&path, number, &line) {
+            Ok(r) => {
+                f(r);
+                n += 1;
+            }
+            Err(_) if !line.ends_with('\n') => return Ok(n), // torn last line
+            Err(e) => return Err(e),
+        }
     }
 }
 

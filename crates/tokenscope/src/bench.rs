@@ -395,7 +395,11 @@ pub(crate) async fn bench(
     let cancel = CancellationToken::new();
     let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // A failed write stops the run: no request is sent that cannot be kept.
-    let recorder = Recorder::create(&out_dir.join("requests.jsonl"), cancel.clone())?;
+    let recorder = Recorder::create(
+        &out_dir.join("requests.jsonl"),
+        cancel.clone(),
+        outcome::aggregator(&args.output),
+    )?;
     let target = Target {
         client,
         url: reqwest::Url::parse(&format!("{base}{}", api.path())).context("endpoint URL")?,
@@ -541,7 +545,7 @@ pub(crate) async fn bench(
         });
     }
     let recorded = recorder.finish();
-    let records = recorded.records;
+    let figures = recorded.figures;
     let cpu = thread_cpu(CLIENT_THREADS);
 
     let config = outcome::merge(
@@ -574,20 +578,16 @@ pub(crate) async fn bench(
         extra_findings: notes,
         simulated: None,
         telemetry: telemetry.as_ref().map(|log| {
-            let last_sent = records
-                .iter()
-                .filter(|r| !r.warmup)
-                .map(|r| r.sent_at_us)
-                .max();
+            let last_sent = figures.spans().map(|(sent, _)| sent).max();
             outcome::Telemetry::from_log(log, last_sent.map(|us| us as f64 / 1e6))
         }),
     };
-    let mut results = outcome::assemble(&records, &args.output, facts);
+    let mut results = outcome::assemble(figures.finish(), facts);
     if let Some(e) = &recorded.error {
         let said = format!(
             "output failed: {e}; the run stopped there: the first {} of {} finished requests are whole lines of requests.jsonl, the rest were counted in memory",
             recorded.on_disk,
-            records.len()
+            recorded.total
         );
         results.output_error = Some(said.clone());
         eprintln!("tokenscope: error: {said}");

@@ -68,7 +68,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<Exit> {
         }
         vec![Pair {
             label: None,
-            changes: compare(&a.records, &b.records, &settings),
+            changes: compare(&records_of(&a.dir)?, &records_of(&b.dir)?, &settings),
             unlike: unlike(&a.results, &b.results),
         }]
     };
@@ -251,4 +251,10 @@ fn table(changes: &[MetricChange], settings: &Settings) {
             c.ci_high_pct
         );
     }
+}
+
+/// A run's requests, every one in memory: the bootstrap resamples them.
+fn records_of(dir: &std::path::Path) -> anyhow::Result<Vec<RequestRecord>> {
+    tokenscope_report::run_dir::Run::read_records(dir)
+        .map_err(|e| crate::exit::Exit::usage(e.to_string()))
 }

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 use tokenscope_core::cost::GpuPrice;
 use tokenscope_core::diagnosis::{diagnose, Asked};
-use tokenscope_core::metrics::{measure, Measured};
-use tokenscope_core::record::{ErrorKind, RequestRecord};
+use tokenscope_core::metrics::{Aggregator, Measured};
+use tokenscope_core::record::ErrorKind;
 use tokenscope_core::results::{self, ClientUsage, Efficiency, Finding, RunResults, Server, Tool};
 use tokenscope_core::slo::Verdict;
 use tokenscope_load::arrival::LoadPattern;
@@ -268,9 +268,9 @@ pub fn check_output(output: &OutputArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Computes the metrics and assembles `results.json`.
-pub fn assemble(records: &[RequestRecord], output: &OutputArgs, facts: RunFacts) -> RunResults {
-    let price = output
+/// What the run's GPUs cost, from `--gpu-price` or `--gpu-type`'s default.
+pub fn price(output: &OutputArgs) -> Option<GpuPrice> {
+    output
         .gpu_price
         .or_else(|| {
             output
@@ -282,8 +282,17 @@ pub fn assemble(records: &[RequestRecord], output: &OutputArgs, facts: RunFacts)
         .map(|p| GpuPrice {
             usd_per_gpu_hour: p,
             gpus: output.gpus,
-        });
-    let m: Measured = measure(records, output.slo.as_ref(), price);
+        })
+}
+
+/// Takes a run's records one at a time into its figures, judged against
+/// the run's `--slo` and costed at its price.
+pub fn aggregator(output: &OutputArgs) -> Aggregator {
+    Aggregator::new(output.slo.clone(), price(output))
+}
+
+/// Assembles `results.json` from the run's figures and facts.
+pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
     let client = match facts.client_cpu {
         // Over the client's own working time, not the requests' window: token
         // counting after a request's end is client work too.

@@ -238,7 +238,9 @@ fn one_point(
         simulated: Some(deployment_json(cfg, &out)),
         telemetry: None,
     };
-    let results = outcome::assemble(&out.records, &args.output, facts);
+    let mut agg = outcome::aggregator(&args.output);
+    out.records.iter().for_each(|r| agg.add(r));
+    let results = outcome::assemble(agg.finish(), facts);
     outcome::write_results(dir, &results)?;
     crate::report::write_html_after_run(dir, true);
     Ok(results)

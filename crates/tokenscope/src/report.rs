@@ -7,7 +7,7 @@ use crate::exit::Exit;
 use crate::sweep;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
-use tokenscope_report::run_dir::{Report, Run, Sweep};
+use tokenscope_report::run_dir::{for_each_record, Report, Run, Sweep};
 use tokenscope_report::{export, html, markdown, terminal};
 
 fn write(path: PathBuf, text: &str) -> anyhow::Result<PathBuf> {
@@ -37,7 +37,8 @@ pub fn write_html_after_run(dir: &Path, quiet: bool) {
 /// A run killed before it wrote `results.json` (SIGKILL, a crash): its
 /// figures rebuilt from the requests on disk, marked partial.
 fn rebuild_killed_run(dir: &Path, output: &crate::cli::OutputArgs) -> anyhow::Result<Run> {
-    let records = Run::read_records(dir).map_err(|e| Exit::usage(e.to_string()))?;
+    let mut requests = crate::outcome::aggregator(output);
+    let n = for_each_record(dir, |r| requests.add(&r)).map_err(|e| Exit::usage(e.to_string()))?;
     let facts = crate::outcome::RunFacts {
         started_at: "unknown (the run was killed before it wrote results.json)".into(),
         partial: true,
@@ -56,16 +57,15 @@ fn rebuild_killed_run(dir: &Path, output: &crate::cli::OutputArgs) -> anyhow::Re
         simulated: None,
         telemetry: None,
     };
-    let results = crate::outcome::assemble(&records, output, facts);
+    let results = crate::outcome::assemble(requests.finish(), facts);
     eprintln!(
-        "tokenscope report: {} has no results.json (the run was killed): {} requests rebuilt from requests.jsonl, marked partial; server metrics and settings are not known",
+        "tokenscope report: {} has no results.json (the run was killed): {n} requests rebuilt from requests.jsonl, marked partial; server metrics and settings are not known",
         dir.display(),
-        records.len()
     );
     Ok(Run {
         dir: dir.into(),
         results,
-        records,
+        requests,
         timeseries: Vec::new(),
     })
 }
@@ -95,7 +95,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<Exit> {
     }
     // A run re-judged against another SLO, by the same rule as when it ran.
     if let (Report::Run(run), Some(slo)) = (&mut report, &args.slo) {
-        let measured = tokenscope_core::metrics::measure(&run.records, Some(slo), None);
+        let mut again = tokenscope_core::metrics::Aggregator::new(Some(slo.clone()), None);
+        for_each_record(dir, |r| again.add(&r)).map_err(|e| Exit::usage(e.to_string()))?;
+        let measured = again.finish();
         run.results.slo = measured.slo;
         run.results.throughput.goodput_requests_per_s = measured.throughput.goodput_requests_per_s;
         run.results.throughput.goodput_output_tokens_per_s =
@@ -122,10 +124,14 @@ pub fn run(args: ReportArgs) -> anyhow::Result<Exit> {
                 None => crate::outcome::to_stdout(&text),
             }
         }
-        (ReportFormat::Csv, Report::Run(run)) => done(write(
-            out(&args, "requests.csv"),
-            &export::requests_csv(run)?,
-        )?),
+        (ReportFormat::Csv, Report::Run(run)) => {
+            let path = out(&args, "requests.csv");
+            let file = std::fs::File::create(&path)
+                .with_context(|| format!("writing {}", path.display()))?;
+            export::requests_csv(&run.dir, std::io::BufWriter::new(file))
+                .with_context(|| format!("writing {}", path.display()))?;
+            done(path)
+        }
         (ReportFormat::Csv, Report::Sweep(s)) => {
             done(write(out(&args, "sweep.csv"), &export::sweep_csv(s)?)?)
         }

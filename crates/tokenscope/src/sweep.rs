@@ -477,15 +477,13 @@ fn judged(d: &Done, slo: &Slo) -> Vec<ObjectiveResult> {
             return report.objectives.clone();
         }
     }
-    let records = d
+    let mut agg = tokenscope_core::metrics::Aggregator::new(Some(slo.clone()), None);
+    let read = d
         .dir
         .as_ref()
-        .and_then(|dir| tokenscope_report::run_dir::Run::read_records(dir).ok());
-    match records {
-        Some(records) => tokenscope_core::metrics::measure(&records, Some(slo), None)
-            .slo
-            .map(|s| s.objectives)
-            .unwrap_or_default(),
+        .and_then(|dir| tokenscope_report::run_dir::for_each_record(dir, |r| agg.add(&r)).ok());
+    match read {
+        Some(_) => agg.finish().slo.map(|s| s.objectives).unwrap_or_default(),
         None => slo
             .objectives
             .iter()
