@@ -59,7 +59,7 @@ for line in open(f"{run}/requests.jsonl"):
     ttft.append((q["first_token_at_us"] - q["sent_at_us"]) / 1e3 - t["ttft_ms"])
     n = q["output_tokens"]
     if n >= 2:
-        last = q["chunks"][-1][0]
+        last = sum(q["chunks"]["at_us"])
         tpot.append(abs((last - q["first_token_at_us"]) / 1e3 / (n - 1) - t["tpot_ms"]))
 def q(a, p):
     a = sorted(a)

@@ -61,8 +61,12 @@ pub struct Aggregator {
     ttft: Distribution,
     ttft_sched: Distribution,
     tpot: Distribution,
-    itl: Distribution,
-    icl: Distribution,
+    /// Gaps of requests whose every chunk carried one token: their ITL and
+    /// ICL are the same values, recorded once (the per-token cost halves).
+    single_token_gaps: Distribution,
+    /// ITL and ICL of requests with multi-token chunks.
+    itl_multi: Distribution,
+    icl_multi: Distribution,
     e2e: Distribution,
     lag: Distribution,
     per_user: Distribution,
@@ -84,8 +88,9 @@ impl Aggregator {
             ttft: Distribution::new(),
             ttft_sched: Distribution::new(),
             tpot: Distribution::new(),
-            itl: Distribution::new(),
-            icl: Distribution::new(),
+            single_token_gaps: Distribution::new(),
+            itl_multi: Distribution::new(),
+            icl_multi: Distribution::new(),
             e2e: Distribution::new(),
             lag: Distribution::new(),
             per_user: Distribution::new(),
@@ -149,11 +154,17 @@ impl Aggregator {
                 self.per_user.record(1e6 / v * 1e3); // milli-tokens/s keeps 3 digits
             }
         }
-        for (gap, k) in r.itl_us() {
-            self.itl.record_n(gap, k as u64);
-        }
-        for gap in r.chunk_gaps_us() {
-            self.icl.record(gap as f64);
+        if r.chunks.iter().all(|c| c.tokens() <= 1) {
+            for gap in r.chunk_gaps_us() {
+                self.single_token_gaps.record_us(gap);
+            }
+        } else {
+            for (gap, k) in r.itl_us() {
+                self.itl_multi.record_n(gap, k as u64);
+            }
+            for gap in r.chunk_gaps_us() {
+                self.icl_multi.record_us(gap);
+            }
         }
         self.e2e.record(r.e2e_us() as f64);
     }
@@ -169,13 +180,23 @@ impl Aggregator {
         *t.output_sources
             .entry(source_name(r.output_token_source))
             .or_insert(0) += 1;
-        for c in &r.chunks {
-            *t.tokens_per_chunk.entry(c.tokens()).or_insert(0) += 1;
-            let slot = (c.at_us() / GRID_US) as usize;
+        let mut single = 0u64; // most chunks carry one token: counted apart
+        if let Some(last) = r.chunks.last() {
+            let slot = (last.at_us() / GRID_US) as usize;
             if slot >= self.tokens_per_slot.len() {
                 self.tokens_per_slot.resize(slot + 1, 0);
             }
-            self.tokens_per_slot[slot] = self.tokens_per_slot[slot].saturating_add(c.tokens());
+        }
+        for c in &r.chunks {
+            match c.tokens() {
+                1 => single += 1,
+                k => *t.tokens_per_chunk.entry(k).or_insert(0) += 1,
+            }
+            let slot = &mut self.tokens_per_slot[(c.at_us() / GRID_US) as usize];
+            *slot = slot.saturating_add(c.tokens());
+        }
+        if single > 0 {
+            *t.tokens_per_chunk.entry(1).or_insert(0) += single;
         }
     }
 
@@ -194,24 +215,33 @@ impl Aggregator {
     }
 
     /// The latency distributions, µs (for charts): TTFT, TPOT, ITL, E2E.
-    pub fn distributions(&self) -> [(&'static str, &Distribution); 4] {
+    pub fn distributions(&self) -> [(&'static str, Distribution); 4] {
         [
-            ("TTFT", &self.ttft),
-            ("TPOT", &self.tpot),
-            ("ITL", &self.itl),
-            ("E2E", &self.e2e),
+            ("TTFT", self.ttft.clone()),
+            ("TPOT", self.tpot.clone()),
+            ("ITL", self.merged_itl()),
+            ("E2E", self.e2e.clone()),
         ]
+    }
+
+    fn merged_itl(&self) -> Distribution {
+        let mut itl = self.single_token_gaps.clone();
+        itl.merge(&self.itl_multi);
+        itl
     }
 
     /// The figures.
     pub fn finish(&self) -> Measured {
+        let itl = self.merged_itl();
+        let mut icl = self.single_token_gaps.clone();
+        icl.merge(&self.icl_multi);
         let window = self.window();
         let latency = Latency {
             ttft_ms: self.ttft.summary(US_TO_MS),
             ttft_from_scheduled_ms: self.ttft_sched.summary(US_TO_MS),
             tpot_ms: self.tpot.summary(US_TO_MS),
-            itl_ms: self.itl.summary(US_TO_MS),
-            icl_ms: self.icl.summary(US_TO_MS),
+            itl_ms: itl.summary(US_TO_MS),
+            icl_ms: icl.summary(US_TO_MS),
             e2e_ms: self.e2e.summary(US_TO_MS),
             client_lag_ms: self.lag.summary(US_TO_MS),
         };
@@ -237,7 +267,7 @@ impl Aggregator {
             let samples = |m: SloMetric| match m {
                 SloMetric::Ttft => &self.ttft,
                 SloMetric::Tpot => &self.tpot,
-                SloMetric::Itl => &self.itl,
+                SloMetric::Itl => &itl,
                 SloMetric::E2e => &self.e2e,
             };
             slo_report(s, samples, &latency, self.good_requests)

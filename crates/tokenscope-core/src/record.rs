@@ -156,8 +156,153 @@ pub struct RequestRecord {
     /// The server's own per-request timings when it sends them (llama.cpp's `timings`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_timings: Option<serde_json::Value>,
-    /// Content-bearing chunks in arrival order.
+    /// Content-bearing chunks in arrival order. On disk
+    /// `{"at_us": [first, gap, …], "tokens": k | [k, …]}`: see [`chunk_format`].
+    #[serde(with = "chunk_format")]
     pub chunks: Vec<Chunk>,
+}
+
+/// How `chunks` is written to `requests.jsonl`: compact, because a long run
+/// has millions of them. `at_us` holds the first chunk's arrival on the run's
+/// clock, then each chunk's gap from the one before (delta-encoded: a gap is
+/// 5 digits where an instant is 10), so arrival times are its running sum;
+/// `tokens` is one number when every chunk carried that many, else one per
+/// chunk. The older form, `[[at_us, tokens], …]`, is still read.
+pub mod chunk_format {
+    use super::Chunk;
+    use serde::de::{self, MapAccess, SeqAccess, Visitor};
+    use serde::ser::SerializeStruct;
+    use serde::{Deserializer, Serialize, Serializer};
+
+    struct Gaps<'a>(&'a [Chunk]);
+
+    impl Serialize for Gaps<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut prev = 0;
+            s.collect_seq(self.0.iter().map(|c| {
+                let gap = c.0.saturating_sub(prev);
+                prev = c.0;
+                gap
+            }))
+        }
+    }
+
+    struct Tokens<'a>(&'a [Chunk]);
+
+    impl Serialize for Tokens<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            match self.0.first() {
+                Some(first) if self.0.iter().any(|c| c.1 != first.1) => {
+                    s.collect_seq(self.0.iter().map(|c| c.1))
+                }
+                first => s.serialize_u32(first.map_or(1, |c| c.1)),
+            }
+        }
+    }
+
+    pub fn serialize<S: Serializer>(chunks: &[Chunk], s: S) -> Result<S::Ok, S::Error> {
+        let mut st = s.serialize_struct("Chunks", 2)?;
+        st.serialize_field("at_us", &Gaps(chunks))?;
+        st.serialize_field("tokens", &Tokens(chunks))?;
+        st.end()
+    }
+
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum TokensField {
+        Each(u32),
+        List(Vec<u32>),
+    }
+
+    struct ChunksVisitor;
+
+    impl<'de> Visitor<'de> for ChunksVisitor {
+        type Value = Vec<Chunk>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str(r#"{"at_us": [...], "tokens": ...} or [[at_us, tokens], ...]"#)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+            while let Some(c) = seq.next_element::<Chunk>()? {
+                out.push(c);
+            }
+            Ok(out)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let (mut gaps, mut tokens): (Option<Vec<u64>>, Option<TokensField>) = (None, None);
+            while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                match key.as_ref() {
+                    "at_us" => gaps = Some(map.next_value()?),
+                    "tokens" => tokens = Some(map.next_value()?),
+                    _ => {
+                        map.next_value::<de::IgnoredAny>()?;
+                    }
+                }
+            }
+            let gaps = gaps.ok_or_else(|| de::Error::missing_field("at_us"))?;
+            let mut at = 0u64;
+            let mut out = Vec::with_capacity(gaps.len());
+            for (i, gap) in gaps.into_iter().enumerate() {
+                at = at.saturating_add(gap);
+                let k = match &tokens {
+                    None => 1,
+                    Some(TokensField::Each(k)) => *k,
+                    Some(TokensField::List(l)) => *l.get(i).ok_or_else(|| {
+                        de::Error::custom("chunks: fewer `tokens` than `at_us` entries")
+                    })?,
+                };
+                out.push(Chunk(at, k));
+            }
+            Ok(out)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Chunk>, D::Error> {
+        d.deserialize_any(ChunksVisitor)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::super::{Chunk, RequestRecord};
+
+        #[test]
+        fn chunks_round_trip_compactly_and_the_old_form_still_reads() {
+            let mut r = RequestRecord::sent(1, 0, 0);
+            r.chunks = vec![
+                Chunk(1_000_123, 1),
+                Chunk(1_020_130, 1),
+                Chunk(1_040_200, 1),
+            ];
+            let text = serde_json::to_string(&r).unwrap();
+            assert!(
+                text.contains(r#""chunks":{"at_us":[1000123,20007,20070],"tokens":1}"#),
+                "{text}"
+            );
+            let back: RequestRecord = serde_json::from_str(&text).unwrap();
+            assert_eq!(back.chunks, r.chunks);
+            r.chunks[1].1 = 3;
+            let text = serde_json::to_string(&r).unwrap();
+            assert!(text.contains(r#""tokens":[1,3,1]"#), "{text}");
+            assert_eq!(
+                serde_json::from_str::<RequestRecord>(&text).unwrap().chunks,
+                r.chunks
+            );
+            r.chunks.clear();
+            let back: RequestRecord =
+                serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+            assert!(back.chunks.is_empty());
+            // A run directory written before: absolute pairs.
+            let old = text.replace(
+                r#"{"at_us":[1000123,20007,20070],"tokens":[1,3,1]}"#,
+                "[[5,1],[9,2]]",
+            );
+            let back: RequestRecord = serde_json::from_str(&old).unwrap();
+            assert_eq!(back.chunks, vec![Chunk(5, 1), Chunk(9, 2)]);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -351,7 +496,10 @@ mod tests {
     fn record_round_trips_through_json() {
         let r = record(vec![Chunk(1, 1), Chunk(2, 3)], 4);
         let line = serde_json::to_string(&r).unwrap();
-        assert!(line.contains("\"chunks\":[[1,1],[2,3]]"));
+        assert!(
+            line.contains(r#""chunks":{"at_us":[1,1],"tokens":[1,3]}"#),
+            "{line}"
+        );
         assert_eq!(serde_json::from_str::<RequestRecord>(&line).unwrap(), r);
     }
 }

@@ -65,6 +65,20 @@ impl Distribution {
         self.max = self.max.max(value);
     }
 
+    /// Adds one whole-number sample (a gap in µs): no rounding on the
+    /// per-token path.
+    pub fn record_us(&mut self, value: u64) {
+        self.hist
+            .record(value)
+            .expect("auto-resizing histogram accepts any u64");
+        let v = value as f64;
+        self.count += 1;
+        self.sum += v;
+        self.sum_sq += v * v;
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+    }
+
     pub fn merge(&mut self, other: &Distribution) {
         if other.count == 0 {
             return;

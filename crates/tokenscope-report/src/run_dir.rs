@@ -78,6 +78,27 @@ impl Run {
         })
     }
 
+    /// A run whose results and requests' figures are at hand (the end of a
+    /// run): only `timeseries.jsonl` is read.
+    pub fn from_parts(
+        dir: &Path,
+        results: RunResults,
+        requests: Aggregator,
+    ) -> Result<Run, ReadError> {
+        let ts_path = dir.join("timeseries.jsonl");
+        let timeseries = if ts_path.exists() {
+            jsonl(&ts_path)?
+        } else {
+            Vec::new()
+        };
+        Ok(Run {
+            dir: dir.into(),
+            results,
+            requests,
+            timeseries,
+        })
+    }
+
     /// `requests.jsonl` alone, every record in memory (a torn last line is
     /// skipped). [`for_each_record`] reads it without holding it.
     pub fn read_records(dir: &Path) -> Result<Vec<RequestRecord>, ReadError> {

@@ -67,6 +67,28 @@ pub struct PlanOutput {
     pub summary: EngineSummary,
 }
 
+/// Request ids are already well spread: hashing them is wasted work on the
+/// per-token path (the map is looked up once per generated token).
+type IdHash = std::hash::BuildHasherDefault<IdHasher>;
+
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        // Spread sequential ids over the table's buckets (Fibonacci hashing).
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | b as u64;
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
 fn us(t: f64) -> u64 {
     (t * 1e6).round() as u64
 }
@@ -94,6 +116,26 @@ pub fn simulate_with_sampling(
     load: &PlanLoad,
     sample_every_s: f64,
 ) -> Result<PlanOutput, String> {
+    let mut records = Vec::new();
+    let (samples, summary) = simulate_into(config, load, sample_every_s, &mut |r| records.push(r))?;
+    records.sort_by_key(|r| r.id);
+    Ok(PlanOutput {
+        records,
+        samples,
+        summary,
+    })
+}
+
+/// Runs the plan, handing each request's record to `on_record` as it
+/// finishes (in finishing order; any left unfinished at the end follow, by
+/// id), so only the requests in flight are held: memory does not grow with
+/// the plan's length. Returns the engine's samples and summary.
+pub fn simulate_into(
+    config: &EngineConfig,
+    load: &PlanLoad,
+    sample_every_s: f64,
+    on_record: &mut dyn FnMut(RequestRecord),
+) -> Result<(Vec<Sample>, EngineSummary), String> {
     let mut engine = Engine::new(config.clone())?;
     let total = load.requests.map(|n| n + load.warmup);
     let deadline_us = load.duration_s.map(us);
@@ -140,7 +182,7 @@ pub fn simulate_with_sampling(
     }
 
     let delay = us(load.network_delay_s);
-    let mut records: Vec<Option<RequestRecord>> = Vec::new();
+    let mut records: std::collections::HashMap<u64, RequestRecord, IdHash> = Default::default();
     let mut samples = Vec::new();
     let mut next_sample = 0.0;
     let (mut steps, mut busy, mut tokens_total) = (0u64, 0.0f64, 0u64);
@@ -172,12 +214,9 @@ pub fn simulate_with_sampling(
                 seq.prefix_tokens = load.workload.shared_prefix as u32;
             }
             engine.add(seq);
-            if records.len() <= id as usize {
-                records.resize(id as usize + 1, None);
-            }
             let mut rec = new_record(id, id < load.warmup, sent, input, max_output);
             rec.first_byte_at_us = Some(sent + 2 * delay);
-            records[id as usize] = Some(rec);
+            records.insert(id, rec);
             if let Some((schedule, open_next)) = arrivals.open.as_mut() {
                 if let Some(when) = schedule.next() {
                     let when = us(when.as_secs_f64());
@@ -196,8 +235,8 @@ pub fn simulate_with_sampling(
         let at = us(t_end) + delay; // when the client has it
         for &(id, _generated, done) in &result.emitted {
             tokens_total += 1;
-            let rec = records[id as usize]
-                .as_mut()
+            let rec = records
+                .get_mut(&id)
                 .expect("emitting requests have records");
             rec.chunks.push(Chunk(at, 1));
             if done {
@@ -211,10 +250,11 @@ pub fn simulate_with_sampling(
             }
         }
         for seq in result.finished {
-            let rec = records[seq.id as usize]
-                .as_mut()
+            let mut rec = records
+                .remove(&seq.id)
                 .expect("finished requests have records");
-            settle(rec, &seq, delay);
+            settle(&mut rec, &seq, delay);
+            on_record(rec);
         }
         while t_end >= next_sample {
             samples.push(Sample {
@@ -242,11 +282,10 @@ pub fn simulate_with_sampling(
         prefix_cache_queries_tokens: kv.queries,
         prefix_cache_hits_tokens: kv.hits,
     };
-    Ok(PlanOutput {
-        records: records.into_iter().flatten().collect(),
-        samples,
-        summary,
-    })
+    let mut left: Vec<RequestRecord> = records.into_values().collect();
+    left.sort_by_key(|r| r.id);
+    left.into_iter().for_each(on_record);
+    Ok((samples, summary))
 }
 
 fn new_record(id: u64, warmup: bool, at_us: u64, input: u64, max_output: u32) -> RequestRecord {
@@ -258,6 +297,8 @@ fn new_record(id: u64, warmup: bool, at_us: u64, input: u64, max_output: u32) ->
         requested_output_tokens: Some(max_output as u64),
         status: Some(200),
         finish_reason: Some("length".into()),
+        // One chunk per token: never regrown on the per-token path.
+        chunks: Vec::with_capacity(max_output.min(4096) as usize),
         ..RequestRecord::sent(id, at_us, at_us)
     }
 }

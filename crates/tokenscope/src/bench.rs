@@ -598,7 +598,8 @@ pub(crate) async fn bench(
         }
         eprintln!("tokenscope: error: {e:#}: results.json is missing; the summary below is all there is of the figures");
     }
-    crate::report::write_html_after_run(&out_dir, args.output.quiet || args.output.json);
+    let quiet = args.output.quiet || args.output.json;
+    crate::report::write_html_of(&out_dir, results.clone(), figures, quiet);
     Ok((results, out_dir))
 }
 

@@ -7,12 +7,13 @@ use anyhow::Context;
 use serde_json::json;
 use std::io::Write;
 use std::path::Path;
+use tokenscope_core::record::RequestRecord;
 use tokenscope_core::results::{self, RunResults, Server};
 use tokenscope_core::stats::Distribution;
 use tokenscope_sim::calibrate::{CalibrationRun, Profile, Targets};
 use tokenscope_sim::engine::catalogue::Catalogue;
 use tokenscope_sim::engine::EngineConfig;
-use tokenscope_sim::plan::{simulate, PlanLoad, PlanOutput};
+use tokenscope_sim::plan::{simulate_into, EngineSummary, PlanLoad, Sample};
 
 fn catalogue(path: Option<&Path>) -> anyhow::Result<Catalogue> {
     match path {
@@ -43,7 +44,7 @@ pub fn engine_config(a: &EngineArgs) -> anyhow::Result<EngineConfig> {
 }
 
 /// What the simulated engine was, for `results.json`.
-fn deployment_json(cfg: &EngineConfig, out: &PlanOutput) -> serde_json::Value {
+fn deployment_json(cfg: &EngineConfig, summary: &EngineSummary) -> serde_json::Value {
     json!({
         "engine": "tokenscope-sim (vLLM V1 scheduler model)",
         "model": cfg.model.name,
@@ -54,24 +55,23 @@ fn deployment_json(cfg: &EngineConfig, out: &PlanOutput) -> serde_json::Value {
         "gpu_memory_utilization": cfg.gpu_memory_utilization,
         "prefix_caching": cfg.prefix_caching,
         "efficiency": cfg.efficiency,
-        "engine_summary": out.summary,
+        "engine_summary": summary,
     })
 }
 
+/// The engine's queue time of a measured request, µs.
+fn queue_us(r: &RequestRecord) -> Option<f64> {
+    let ms = r.server_timings.as_ref()?["queue_ms"].as_f64();
+    ms.filter(|_| !r.warmup).map(|q| q * 1e3)
+}
+
 /// The engine's own metrics over the run, as a server's telemetry would give them.
-fn server_metrics(out: &PlanOutput) -> serde_json::Value {
-    let mut queue = Distribution::new();
-    for r in out.records.iter().filter(|r| !r.warmup) {
-        if let Some(q) = r
-            .server_timings
-            .as_ref()
-            .and_then(|t| t["queue_ms"].as_f64())
-        {
-            queue.record(q * 1e3); // µs
-        }
-    }
-    let s = &out.samples;
-    let mean = |f: &dyn Fn(&tokenscope_sim::plan::Sample) -> f64| {
+fn server_metrics(
+    queue: &Distribution,
+    s: &[Sample],
+    summary: &EngineSummary,
+) -> serde_json::Value {
+    let mean = |f: &dyn Fn(&Sample) -> f64| {
         if s.is_empty() {
             0.0
         } else {
@@ -83,11 +83,11 @@ fn server_metrics(out: &PlanOutput) -> serde_json::Value {
         "num_requests_running": {"mean": mean(&|x| x.state.running as f64), "max": s.iter().map(|x| x.state.running).max()},
         "num_requests_waiting": {"mean": mean(&|x| x.state.waiting as f64), "max": s.iter().map(|x| x.state.waiting).max()},
         "kv_cache_usage": {"mean": mean(&|x| x.state.kv_usage), "max": s.iter().map(|x| x.state.kv_usage).fold(0.0, f64::max)},
-        "num_preemptions": out.summary.preemptions_total,
-        "prefix_cache_hit_rate": (out.summary.prefix_cache_queries_tokens > 0)
-            .then(|| out.summary.prefix_cache_hits_tokens as f64 / out.summary.prefix_cache_queries_tokens as f64),
-        "steps": out.summary.steps,
-        "busy_s": out.summary.busy_s,
+        "num_preemptions": summary.preemptions_total,
+        "prefix_cache_hit_rate": (summary.prefix_cache_queries_tokens > 0)
+            .then(|| summary.prefix_cache_hits_tokens as f64 / summary.prefix_cache_queries_tokens as f64),
+        "steps": summary.steps,
+        "busy_s": summary.busy_s,
     })
 }
 
@@ -205,17 +205,41 @@ fn one_point(
         ..plan_load(load, args.network_delay)
     };
     let started_at = outcome::now_rfc3339();
-    let out = simulate(cfg, &plan_load).map_err(Exit::usage)?;
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating the run directory {}", dir.display()))?;
-    write_jsonl(&dir.join("requests.jsonl"), &out.records)?;
-    write_jsonl(&dir.join("timeseries.jsonl"), &out.samples)?;
+    // Each record is written and counted as the simulation finishes it, and
+    // dropped: only the requests in flight are held.
+    let path = dir.join("requests.jsonl");
+    let file =
+        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    let mut lines = std::io::BufWriter::new(file);
+    let (mut figures, mut queue) = (outcome::aggregator(&args.output), Distribution::new());
+    let mut write_error = None;
+    let (samples, summary) = simulate_into(cfg, &plan_load, 1.0, &mut |r| {
+        if write_error.is_none() {
+            let line = serde_json::to_writer(&mut lines, &r).map_err(std::io::Error::from);
+            write_error = line.and_then(|()| lines.write_all(b"\n")).err();
+        }
+        if let Some(q) = queue_us(&r) {
+            queue.record(q);
+        }
+        figures.add(&r);
+    })
+    .map_err(Exit::usage)?;
+    if let Some(e) = write_error {
+        return Err(anyhow::Error::new(e).context(format!("writing {}", path.display())));
+    }
+    lines
+        .flush()
+        .with_context(|| format!("writing {}", path.display()))?;
+    write_jsonl(&dir.join("timeseries.jsonl"), &samples)?;
+    let metrics = server_metrics(&queue, &samples, &summary);
     let kv = json!({
-        "capacity_tokens": out.summary.kv_capacity_tokens,
-        "block_size": out.summary.block_size,
-        "usage_mean": server_metrics(&out)["kv_cache_usage"]["mean"],
-        "usage_max": server_metrics(&out)["kv_cache_usage"]["max"],
-        "preemptions": out.summary.preemptions_total,
+        "capacity_tokens": summary.kv_capacity_tokens,
+        "block_size": summary.block_size,
+        "usage_mean": metrics["kv_cache_usage"]["mean"],
+        "usage_max": metrics["kv_cache_usage"]["max"],
+        "preemptions": summary.preemptions_total,
     });
     let facts = RunFacts {
         started_at,
@@ -229,20 +253,18 @@ fn one_point(
         config: outcome::config_json(load, &plan, &args.output),
         server: Server {
             kind: Some("tokenscope-sim".into()),
-            metrics: Some(server_metrics(&out)),
+            metrics: Some(metrics),
         },
         kv_cache: Some(kv),
         client_cpu: None,
         client: Default::default(),
         extra_findings: Vec::new(),
-        simulated: Some(deployment_json(cfg, &out)),
+        simulated: Some(deployment_json(cfg, &summary)),
         telemetry: None,
     };
-    let mut agg = outcome::aggregator(&args.output);
-    out.records.iter().for_each(|r| agg.add(r));
-    let results = outcome::assemble(agg.finish(), facts);
+    let results = outcome::assemble(figures.finish(), facts);
     outcome::write_results(dir, &results)?;
-    crate::report::write_html_after_run(dir, true);
+    crate::report::write_html_of(dir, results.clone(), figures, true);
     Ok(results)
 }
 

@@ -7,6 +7,8 @@ use crate::exit::Exit;
 use crate::sweep;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
+use tokenscope_core::metrics::Aggregator;
+use tokenscope_core::results::RunResults;
 use tokenscope_report::run_dir::{for_each_record, Report, Run, Sweep};
 use tokenscope_report::{export, html, markdown, terminal};
 
@@ -27,7 +29,20 @@ pub fn write_html(dir: &Path) -> anyhow::Result<PathBuf> {
 /// `report.html` at the end of a run: a failure to render is a warning, never
 /// a lost run.
 pub fn write_html_after_run(dir: &Path, quiet: bool) {
-    match write_html(dir) {
+    said_html(write_html(dir), quiet)
+}
+
+/// `report.html` of a run whose requests' figures are at hand: written
+/// without reading `requests.jsonl` back.
+pub fn write_html_of(dir: &Path, results: RunResults, requests: Aggregator, quiet: bool) {
+    let page = Run::from_parts(dir, results, requests)
+        .map_err(anyhow::Error::from)
+        .and_then(|run| write(dir.join("report.html"), &html::run_page(&run)));
+    said_html(page, quiet)
+}
+
+fn said_html(written: anyhow::Result<PathBuf>, quiet: bool) {
+    match written {
         Ok(path) if !quiet => eprintln!("tokenscope: report {}", path.display()),
         Ok(_) => {}
         Err(e) => eprintln!("tokenscope: warning: no report.html: {e:#}"),

@@ -61,9 +61,7 @@ fn medians_match_the_truth_at_1_64_and_512_streams() {
         for rec in records(&out).iter().filter(|r| r["warmup"] != true) {
             let t = &rec["server_timings"];
             let first = rec["first_token_at_us"].as_f64().unwrap();
-            let last = rec["chunks"].as_array().unwrap().last().unwrap()[0]
-                .as_f64()
-                .unwrap();
+            let last = *chunk_times(rec).last().unwrap() as f64;
             let client_ttft = (first - rec["sent_at_us"].as_f64().unwrap()) / 1e3;
             let client_tpot = (last - first) / 255.0 / 1e3;
             d_ttft.push(client_ttft - t["ttft_ms"].as_f64().unwrap());

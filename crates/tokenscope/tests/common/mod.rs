@@ -284,3 +284,15 @@ pub fn bench_chat(url: &str, out: &std::path::Path, args: &[&str]) -> std::proce
         .output()
         .unwrap()
 }
+
+/// A record's chunk arrival instants (µs): the running sum of its
+/// delta-encoded `chunks.at_us` (docs/results-schema.md).
+pub fn chunk_times(rec: &Value) -> Vec<u64> {
+    let gaps = rec["chunks"]["at_us"].as_array().expect("chunks.at_us");
+    gaps.iter()
+        .scan(0u64, |at, g| {
+            *at += g.as_u64().expect("a gap in µs");
+            Some(*at)
+        })
+        .collect()
+}
