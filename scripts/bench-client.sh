@@ -76,7 +76,10 @@ print(json.dumps({
 }))
 EOF
 }
-get() { python3 -c "import json,sys; print(format(json.loads(sys.argv[1])[sys.argv[2]], sys.argv[3]))" "$1" "$2" "$3"; }
+get() { python3 -c "
+import json, sys
+v = json.loads(sys.argv[1])[sys.argv[2]]
+print(', '.join(v) if isinstance(v, list) else format(v, sys.argv[3]))" "$1" "$2" "$3"; }
 
 echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))."
 

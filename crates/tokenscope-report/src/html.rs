@@ -563,6 +563,22 @@ pub fn run_page(run: &Run) -> String {
         charts::xy(&time_axes("GPU utilisation and power", "% · W"), &gpu, &[]),
         "GPU utilisation and power: no GPU source (--gpu local, or a DCGM exporter with --metrics-url)",
     );
+    let delay: Points = r
+        .client
+        .loop_delay_per_s
+        .iter()
+        .map(|&(s, ms)| (s as f64 + 0.5, ms))
+        .collect();
+    let delay = nonempty(vec![("worst wake-up in the second".into(), delay)]);
+    chart(
+        &mut out,
+        charts::xy(
+            &time_axes("Client event-loop delay (a 1 ms timer)", "ms"),
+            &delay,
+            &[],
+        ),
+        "Client loop delay: not measured (a simulated run, or one before it was)",
+    );
     out.push_str("</div>");
 
     out.push_str("<h2>Diagnosis</h2>");

@@ -180,7 +180,7 @@ fn selftest_prints_the_floor_a_bench_against_the_exact_server_measures() {
         (floor_p50 - bench_p50).abs() < 5.0,
         "selftest p50 {floor_p50:.2} ms vs bench p50 {bench_p50:.2} ms"
     );
-    assert!(floor_p50 >= 0.0 && floor_p50 < 20.0, "{floor_p50}");
+    assert!((0.0..20.0).contains(&floor_p50), "{floor_p50}");
     assert!(
         tpot_p99 < 2.0,
         "TPOT is exact to well under a ms: {tpot_p99}"
