@@ -94,8 +94,8 @@ struct Stat {
     name: &'static str,
     unit: &'static str,
     higher_is_better: bool,
-    /// Per-request values (the statistic is computed over them).
-    values: fn(&RequestRecord) -> Option<f64>,
+    /// Which per-request values the statistic is computed over.
+    values: Series,
     /// What to compute over the values: a quantile (0–1), or the mean.
     of: Of,
 }
@@ -105,7 +105,7 @@ enum Of {
     Mean,
     Quantile(f64),
     /// Σ values ÷ the run's window (tokens/s). Resampled over time slices
-    /// ([`per_time_slice`]), not requests: when every request carries the
+    /// ([`RunValues`]), not requests: when every request carries the
     /// same number of tokens, resampling requests would give an interval of
     /// width zero, while the rate really varies with time.
     RatePerWindow,
@@ -116,131 +116,174 @@ const STATS: [Stat; 9] = [
         name: "ttft_mean",
         unit: "ms",
         higher_is_better: false,
-        values: ttft,
+        values: Series::Ttft,
         of: Of::Mean,
     },
     Stat {
         name: "ttft_p50",
         unit: "ms",
         higher_is_better: false,
-        values: ttft,
+        values: Series::Ttft,
         of: Of::Quantile(0.5),
     },
     Stat {
         name: "ttft_p99",
         unit: "ms",
         higher_is_better: false,
-        values: ttft,
+        values: Series::Ttft,
         of: Of::Quantile(0.99),
     },
     Stat {
         name: "tpot_mean",
         unit: "ms",
         higher_is_better: false,
-        values: tpot,
+        values: Series::Tpot,
         of: Of::Mean,
     },
     Stat {
         name: "tpot_p50",
         unit: "ms",
         higher_is_better: false,
-        values: tpot,
+        values: Series::Tpot,
         of: Of::Quantile(0.5),
     },
     Stat {
         name: "tpot_p99",
         unit: "ms",
         higher_is_better: false,
-        values: tpot,
+        values: Series::Tpot,
         of: Of::Quantile(0.99),
     },
     Stat {
         name: "e2e_p50",
         unit: "ms",
         higher_is_better: false,
-        values: e2e,
+        values: Series::E2e,
         of: Of::Quantile(0.5),
     },
     Stat {
         name: "e2e_p99",
         unit: "ms",
         higher_is_better: false,
-        values: e2e,
+        values: Series::E2e,
         of: Of::Quantile(0.99),
     },
     Stat {
         name: "output_tokens_per_s",
         unit: "tokens/s",
         higher_is_better: true,
-        values: output_tokens,
+        values: Series::Tokens,
         of: Of::RatePerWindow,
     },
 ];
 
-fn ttft(r: &RequestRecord) -> Option<f64> {
-    r.succeeded()
-        .then(|| r.ttft_us())
-        .flatten()
-        .map(|v| v as f64 / 1e3)
-}
-fn tpot(r: &RequestRecord) -> Option<f64> {
-    r.succeeded()
-        .then(|| r.tpot_us())
-        .flatten()
-        .map(|v| v / 1e3)
-}
-fn e2e(r: &RequestRecord) -> Option<f64> {
-    r.succeeded().then(|| r.e2e_us() as f64 / 1e3)
-}
-fn output_tokens(r: &RequestRecord) -> Option<f64> {
-    // Failed requests carry 0: resampling keeps their share.
-    Some(if r.succeeded() {
-        r.output_tokens as f64
-    } else {
-        0.0
-    })
-}
-
-/// The measured window of a run: first send → last completion, in s.
-fn window_s(records: &[&RequestRecord]) -> f64 {
-    let (start, end) = window_us(records);
-    (end.saturating_sub(start) as f64 / 1e6).max(1e-9)
-}
-
-/// First send and last completion, in µs.
-fn window_us(records: &[&RequestRecord]) -> (u64, u64) {
-    let start = records.iter().map(|r| r.sent_at_us).min().unwrap_or(0);
-    let end = records.iter().map(|r| r.done_at_us).max().unwrap_or(0);
-    (start, end)
+#[derive(Clone, Copy)]
+enum Series {
+    Ttft,
+    Tpot,
+    E2e,
+    /// Output tokens per time slice ([`RunValues::slices`]).
+    Tokens,
 }
 
 /// How many equal slices of the window the rate is resampled over.
 const TIME_SLICES: usize = 20;
 
-/// A run's tokens in each of [`TIME_SLICES`] equal slices of its window:
-/// each request's tokens (`tokens`) spread over its chunks by their token
-/// counts, or put at its end when it streamed none. Σ slices ÷ window is the
-/// run's rate, and resampling slices shows how much it varies over time.
-fn per_time_slice(run: &[&RequestRecord], tokens: fn(&RequestRecord) -> Option<f64>) -> Vec<f64> {
-    let (start, end) = window_us(run);
-    let span = end.saturating_sub(start).max(1);
-    let slice = |at_us: u64| {
-        ((at_us.saturating_sub(start) as u128 * TIME_SLICES as u128 / span as u128) as usize)
-            .min(TIME_SLICES - 1)
-    };
-    let mut slices = vec![0.0; TIME_SLICES];
-    for r in run {
-        let total = tokens(r).unwrap_or(0.0);
-        let streamed: u64 = r.chunks.iter().map(|c| c.1 as u64).sum();
-        if streamed == 0 {
-            slices[slice(r.done_at_us)] += total;
-            continue;
+/// What a comparison needs of one run's measured requests — per-request
+/// TTFT, TPOT and E2E (24 bytes a request), the output tokens in each of
+/// [`TIME_SLICES`] equal slices of its window — gathered one record at a
+/// time, so a run is never held whole. The window (first send → last end)
+/// must be known first: [`RunValues::window_of`] is a first pass.
+#[derive(Debug, Clone, Default)]
+pub struct RunValues {
+    ttft: Vec<f64>,
+    tpot: Vec<f64>,
+    e2e: Vec<f64>,
+    /// Each request's tokens spread over its chunks by their token counts
+    /// (failed requests: none; a request that streamed none: at its end).
+    /// Σ slices ÷ window is the run's rate; resampling slices shows how much
+    /// it varies over time.
+    slices: Vec<f64>,
+    window_us: (u64, u64),
+}
+
+impl RunValues {
+    /// First send and last end of the measured requests, µs.
+    pub fn window_of<'a>(records: impl IntoIterator<Item = &'a RequestRecord>) -> (u64, u64) {
+        records
+            .into_iter()
+            .fold(None, RunValues::widen)
+            .unwrap_or((0, 0))
+    }
+
+    /// The window so far, widened to hold `r` when it is measured.
+    pub fn widen(window: Option<(u64, u64)>, r: &RequestRecord) -> Option<(u64, u64)> {
+        if r.warmup {
+            return window;
         }
-        for c in &r.chunks {
-            slices[slice(c.at_us())] += total * c.1 as f64 / streamed as f64;
+        let (s, e) = window.unwrap_or((r.sent_at_us, r.done_at_us));
+        Some((s.min(r.sent_at_us), e.max(r.done_at_us)))
+    }
+
+    pub fn new(window_us: (u64, u64)) -> RunValues {
+        RunValues {
+            slices: vec![0.0; TIME_SLICES],
+            window_us,
+            ..RunValues::default()
         }
     }
-    slices
+
+    /// Takes one record (warm-up ones are skipped).
+    pub fn add(&mut self, r: &RequestRecord) {
+        if r.warmup || !r.succeeded() {
+            return; // a failed request adds no value and no tokens
+        }
+        if let Some(v) = r.ttft_us() {
+            self.ttft.push(v as f64 / 1e3);
+        }
+        if let Some(v) = r.tpot_us() {
+            self.tpot.push(v / 1e3);
+        }
+        self.e2e.push(r.e2e_us() as f64 / 1e3);
+        let total = r.output_tokens as f64;
+        let streamed: u64 = r.chunks.iter().map(|c| c.1 as u64).sum();
+        if streamed == 0 {
+            let i = self.slice(r.done_at_us);
+            self.slices[i] += total;
+            return;
+        }
+        for c in &r.chunks {
+            let i = self.slice(c.at_us());
+            self.slices[i] += total * c.1 as f64 / streamed as f64;
+        }
+    }
+
+    /// Both passes over records at hand.
+    pub fn of(records: &[RequestRecord]) -> RunValues {
+        let mut v = RunValues::new(RunValues::window_of(records));
+        records.iter().for_each(|r| v.add(r));
+        v
+    }
+
+    fn slice(&self, at_us: u64) -> usize {
+        let (start, end) = self.window_us;
+        let span = end.saturating_sub(start).max(1);
+        ((at_us.saturating_sub(start) as u128 * TIME_SLICES as u128 / span as u128) as usize)
+            .min(TIME_SLICES - 1)
+    }
+
+    fn window_s(&self) -> f64 {
+        (self.window_us.1.saturating_sub(self.window_us.0) as f64 / 1e6).max(1e-9)
+    }
+
+    fn values(&self, series: Series) -> &[f64] {
+        match series {
+            Series::Ttft => &self.ttft,
+            Series::Tpot => &self.tpot,
+            Series::E2e => &self.e2e,
+            Series::Tokens => &self.slices,
+        }
+    }
 }
 
 fn quantile(v: &mut [f64], q: f64) -> f64 {
@@ -274,22 +317,21 @@ impl SplitMix {
 
 /// Compares run B against run A (measured requests only).
 pub fn compare(a: &[RequestRecord], b: &[RequestRecord], settings: &Settings) -> Vec<MetricChange> {
-    let a: Vec<&RequestRecord> = a.iter().filter(|r| !r.warmup).collect();
-    let b: Vec<&RequestRecord> = b.iter().filter(|r| !r.warmup).collect();
-    let (wa, wb) = (window_s(&a), window_s(&b));
+    compare_values(&RunValues::of(a), &RunValues::of(b), settings)
+}
+
+/// Compares run B against run A from their gathered values.
+pub fn compare_values(a: &RunValues, b: &RunValues, settings: &Settings) -> Vec<MetricChange> {
+    let (wa, wb) = (a.window_s(), b.window_s());
     let mut rng = SplitMix(settings.seed ^ 0x746f_6b65_6e73_636f);
     let mut out = Vec::new();
     for (k, stat) in STATS.iter().enumerate() {
-        let values = |run: &[&RequestRecord]| match stat.of {
-            Of::RatePerWindow => per_time_slice(run, stat.values),
-            _ => run.iter().filter_map(|r| (stat.values)(r)).collect(),
-        };
-        let (va, vb) = (values(&a), values(&b));
+        let (va, vb) = (a.values(stat.values), b.values(stat.values));
         if va.is_empty() || vb.is_empty() {
             continue;
         }
-        let ea = compute(stat.of, &mut va.clone(), wa);
-        let eb = compute(stat.of, &mut vb.clone(), wb);
+        let ea = compute(stat.of, &mut va.to_vec(), wa);
+        let eb = compute(stat.of, &mut vb.to_vec(), wb);
         if ea == 0.0 {
             continue;
         }

@@ -222,6 +222,10 @@ pub struct ClientUsage {
     /// The open-file limit the run had (raised to the hard limit at start).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_file_limit: Option<u64>,
+    /// The process's peak resident memory at the end of the load, MB
+    /// (a built-in server in the same process included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_rss_mb: Option<f64>,
     /// The error floor `bench --self-check` measured on this machine first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_check: Option<SelfCheck>,

@@ -37,6 +37,14 @@ pub fn thread_cpu(prefix: &str) -> Option<(Duration, usize)> {
     ))
 }
 
+/// The process's peak resident memory so far (`VmHWM`), bytes. Linux only.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 fn clock_ticks_per_second() -> Option<u64> {
     if cfg!(target_os = "linux") {
         Some(100) // USER_HZ is 100 on every Linux architecture's userspace ABI

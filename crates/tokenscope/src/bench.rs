@@ -573,6 +573,7 @@ pub(crate) async fn bench(
         client_cpu: cpu.map(|(d, _)| (d.as_secs_f64(), threads, client_wall_s)),
         client: ClientUsage {
             self_check,
+            peak_rss_mb: tokenscope_load::cpu::peak_rss_bytes().map(|b| b as f64 / 1e6),
             ..client_side(&loop_delay, warmed.as_ref(), file_limit)
         },
         extra_findings: notes,

@@ -9,9 +9,9 @@ use crate::exit::Exit;
 use crate::report::read_run;
 use serde_json::json;
 use std::path::Path;
-use tokenscope_core::compare::{compare, MetricChange, Settings};
-use tokenscope_core::record::RequestRecord;
+use tokenscope_core::compare::{compare_values, MetricChange, RunValues, Settings};
 use tokenscope_core::results::RunResults;
+use tokenscope_report::run_dir::for_each_record;
 
 /// What makes two runs measure different things, one line each.
 pub fn unlike(a: &RunResults, b: &RunResults) -> Vec<String> {
@@ -68,7 +68,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<Exit> {
         }
         vec![Pair {
             label: None,
-            changes: compare(&records_of(&a.dir)?, &records_of(&b.dir)?, &settings),
+            changes: compare_values(&values_of(&a.dir)?, &values_of(&b.dir)?, &settings),
             unlike: unlike(&a.results, &b.results),
         }]
     };
@@ -137,10 +137,10 @@ fn header(pa: &Path, a: &RunResults, pb: &Path, b: &RunResults) {
 /// Two sweeps, point by point at the loads both have.
 fn sweep_pairs(a: &Path, b: &Path, settings: &Settings) -> anyhow::Result<(Vec<Pair>, String)> {
     let (sa, sb) = (crate::sweep::read_series(a)?, crate::sweep::read_series(b)?);
-    let records = |d: &crate::sweep::Done| -> Vec<RequestRecord> {
+    let values = |d: &crate::sweep::Done| -> RunValues {
         d.dir
             .as_ref()
-            .and_then(|dir| tokenscope_report::run_dir::Run::read_records(dir).ok())
+            .and_then(|dir| values_of(dir).ok())
             .unwrap_or_default()
     };
     let mut pairs = Vec::new();
@@ -150,7 +150,7 @@ fn sweep_pairs(a: &Path, b: &Path, settings: &Settings) -> anyhow::Result<(Vec<P
         };
         pairs.push(Pair {
             label: Some(pa.label.clone()),
-            changes: compare(&records(pa), &records(pb), settings),
+            changes: compare_values(&values(pa), &values(pb), settings),
             unlike: unlike(&pa.results, &pb.results),
         });
     }
@@ -253,8 +253,13 @@ fn table(changes: &[MetricChange], settings: &Settings) {
     }
 }
 
-/// A run's requests, every one in memory: the bootstrap resamples them.
-fn records_of(dir: &std::path::Path) -> anyhow::Result<Vec<RequestRecord>> {
-    tokenscope_report::run_dir::Run::read_records(dir)
-        .map_err(|e| crate::exit::Exit::usage(e.to_string()))
+/// What the bootstrap resamples of a run, read from its `requests.jsonl` in
+/// two streaming passes (its window, then its values): never every record.
+fn values_of(dir: &std::path::Path) -> anyhow::Result<RunValues> {
+    let bad = |e: tokenscope_report::run_dir::ReadError| Exit::usage(e.to_string());
+    let mut window = None;
+    for_each_record(dir, |r| window = RunValues::widen(window, &r)).map_err(bad)?;
+    let mut values = RunValues::new(window.unwrap_or((0, 0)));
+    for_each_record(dir, |r| values.add(&r)).map_err(bad)?;
+    Ok(values)
 }

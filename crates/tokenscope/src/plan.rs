@@ -257,7 +257,10 @@ fn one_point(
         },
         kv_cache: Some(kv),
         client_cpu: None,
-        client: Default::default(),
+        client: results::ClientUsage {
+            peak_rss_mb: tokenscope_load::cpu::peak_rss_bytes().map(|b| b as f64 / 1e6),
+            ..Default::default()
+        },
         extra_findings: Vec::new(),
         simulated: Some(deployment_json(cfg, &summary)),
         telemetry: None,

@@ -9,7 +9,6 @@ use crate::exit::Exit;
 use anyhow::Context;
 use clap::Parser;
 use std::time::Duration;
-use tokenscope_core::record::RequestRecord;
 use tokenscope_core::results::SelfCheck;
 use tokenscope_sim::exact::{errors_against_server, ExactConfig, ExactServer};
 
@@ -122,9 +121,9 @@ pub async fn measure(load: Load) -> anyhow::Result<SelfCheck> {
     let outcome = crate::bench::bench(args, url, None, threads).await;
     srv.shutdown_background();
     let (results, _) = outcome.context("the self-check's run")?;
-    let records = read_records(&dir);
+    let records = tokenscope_report::run_dir::Run::read_records(&dir);
     let _ = std::fs::remove_dir_all(&dir);
-    let records = records?;
+    let records = records.context("reading the self-check's requests")?;
     let (ttft, tpot) = errors_against_server(&records);
     const MS: f64 = 1e-3;
     Ok(SelfCheck {
@@ -178,13 +177,4 @@ fn bench_args(url: &str, dir: &std::path::Path, load: &Load) -> anyhow::Result<B
     Ok(Argv::try_parse_from(argv)
         .map_err(|e| Exit::usage(format!("the self-check's load: {e}")))?
         .bench)
-}
-
-fn read_records(dir: &std::path::Path) -> anyhow::Result<Vec<RequestRecord>> {
-    let path = dir.join("requests.jsonl");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    text.lines()
-        .map(|l| serde_json::from_str(l).with_context(|| format!("a record of {}", path.display())))
-        .collect()
 }

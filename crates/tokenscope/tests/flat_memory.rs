@@ -1,0 +1,83 @@
+//! Memory does not grow with the length of a run: `bench` keeps no record
+//! (each is written, then taken into streaming figures) and `sim plan` holds
+//! only the requests in flight. Each is run short and 8–12× longer and reads
+//! its own peak resident memory (`VmHWM`, in results.json: a child's
+//! `ru_maxrss` would include this test process's memory at the spawn).
+//! Peak memory, not time: it does not depend on how loaded the machine is.
+
+mod common;
+use common::*;
+
+/// `bench` of `requests` requests of 64 tokens; its results.
+fn bench_run(url: &str, requests: u32, name: &str) -> (serde_json::Value, std::path::PathBuf) {
+    let out = run_dir(name);
+    let n = requests.to_string();
+    let o = bench(
+        url,
+        &out,
+        &[
+            "--no-metrics",
+            "--concurrency",
+            "32",
+            "--requests",
+            &n,
+            "--output-tokens",
+            "64",
+            "--input-tokens",
+            "8",
+        ],
+    );
+    assert_ok(&o);
+    (results(&out), out)
+}
+
+#[test]
+fn bench_memory_does_not_grow_with_the_number_of_requests() {
+    let server = Server::start(exact(0, 0));
+    let (short, _) = bench_run(&server.url, 2_000, "flat-short");
+    let (r, out) = bench_run(&server.url, 16_000, "flat-long");
+    let (short_mb, long_mb) = (
+        stat(&short, "client.peak_rss_mb"),
+        stat(&r, "client.peak_rss_mb"),
+    );
+    // Kept in memory, 16,000 records of 64 chunks were ~25 MB more than 2,000.
+    assert!(
+        long_mb < 1.3 * short_mb,
+        "peak RSS {short_mb:.1} MB after 2,000 requests, {long_mb:.1} MB after 16,000"
+    );
+    assert_eq!(r["counts"]["succeeded"], 16_000, "every request measured");
+    assert_eq!(records(&out).len(), 16_000, "every record on disk");
+}
+
+#[test]
+fn a_simulated_hour_costs_the_memory_of_five_minutes() {
+    let plan = |duration: &str, name: &str| {
+        let out = run_dir(name);
+        let o = tokenscope()
+            .args([
+                "sim",
+                "plan",
+                "--rate",
+                "20",
+                "--duration",
+                duration,
+                "--quiet",
+            ])
+            .args(["--input-tokens", "512", "--output-tokens", "256", "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_ok(&o);
+        results(&out)
+    };
+    let short = stat(&plan("5m", "plan-5m"), "client.peak_rss_mb");
+    let r = plan("1h", "plan-1h");
+    let hour = stat(&r, "client.peak_rss_mb");
+    // What grows is 24 bytes of span per request and 4 bytes per 10 ms of
+    // tokens-per-slot (~4 MB over the hour); the records were ~330 MB.
+    assert!(
+        hour < short + 16.0 && hour < 64.0,
+        "peak RSS {short:.1} MB for 5 minutes, {hour:.1} MB for an hour"
+    );
+    assert!(stat(&r, "counts.requests") > 60_000.0, "an hour at 20/s");
+}
