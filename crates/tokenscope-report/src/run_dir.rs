@@ -64,18 +64,7 @@ impl Run {
         let results = parse(&results_path, 1, &read(&results_path)?)?;
         let mut requests = Aggregator::new(None, None);
         for_each_record(dir, |r| requests.add(&r))?;
-        let ts_path = dir.join("timeseries.jsonl");
-        let timeseries = if ts_path.exists() {
-            jsonl(&ts_path)?
-        } else {
-            Vec::new()
-        };
-        Ok(Run {
-            dir: dir.into(),
-            results,
-            requests,
-            timeseries,
-        })
+        Run::from_parts(dir, results, requests)
     }
 
     /// A run whose results and requests' figures are at hand (the end of a
