@@ -7,6 +7,7 @@ pub mod arrival;
 pub mod clock;
 pub mod connections;
 pub mod cpu;
+pub mod dataset;
 pub mod loop_delay;
 pub mod openai;
 pub mod probe;

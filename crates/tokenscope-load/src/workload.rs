@@ -146,6 +146,9 @@ pub struct Workload {
     pub seed: u64,
     /// Tokens at the start of every prompt that are the same for all requests.
     pub shared_prefix: u64,
+    /// Prompts (or recorded lengths) from a file: request `id` sends entry
+    /// `id` (cycling past the end); its output length wins over `output`.
+    pub dataset: Option<std::sync::Arc<crate::dataset::Dataset>>,
 }
 
 /// One request's prompt and length.
@@ -173,6 +176,11 @@ impl Workload {
         (input, output)
     }
 
+    /// How many entries the dataset holds, when there is one.
+    pub fn dataset_len(&self) -> Option<u64> {
+        self.dataset.as_ref().map(|d| d.len() as u64)
+    }
+
     /// The shared prefix's identity: equal for every request of this workload.
     pub fn prefix_key(&self) -> u64 {
         mix(self.seed)
@@ -182,14 +190,47 @@ impl Workload {
         let mut rng = StdRng::seed_from_u64(mix(self.seed ^ mix(id)));
         let input_tokens = self.input.sample(&mut rng);
         let max_tokens = self.output.map(|o| o.sample(&mut rng));
-        (rng, input_tokens, max_tokens)
+        match self.dataset.as_ref().map(|d| d.entry(id)) {
+            Some(e) => (rng, e.input_tokens, e.output_tokens.or(max_tokens)),
+            None => (rng, input_tokens, max_tokens),
+        }
     }
 
     /// The prompt and lengths of request `id`: the same for the same seed and id,
     /// whatever the concurrency or timing.
     pub fn request(&self, id: u64) -> PromptSpec {
         let (mut rng, input_tokens, max_tokens) = self.draw_lengths(id);
+        use crate::dataset::{Prompt, MOONCAKE_BLOCK};
+        let prompt = match self.dataset.as_ref().map(|d| &d.entry(id).prompt) {
+            None | Some(Prompt::Length(_)) => self.synthetic(id, input_tokens, &mut rng),
+            Some(Prompt::Text(text)) => text.clone(),
+            Some(Prompt::Blocks { hash_ids, length }) => {
+                // Equal hash ids, equal blocks: the trace's prefix reuse.
+                let mut prompt = String::with_capacity(*length as usize * 7);
+                let mut left = *length;
+                for h in hash_ids {
+                    let mut block = StdRng::seed_from_u64(mix(self.seed ^ mix(!h)));
+                    for _ in 0..left.min(MOONCAKE_BLOCK) {
+                        prompt.push_str(WORDS[block.random_range(0..WORDS.len())]);
+                    }
+                    left = left.saturating_sub(MOONCAKE_BLOCK);
+                }
+                for _ in 0..left {
+                    prompt.push_str(WORDS[rng.random_range(0..WORDS.len())]);
+                }
+                prompt
+            }
+        };
+        PromptSpec {
+            prompt,
+            input_tokens,
+            max_tokens,
+        }
+    }
 
+    /// `input_tokens` one-token words: the shared prefix, words that encode
+    /// `id` (so no two prompts share more), then words drawn from `rng`.
+    fn synthetic(&self, id: u64, input_tokens: u64, rng: &mut StdRng) -> String {
         let mut prompt = String::with_capacity(input_tokens as usize * 7);
         let mut shared = StdRng::seed_from_u64(mix(self.seed));
         let prefix = self.shared_prefix.min(input_tokens);
@@ -206,11 +247,7 @@ impl Workload {
         for _ in 0..left {
             prompt.push_str(WORDS[rng.random_range(0..WORDS.len())]);
         }
-        PromptSpec {
-            prompt,
-            input_tokens,
-            max_tokens,
-        }
+        prompt
     }
 }
 
@@ -296,6 +333,7 @@ mod tests {
             output: Some(LengthSpec::Fixed(8)),
             seed: 7,
             shared_prefix,
+            dataset: None,
         }
     }
 

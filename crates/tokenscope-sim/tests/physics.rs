@@ -30,6 +30,7 @@ fn load(pattern: LoadPattern, requests: u64, input: u64, output: u64) -> PlanLoa
             output: Some(LengthSpec::Fixed(output)),
             seed: 1,
             shared_prefix: 0,
+            dataset: None,
         },
         seed: 1,
         network_delay_s: DEFAULT_NETWORK_DELAY_S,
@@ -232,6 +233,7 @@ fn same_seed_same_output() {
             output: Some(LengthSpec::Uniform(16, 256)),
             seed: 9,
             shared_prefix: 0,
+            dataset: None,
         },
         ..load(
             LoadPattern::Open {

@@ -54,6 +54,7 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<Exit> {
                 .into(),
         ));
     }
+    outcome::load_dataset(&mut args.load, args.output.quiet || args.output.json)?;
     let planned = outcome::plan(&args.load).requests;
     if let (Some(slo), Some(n), false) = (&args.output.slo, planned, args.output.quiet) {
         if let Some(warning) = slo.sample_warning(n) {

@@ -594,6 +594,27 @@ pub struct LoadArgs {
     /// Seed for prompts, lengths and arrivals.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Prompts from a file (docs/workloads.md): ShareGPT JSON, JSONL of
+    /// `prompt`/`messages`, or a trace (Azure, BurstGPT, Mooncake) whose prompts are
+    /// made to the recorded lengths. Request i sends entry i; without --requests and
+    /// --duration every entry is sent once.
+    #[arg(long, value_name = "FILE")]
+    pub dataset: Option<std::path::PathBuf>,
+    /// auto (from the content), sharegpt, jsonl, azure-trace, burstgpt or mooncake.
+    #[arg(long, default_value = "auto", requires = "dataset")]
+    pub dataset_format: String,
+    /// Send a seeded sample of N entries (--seed), in the file's order.
+    #[arg(long, value_name = "N", requires = "dataset", value_parser = clap::value_parser!(u64).range(1..))]
+    pub dataset_sample: Option<u64>,
+    /// Leave out entries whose prompt is longer (tokens; text counted with the built-in tokenizer).
+    #[arg(long, value_name = "N", requires = "dataset")]
+    pub max_input_tokens: Option<u64>,
+    /// Leave out entries that ask for a longer answer.
+    #[arg(long, value_name = "N", requires = "dataset")]
+    pub max_output_tokens: Option<u64>,
+    /// The loaded dataset (filled once by `outcome::load_dataset`).
+    #[arg(skip)]
+    pub dataset_loaded: Option<std::sync::Arc<tokenscope_load::dataset::Dataset>>,
 }
 
 /// What to judge and where to write: shared by `bench` and `sim plan`.

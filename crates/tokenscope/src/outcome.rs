@@ -38,7 +38,8 @@ pub fn plan(load: &LoadArgs) -> RunPlan {
     RunPlan {
         pattern: pattern(load),
         requests: match (load.requests, load.duration) {
-            (None, None) => Some(100),
+            // A dataset alone: every entry once.
+            (None, None) => Some(load.dataset_loaded.as_ref().map_or(100, |d| d.len() as u64)),
             (n, _) => n,
         },
         duration: load.duration,
@@ -49,9 +50,56 @@ pub fn plan(load: &LoadArgs) -> RunPlan {
             output: Some(load.output_tokens),
             seed: load.seed,
             shared_prefix: load.shared_prefix,
+            dataset: load.dataset_loaded.clone(),
         },
         seed: load.seed,
     }
+}
+
+/// Reads `--dataset` once, before any load; a bad file is a usage error
+/// naming the line. Says how many entries it holds and what a
+/// `--requests` past its end does.
+pub fn load_dataset(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<()> {
+    use tokenscope_load::dataset::{Dataset, Load};
+    let Some(path) = &load.dataset else {
+        return Ok(());
+    };
+    let format = match load.dataset_format.as_str() {
+        "auto" => None,
+        f => Some(
+            f.parse()
+                .map_err(|e: String| Exit::usage(format!("--dataset-format: {e}")))?,
+        ),
+    };
+    let how = Load {
+        format,
+        sample: load.dataset_sample.map(|n| n as usize),
+        seed: load.seed,
+        max_input_tokens: load.max_input_tokens,
+        max_output_tokens: load.max_output_tokens,
+    };
+    let d = Dataset::load(path, &how).map_err(|e| Exit::usage(e.to_string()))?;
+    if !quiet {
+        let skipped = match d.skipped {
+            0 => String::new(),
+            n => format!(" ({n} without a prompt left out)"),
+        };
+        eprintln!(
+            "tokenscope: dataset {}: {} entries, {} format{skipped}",
+            path.display(),
+            d.len(),
+            d.format.name()
+        );
+        if let Some(n) = load.requests.filter(|&n| n > d.len() as u64) {
+            eprintln!(
+                "tokenscope: --requests {n} is more than the dataset's {} entries: it is sent {:.1} times over, in order",
+                d.len(),
+                n as f64 / d.len() as f64
+            );
+        }
+    }
+    load.dataset_loaded = Some(std::sync::Arc::new(d));
+    Ok(())
 }
 
 /// The load and output settings as written into `config`.
@@ -78,6 +126,14 @@ pub fn config_json(load: &LoadArgs, plan: &RunPlan, output: &OutputArgs) -> serd
         "input_tokens": load.input_tokens.to_string(),
         "output_tokens": load.output_tokens.to_string(),
         "shared_prefix": load.shared_prefix,
+        "dataset": load.dataset_loaded.as_ref().map(|d| json!({
+            "path": d.path.display().to_string(),
+            "format": d.format.name(),
+            "entries": d.len(),
+            "sample": load.dataset_sample,
+            "max_input_tokens": load.max_input_tokens,
+            "max_output_tokens": load.max_output_tokens,
+        })),
         "seed": load.seed,
         "slo": output.slo,
         "gpu_price_usd_per_hour": output.gpu_price,

@@ -273,6 +273,7 @@ fn one_point(
 
 pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
     outcome::check_output(&args.output)?;
+    outcome::load_dataset(&mut args.load, args.output.quiet || args.output.json)?;
     let mut cfg = engine_config(&args.engine)?;
     outcome::price_known_gpu(&mut args.output, &cfg.gpu.name, cfg.tp);
     if let Some(p) = &args.profile {
@@ -343,6 +344,12 @@ pub fn calibrate(args: CalibrateArgs) -> anyhow::Result<Exit> {
         output_tokens: tokenscope_load::workload::LengthSpec::Fixed(128),
         shared_prefix: 0,
         seed: 0,
+        dataset: None,
+        dataset_format: "auto".into(),
+        dataset_sample: None,
+        max_input_tokens: None,
+        max_output_tokens: None,
+        dataset_loaded: None,
     };
     let mut runs = Vec::new();
     for dir in &args.run_dirs {

@@ -1,0 +1,212 @@
+//! Prompts from files (`--dataset`): what the file says is what is sent —
+//! the prompts, the requested lengths, the count — and a malformed file is
+//! refused naming its line, before any load.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+/// A server that logs every request body and answers a short stream.
+fn logging_server() -> (String, Arc<Mutex<Vec<serde_json::Value>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let log = bodies.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(500) {
+            let Ok(mut s) = stream else { continue };
+            let mut reader = BufReader::new(s.try_clone().unwrap());
+            let (mut first, mut length) = (String::new(), 0usize);
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if first.is_empty() {
+                    first = line.clone();
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            if first.starts_with("GET") {
+                let _ = s.write_all(
+                    http("200 OK", "application/json", r#"{"data":[{"id":"m"}]}"#).as_bytes(),
+                );
+                continue;
+            }
+            if let Ok(v) = serde_json::from_slice(&body) {
+                log.lock().unwrap().push(v);
+            }
+            let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"ok\"}}]}\n\n\
+                       data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+                       data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\n\
+                       data: [DONE]\n\n";
+            let _ = s.write_all(http("200 OK", "text/event-stream", sse).as_bytes());
+        }
+    });
+    (url, bodies)
+}
+
+fn write(name: &str, text: &str) -> std::path::PathBuf {
+    let path = run_dir(name).with_extension("data");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn bench_dataset(
+    url: &str,
+    file: &std::path::Path,
+    name: &str,
+    extra: &[&str],
+) -> (std::process::Output, std::path::PathBuf) {
+    let out = run_dir(name);
+    let o = tokenscope()
+        .args([
+            "bench",
+            "--url",
+            url,
+            "--api",
+            "openai-chat",
+            "--model",
+            "m",
+            "--no-metrics",
+        ])
+        .args(["--concurrency", "2", "--dataset"])
+        .arg(file)
+        .arg("--out")
+        .arg(&out)
+        .args(extra)
+        .output()
+        .unwrap();
+    (o, out)
+}
+
+#[test]
+fn a_jsonl_dataset_is_sent_as_written_every_entry_once() {
+    let (url, bodies) = logging_server();
+    let lines: Vec<(String, u64)> = (1..=7)
+        .map(|i| (format!("question number {i}?"), 10 + i))
+        .collect();
+    let text: String = lines
+        .iter()
+        .enumerate()
+        .map(|(i, (p, n))| match i % 2 {
+            0 => format!("{{\"prompt\": \"{p}\", \"max_tokens\": {n}}}\n"),
+            _ => format!("{{\"messages\": [{{\"role\": \"user\", \"content\": \"{p}\"}}], \"output_tokens\": {n}}}\n"),
+        })
+        .collect();
+    let file = write("dataset-jsonl", &text);
+    let (o, out) = bench_dataset(&url, &file, "dataset-jsonl-run", &[]);
+    assert_ok(&o);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("7 entries, jsonl format"), "{stderr}");
+    let r = results(&out);
+    assert_eq!(
+        r["counts"]["requests"], 7,
+        "every entry once, no --requests"
+    );
+    assert_eq!(r["config"]["dataset"]["format"], "jsonl");
+    // What the server got is the file: each prompt with its own max_tokens.
+    let mut got: Vec<(String, u64)> = bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["messages"][0]["content"].as_str().unwrap().to_string(),
+                b["max_tokens"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    got.sort();
+    let mut want = lines.clone();
+    want.sort();
+    assert_eq!(got, want);
+    for rec in records(&out) {
+        let (_, n) = &lines[rec["id"].as_u64().unwrap() as usize];
+        assert_eq!(rec["requested_output_tokens"].as_u64(), Some(*n));
+    }
+}
+
+#[test]
+fn sharegpt_skips_what_has_no_prompt_and_cycles_when_asked_for_more() {
+    let (url, bodies) = logging_server();
+    let text = r#"[
+      {"id": "1", "conversations": [{"from": "human", "value": "first"}, {"from": "gpt", "value": "one two three"}]},
+      {"id": "2", "conversations": [{"from": "gpt", "value": "a reply with no question"}]},
+      {"id": "3", "conversations": [{"from": "human", "value": "second"}, {"from": "gpt", "value": "four"}]}
+    ]"#;
+    let file = write("dataset-sharegpt", text);
+    let (o, out) = bench_dataset(&url, &file, "dataset-sharegpt-run", &["--requests", "5"]);
+    assert_ok(&o);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("2 entries, sharegpt format (1 without a prompt left out)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("--requests 5 is more than the dataset's 2 entries"),
+        "{stderr}"
+    );
+    assert_eq!(results(&out)["counts"]["requests"], 5);
+    let prompts: Vec<String> = bodies
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|b| b["messages"][0]["content"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(prompts.iter().filter(|p| *p == "first").count(), 3);
+    assert_eq!(prompts.iter().filter(|p| *p == "second").count(), 2);
+}
+
+#[test]
+fn a_malformed_dataset_is_refused_naming_its_line_before_any_load() {
+    let (url, bodies) = logging_server();
+    let file = write(
+        "dataset-bad",
+        "{\"prompt\": \"fine\"}\n{\"prompt\": \"x\", \"max_tokens\": \"many\"}\n",
+    );
+    let (o, out) = bench_dataset(&url, &file, "dataset-bad-run", &[]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}:2: `max_tokens` is \"many\"", file.display())),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(bodies.lock().unwrap().is_empty() && !out.join("requests.jsonl").exists());
+}
+
+#[test]
+fn sim_plan_replays_a_trace_at_its_recorded_lengths() {
+    let rows: Vec<(u64, u64)> = (0..40).map(|i| (100 + 7 * i, 5 + i % 9)).collect();
+    let text: String = std::iter::once("TIMESTAMP,ContextTokens,GeneratedTokens\n".to_string())
+        .chain(
+            rows.iter()
+                .enumerate()
+                .map(|(i, (c, g))| format!("2023-11-16 18:15:{:02}.5000000,{c},{g}\n", i)),
+        )
+        .collect();
+    let file = write("dataset-azure", &text);
+    let out = run_dir("dataset-azure-plan");
+    let o = tokenscope()
+        .args(["sim", "plan", "--concurrency", "4", "--quiet", "--dataset"])
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let recs = records(&out);
+    assert_eq!(recs.len(), 40);
+    for rec in recs {
+        let (c, g) = rows[rec["id"].as_u64().unwrap() as usize];
+        assert_eq!(rec["input_tokens"].as_u64(), Some(c), "{rec}");
+        assert_eq!(rec["requested_output_tokens"].as_u64(), Some(g), "{rec}");
+    }
+}
