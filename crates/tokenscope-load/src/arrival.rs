@@ -16,6 +16,8 @@ pub enum Process {
     /// Gamma-distributed gaps of mean 1/rate and shape K: K < 1 is burstier than
     /// Poisson, K > 1 smoother, K = 1 is Poisson.
     Gamma(f64),
+    /// The dataset's own timestamps (`--replay`), time scaled by 1/speed.
+    Replay { speed: f64 },
 }
 
 impl std::str::FromStr for Process {
@@ -40,6 +42,7 @@ impl std::fmt::Display for Process {
             Process::Poisson => f.write_str("poisson"),
             Process::Constant => f.write_str("constant"),
             Process::Gamma(k) => write!(f, "gamma:{k}"),
+            Process::Replay { speed } => write!(f, "replay at {speed}x"),
         }
     }
 }
@@ -72,11 +75,14 @@ impl LoadPattern {
 }
 
 /// Send times of an open loop, as offsets from the start: the first at 0.
+/// A replay's end when its entries are all sent.
 pub struct Schedule {
     rng: StdRng,
     rate: f64,
     process: Process,
     next_s: f64,
+    /// A replay: the recorded offsets (s, at speed 1) and the next one's index.
+    recorded: Option<(std::sync::Arc<Vec<f64>>, usize)>,
 }
 
 impl Schedule {
@@ -86,7 +92,24 @@ impl Schedule {
             rate,
             process,
             next_s: 0.0,
+            recorded: None,
         }
+    }
+
+    /// The schedule of an open loop: drawn from its process, or for a
+    /// replay the workload's dataset offsets scaled by 1/speed.
+    pub fn for_load(
+        rate: f64,
+        process: Process,
+        seed: u64,
+        workload: &crate::workload::Workload,
+    ) -> Self {
+        let mut s = Schedule::new(rate, process, seed);
+        if let Process::Replay { .. } = process {
+            let offsets = workload.dataset.as_ref().and_then(|d| d.offsets_s());
+            s.recorded = Some((std::sync::Arc::new(offsets.unwrap_or_default()), 0));
+        }
+        s
     }
 
     fn gap_s(&mut self) -> f64 {
@@ -96,6 +119,7 @@ impl Schedule {
             Process::Gamma(k) => Gamma::new(k, 1.0 / (k * self.rate))
                 .expect("k, rate > 0")
                 .sample(&mut self.rng),
+            Process::Replay { .. } => 1.0 / self.rate,
         }
     }
 }
@@ -103,6 +127,12 @@ impl Schedule {
 impl Iterator for Schedule {
     type Item = Duration;
     fn next(&mut self) -> Option<Duration> {
+        if let (Some((offsets, i)), Process::Replay { speed }) = (&mut self.recorded, self.process)
+        {
+            let at = *offsets.get(*i)? / speed;
+            *i += 1;
+            return Some(Duration::from_secs_f64(at));
+        }
         let at = self.next_s;
         self.next_s += self.gap_s();
         Some(Duration::from_secs_f64(at))

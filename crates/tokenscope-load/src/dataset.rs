@@ -124,6 +124,10 @@ pub struct Load {
     /// text prompt is measured with the built-in tokenizer).
     pub max_input_tokens: Option<u64>,
     pub max_output_tokens: Option<u64>,
+    /// `--replay`: every entry needs a timestamp; entries are put in time
+    /// order, and only those within the window (s from the first) are kept,
+    /// their offsets then counted from the window's start.
+    pub replay: Option<(f64, f64)>,
 }
 
 impl Dataset {
@@ -152,6 +156,12 @@ impl Dataset {
                 (csv_trace(&text, format).map_err(|(l, w)| bad(l, w))?, 0)
             }
         };
+        if let Some(window) = how.replay {
+            by_time(&mut entries, window).map_err(|what| DatasetError::Whole {
+                path: path.into(),
+                what,
+            })?;
+        }
         entries.retain(|e| keep(e, how));
         if let Some(n) = how.sample {
             sample(&mut entries, n, how.seed);
@@ -186,10 +196,38 @@ impl Dataset {
         self.entries.is_empty()
     }
 
+    /// Each entry's send offset in seconds from the first, when every entry has one.
+    pub fn offsets_s(&self) -> Option<Vec<f64>> {
+        self.entries
+            .iter()
+            .map(|e| e.timestamp_ms.map(|t| t / 1e3))
+            .collect()
+    }
+
     /// The entry request `id` sends: the file in order, cycling past its end.
     pub fn entry(&self, id: u64) -> &Entry {
         &self.entries[(id % self.entries.len() as u64) as usize]
     }
+}
+
+/// A replay's entries: in time order, within `[from, to)` seconds of the
+/// first, offsets counted from `from`.
+fn by_time(entries: &mut Vec<Entry>, (from, to): (f64, f64)) -> Result<(), String> {
+    if let Some(i) = entries.iter().position(|e| e.timestamp_ms.is_none()) {
+        return Err(format!(
+            "--replay needs a timestamp on every entry; entry {} has none",
+            i + 1
+        ));
+    }
+    let ms = |e: &Entry| e.timestamp_ms.unwrap_or(0.0);
+    entries.sort_by(|a, b| ms(a).total_cmp(&ms(b)));
+    let first = entries.first().map_or(0.0, ms);
+    let (lo, hi) = (first + from * 1e3, first + to * 1e3);
+    entries.retain(|e| ms(e) >= lo && ms(e) < hi);
+    for e in entries.iter_mut() {
+        e.timestamp_ms = Some(ms(e) - lo);
+    }
+    Ok(())
 }
 
 fn entry(prompt: Prompt, output_tokens: Option<u64>, timestamp_ms: Option<f64>) -> Entry {

@@ -147,7 +147,7 @@ impl Runner {
                 process,
                 max_concurrency,
             } => {
-                let schedule = Schedule::new(rate, process, plan.seed);
+                let schedule = Schedule::for_load(rate, process, plan.seed, &plan.workload);
                 self.open(plan, schedule, max_concurrency, deadline).await
             }
         }

@@ -170,7 +170,7 @@ pub fn simulate_into(
                     "--max-concurrency is not simulated; use --concurrency or --rate alone".into(),
                 );
             }
-            let mut schedule = Schedule::new(rate, process, load.seed);
+            let mut schedule = Schedule::for_load(rate, process, load.seed, &load.workload);
             if let Some(first) = schedule.next() {
                 if allowed(0, us(first.as_secs_f64())) {
                     arrivals.heap.push(Reverse((us(first.as_secs_f64()), 0)));

@@ -612,9 +612,31 @@ pub struct LoadArgs {
     /// Leave out entries that ask for a longer answer.
     #[arg(long, value_name = "N", requires = "dataset")]
     pub max_output_tokens: Option<u64>,
+    /// Send each entry at its recorded time (open loop; the first at 0): the
+    /// dataset's `timestamp`s, a trace's times. Lateness is client lag.
+    #[arg(long, requires = "dataset", conflicts_with_all = ["rate", "concurrency", "ramp_up"])]
+    pub replay: bool,
+    /// Replay faster (2 = twice as fast) or slower (0.5).
+    #[arg(long, default_value_t = 1.0, requires = "replay", value_parser = positive_f64)]
+    pub replay_speed: f64,
+    /// Replay only the entries from FROM to TO after the first (e.g. 10m..20m).
+    #[arg(long, value_name = "FROM..TO", requires = "replay", value_parser = window)]
+    pub replay_window: Option<(Duration, Duration)>,
     /// The loaded dataset (filled once by `outcome::load_dataset`).
     #[arg(skip)]
     pub dataset_loaded: Option<std::sync::Arc<tokenscope_load::dataset::Dataset>>,
+}
+
+/// `FROM..TO` as two durations, FROM before TO.
+fn window(s: &str) -> Result<(Duration, Duration), String> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("`{s}`: expected FROM..TO, e.g. 10m..20m"))?;
+    let (a, b) = (duration(a)?, duration(b)?);
+    if b <= a {
+        return Err(format!("`{s}`: TO must come after FROM"));
+    }
+    Ok((a, b))
 }
 
 /// What to judge and where to write: shared by `bench` and `sim plan`.

@@ -14,13 +14,25 @@ use tokenscope_core::metrics::{Aggregator, Measured};
 use tokenscope_core::record::ErrorKind;
 use tokenscope_core::results::{self, ClientUsage, Efficiency, Finding, RunResults, Server, Tool};
 use tokenscope_core::slo::Verdict;
-use tokenscope_load::arrival::LoadPattern;
+use tokenscope_load::arrival::{LoadPattern, Process};
 use tokenscope_load::runner::RunPlan;
 use tokenscope_load::workload::Workload;
 use tokenscope_telemetry::scraper::ScrapeLog;
 use tokenscope_telemetry::window::{summarize, ServerSummary};
 
 pub fn pattern(load: &LoadArgs) -> LoadPattern {
+    if let Some(d) = load.dataset_loaded.as_ref().filter(|_| load.replay) {
+        // The rate the replay averages, for the summary and the plans.
+        let span = d.offsets_s().and_then(|o| o.last().copied()).unwrap_or(0.0);
+        let rate = (d.len() as f64 / (span / load.replay_speed)).clamp(1.0 / 3600.0, 1e6);
+        return LoadPattern::Open {
+            rate: if span > 0.0 { rate } else { 1e6 },
+            process: Process::Replay {
+                speed: load.replay_speed,
+            },
+            max_concurrency: load.max_concurrency.map(|n| n as usize),
+        };
+    }
     match load.rate.first().copied() {
         Some(rate) => LoadPattern::Open {
             rate,
@@ -77,6 +89,11 @@ pub fn load_dataset(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<()> {
         seed: load.seed,
         max_input_tokens: load.max_input_tokens,
         max_output_tokens: load.max_output_tokens,
+        replay: load.replay.then(|| {
+            load.replay_window.map_or((0.0, f64::INFINITY), |(a, b)| {
+                (a.as_secs_f64(), b.as_secs_f64())
+            })
+        }),
     };
     let d = Dataset::load(path, &how).map_err(|e| Exit::usage(e.to_string()))?;
     if !quiet {
@@ -133,6 +150,8 @@ pub fn config_json(load: &LoadArgs, plan: &RunPlan, output: &OutputArgs) -> serd
             "sample": load.dataset_sample,
             "max_input_tokens": load.max_input_tokens,
             "max_output_tokens": load.max_output_tokens,
+            "replay_speed": load.replay.then_some(load.replay_speed),
+            "replay_window_s": load.replay_window.map(|(a, b)| [a.as_secs_f64(), b.as_secs_f64()]),
         })),
         "seed": load.seed,
         "slo": output.slo,

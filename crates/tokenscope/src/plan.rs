@@ -349,6 +349,9 @@ pub fn calibrate(args: CalibrateArgs) -> anyhow::Result<Exit> {
         dataset_sample: None,
         max_input_tokens: None,
         max_output_tokens: None,
+        replay: false,
+        replay_speed: 1.0,
+        replay_window: None,
         dataset_loaded: None,
     };
     let mut runs = Vec::new();

@@ -210,3 +210,105 @@ fn sim_plan_replays_a_trace_at_its_recorded_lengths() {
         assert_eq!(rec["requested_output_tokens"].as_u64(), Some(g), "{rec}");
     }
 }
+
+/// A JSONL trace of `n` prompts, `gap_ms` apart with a little jitter, from t = 5 s.
+fn timed_trace(name: &str, n: u64, gap_ms: u64) -> (std::path::PathBuf, Vec<f64>) {
+    let at: Vec<f64> = (0..n)
+        .map(|i| 5_000.0 + (i * gap_ms) as f64 + (i * 37 % 11) as f64)
+        .collect();
+    // Written out of order: a replay sends them in time order.
+    let mut lines: Vec<String> = at
+        .iter()
+        .enumerate()
+        .map(|(i, t)| format!("{{\"prompt\": \"p{i}\", \"max_tokens\": 4, \"timestamp\": {t}}}\n"))
+        .collect();
+    lines.swap(1, 2);
+    (
+        write(name, &lines.concat()),
+        at.iter().map(|t| (t - at[0]) / 1e3).collect(),
+    )
+}
+
+#[test]
+fn replay_sends_each_entry_at_its_recorded_time_scaled_by_the_speed() {
+    let server = Server::start(exact(5, 1));
+    for (speed, gap_ms) in [(1.0, 60), (10.0, 600)] {
+        let (file, offsets) = timed_trace(&format!("replay-{speed}"), 30, gap_ms);
+        let out = run_dir(&format!("replay-run-{speed}"));
+        let o = tokenscope()
+            .args([
+                "bench",
+                "--url",
+                &server.url,
+                "--no-metrics",
+                "--quiet",
+                "--replay",
+            ])
+            .args(["--replay-speed", &speed.to_string(), "--dataset"])
+            .arg(&file)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_ok(&o);
+        let recs = records(&out);
+        assert_eq!(recs.len(), 30, "every entry once");
+        let mut late = Vec::new();
+        for rec in &recs {
+            let id = rec["id"].as_u64().unwrap() as usize;
+            let want_us = offsets[id] / speed * 1e6;
+            let scheduled = rec["scheduled_at_us"].as_f64().unwrap();
+            assert!(
+                (scheduled - want_us).abs() <= 1.0,
+                "speed {speed}: entry {id} scheduled at {scheduled} µs, the trace says {want_us}"
+            );
+            late.push(rec["sent_at_us"].as_f64().unwrap() - want_us);
+        }
+        late.sort_by(f64::total_cmp);
+        // Sent on time: the median within 2 ms, every one within 20 ms on a loaded machine.
+        assert!(
+            late[15] < 2_000.0 && late[29] < 20_000.0,
+            "speed {speed}: lateness {late:?} µs"
+        );
+        let r = results(&out);
+        assert_eq!(r["config"]["dataset"]["replay_speed"], speed);
+    }
+}
+
+#[test]
+fn sim_plan_replays_at_the_recorded_times_exactly() {
+    let (file, offsets) = timed_trace("replay-plan", 25, 200);
+    let out = run_dir("replay-plan-run");
+    let o = tokenscope()
+        .args([
+            "sim",
+            "plan",
+            "--quiet",
+            "--replay",
+            "--replay-speed",
+            "2",
+            "--dataset",
+        ])
+        .arg(&file)
+        .args(["--replay-window", "1s..4s", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let recs = records(&out);
+    let kept: Vec<f64> = offsets
+        .iter()
+        .copied()
+        .filter(|&t| (1.0..4.0).contains(&t))
+        .collect();
+    assert_eq!(recs.len(), kept.len(), "the window's entries");
+    for rec in &recs {
+        let id = rec["id"].as_u64().unwrap() as usize;
+        let want = (kept[id] - 1.0) / 2.0 * 1e6;
+        let sent = rec["sent_at_us"].as_f64().unwrap();
+        assert!(
+            (sent - want).abs() <= 1.0,
+            "entry {id}: sent at {sent} µs, wanted {want}"
+        );
+    }
+}
