@@ -614,13 +614,14 @@ pub struct LoadArgs {
     pub max_output_tokens: Option<u64>,
     /// Send each entry at its recorded time (open loop; the first at 0): the
     /// dataset's `timestamp`s, a trace's times. Lateness is client lag.
-    #[arg(long, requires = "dataset", conflicts_with_all = ["rate", "concurrency", "ramp_up"])]
+    /// (`sim plan --replay RUN_DIR` is another thing: a measured run's workload.)
+    #[arg(long = "replay-trace", id = "replay_trace", requires = "dataset", conflicts_with_all = ["rate", "concurrency", "ramp_up"])]
     pub replay: bool,
     /// Replay faster (2 = twice as fast) or slower (0.5).
-    #[arg(long, default_value_t = 1.0, requires = "replay", value_parser = positive_f64)]
+    #[arg(long, default_value_t = 1.0, requires = "replay_trace", value_parser = positive_f64)]
     pub replay_speed: f64,
     /// Replay only the entries from FROM to TO after the first (e.g. 10m..20m).
-    #[arg(long, value_name = "FROM..TO", requires = "replay", value_parser = window)]
+    #[arg(long, value_name = "FROM..TO", requires = "replay_trace", value_parser = window)]
     pub replay_window: Option<(Duration, Duration)>,
     /// The loaded dataset (filled once by `outcome::load_dataset`).
     #[arg(skip)]

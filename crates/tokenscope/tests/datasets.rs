@@ -4,7 +4,7 @@
 
 mod common;
 use common::*;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
@@ -17,22 +17,9 @@ fn logging_server() -> (String, Arc<Mutex<Vec<serde_json::Value>>>) {
     std::thread::spawn(move || {
         for stream in listener.incoming().take(500) {
             let Ok(mut s) = stream else { continue };
-            let mut reader = BufReader::new(s.try_clone().unwrap());
-            let (mut first, mut length) = (String::new(), 0usize);
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if first.is_empty() {
-                    first = line.clone();
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-            }
-            let mut body = vec![0; length];
-            let _ = reader.read_exact(&mut body);
+            let Some((first, body)) = read_request(&s) else {
+                continue;
+            };
             if first.starts_with("GET") {
                 let _ = s.write_all(
                     http("200 OK", "application/json", r#"{"data":[{"id":"m"}]}"#).as_bytes(),
@@ -242,7 +229,7 @@ fn replay_sends_each_entry_at_its_recorded_time_scaled_by_the_speed() {
                 &server.url,
                 "--no-metrics",
                 "--quiet",
-                "--replay",
+                "--replay-trace",
             ])
             .args(["--replay-speed", &speed.to_string(), "--dataset"])
             .arg(&file)
@@ -284,7 +271,7 @@ fn sim_plan_replays_at_the_recorded_times_exactly() {
             "sim",
             "plan",
             "--quiet",
-            "--replay",
+            "--replay-trace",
             "--replay-speed",
             "2",
             "--dataset",

@@ -11,7 +11,7 @@
 
 mod common;
 use common::*;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -307,27 +307,9 @@ fn act(mode: &str, s: &mut TcpStream) -> std::io::Result<()> {
 }
 
 /// Reads one request: its path (the body is read and dropped).
-fn read_request(s: &TcpStream) -> Option<String> {
-    let mut reader = BufReader::new(s.try_clone().ok()?);
-    let (mut path, mut length) = (None, 0usize);
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        if line == "\r\n" {
-            break;
-        }
-        if path.is_none() {
-            path = line.split(' ').nth(1).map(str::to_owned);
-        }
-        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-            length = v.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).ok()?;
-    path
+fn request_path(s: &TcpStream) -> Option<String> {
+    let (first, _) = read_request(s)?;
+    first.split(' ').nth(1).map(str::to_owned)
 }
 
 /// The fault server: a thread per connection, bounded to 4,000 connections.
@@ -340,7 +322,7 @@ fn fault_server() -> String {
             let Ok(mut s) = stream else { continue };
             let mixed = mixed.clone();
             std::thread::spawn(move || {
-                let Some(path) = read_request(&s) else { return };
+                let Some(path) = request_path(&s) else { return };
                 let mode = path.trim_start_matches('/').split('/').next().unwrap_or("");
                 if path.contains("/v1/models") {
                     let _ = s.write_all(
@@ -512,7 +494,7 @@ fn a_server_killed_mid_run_leaves_every_request_classified() {
         let mut answered = 0;
         for stream in listener.incoming() {
             let Ok(mut s) = stream else { continue };
-            let Some(path) = read_request(&s) else {
+            let Some(path) = request_path(&s) else {
                 continue;
             };
             if path.contains("/v1/models") {

@@ -236,26 +236,36 @@ pub fn raw_server(answer: fn(&str) -> String) -> String {
     std::thread::spawn(move || {
         for stream in listener.incoming().take(64) {
             let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let (mut first, mut length) = (String::new(), 0);
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if first.is_empty() {
-                    first = line.clone();
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-            }
-            let mut body = vec![0; length];
-            let _ = std::io::Read::read_exact(&mut reader, &mut body);
+            let (first, _) = read_request(&stream).unwrap_or_default();
             let _ = stream.write_all(answer(&first).as_bytes());
         }
     });
     url
+}
+
+/// Reads one HTTP/1.1 request from `s`: its request line and its body
+/// (by Content-Length). `None` when the peer closed first.
+pub fn read_request(s: &std::net::TcpStream) -> Option<(String, Vec<u8>)> {
+    let mut reader = BufReader::new(s.try_clone().ok()?);
+    let (mut first, mut length) = (String::new(), 0);
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        if line == "\r\n" {
+            break;
+        }
+        if first.is_empty() {
+            first = line.clone();
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; length];
+    std::io::Read::read_exact(&mut reader, &mut body).ok()?;
+    Some((first, body))
 }
 
 /// A whole HTTP/1.1 response that closes its connection.
