@@ -41,18 +41,47 @@ pub struct RequestParams<'a> {
     /// Ask the server to ignore end-of-sequence so lengths are exact
     /// (`ignore_eos`, and `min_tokens` = `max_tokens`).
     pub ignore_eos: bool,
+    pub shape: &'a Shape,
+}
+
+/// What every request carries besides its prompt and length
+/// (`--system-prompt`, `--temperature`, `--extra-body`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Shape {
+    /// Chat: a system message first. Completions (no roles): before the
+    /// prompt, a blank line between.
+    pub system_prompt: Option<String>,
+    pub temperature: Option<f64>,
+    /// Merged into the body first: the fields tokenscope times by (`model`,
+    /// the prompt, `stream`, `stream_options`, lengths) are set after it and win.
+    pub extra: serde_json::Map<String, Value>,
 }
 
 /// The JSON body of a streaming request, with usage requested.
 pub fn request_body(api: Api, p: &RequestParams<'_>) -> Vec<u8> {
-    let mut body = match api {
-        Api::Chat => json!({
-            "model": p.model,
-            "messages": [{"role": "user", "content": p.prompt}],
-        }),
-        Api::Completions => json!({"model": p.model, "prompt": p.prompt}),
-    };
-    let obj = body.as_object_mut().expect("built as an object");
+    let mut obj = p.shape.extra.clone();
+    let system = p.shape.system_prompt.as_deref();
+    match api {
+        Api::Chat => {
+            let user = json!({"role": "user", "content": p.prompt});
+            let messages = match system {
+                Some(s) => json!([{"role": "system", "content": s}, user]),
+                None => json!([user]),
+            };
+            obj.insert("messages".into(), messages);
+        }
+        Api::Completions => {
+            let prompt = match system {
+                Some(s) => json!(format!("{s}\n\n{}", p.prompt)),
+                None => json!(p.prompt),
+            };
+            obj.insert("prompt".into(), prompt);
+        }
+    }
+    obj.insert("model".into(), json!(p.model));
+    if let Some(t) = p.shape.temperature {
+        obj.insert("temperature".into(), json!(t));
+    }
     obj.insert("stream".into(), json!(true));
     obj.insert("stream_options".into(), json!({"include_usage": true}));
     if let Some(n) = p.max_tokens {
@@ -64,7 +93,7 @@ pub fn request_body(api: Api, p: &RequestParams<'_>) -> Vec<u8> {
     if p.ignore_eos {
         obj.insert("ignore_eos".into(), json!(true));
     }
-    serde_json::to_vec(&body).expect("a JSON value serializes")
+    serde_json::to_vec(&obj).expect("a JSON value serializes")
 }
 
 /// Token counts the server reports. Some servers send them as floats
@@ -325,11 +354,13 @@ mod tests {
 
     #[test]
     fn bodies_ask_for_usage_and_exact_lengths() {
+        let shape = Shape::default();
         let p = RequestParams {
             model: "m",
             prompt: "hi",
             max_tokens: Some(7),
             ignore_eos: true,
+            shape: &shape,
         };
         let chat: Value = serde_json::from_slice(&request_body(Api::Chat, &p)).unwrap();
         assert_eq!(chat["messages"][0]["content"], "hi");
@@ -345,5 +376,41 @@ mod tests {
         let comp: Value = serde_json::from_slice(&request_body(Api::Completions, &p)).unwrap();
         assert_eq!(comp["prompt"], "hi");
         assert!(comp.get("ignore_eos").is_none() && comp.get("min_tokens").is_none());
+    }
+
+    #[test]
+    fn the_request_shape_is_added_and_the_timed_fields_win() {
+        let mut extra = serde_json::Map::new();
+        extra.insert("top_p".into(), json!(0.9));
+        extra.insert("stream".into(), json!(false));
+        extra.insert("model".into(), json!("other"));
+        let shape = Shape {
+            system_prompt: Some("Be brief.".into()),
+            temperature: Some(0.0),
+            extra,
+        };
+        let p = RequestParams {
+            model: "m",
+            prompt: "hi",
+            max_tokens: None,
+            ignore_eos: false,
+            shape: &shape,
+        };
+        let chat: Value = serde_json::from_slice(&request_body(Api::Chat, &p)).unwrap();
+        assert_eq!(
+            chat["messages"][0],
+            json!({"role": "system", "content": "Be brief."})
+        );
+        assert_eq!(chat["messages"][1]["content"], "hi");
+        assert_eq!(
+            (chat["temperature"].clone(), chat["top_p"].clone()),
+            (json!(0.0), json!(0.9))
+        );
+        assert_eq!(
+            (chat["stream"].clone(), chat["model"].clone()),
+            (json!(true), json!("m"))
+        );
+        let comp: Value = serde_json::from_slice(&request_body(Api::Completions, &p)).unwrap();
+        assert_eq!(comp["prompt"], "Be brief.\n\nhi");
     }
 }

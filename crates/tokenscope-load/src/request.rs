@@ -34,6 +34,8 @@ pub struct Target {
     /// Extra headers, `Authorization` among them (marked sensitive).
     pub headers: HeaderMap,
     pub ignore_eos: bool,
+    /// System prompt, temperature and extra body fields of every request.
+    pub shape: openai::Shape,
     /// Longest a whole request may take.
     pub timeout: Duration,
     /// Longest to wait for the response head or the next read of the stream.
@@ -126,6 +128,7 @@ pub async fn execute(
             prompt: &spec.prompt,
             max_tokens: spec.max_tokens,
             ignore_eos: target.ignore_eos,
+            shape: &target.shape,
         },
     );
     let mut rec = RequestRecord {

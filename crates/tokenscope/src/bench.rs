@@ -408,6 +408,11 @@ pub(crate) async fn bench(
         model: model.clone(),
         headers,
         ignore_eos: args.ignore_eos,
+        shape: tokenscope_load::openai::Shape {
+            system_prompt: args.system_prompt.clone(),
+            temperature: args.temperature,
+            extra: args.extra_body.clone().unwrap_or_default(),
+        },
         timeout: args.timeout,
         idle_timeout: args.idle_timeout,
     };
@@ -553,6 +558,9 @@ pub(crate) async fn bench(
         outcome::config_json(&args.load, &plan, &args.output),
         json!({
             "ignore_eos": args.ignore_eos,
+            "system_prompt": args.system_prompt,
+            "temperature": args.temperature,
+            "extra_body_keys": args.extra_body.as_ref().map(|m| m.keys().cloned().collect::<Vec<_>>()),
             "headers": args.headers.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
             "api_key_env": args.api_key_env,
             "timeout_s": args.timeout.as_secs_f64(),

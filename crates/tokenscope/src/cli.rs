@@ -489,6 +489,17 @@ pub struct BenchArgs {
     /// Ask for exact output lengths (ignore_eos and min_tokens) where the server supports it.
     #[arg(long)]
     pub ignore_eos: bool,
+    /// A system message before every prompt (completions API: the prompt's first paragraph).
+    #[arg(long, value_name = "TEXT")]
+    pub system_prompt: Option<String>,
+    /// Sampling temperature sent with every request (default: the server's).
+    #[arg(long, value_parser = non_negative_f64)]
+    pub temperature: Option<f64>,
+    /// A JSON object merged into every request body ('{"top_p": 0.9, "seed": 1}'); the
+    /// fields tokenscope times by (model, prompt/messages, stream, lengths) win. Its keys
+    /// are recorded in the run's config, its values are not.
+    #[arg(long, value_name = "JSON", value_parser = json_object)]
+    pub extra_body: Option<serde_json::Map<String, serde_json::Value>>,
     /// Environment variable holding the API key, sent as a bearer token (default: OPENAI_API_KEY when set).
     #[arg(long, value_name = "NAME")]
     pub api_key_env: Option<String>,
@@ -626,6 +637,24 @@ pub struct LoadArgs {
     /// The loaded dataset (filled once by `outcome::load_dataset`).
     #[arg(skip)]
     pub dataset_loaded: Option<std::sync::Arc<tokenscope_load::dataset::Dataset>>,
+}
+
+fn non_negative_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("`{s}`: a finite number of 0 or more is needed")),
+    }
+}
+
+/// A JSON object (for `--extra-body`).
+fn json_object(s: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    match serde_json::from_str(s) {
+        Ok(serde_json::Value::Object(m)) => Ok(m),
+        Ok(_) => Err(format!(
+            "`{s}`: a JSON object ({{\"key\": value, …}}) is needed"
+        )),
+        Err(e) => Err(format!("`{s}`: not JSON ({e})")),
+    }
 }
 
 /// `FROM..TO` as two durations, FROM before TO.

@@ -299,3 +299,76 @@ fn sim_plan_replays_at_the_recorded_times_exactly() {
         );
     }
 }
+
+#[test]
+fn every_request_carries_the_asked_shape_and_a_bad_extra_body_is_refused() {
+    let (url, bodies) = logging_server();
+    let out = run_dir("shape-run");
+    let o = tokenscope()
+        .args([
+            "bench",
+            "--url",
+            &url,
+            "--api",
+            "openai-chat",
+            "--model",
+            "m",
+            "--no-metrics",
+        ])
+        .args([
+            "--quiet",
+            "--requests",
+            "3",
+            "--system-prompt",
+            "Be brief.",
+            "--temperature",
+            "0",
+        ])
+        .args([
+            "--extra-body",
+            r#"{"top_p": 0.5, "seed": 7, "stream": false}"#,
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let got = bodies.lock().unwrap().clone();
+    assert_eq!(got.len(), 3);
+    for b in &got {
+        assert_eq!(b["messages"][0]["role"], "system");
+        assert_eq!(b["messages"][0]["content"], "Be brief.");
+        assert_eq!(b["messages"][1]["role"], "user");
+        assert_eq!(
+            (
+                b["temperature"].as_f64(),
+                b["top_p"].as_f64(),
+                b["seed"].as_u64()
+            ),
+            (Some(0.0), Some(0.5), Some(7))
+        );
+        assert_eq!(b["stream"], true, "the timed fields win");
+    }
+    let config = &results(&out)["config"];
+    assert_eq!(
+        config["extra_body_keys"],
+        serde_json::json!(["seed", "stream", "top_p"])
+    );
+    assert_eq!(config["temperature"], 0.0);
+
+    let o = tokenscope()
+        .args([
+            "bench",
+            "--url",
+            &url,
+            "--model",
+            "m",
+            "--extra-body",
+            "[1, 2]",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("a JSON object"), "{stderr}");
+}
