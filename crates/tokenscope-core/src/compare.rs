@@ -379,10 +379,58 @@ pub fn compare_values(a: &RunValues, b: &RunValues, settings: &Settings) -> Vec<
     out
 }
 
+/// Latency changes smaller than the clients' own measured delay are not
+/// judged: a TTFT or E2E is the difference of two stamps, each of which can
+/// be late by the client's event-loop delay, so a change below it cannot be
+/// told from the client. `resolution_ms`: the larger of the two runs' loop
+/// delay p99 beyond its idle floor. (TPOT spreads the delay over a request's
+/// tokens and is not affected.)
+pub fn within_resolution(changes: &mut [MetricChange], resolution_ms: f64) {
+    for c in changes
+        .iter_mut()
+        .filter(|c| c.metric.starts_with("ttft") || c.metric.starts_with("e2e"))
+    {
+        if (c.b - c.a).abs() < resolution_ms {
+            c.significant = false;
+            c.not_judged.get_or_insert_with(|| {
+                format!(
+                    "not judged: the change ({:+.2} ms) is within the clients' own measured delay ({resolution_ms:.2} ms: loop delay p99 beyond its floor)",
+                    c.b - c.a
+                )
+            });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::record::Chunk;
+
+    #[test]
+    fn a_latency_change_within_the_clients_delay_is_not_judged() {
+        let mut c = compare(&run(300, 20.0, 1), &run(300, 24.0, 2), &Settings::default());
+        let mut shifted = run(300, 20.0, 2);
+        for r in &mut shifted {
+            r.first_token_at_us = r.first_token_at_us.map(|t| t + 3000);
+            r.chunks.iter_mut().for_each(|ch| ch.0 += 3000);
+            r.done_at_us += 3000;
+        }
+        let mut ttft = compare(&run(300, 20.0, 1), &shifted, &Settings::default());
+        assert!(
+            get(&ttft, "ttft_mean").significant,
+            "3 ms on 101 ms is measurable"
+        );
+        within_resolution(&mut ttft, 4.5);
+        let m = get(&ttft, "ttft_mean");
+        assert!(
+            !m.significant && m.not_judged.as_deref().unwrap().contains("4.50 ms"),
+            "{m:?}"
+        );
+        // TPOT is not a two-stamp difference: a slower decode stays judged.
+        within_resolution(&mut c, 4.5);
+        assert!(get(&c, "tpot_mean").significant);
+    }
 
     /// n requests, TTFT 100 ms ± jitter, `tokens` tokens `itl` ms apart.
     fn run(n: u64, itl_ms: f64, seed: u64) -> Vec<RequestRecord> {

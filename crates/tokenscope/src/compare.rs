@@ -9,7 +9,9 @@ use crate::exit::Exit;
 use crate::report::read_run;
 use serde_json::json;
 use std::path::Path;
-use tokenscope_core::compare::{compare_values, MetricChange, RunValues, Settings};
+use tokenscope_core::compare::{
+    compare_values, within_resolution, MetricChange, RunValues, Settings,
+};
 use tokenscope_core::results::RunResults;
 use tokenscope_report::run_dir::for_each_record;
 
@@ -68,7 +70,11 @@ pub fn run(args: CompareArgs) -> anyhow::Result<Exit> {
         }
         vec![Pair {
             label: None,
-            changes: compare_values(&values_of(&a.dir)?, &values_of(&b.dir)?, &settings),
+            changes: changes(
+                (&values_of(&a.dir)?, &a.results),
+                (&values_of(&b.dir)?, &b.results),
+                &settings,
+            ),
             unlike: unlike(&a.results, &b.results),
         }]
     };
@@ -150,7 +156,11 @@ fn sweep_pairs(a: &Path, b: &Path, settings: &Settings) -> anyhow::Result<(Vec<P
         };
         pairs.push(Pair {
             label: Some(pa.label.clone()),
-            changes: compare_values(&values(pa), &values(pb), settings),
+            changes: changes(
+                (&values(pa), &pa.results),
+                (&values(pb), &pb.results),
+                settings,
+            ),
             unlike: unlike(&pa.results, &pb.results),
         });
     }
@@ -251,6 +261,18 @@ fn table(changes: &[MetricChange], settings: &Settings) {
             c.ci_high_pct
         );
     }
+}
+
+/// B against A, latency changes within the clients' own measured delay not judged.
+fn changes(
+    (va, a): (&RunValues, &RunResults),
+    (vb, b): (&RunValues, &RunResults),
+    settings: &Settings,
+) -> Vec<MetricChange> {
+    let delay = |r: &RunResults| r.client.loop_delay_ms.map_or(0.0, |d| d.p99 - d.min);
+    let mut out = compare_values(va, vb, settings);
+    within_resolution(&mut out, delay(a).max(delay(b)));
+    out
 }
 
 /// What the bootstrap resamples of a run, read from its `requests.jsonl` in

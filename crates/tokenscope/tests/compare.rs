@@ -88,7 +88,15 @@ fn same_configuration_twice_is_not_a_significant_difference() {
             .contains("1000 requests"),
         "{p99}"
     );
-    assert!(metric(&doc, "ttft_p50").get("not_judged").is_none());
+    // The p50 has enough requests; it may still be within the clients'
+    // own measured delay, which is said as such.
+    let p50 = metric(&doc, "ttft_p50");
+    if let Some(why) = p50.get("not_judged").and_then(|w| w.as_str()) {
+        assert!(
+            why.contains("within the clients' own measured delay"),
+            "{why}"
+        );
+    }
 }
 
 #[test]
