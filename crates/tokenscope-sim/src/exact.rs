@@ -344,10 +344,10 @@ pub fn errors_against_server<'a>(
     for r in records.into_iter().filter(|r| r.succeeded()) {
         let Some(t) = &r.server_timings else { continue };
         if let (Some(client), Some(server)) = (r.ttft_us(), ms(t, "ttft_ms")) {
-            record_signed(&mut ttft, client as f64 - server * 1e3);
+            record_size(&mut ttft, client as f64 - server * 1e3);
         }
         if let (Some(client), Some(server)) = (r.tpot_us(), ms(t, "tpot_ms")) {
-            record_signed(&mut tpot, client - server * 1e3);
+            record_size(&mut tpot, client - server * 1e3);
         }
     }
     (ttft, tpot)
@@ -356,6 +356,6 @@ pub fn errors_against_server<'a>(
 /// The size of an error. TTFT's cannot be below zero (the client stamps
 /// before the server receives and after it sends); TPOT's can (a first token
 /// read late shortens the client's span), and counts by its size.
-fn record_signed(d: &mut tokenscope_core::stats::Distribution, us: f64) {
+fn record_size(d: &mut tokenscope_core::stats::Distribution, us: f64) {
     d.record(us.abs());
 }

@@ -76,10 +76,7 @@ where
     F: FnOnce(String, Option<String>, usize) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<Exit>>,
 {
-    let threads = args
-        .client_threads
-        .map(|n| n as usize)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let threads = client_threads(args.client_threads);
     // The built-in server gets a runtime of its own (threads `srv-…`).
     let builtin = match &args.url {
         Some(_) => None,
@@ -105,6 +102,13 @@ where
         b.rt.shutdown_background();
     }
     result
+}
+
+/// Client worker threads: as asked, else one per core.
+pub(crate) fn client_threads(asked: Option<u64>) -> usize {
+    asked
+        .map(|n| n as usize)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
 }
 
 /// The exact server started when no `--url` is given.

@@ -48,7 +48,7 @@ pub fn run(args: SelftestArgs) -> anyhow::Result<Exit> {
         output_tokens: args.output_tokens,
         client_threads: args.client_threads,
     };
-    let threads = threads(load.client_threads);
+    let threads = crate::bench::client_threads(load.client_threads);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
         .thread_name("ts-client")
@@ -73,12 +73,6 @@ pub fn run(args: SelftestArgs) -> anyhow::Result<Exit> {
         print(&check);
     }
     Ok(Exit::Success)
-}
-
-fn threads(asked: Option<u64>) -> usize {
-    asked
-        .map(|n| n as usize)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
 }
 
 fn print(c: &SelfCheck) {
@@ -117,7 +111,7 @@ pub async fn measure(load: Load) -> anyhow::Result<SelfCheck> {
     let dir = std::env::temp_dir().join(format!("tokenscope-selftest-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let args = bench_args(&url, &dir, &load)?;
-    let threads = threads(load.client_threads);
+    let threads = crate::bench::client_threads(load.client_threads);
     let outcome = crate::bench::bench(args, url, None, threads).await;
     srv.shutdown_background();
     let (results, _) = outcome.context("the self-check's run")?;
