@@ -286,6 +286,10 @@ fn server_killed_mid_run_failures_are_classified_and_nothing_is_lost() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // Both streams of a wave end together: killing at once can fall between
+    // waves (nothing mid-stream, every failure `connect`). 400 ms into the
+    // next wave's ~1.45 s answers, both are streaming.
+    std::thread::sleep(Duration::from_millis(400));
     llama.kill();
     let o = child.wait_with_output().unwrap();
     // The run completed (some requests succeeded); failures are in the results.
