@@ -4,7 +4,7 @@ use crate::cost::Cost;
 use crate::cost::GpuPrice;
 use crate::record::{RequestRecord, TokenSource};
 use crate::results::{
-    Concurrency, Counts, ErrorSample, Latency, ObjectiveResult, SloReport, SteadyWindow,
+    CacheHits, Concurrency, Counts, ErrorSample, Latency, ObjectiveResult, SloReport, SteadyWindow,
     Throughput, Tokens, Window,
 };
 use crate::slo::{Slo, SloMetric, Verdict};
@@ -33,6 +33,10 @@ pub fn measure(records: &[RequestRecord], slo: Option<&Slo>, price: Option<GpuPr
     records.iter().for_each(|r| agg.add(r));
     agg.finish()
 }
+
+/// Multi-turn TTFT is kept per turn up to this index; later turns are
+/// pooled under it, so memory stays flat whatever the sessions' length.
+pub const MAX_TURN_KEPT: u32 = 32;
 
 /// The steady-state window's grid: its edges are rounded inward to it, so
 /// its tokens are counted from per-slot totals instead of every chunk's time.
@@ -70,7 +74,9 @@ pub struct Aggregator {
     e2e: Distribution,
     lag: Distribution,
     per_user: Distribution,
+    ttft_by_turn: BTreeMap<u32, Distribution>,
     tokens: Tokens,
+    cache: CacheHits,
     good_requests: u64,
     good_tokens: u64,
 }
@@ -94,7 +100,9 @@ impl Aggregator {
             e2e: Distribution::new(),
             lag: Distribution::new(),
             per_user: Distribution::new(),
+            ttft_by_turn: BTreeMap::new(),
             tokens: Tokens::default(),
+            cache: CacheHits::default(),
             good_requests: 0,
             good_tokens: 0,
         }
@@ -144,6 +152,10 @@ impl Aggregator {
     fn time(&mut self, r: &RequestRecord) {
         if let Some(v) = r.ttft_us() {
             self.ttft.record(v as f64);
+            if let Some(turn) = r.turn {
+                let d = self.ttft_by_turn.entry(turn.min(MAX_TURN_KEPT));
+                d.or_insert_with(Distribution::new).record(v as f64);
+            }
         }
         if let Some(v) = r.ttft_from_scheduled_us() {
             self.ttft_sched.record(v as f64);
@@ -177,6 +189,12 @@ impl Aggregator {
         *t.input_sources
             .entry(source_name(r.input_token_source))
             .or_insert(0) += 1;
+        if let (Some(cached), Some(prompt)) = (r.cached_tokens, r.input_tokens) {
+            let c = &mut self.cache;
+            c.requests += 1;
+            c.prompt_tokens = c.prompt_tokens.saturating_add(prompt);
+            c.cached_tokens = c.cached_tokens.saturating_add(cached.min(prompt));
+        }
         *t.output_sources
             .entry(source_name(r.output_token_source))
             .or_insert(0) += 1;
@@ -244,12 +262,21 @@ impl Aggregator {
             icl_ms: icl.summary(US_TO_MS),
             e2e_ms: self.e2e.summary(US_TO_MS),
             client_lag_ms: self.lag.summary(US_TO_MS),
+            ttft_ms_by_turn: self
+                .ttft_by_turn
+                .iter()
+                .filter_map(|(&turn, d)| Some((turn, d.summary(US_TO_MS)?)))
+                .collect(),
         };
         let mut counts = self.counts.clone();
         counts.warmup = self.warmup;
         counts.top_errors = top_errors(&self.messages);
         let mut tokens = self.tokens.clone();
         tokens.multi_token_chunks = tokens.tokens_per_chunk.keys().any(|&k| k > 1);
+        tokens.prefix_cache = (self.cache.requests > 0).then(|| CacheHits {
+            hit_rate: self.cache.cached_tokens as f64 / self.cache.prompt_tokens.max(1) as f64,
+            ..self.cache.clone()
+        });
 
         let window_s = window.duration_s;
         let rate = |x: f64| if window_s > 0.0 { x / window_s } else { 0.0 };

@@ -133,6 +133,15 @@ pub struct RequestRecord {
     pub output_token_source: Option<TokenSource>,
     /// `max_tokens` sent, when the workload asked for a length.
     pub requested_output_tokens: Option<u64>,
+    /// Prompt tokens the server found in its prefix cache, when it says
+    /// (`usage.prompt_tokens_details.cached_tokens`; the built-in engine's own count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens: Option<u64>,
+    /// Multi-turn: the session (conversation) and the turn in it, from 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
     /// HTTP status of the response, when one came.
     pub status: Option<u16>,
     /// `None` for a success.
@@ -354,6 +363,9 @@ impl RequestRecord {
             output_tokens: 0,
             output_token_source: None,
             requested_output_tokens: None,
+            cached_tokens: None,
+            session: None,
+            turn: None,
             status: None,
             error_kind: None,
             error: None,

@@ -111,6 +111,10 @@ pub struct Latency {
     pub e2e_ms: Option<Summary>,
     /// sent − scheduled: how late the client was.
     pub client_lag_ms: Option<Summary>,
+    /// Multi-turn: TTFT by turn index (0 = a session's first request); turns
+    /// from [`crate::metrics::MAX_TURN_KEPT`] on are pooled under it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ttft_ms_by_turn: BTreeMap<u32, Summary>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -178,6 +182,22 @@ pub struct Tokens {
     pub tokens_per_chunk: BTreeMap<u32, u64>,
     /// Some chunk carried more than one token: ITL is a split of chunk gaps.
     pub multi_token_chunks: bool,
+    /// Prompt tokens the server served from its prefix cache, over the
+    /// successful requests whose server said (`None`: no server said).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix_cache: Option<CacheHits>,
+}
+
+/// Prefix-cache hits as the server reported them per request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CacheHits {
+    /// Requests whose response said how many prompt tokens were cached.
+    pub requests: u64,
+    /// Their prompt tokens, and of those the cached ones.
+    pub prompt_tokens: u64,
+    pub cached_tokens: u64,
+    /// cached ÷ prompt tokens.
+    pub hit_rate: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

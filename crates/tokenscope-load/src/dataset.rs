@@ -84,6 +84,9 @@ pub struct Entry {
     pub output_tokens: Option<u64>,
     /// When it was sent, ms from the file's first entry (traces, timestamped JSONL).
     pub timestamp_ms: Option<f64>,
+    /// The conversation it is a turn of (JSONL `session_id`; a ShareGPT
+    /// conversation under `--multi-turn`).
+    pub session: Option<String>,
 }
 
 /// A loaded dataset.
@@ -94,6 +97,9 @@ pub struct Dataset {
     pub entries: Vec<Entry>,
     /// Entries the format itself says to skip (a conversation with no human turn).
     pub skipped: usize,
+    /// `--multi-turn`: each session's entries (its turns) in file order,
+    /// sessions in order of first appearance. Empty otherwise.
+    pub sessions: Vec<Vec<usize>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -128,6 +134,9 @@ pub struct Load {
     /// order, and only those within the window (s from the first) are kept,
     /// their offsets then counted from the window's start.
     pub replay: Option<(f64, f64)>,
+    /// Keep conversations whole: every ShareGPT human turn, JSONL lines
+    /// grouped by `session_id`; `sample` then counts sessions.
+    pub multi_turn: bool,
 }
 
 impl Dataset {
@@ -149,7 +158,7 @@ impl Dataset {
             what,
         };
         let (mut entries, skipped) = match format {
-            Format::Sharegpt => sharegpt(&text).map_err(|(l, w)| bad(l, w))?,
+            Format::Sharegpt => sharegpt(&text, how.multi_turn).map_err(|(l, w)| bad(l, w))?,
             Format::Jsonl => (jsonl(&text).map_err(|(l, w)| bad(l, w))?, 0),
             Format::Mooncake => (mooncake(&text).map_err(|(l, w)| bad(l, w))?, 0),
             Format::AzureTrace | Format::Burstgpt => {
@@ -163,9 +172,22 @@ impl Dataset {
             })?;
         }
         entries.retain(|e| keep(e, how));
-        if let Some(n) = how.sample {
-            sample(&mut entries, n, how.seed);
-        }
+        let whole = |what: String| DatasetError::Whole {
+            path: path.into(),
+            what,
+        };
+        let sessions = if how.multi_turn {
+            let mut sessions = group_sessions(&entries).map_err(whole)?;
+            if let Some(n) = how.sample {
+                sample(&mut sessions, n, how.seed);
+            }
+            sessions
+        } else {
+            if let Some(n) = how.sample {
+                sample(&mut entries, n, how.seed);
+            }
+            Vec::new()
+        };
         if entries.is_empty() {
             return Err(DatasetError::Whole {
                 path: path.into(),
@@ -185,6 +207,7 @@ impl Dataset {
             format,
             entries,
             skipped,
+            sessions,
         })
     }
 
@@ -208,6 +231,36 @@ impl Dataset {
     pub fn entry(&self, id: u64) -> &Entry {
         &self.entries[(id % self.entries.len() as u64) as usize]
     }
+
+    /// Session `s`'s entries (cycling past the last session).
+    pub fn session(&self, s: u64) -> &[usize] {
+        &self.sessions[(s % self.sessions.len() as u64) as usize]
+    }
+
+    /// Requests that sending every session once makes.
+    pub fn turns(&self) -> usize {
+        self.sessions.iter().map(Vec::len).sum()
+    }
+}
+
+/// Entries grouped into sessions by their `session`, in order of first appearance.
+fn group_sessions(entries: &[Entry]) -> Result<Vec<Vec<usize>>, String> {
+    let mut index = std::collections::HashMap::new();
+    let mut sessions: Vec<Vec<usize>> = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let Some(key) = &e.session else {
+            return Err(format!(
+                "--multi-turn needs conversations: entry {} has no session (ShareGPT conversations, or JSONL lines with `session_id`)",
+                i + 1
+            ));
+        };
+        let s = *index.entry(key.as_str()).or_insert_with(|| {
+            sessions.push(Vec::new());
+            sessions.len() - 1
+        });
+        sessions[s].push(i);
+    }
+    Ok(sessions)
 }
 
 /// A replay's entries: in time order, within `[from, to)` seconds of the
@@ -236,6 +289,7 @@ fn entry(prompt: Prompt, output_tokens: Option<u64>, timestamp_ms: Option<f64>) 
         prompt,
         output_tokens,
         timestamp_ms,
+        session: None,
     }
 }
 
@@ -256,7 +310,7 @@ fn keep(e: &Entry, how: &Load) -> bool {
 }
 
 /// A seeded sample without replacement, in the file's order.
-fn sample(entries: &mut Vec<Entry>, n: usize, seed: u64) {
+fn sample<T>(entries: &mut Vec<T>, n: usize, seed: u64) {
     if n >= entries.len() {
         return;
     }
@@ -302,7 +356,14 @@ pub fn detect(text: &str) -> Option<Format> {
 
 type Parsed<T> = Result<T, (usize, String)>;
 
-fn sharegpt(text: &str) -> Parsed<(Vec<Entry>, usize)> {
+/// A reply's length in the built-in tokenizer (at least 1).
+fn reply_tokens(text: &str) -> u64 {
+    crate::tokenizer::count_tokens(text)
+        .unwrap_or(text.len() as u64 / 4)
+        .max(1)
+}
+
+fn sharegpt(text: &str, multi_turn: bool) -> Parsed<(Vec<Entry>, usize)> {
     #[derive(serde::Deserialize)]
     struct Turn {
         from: String,
@@ -319,11 +380,29 @@ fn sharegpt(text: &str) -> Parsed<(Vec<Entry>, usize)> {
         )
     })?;
     let (mut entries, mut skipped) = (Vec::new(), 0);
-    for c in all {
-        let first_human = c
-            .conversations
-            .iter()
-            .position(|t| t.from == "human" || t.from == "user");
+    let is_human = |t: &Turn| t.from == "human" || t.from == "user";
+    let is_reply = |t: &Turn| t.from == "gpt" || t.from == "assistant";
+    for (n, c) in all.into_iter().enumerate() {
+        if multi_turn {
+            // Every human turn, the reply after it giving its length.
+            let before = entries.len();
+            for (i, t) in c.conversations.iter().enumerate() {
+                if !is_human(t) || t.value.is_empty() {
+                    continue;
+                }
+                let reply = c.conversations.get(i + 1).filter(|r| is_reply(r));
+                let mut e = entry(
+                    Prompt::Text(t.value.clone()),
+                    reply.map(|r| reply_tokens(&r.value)),
+                    None,
+                );
+                e.session = Some(n.to_string());
+                entries.push(e);
+            }
+            skipped += (entries.len() == before) as usize;
+            continue;
+        }
+        let first_human = c.conversations.iter().position(is_human);
         let Some(i) = first_human.filter(|&i| !c.conversations[i].value.is_empty()) else {
             skipped += 1;
             continue;
@@ -331,12 +410,8 @@ fn sharegpt(text: &str) -> Parsed<(Vec<Entry>, usize)> {
         // The first reply's length as max_tokens, as vLLM's benchmark does.
         let reply = c.conversations[i + 1..]
             .iter()
-            .find(|t| t.from == "gpt" || t.from == "assistant")
-            .map(|t| {
-                crate::tokenizer::count_tokens(&t.value)
-                    .unwrap_or(t.value.len() as u64 / 4)
-                    .max(1)
-            });
+            .find(|t| is_reply(t))
+            .map(|t| reply_tokens(&t.value));
         entries.push(entry(
             Prompt::Text(c.conversations[i].value.clone()),
             reply,
@@ -426,11 +501,23 @@ fn jsonl(text: &str) -> Parsed<Vec<Entry>> {
                     .into(),
             )),
         };
-        out.push(entry(
+        let mut e = entry(
             Prompt::Text(prompt),
             count(n, &m, &["max_tokens", "output_tokens"])?,
             timestamp(n, &m)?,
-        ));
+        );
+        e.session = match m.get("session_id") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            Some(v @ serde_json::Value::Number(_)) => Some(v.to_string()),
+            Some(v) => {
+                return Err((
+                    n,
+                    format!("`session_id` is {v}: a string or number is needed"),
+                ))
+            }
+        };
+        out.push(e);
     }
     Ok(out)
 }

@@ -14,6 +14,7 @@ pub mod probe;
 pub mod recorder;
 pub mod request;
 pub mod runner;
+pub mod session;
 pub mod sse;
 pub mod tokenizer;
 pub mod workload;

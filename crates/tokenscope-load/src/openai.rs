@@ -42,6 +42,8 @@ pub struct RequestParams<'a> {
     /// (`ignore_eos`, and `min_tokens` = `max_tokens`).
     pub ignore_eos: bool,
     pub shape: &'a Shape,
+    /// Multi-turn: the session's earlier turns, sent before `prompt`.
+    pub history: &'a [crate::session::Exchange],
 }
 
 /// What every request carries besides its prompt and length
@@ -63,19 +65,32 @@ pub fn request_body(api: Api, p: &RequestParams<'_>) -> Vec<u8> {
     let system = p.shape.system_prompt.as_deref();
     match api {
         Api::Chat => {
-            let user = json!({"role": "user", "content": p.prompt});
-            let messages = match system {
-                Some(s) => json!([{"role": "system", "content": s}, user]),
-                None => json!([user]),
-            };
-            obj.insert("messages".into(), messages);
+            let mut messages = Vec::with_capacity(2 + 2 * p.history.len());
+            if let Some(s) = system {
+                messages.push(json!({"role": "system", "content": s}));
+            }
+            for turn in p.history {
+                messages.push(json!({"role": "user", "content": turn.user}));
+                messages.push(json!({"role": "assistant", "content": turn.assistant}));
+            }
+            messages.push(json!({"role": "user", "content": p.prompt}));
+            obj.insert("messages".into(), Value::Array(messages));
         }
         Api::Completions => {
-            let prompt = match system {
-                Some(s) => json!(format!("{s}\n\n{}", p.prompt)),
-                None => json!(p.prompt),
-            };
-            obj.insert("prompt".into(), prompt);
+            // No roles: the system prompt, then each earlier turn's text and
+            // answer, one after the other, so the prompt only ever grows.
+            let mut prompt = String::new();
+            if let Some(s) = system {
+                prompt.push_str(s);
+                prompt.push_str("\n\n");
+            }
+            for turn in p.history {
+                prompt.push_str(&turn.user);
+                prompt.push_str(&turn.assistant);
+                prompt.push_str("\n\n");
+            }
+            prompt.push_str(p.prompt);
+            obj.insert("prompt".into(), json!(prompt));
         }
     }
     obj.insert("model".into(), json!(p.model));
@@ -104,6 +119,19 @@ pub struct Usage {
     pub prompt_tokens: Option<u64>,
     #[serde(default, deserialize_with = "count")]
     pub completion_tokens: Option<u64>,
+    /// `prompt_tokens_details.cached_tokens`: prompt tokens served from the
+    /// server's prefix cache (vLLM, SGLang, llama.cpp, the built-in engine).
+    #[serde(default, rename = "prompt_tokens_details", deserialize_with = "cached")]
+    pub cached_tokens: Option<u64>,
+}
+
+/// `cached_tokens` of a `prompt_tokens_details` object, as a count.
+fn cached<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let details: Option<Value> = Option::deserialize(d)?;
+    Ok(details
+        .as_ref()
+        .and_then(|d| d.get("cached_tokens"))
+        .and_then(Value::as_u64))
 }
 
 /// A token count as an integer, or a float with no fraction; else none.
@@ -296,10 +324,27 @@ mod tests {
             info.usage,
             Some(Usage {
                 prompt_tokens: Some(18),
-                completion_tokens: Some(3)
+                completion_tokens: Some(3),
+                cached_tokens: None,
             })
         );
         assert!(info.timings.is_some());
+    }
+
+    #[test]
+    fn cached_prompt_tokens_are_read_when_sent() {
+        let (info, _) = parse(
+            r#"{"choices":[],"usage":{"completion_tokens":3,"prompt_tokens":18,"prompt_tokens_details":{"cached_tokens":5}}}"#,
+        );
+        assert_eq!(info.usage.unwrap().cached_tokens, Some(5));
+        for odd in [r#"null"#, r#"{}"#, r#"{"cached_tokens":null}"#, r#""x""#] {
+            let data = format!(
+                r#"{{"choices":[],"usage":{{"completion_tokens":3,"prompt_tokens_details":{odd}}}}}"#
+            );
+            let (info, _) = parse(&data);
+            assert_eq!(info.usage.unwrap().cached_tokens, None, "{odd}");
+            assert_eq!(info.usage.unwrap().completion_tokens, Some(3), "{odd}");
+        }
     }
 
     #[test]
@@ -361,6 +406,7 @@ mod tests {
             max_tokens: Some(7),
             ignore_eos: true,
             shape: &shape,
+            history: &[],
         };
         let chat: Value = serde_json::from_slice(&request_body(Api::Chat, &p)).unwrap();
         assert_eq!(chat["messages"][0]["content"], "hi");
@@ -395,6 +441,7 @@ mod tests {
             max_tokens: None,
             ignore_eos: false,
             shape: &shape,
+            history: &[],
         };
         let chat: Value = serde_json::from_slice(&request_body(Api::Chat, &p)).unwrap();
         assert_eq!(
@@ -412,5 +459,49 @@ mod tests {
         );
         let comp: Value = serde_json::from_slice(&request_body(Api::Completions, &p)).unwrap();
         assert_eq!(comp["prompt"], "Be brief.\n\nhi");
+    }
+
+    #[test]
+    fn a_later_turn_carries_the_history_and_extends_the_last_prompt() {
+        use crate::session::Exchange;
+        let shape = Shape {
+            system_prompt: Some("S".into()),
+            ..Default::default()
+        };
+        let history = [Exchange {
+            user: "q1".into(),
+            assistant: " a1".into(),
+        }];
+        let p = RequestParams {
+            model: "m",
+            prompt: "q2",
+            max_tokens: None,
+            ignore_eos: false,
+            shape: &shape,
+            history: &history,
+        };
+        let chat: Value = serde_json::from_slice(&request_body(Api::Chat, &p)).unwrap();
+        let roles: Vec<_> = chat["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                format!(
+                    "{}:{}",
+                    m["role"].as_str().unwrap(),
+                    m["content"].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(roles, ["system:S", "user:q1", "assistant: a1", "user:q2"]);
+        let first = RequestParams {
+            prompt: "q1",
+            history: &[],
+            ..p.clone()
+        };
+        let a: Value = serde_json::from_slice(&request_body(Api::Completions, &first)).unwrap();
+        let b: Value = serde_json::from_slice(&request_body(Api::Completions, &p)).unwrap();
+        let (a, b) = (a["prompt"].as_str().unwrap(), b["prompt"].as_str().unwrap());
+        assert!(b.starts_with(a), "`{b}` extends `{a}`");
     }
 }

@@ -6,6 +6,7 @@
 
 use crate::clock::Clock;
 use crate::openai::{self, Api, RequestParams, Usage};
+use crate::session::Exchange;
 use crate::sse::SseParser;
 use crate::tokenizer;
 use crate::workload::PromptSpec;
@@ -49,6 +50,8 @@ pub struct Ticket {
     pub scheduled_at_us: u64,
     pub warmup: bool,
     pub waited_for_slot: bool,
+    /// Multi-turn: (session, turn).
+    pub turn: Option<(u64, u32)>,
 }
 
 /// The state of one stream while it is read.
@@ -110,17 +113,19 @@ fn count_new(streamed: &AtomicU64, arrived: usize) {
     }
 }
 
-/// Sends one request and follows its stream to the end, a failure, or cancellation.
-/// Never panics and always returns a record. `streamed` counts the
-/// content chunks as they arrive (once per network read, for the live view).
+/// Sends one request and follows its stream to the end, a failure, or
+/// cancellation. Never panics; always returns a record, and the answer's
+/// text (what a next turn carries). `history` is the session's earlier
+/// turns (empty for a single request). `streamed` counts the content
+/// chunks as they arrive (once per network read, for the live view).
 pub async fn execute(
     target: &Target,
     clock: &Clock,
     ticket: Ticket,
-    spec: &PromptSpec,
+    (spec, history): (&PromptSpec, &[Exchange]),
     cancel: &CancellationToken,
     streamed: &AtomicU64,
-) -> RequestRecord {
+) -> (RequestRecord, String) {
     let body = openai::request_body(
         target.api,
         &RequestParams {
@@ -129,6 +134,7 @@ pub async fn execute(
             max_tokens: spec.max_tokens,
             ignore_eos: target.ignore_eos,
             shape: &target.shape,
+            history,
         },
     );
     let mut rec = RequestRecord {
@@ -137,6 +143,8 @@ pub async fn execute(
         input_token_source: Some(TokenSource::Tokenizer),
         requested_output_tokens: spec.max_tokens,
         waited_for_slot: ticket.waited_for_slot,
+        session: ticket.turn.map(|t| t.0),
+        turn: ticket.turn.map(|t| t.1),
         ..RequestRecord::sent(ticket.id, ticket.scheduled_at_us, 0)
     };
     let body = bytes::Bytes::from(body);
@@ -295,7 +303,7 @@ pub async fn execute(
         return settle(rec, stream);
     }
     match tokio::task::spawn_blocking(move || settle(rec, stream)).await {
-        Ok(rec) => rec,
+        Ok(settled) => settled,
         Err(e) => match e.try_into_panic() {
             Ok(panic) => std::panic::resume_unwind(panic),
             Err(_) => panic!("counting the answer's tokens was cancelled"),
@@ -303,8 +311,9 @@ pub async fn execute(
     }
 }
 
-/// Turns the stream into the record: failure or success, token counts and their sources.
-fn settle(mut rec: RequestRecord, mut s: Stream) -> RequestRecord {
+/// Turns the stream into the record — failure or success, token counts and
+/// their sources — and the answer's text.
+fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
     rec.first_token_at_us = s.chunks.first().map(Chunk::at_us);
     rec.finish_reason = s.finish_reason.take();
     rec.server_timings = s.timings.take();
@@ -332,6 +341,10 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> RequestRecord {
         rec.input_tokens = Some(p);
         rec.input_token_source = Some(TokenSource::ServerUsage);
     }
+    rec.cached_tokens = s.usage.and_then(|u| u.cached_tokens).or_else(|| {
+        // llama.cpp's own timings say it too (`cache_n`).
+        rec.server_timings.as_ref()?.get("cache_n")?.as_u64()
+    });
     let (total, source) = match s.usage.and_then(|u| u.completion_tokens) {
         Some(n) if s.failure.is_none() => (n, TokenSource::ServerUsage),
         _ => match tokenizer::count_tokens(&s.text).filter(|_| s.failure.is_none()) {
@@ -351,7 +364,7 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> RequestRecord {
         rec.error_kind = Some(kind);
         rec.error = Some(msg);
     }
-    rec
+    (rec, s.text)
 }
 
 /// Prompt sizes past this are not real (the largest context windows hold ~10M).
@@ -422,11 +435,17 @@ fn split_tokens(chunks: &mut [Chunk], chunk_usage: &[u64], total: u64) {
     }
 }
 
-fn fail(mut rec: RequestRecord, clock: &Clock, kind: ErrorKind, msg: String) -> RequestRecord {
+/// A request that failed before any stream: its record, and no answer.
+fn fail(
+    mut rec: RequestRecord,
+    clock: &Clock,
+    kind: ErrorKind,
+    msg: String,
+) -> (RequestRecord, String) {
     rec.done_at_us = clock.now_us();
     rec.error_kind = Some(kind);
     rec.error = Some(msg);
-    rec
+    (rec, String::new())
 }
 
 /// The connection closed (or was reset) before any byte of a response came.

@@ -7,7 +7,8 @@ use crate::arrival::{LoadPattern, Schedule};
 use crate::clock::Clock;
 use crate::recorder::RecordSink;
 use crate::request::{execute, Target, Ticket};
-use crate::workload::Workload;
+use crate::session::Exchange;
+use crate::workload::{PromptSpec, Workload};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,13 +33,34 @@ pub struct RunPlan {
     pub workload: Workload,
     /// Seeds the arrival process (the workload has its own).
     pub seed: u64,
+    /// Multi-turn: start at most this many sessions (a dataset's sessions
+    /// each once); `requests` and `duration` still bound the run.
+    pub sessions: Option<u64>,
 }
 
 impl RunPlan {
     fn total(&self) -> Option<u64> {
         self.requests.map(|n| n + self.warmup)
     }
+
+    fn multi_turn(&self) -> bool {
+        self.workload.multi_turn.is_some()
+    }
 }
+
+/// What a finished request tells the session it is a turn of.
+struct Outcome {
+    /// When it was done (µs on the run's clock): a closed loop's slot came free then.
+    done_at_us: u64,
+    /// The whole prompt's tokens and the answer's (the next turn's context).
+    prompt_tokens: u64,
+    output_tokens: u64,
+    /// The answer's text, when the request succeeded.
+    answer: Option<String>,
+}
+
+/// One request: its ticket, and for a session's turn the user message and the history.
+type Turn<'a> = Option<(PromptSpec, &'a [Exchange])>;
 
 /// Live counters for progress displays.
 #[derive(Debug, Default)]
@@ -154,9 +176,9 @@ impl Runner {
     }
 
     /// One request, recorded whatever happens: a panic in its task (a bug
-    /// of ours) is caught and recorded as an `internal` error. Returns when
-    /// it was done (µs on the run's clock): a closed loop's slot came free then.
-    async fn one(&self, plan: &RunPlan, ticket: Ticket) -> u64 {
+    /// of ours) is caught and recorded as an `internal` error. `turn`: a
+    /// session's turn (else the workload's request `ticket.id`).
+    async fn one(&self, plan: &RunPlan, ticket: Ticket, turn: Turn<'_>) -> Outcome {
         use futures_util::FutureExt;
         self.progress.sent.fetch_add(1, Ordering::Relaxed);
         let (id, scheduled, warmup) = (ticket.id, ticket.scheduled_at_us, ticket.warmup);
@@ -164,19 +186,22 @@ impl Runner {
             if self.panic_at == Some(ticket.id) {
                 panic!("injected by TOKENSCOPE_FAULT_PANIC_REQUEST");
             }
-            let spec = plan.workload.request(ticket.id);
+            let (spec, history) = match turn {
+                Some((spec, history)) => (spec, history),
+                None => (plan.workload.request(ticket.id), &[][..]),
+            };
             execute(
                 &self.target,
                 &self.clock,
                 ticket,
-                &spec,
+                (&spec, history),
                 &self.cancel,
                 &self.progress.streamed_chunks,
             )
             .await
         };
-        let rec = match std::panic::AssertUnwindSafe(attempt).catch_unwind().await {
-            Ok(rec) => rec,
+        let (mut rec, answer) = match std::panic::AssertUnwindSafe(attempt).catch_unwind().await {
+            Ok(settled) => settled,
             Err(panic) => {
                 let why = panic
                     .downcast_ref::<&str>()
@@ -187,13 +212,79 @@ impl Runner {
                 rec.warmup = warmup;
                 rec.error_kind = Some(ErrorKind::Internal);
                 rec.error = Some(format!("internal error in tokenscope: {why}"));
-                rec
+                (rec, String::new())
             }
         };
+        if let Some((s, t)) = ticket.turn {
+            (rec.session, rec.turn) = (Some(s), Some(t));
+        }
         self.progress.finished(&rec);
-        let done = rec.done_at_us;
+        let outcome = Outcome {
+            done_at_us: rec.done_at_us,
+            prompt_tokens: rec.input_tokens.unwrap_or(0),
+            output_tokens: rec.output_tokens,
+            answer: rec.succeeded().then_some(answer),
+        };
         self.sink.record(rec);
-        done
+        outcome
+    }
+
+    /// Session `s`, turn by turn from `intended` (µs): each turn carries the
+    /// answers so far and leaves a think time after the last answer. Ends
+    /// after its last turn, a failed turn (the conversation cannot go on),
+    /// the request budget, the deadline or cancellation. Returns when its
+    /// last turn was done.
+    async fn session(
+        &self,
+        plan: &RunPlan,
+        s: u64,
+        next_id: &AtomicU64,
+        mut intended: u64,
+        deadline: Option<Instant>,
+    ) -> u64 {
+        use rand::SeedableRng;
+        let w = &plan.workload;
+        let think = w
+            .multi_turn
+            .as_ref()
+            .map(|m| m.think_time)
+            .unwrap_or_default();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(plan.seed ^ s.rotate_left(32));
+        let mut history: Vec<Exchange> = Vec::new();
+        let mut context = 0u64; // tokens of the history as the server counted them
+        for k in 0..w.session_turns(s) {
+            if k > 0 {
+                let at = self.clock.at(Duration::from_micros(intended));
+                tokio::select! {
+                    _ = self.cancel.cancelled() => break,
+                    _ = tokio::time::sleep_until(at.into()) => {}
+                }
+            }
+            if self.cancel.is_cancelled() || deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
+            let id = next_id.fetch_add(1, Ordering::Relaxed);
+            if plan.total().is_some_and(|t| id >= t) {
+                break;
+            }
+            let mut spec = w.turn(s, k);
+            let user = spec.prompt.clone();
+            spec.input_tokens += context;
+            let ticket = Ticket {
+                id,
+                scheduled_at_us: intended,
+                warmup: id < plan.warmup,
+                waited_for_slot: false,
+                turn: Some((s, k)),
+            };
+            let out = self.one(plan, ticket, Some((spec, &history))).await;
+            intended = out.done_at_us;
+            let Some(assistant) = out.answer else { break };
+            context = out.prompt_tokens + out.output_tokens;
+            history.push(Exchange { user, assistant });
+            intended += think.sample(&mut rng).as_micros() as u64;
+        }
+        intended
     }
 
     async fn closed(
@@ -203,9 +294,11 @@ impl Runner {
         deadline: Option<Instant>,
     ) {
         let next = Arc::new(AtomicU64::new(0));
+        let next_session = Arc::new(AtomicU64::new(0));
         let mut workers = JoinSet::new();
         for worker in 0..concurrency {
             let (me, next, plan) = (self.clone(), next.clone(), plan.clone());
+            let next_session = next_session.clone();
             let ramp = plan
                 .ramp_up
                 .map(|r| r.mul_f64(worker as f64 / concurrency as f64));
@@ -225,6 +318,18 @@ impl Runner {
                     if me.cancel.is_cancelled() || deadline.is_some_and(|d| Instant::now() >= d) {
                         break;
                     }
+                    if plan.multi_turn() {
+                        // A worker is a user: one session after another.
+                        let s = next_session.fetch_add(1, Ordering::Relaxed);
+                        let budget_left = plan
+                            .total()
+                            .is_none_or(|t| next.load(Ordering::Relaxed) < t);
+                        if plan.sessions.is_some_and(|n| s >= n) || !budget_left {
+                            break;
+                        }
+                        intended = me.session(&plan, s, &next, intended, deadline).await;
+                        continue;
+                    }
                     let id = next.fetch_add(1, Ordering::Relaxed);
                     if plan.total().is_some_and(|t| id >= t) {
                         break;
@@ -234,8 +339,9 @@ impl Runner {
                         scheduled_at_us: intended,
                         warmup: id < plan.warmup,
                         waited_for_slot: false,
+                        turn: None,
                     };
-                    intended = me.one(&plan, ticket).await;
+                    intended = me.one(&plan, ticket, None).await.done_at_us;
                 }
             });
         }
@@ -250,7 +356,14 @@ impl Runner {
         deadline: Option<Instant>,
     ) {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Duration)>();
-        let (total, origin, cancel) = (plan.total(), self.clock.origin(), self.cancel.clone());
+        // Multi-turn: an arrival starts a session, and the sessions' turns
+        // take request ids as they go.
+        let arrivals_cap = match plan.multi_turn() {
+            true => plan.sessions,
+            false => plan.total(),
+        };
+        let next_id = Arc::new(AtomicU64::new(0));
+        let (total, origin, cancel) = (arrivals_cap, self.clock.origin(), self.cancel.clone());
         let arrivals = std::thread::Builder::new()
             .name("ts-arrival".into())
             .spawn(move || {
@@ -287,6 +400,13 @@ impl Runner {
                 n = rx.recv() => n,
             };
             let Some((id, offset)) = next else { break };
+            if plan.multi_turn()
+                && plan
+                    .total()
+                    .is_some_and(|t| next_id.load(Ordering::Relaxed) >= t)
+            {
+                break; // the sessions so far used up the request budget
+            }
             let (permit, waited) = match &slots {
                 None => (None, false),
                 Some(sem) => match sem.clone().try_acquire_owned() {
@@ -301,16 +421,26 @@ impl Runner {
                     }
                 },
             };
+            let (me, plan, next_id) = (self.clone(), plan.clone(), next_id.clone());
+            let at_us = offset.as_micros() as u64;
+            if plan.multi_turn() {
+                tasks.spawn(async move {
+                    let _slot = permit;
+                    me.session(&plan, id, &next_id, at_us, deadline).await;
+                });
+                while tasks.try_join_next().is_some() {}
+                continue;
+            }
             let ticket = Ticket {
                 id,
-                scheduled_at_us: offset.as_micros() as u64,
+                scheduled_at_us: at_us,
                 warmup: id < plan.warmup,
                 waited_for_slot: waited,
+                turn: None,
             };
-            let (me, plan) = (self.clone(), plan.clone());
             tasks.spawn(async move {
                 let _slot = permit;
-                me.one(&plan, ticket).await;
+                me.one(&plan, ticket, None).await;
             });
             // Reap finished tasks so a long run does not hold them all.
             while tasks.try_join_next().is_some() {}

@@ -149,6 +149,13 @@ pub struct Workload {
     /// Prompts (or recorded lengths) from a file: request `id` sends entry
     /// `id` (cycling past the end); its output length wins over `output`.
     pub dataset: Option<std::sync::Arc<crate::dataset::Dataset>>,
+    /// Agentic loads: the shared prefix is one of this many (system prompts,
+    /// tool contexts), each request's drawn with Zipf popularity (exponent
+    /// `prefix_zipf`: group 1 the most used). 1: one prefix for all.
+    pub prefix_groups: u32,
+    pub prefix_zipf: f64,
+    /// `--multi-turn`: requests come in sessions.
+    pub multi_turn: Option<crate::session::MultiTurn>,
 }
 
 /// One request's prompt and length.
@@ -181,9 +188,74 @@ impl Workload {
         self.dataset.as_ref().map(|d| d.len() as u64)
     }
 
-    /// The shared prefix's identity: equal for every request of this workload.
-    pub fn prefix_key(&self) -> u64 {
-        mix(self.seed)
+    /// The identity of the shared prefix request `id` starts with (a
+    /// session's first turn: `id` is the session): its group's. Equal keys,
+    /// equal prefixes.
+    pub fn prefix_key(&self, id: u64) -> u64 {
+        mix(self.seed ^ self.prefix_group(id))
+    }
+
+    /// Request `id`'s prefix group, 0-based (0 when there is one group).
+    pub fn prefix_group(&self, id: u64) -> u64 {
+        if self.prefix_groups <= 1 {
+            return 0;
+        }
+        let mut rng = StdRng::seed_from_u64(mix(self.seed ^ mix(id) ^ 0x7072_6566));
+        rand_distr::Zipf::new(self.prefix_groups as f64, self.prefix_zipf)
+            .map_or(0, |z| z.sample(&mut rng) as u64 - 1)
+    }
+
+    /// How many sessions the dataset holds (`None`: no dataset sessions).
+    pub fn dataset_sessions(&self) -> Option<u64> {
+        let d = self.dataset.as_ref()?;
+        (!d.sessions.is_empty()).then_some(d.sessions.len() as u64)
+    }
+
+    /// How many turns session `s` has.
+    pub fn session_turns(&self, s: u64) -> u32 {
+        if let Some(d) = self.dataset.as_ref().filter(|d| !d.sessions.is_empty()) {
+            return d.session(s).len() as u32;
+        }
+        let turns = self
+            .multi_turn
+            .as_ref()
+            .map_or(LengthSpec::Fixed(1), |m| m.turns);
+        let mut rng = StdRng::seed_from_u64(mix(self.seed ^ mix(s) ^ 0x7475_726e));
+        turns.sample(&mut rng).min(u32::MAX as u64) as u32
+    }
+
+    /// The user message of turn `k` of session `s` and its lengths (the
+    /// history is not in it: the runner carries the server's answers). Only
+    /// a session's first turn starts with the shared prefix.
+    pub fn turn(&self, s: u64, k: u32) -> PromptSpec {
+        if let Some(d) = self.dataset.as_ref().filter(|d| !d.sessions.is_empty()) {
+            let e = &d.entries[d.session(s)[k as usize]];
+            let mut rng = StdRng::seed_from_u64(mix(self.seed ^ mix(s) ^ k as u64));
+            let max_tokens = e.output_tokens.or(self.output.map(|o| o.sample(&mut rng)));
+            let prompt = match &e.prompt {
+                crate::dataset::Prompt::Text(t) => t.clone(),
+                _ => self.unique_words(mix(s) ^ k as u64, e.input_tokens, &mut rng),
+            };
+            return PromptSpec {
+                prompt,
+                input_tokens: e.input_tokens,
+                max_tokens,
+            };
+        }
+        let key = mix(mix(s) ^ (k as u64 + 1));
+        let mut rng = StdRng::seed_from_u64(mix(self.seed ^ key));
+        let input_tokens = self.input.sample(&mut rng);
+        let max_tokens = self.output.map(|o| o.sample(&mut rng));
+        let prompt = if k == 0 {
+            self.synthetic(s, input_tokens, &mut rng)
+        } else {
+            self.unique_words(key, input_tokens, &mut rng)
+        };
+        PromptSpec {
+            prompt,
+            input_tokens,
+            max_tokens,
+        }
     }
 
     fn draw_lengths(&self, id: u64) -> (StdRng, u64, Option<u64>) {
@@ -232,12 +304,19 @@ impl Workload {
     /// `id` (so no two prompts share more), then words drawn from `rng`.
     fn synthetic(&self, id: u64, input_tokens: u64, rng: &mut StdRng) -> String {
         let mut prompt = String::with_capacity(input_tokens as usize * 7);
-        let mut shared = StdRng::seed_from_u64(mix(self.seed));
+        let mut shared = StdRng::seed_from_u64(self.prefix_key(id));
         let prefix = self.shared_prefix.min(input_tokens);
         for _ in 0..prefix {
             prompt.push_str(WORDS[shared.random_range(0..WORDS.len())]);
         }
-        let mut left = input_tokens - prefix;
+        prompt.push_str(&self.unique_words(id, input_tokens - prefix, rng));
+        prompt
+    }
+
+    /// `n` one-token words, the first few encoding `id` so no two such runs share a prefix.
+    fn unique_words(&self, id: u64, n: u64, rng: &mut StdRng) -> String {
+        let mut prompt = String::with_capacity(n as usize * 7);
+        let mut left = n;
         let mut digits = id;
         for _ in 0..ID_WORDS.min(left as usize) {
             prompt.push_str(WORDS[(digits % WORDS.len() as u64) as usize]);
@@ -334,6 +413,9 @@ mod tests {
             seed: 7,
             shared_prefix,
             dataset: None,
+            prefix_groups: 1,
+            prefix_zipf: 1.0,
+            multi_turn: None,
         }
     }
 

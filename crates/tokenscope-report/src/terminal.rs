@@ -143,6 +143,7 @@ pub fn summary(r: &RunResults) -> String {
         let from_schedule = marked("TTFT from schedule", "ttft_from_scheduled", &tainted);
         row(&mut out, &from_schedule, l.ttft_from_scheduled_ms.as_ref());
     }
+    turn_rows(&mut out, &l.ttft_ms_by_turn);
     if !tainted.is_empty() {
         let _ = writeln!(
             out,
@@ -276,6 +277,7 @@ pub fn summary(r: &RunResults) -> String {
             let _ = writeln!(out, "  KV cache                not exposed by the server");
         }
     }
+    prefix_cache_line(&mut out, r);
     if let (Some(cpu), Some(per_tok)) = (r.client.cpu_cores, r.client.cpu_us_per_output_token) {
         let _ = writeln!(
             out,
@@ -352,6 +354,48 @@ fn slo_lines(out: &mut String, slo: &SloReport, requests: u64) {
         }
     }
     let _ = writeln!(out, "  good requests: {} of {requests}", slo.good_requests);
+}
+
+/// Multi-turn: TTFT by turn, the first eight turns and the pooled rest.
+fn turn_rows(out: &mut String, by_turn: &std::collections::BTreeMap<u32, Summary>) {
+    let last = tokenscope_core::metrics::MAX_TURN_KEPT;
+    for (turn, summary) in by_turn.iter().take(8) {
+        let more = if *turn == last { "+" } else { "" };
+        row(out, &format!("TTFT turn {turn}{more}"), Some(summary));
+    }
+    if by_turn.len() > 8 {
+        let _ = writeln!(
+            out,
+            "  (TTFT of every turn in results.json: latency.ttft_ms_by_turn)"
+        );
+    }
+}
+
+/// The prefix cache's hits: as the server said per request, and from its metrics.
+fn prefix_cache_line(out: &mut String, r: &RunResults) {
+    let server = r
+        .server
+        .metrics
+        .as_ref()
+        .and_then(|m| m["prefix_cache_hit_rate"].as_f64());
+    let per_request = r.tokens.prefix_cache.as_ref();
+    if per_request.is_none() && server.is_none() {
+        return;
+    }
+    let mut line = match per_request {
+        Some(c) => format!(
+            "{:.1} % of prompt tokens cached ({} of {} tokens, {} requests said)",
+            c.hit_rate * 100.0,
+            c.cached_tokens,
+            c.prompt_tokens,
+            c.requests
+        ),
+        None => "the responses did not say".into(),
+    };
+    if let Some(h) = server {
+        let _ = write!(line, "; server metrics {:.1} %", h * 100.0);
+    }
+    let _ = writeln!(out, "  prefix cache            {line}");
 }
 
 /// The server's own figures, under a heading only when there is one.

@@ -29,19 +29,23 @@ pub struct Ask {
     pub continuous_usage: bool,
 }
 
+/// The prompt's whitespace-separated words in order (every message's, for
+/// chat): what the servers count as tokens and the engine's prefix cache hashes.
+pub fn prompt_words(body: &Value, is_chat: bool) -> Box<dyn Iterator<Item = &str> + '_> {
+    fn words(v: &Value) -> std::str::SplitWhitespace<'_> {
+        v.as_str().unwrap_or("").split_whitespace()
+    }
+    if is_chat {
+        let messages = body["messages"].as_array().map_or(&[][..], Vec::as_slice);
+        Box::new(messages.iter().flat_map(|m| words(&m["content"])))
+    } else {
+        Box::new(words(&body["prompt"]))
+    }
+}
+
 impl Ask {
     pub fn read(body: &Value, is_chat: bool) -> Ask {
-        let words = |v: &Value| {
-            v.as_str()
-                .map_or(0, |s| s.split_whitespace().count() as u64)
-        };
-        let prompt_tokens = if is_chat {
-            body["messages"]
-                .as_array()
-                .map_or(0, |m| m.iter().map(|m| words(&m["content"])).sum())
-        } else {
-            words(&body["prompt"])
-        };
+        let prompt_tokens = prompt_words(body, is_chat).count() as u64;
         let opts = &body["stream_options"];
         Ask {
             prompt_tokens,
@@ -62,6 +66,8 @@ pub struct Writer {
     id: String,
     model_json: String,
     prompt_tokens: u64,
+    /// Prompt tokens found in the prefix cache, once the engine has said.
+    cached_tokens: Option<u64>,
 }
 
 impl Writer {
@@ -79,12 +85,22 @@ impl Writer {
             id: format!("{kind}-{server}-{n}"),
             model_json: model_json.into(),
             prompt_tokens,
+            cached_tokens: None,
         }
     }
 
+    /// The usage that follows carries `prompt_tokens_details.cached_tokens`.
+    pub fn set_cached_tokens(&mut self, n: u64) {
+        self.cached_tokens = Some(n);
+    }
+
     fn usage_json(&self, completion: u64) -> String {
+        let details = self
+            .cached_tokens
+            .map(|c| format!(r#","prompt_tokens_details":{{"cached_tokens":{c}}}"#))
+            .unwrap_or_default();
         format!(
-            r#"{{"prompt_tokens":{},"completion_tokens":{completion},"total_tokens":{}}}"#,
+            r#"{{"prompt_tokens":{},"completion_tokens":{completion},"total_tokens":{}{details}}}"#,
             self.prompt_tokens,
             self.prompt_tokens + completion
         )
@@ -164,8 +180,8 @@ impl Writer {
             "object": if self.is_chat { "chat.completion" } else { "text_completion" },
             "model": model,
             "choices": [choice],
-            "usage": {"prompt_tokens": self.prompt_tokens, "completion_tokens": completion,
-                      "total_tokens": self.prompt_tokens + completion},
+            "usage": serde_json::from_str::<Value>(&self.usage_json(completion))
+                .expect("usage_json writes JSON"),
         })
     }
 }

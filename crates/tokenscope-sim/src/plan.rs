@@ -2,6 +2,7 @@
 //! step completions — so an hour of traffic takes a second. The output is the
 //! same per-request records a real run writes, plus the engine's time series.
 
+use crate::engine::kv::{self, Unit};
 use crate::engine::scheduler::Seq;
 use crate::engine::{Engine, EngineConfig, EngineState};
 use serde::Serialize;
@@ -141,7 +142,9 @@ pub fn simulate_into(
     let deadline_us = load.duration_s.map(us);
     let allowed =
         |id: u64, at_us: u64| total.is_none_or(|t| id < t) && deadline_us.is_none_or(|d| at_us < d);
-    let prefix_key = load.workload.prefix_key();
+    let block_size = engine.scheduler.kv.block_size;
+    // The shared prefixes' units, one list per prefix group, made once.
+    let mut shared: std::collections::HashMap<u64, std::sync::Arc<[Unit]>> = Default::default();
 
     let mut arrivals = Arrivals {
         heap: BinaryHeap::new(),
@@ -209,10 +212,17 @@ pub fn simulate_into(
             };
             let max_output = output.unwrap_or(256) as u32;
             let mut seq = Seq::new(id, input as u32, max_output, at as f64 / 1e6);
-            if load.workload.shared_prefix > 0 {
-                seq.prefix_key = prefix_key;
-                seq.prefix_tokens = load.workload.shared_prefix as u32;
-            }
+            seq.units = match trace_blocks(&load.workload, id) {
+                Some(hash_ids) => mooncake_units(hash_ids, input, block_size).into(),
+                None => {
+                    let key = load.workload.prefix_key(id);
+                    let prefix = load.workload.shared_prefix;
+                    let units = shared
+                        .entry(key)
+                        .or_insert_with(|| kv::shared_prefix_units(key, prefix, block_size).into());
+                    units.clone()
+                }
+            };
             engine.add(seq);
             let mut rec = new_record(id, id < load.warmup, sent, input, max_output);
             rec.first_byte_at_us = Some(sent + 2 * delay);
@@ -229,7 +239,7 @@ pub fn simulate_into(
         }
         let (dt, work) = engine.begin_step(t);
         let t_end = t + dt.max(1e-6);
-        let result = engine.end_step(t_end, work);
+        let result = engine.end_step(work);
         steps += 1;
         busy += t_end - t;
         let at = us(t_end) + delay; // when the client has it
@@ -288,6 +298,45 @@ pub fn simulate_into(
     Ok((samples, summary))
 }
 
+/// The Mooncake `hash_ids` of request `id`, when the workload is such a trace.
+fn trace_blocks(workload: &Workload, id: u64) -> Option<&[u64]> {
+    use tokenscope_load::dataset::Prompt;
+    match &workload.dataset.as_ref()?.entry(id).prompt {
+        Prompt::Blocks { hash_ids, .. } => Some(hash_ids),
+        _ => None,
+    }
+}
+
+/// A Mooncake prompt as the prefix cache knows it: one unit per whole
+/// 512-token block, keyed by the chain of hash ids up to it (equal chains,
+/// equal prompts: `bench` builds block `h` from `h` alone), then the whole
+/// engine blocks of a last, partial one. Reuse is thus found per 512-token
+/// block where the engine finds it per 16-token block; the two differ only
+/// for a partial block met again whole (counted a miss here).
+pub fn mooncake_units(hash_ids: &[u64], input: u64, block_size: u32) -> Vec<Unit> {
+    use tokenscope_load::dataset::MOONCAKE_BLOCK;
+    let mut units = Vec::with_capacity(hash_ids.len());
+    let (mut key, mut left) = (0u64, input);
+    for &h in hash_ids {
+        key = kv::chain(key, h);
+        let tokens = left.min(MOONCAKE_BLOCK);
+        let whole = (tokens as u32 / block_size) * block_size;
+        if whole == 0 {
+            break;
+        }
+        if tokens < MOONCAKE_BLOCK {
+            units.push(Unit {
+                key: kv::chain(key, 0x7061_7274 ^ whole as u64),
+                tokens: whole,
+            });
+            break;
+        }
+        units.push(Unit { key, tokens: whole });
+        left -= tokens;
+    }
+    units
+}
+
 fn new_record(id: u64, warmup: bool, at_us: u64, input: u64, max_output: u32) -> RequestRecord {
     RequestRecord {
         warmup,
@@ -307,6 +356,7 @@ fn new_record(id: u64, warmup: bool, at_us: u64, input: u64, max_output: u32) ->
 fn settle(rec: &mut RequestRecord, seq: &Seq, delay_us: u64) {
     rec.first_token_at_us = rec.chunks.first().map(Chunk::at_us);
     rec.output_tokens = rec.chunks.len() as u64;
+    rec.cached_tokens = seq.cached_tokens.map(u64::from);
     let first_scheduled = seq.first_scheduled_at.unwrap_or(seq.arrived_at);
     rec.server_timings = Some(serde_json::json!({
         "queue_ms": seq.queue_time * 1e3,

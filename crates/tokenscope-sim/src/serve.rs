@@ -7,6 +7,7 @@
 //! hands each request its token. A request whose client is gone is aborted and
 //! its KV blocks freed, as vLLM does.
 
+use crate::engine::kv;
 use crate::engine::scheduler::Seq;
 use crate::engine::{Engine, EngineConfig, EngineState};
 use crate::faults::{Fault, Faults};
@@ -120,6 +121,7 @@ struct Shared {
     options: ServeOptions,
     config: EngineConfig,
     kv_blocks: u64,
+    kv_block_size: u32,
     model_json: String,
 }
 
@@ -141,6 +143,7 @@ impl EngineServer {
     ) -> Result<EngineServer, String> {
         let engine = Engine::new(config.clone())?;
         let kv_blocks = engine.scheduler.kv.total_blocks;
+        let kv_block_size = engine.scheduler.kv.block_size;
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
@@ -156,6 +159,7 @@ impl EngineServer {
             options,
             config,
             kv_blocks,
+            kv_block_size,
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
@@ -248,7 +252,7 @@ async fn run_engine(
         timer::sleep_until(end).await;
         previous_end = Some(end);
         let now = Instant::now();
-        let result = engine.end_step(secs(now), work);
+        let result = engine.end_step(work);
 
         let mut m = metrics.lock().unwrap_or_else(|p| p.into_inner());
         m.iteration_tokens.observe(work.tokens as f64);
@@ -273,6 +277,7 @@ async fn run_engine(
                     .expect("done requests are finished");
                 let scheduled = seq.first_scheduled_at.unwrap_or(seq.arrived_at);
                 Event::Done(json!({
+                    "cache_n": seq.cached_tokens.unwrap_or(0),
                     "queue_ms": seq.queue_time * 1e3,
                     "prefill_ms": ((secs(l.first.unwrap_or(now)) - scheduled) * 1e3).max(0.0),
                     "preemptions": seq.preemptions,
@@ -308,7 +313,7 @@ async fn run_engine(
         live.retain(|id, l| {
             let closed = l.events.is_closed() || gone.contains(id);
             if closed {
-                engine.abort(*id, secs(now));
+                engine.abort(*id);
                 m.finished_abort += 1;
             }
             !closed
@@ -503,7 +508,15 @@ async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
         ));
     }
     let (events, mut rx) = mpsc::unbounded_channel();
-    let seq = Seq::new(id, prompt as u32, max_tokens as u32, 0.0);
+    let mut seq = Seq::new(id, prompt as u32, max_tokens as u32, 0.0);
+    if s.config.prefix_caching {
+        // The answer is known ahead (its words are fixed), so the blocks it
+        // fills are cached too, as vLLM caches every full block: a next turn
+        // that carries it back finds them.
+        let answer = openai::text(0, max_tokens);
+        let words = openai::prompt_words(&body, is_chat).chain(answer.split_whitespace());
+        seq.units = kv::word_units(words, s.kv_block_size).into();
+    }
     if s.submit
         .send(Submit {
             seq,
@@ -514,12 +527,13 @@ async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
     {
         return (StatusCode::SERVICE_UNAVAILABLE, "engine stopped").into_response();
     }
-    let writer = Writer::new(is_chat, "sim", id, &s.model_json, prompt);
+    let mut writer = Writer::new(is_chat, "sim", id, &s.model_json, prompt);
     if !ask.stream {
         let mut n = 0;
         while let Some(ev) = rx.recv().await {
             n += 1;
-            if let Event::Done(_) = ev {
+            if let Event::Done(timings) = ev {
+                writer.set_cached_tokens(timings["cache_n"].as_u64().unwrap_or(0));
                 break;
             }
         }
@@ -593,6 +607,9 @@ impl StreamState {
                     self.sent += 1;
                     if let Event::Done(timings) = ev {
                         self.phase = Phase::Usage;
+                        if let Some(cached) = timings["cache_n"].as_u64() {
+                            self.writer.set_cached_tokens(cached);
+                        }
                         let mut both = token.to_vec();
                         both.extend_from_slice(&self.writer.finish(&timings));
                         return Some(Ok(Bytes::from(both)));

@@ -199,12 +199,12 @@ fn d_a_long_prefill_raises_the_itl_of_requests_decoding_beside_it() {
     for _ in 0..20 {
         let (dt, w) = engine.begin_step(t);
         t += dt;
-        engine.end_step(t, w);
+        engine.end_step(w);
         decode_step = dt;
     }
     engine.add(Seq::new(99, 8000, 10, t));
     let (dt, w) = engine.begin_step(t);
-    let r = engine.end_step(t + dt, w);
+    let r = engine.end_step(w);
     let decoders = r.emitted.iter().filter(|(id, _, _)| *id < 8).count();
     eprintln!(
         "decode step {:.2} ms; with an 8000-token prefill chunk {:.2} ms",

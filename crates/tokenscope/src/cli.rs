@@ -602,6 +602,37 @@ pub struct LoadArgs {
     /// The first N prompt tokens are the same for every request (prefix caching on purpose).
     #[arg(long, default_value_t = 0)]
     pub shared_prefix: u64,
+    /// Agentic loads: N different shared prefixes (system prompts, tool
+    /// contexts) of --shared-prefix tokens, each request's (each session's)
+    /// drawn with Zipf popularity (--prefix-zipf).
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "shared_prefix", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub prefix_groups: u32,
+    /// Zipf exponent of the prefix groups' popularity (0: all equally used; 1: the classic long tail).
+    #[arg(long, value_name = "S", default_value_t = 1.0, requires = "prefix_groups", value_parser = non_negative_f64)]
+    pub prefix_zipf: f64,
+    /// Sessions instead of single requests: each turn sends the whole
+    /// conversation so far (the server's own answers) plus a new user
+    /// message. Conversations from --dataset (ShareGPT, JSONL `session_id`)
+    /// or synthetic (--turns, --think-time; each user message --input-tokens long).
+    /// --concurrency counts users; --rate counts session starts.
+    #[arg(long)]
+    pub multi_turn: bool,
+    /// Synthetic sessions: turns per session (same forms as --input-tokens).
+    #[arg(
+        long,
+        value_name = "DIST",
+        default_value = "4",
+        requires = "multi_turn"
+    )]
+    pub turns: LengthSpec,
+    /// Pause between an answer and the next turn: 0, 2s, uniform:1s..3s, exponential:2s.
+    #[arg(
+        long,
+        value_name = "DIST",
+        default_value = "0",
+        requires = "multi_turn"
+    )]
+    pub think_time: tokenscope_load::session::ThinkTime,
     /// Seed for prompts, lengths and arrivals.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -626,7 +657,7 @@ pub struct LoadArgs {
     /// Send each entry at its recorded time (open loop; the first at 0): the
     /// dataset's `timestamp`s, a trace's times. Lateness is client lag.
     /// (`sim plan --replay RUN_DIR` is another thing: a measured run's workload.)
-    #[arg(long = "replay-trace", id = "replay_trace", requires = "dataset", conflicts_with_all = ["rate", "concurrency", "ramp_up"])]
+    #[arg(long = "replay-trace", id = "replay_trace", requires = "dataset", conflicts_with_all = ["rate", "concurrency", "ramp_up", "multi_turn"])]
     pub replay: bool,
     /// Replay faster (2 = twice as fast) or slower (0.5).
     #[arg(long, default_value_t = 1.0, requires = "replay_trace", value_parser = positive_f64)]

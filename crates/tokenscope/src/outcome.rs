@@ -49,11 +49,16 @@ pub fn pattern(load: &LoadArgs) -> LoadPattern {
 pub fn plan(load: &LoadArgs) -> RunPlan {
     RunPlan {
         pattern: pattern(load),
-        requests: match (load.requests, load.duration) {
+        requests: match (load.requests, load.duration, sessions(load)) {
+            // A dataset's sessions alone: each once, whatever their turns.
+            (None, None, Some(_)) => None,
             // A dataset alone: every entry once.
-            (None, None) => Some(load.dataset_loaded.as_ref().map_or(100, |d| d.len() as u64)),
-            (n, _) => n,
+            (None, None, None) => {
+                Some(load.dataset_loaded.as_ref().map_or(100, |d| d.len() as u64))
+            }
+            (n, _, _) => n,
         },
+        sessions: sessions(load),
         duration: load.duration,
         warmup: load.warmup,
         ramp_up: load.ramp_up,
@@ -63,9 +68,24 @@ pub fn plan(load: &LoadArgs) -> RunPlan {
             seed: load.seed,
             shared_prefix: load.shared_prefix,
             dataset: load.dataset_loaded.clone(),
+            prefix_groups: load.prefix_groups,
+            prefix_zipf: load.prefix_zipf,
+            multi_turn: load
+                .multi_turn
+                .then(|| tokenscope_load::session::MultiTurn {
+                    turns: load.turns,
+                    think_time: load.think_time,
+                }),
         },
         seed: load.seed,
     }
+}
+
+/// Multi-turn over a dataset: its sessions, each once (unless --requests or
+/// --duration bound the run instead).
+fn sessions(load: &LoadArgs) -> Option<u64> {
+    let d = load.dataset_loaded.as_ref().filter(|_| load.multi_turn)?;
+    (load.requests.is_none() && load.duration.is_none()).then_some(d.sessions.len() as u64)
 }
 
 /// Reads `--dataset` once, before any load; a bad file is a usage error
@@ -94,6 +114,7 @@ pub fn load_dataset(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<()> {
                 (a.as_secs_f64(), b.as_secs_f64())
             })
         }),
+        multi_turn: load.multi_turn,
     };
     let d = Dataset::load(path, &how).map_err(|e| Exit::usage(e.to_string()))?;
     if !quiet {
@@ -101,8 +122,12 @@ pub fn load_dataset(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<()> {
             0 => String::new(),
             n => format!(" ({n} without a prompt left out)"),
         };
+        let sessions = match d.sessions.len() {
+            0 => String::new(),
+            n => format!(" in {n} sessions"),
+        };
         eprintln!(
-            "tokenscope: dataset {}: {} entries, {} format{skipped}",
+            "tokenscope: dataset {}: {} entries{sessions}, {} format{skipped}",
             path.display(),
             d.len(),
             d.format.name()
@@ -143,6 +168,13 @@ pub fn config_json(load: &LoadArgs, plan: &RunPlan, output: &OutputArgs) -> serd
         "input_tokens": load.input_tokens.to_string(),
         "output_tokens": load.output_tokens.to_string(),
         "shared_prefix": load.shared_prefix,
+        "prefix_groups": (load.prefix_groups > 1).then(|| json!({"groups": load.prefix_groups, "zipf": load.prefix_zipf})),
+        "multi_turn": load.multi_turn.then(|| json!({
+            "turns": load.dataset_loaded.as_ref().filter(|d| !d.sessions.is_empty())
+                .map_or(load.turns.to_string(), |_| "from the dataset".into()),
+            "think_time": load.think_time.to_string(),
+            "sessions": plan.sessions,
+        })),
         "dataset": load.dataset_loaded.as_ref().map(|d| json!({
             "path": d.path.display().to_string(),
             "format": d.format.name(),

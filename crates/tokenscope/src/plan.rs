@@ -273,6 +273,13 @@ fn one_point(
 
 pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
     outcome::check_output(&args.output)?;
+    if args.load.multi_turn {
+        return Err(Exit::usage(
+            "sim plan does not simulate --multi-turn sessions yet (each turn depends on when the last one ended); run `bench --multi-turn` against `sim serve`"
+                .into(),
+        )
+        .into());
+    }
     outcome::load_dataset(&mut args.load, args.output.quiet || args.output.json)?;
     let mut cfg = engine_config(&args.engine)?;
     outcome::price_known_gpu(&mut args.output, &cfg.gpu.name, cfg.tp);
@@ -331,29 +338,15 @@ const CALIBRATION_MIN_REQUESTS: u64 = 20;
 
 pub fn calibrate(args: CalibrateArgs) -> anyhow::Result<Exit> {
     let cfg = engine_config(&args.engine)?;
-    let defaults = crate::cli::LoadArgs {
-        concurrency: Vec::new(),
-        rate: Vec::new(),
-        arrival: tokenscope_load::arrival::Process::Poisson,
-        max_concurrency: None,
-        requests: None,
-        duration: None,
-        warmup: 0,
-        ramp_up: None,
-        input_tokens: tokenscope_load::workload::LengthSpec::Fixed(256),
-        output_tokens: tokenscope_load::workload::LengthSpec::Fixed(128),
-        shared_prefix: 0,
-        seed: 0,
-        dataset: None,
-        dataset_format: "auto".into(),
-        dataset_sample: None,
-        max_input_tokens: None,
-        max_output_tokens: None,
-        replay: false,
-        replay_speed: 1.0,
-        replay_window: None,
-        dataset_loaded: None,
-    };
+    // The load flags' defaults, as clap gives them to a command line without any.
+    #[derive(clap::Parser)]
+    struct Defaults {
+        #[command(flatten)]
+        load: crate::cli::LoadArgs,
+    }
+    let defaults = <Defaults as clap::Parser>::try_parse_from(["defaults"])
+        .expect("the load flags parse with none given")
+        .load;
     let mut runs = Vec::new();
     for dir in &args.run_dirs {
         let replay = read_replay(dir, &defaults)?;

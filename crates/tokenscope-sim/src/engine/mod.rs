@@ -152,8 +152,8 @@ impl Engine {
         self.scheduler.is_idle()
     }
 
-    pub fn abort(&mut self, id: u64, now: f64) -> bool {
-        self.scheduler.abort(id, now)
+    pub fn abort(&mut self, id: u64) -> bool {
+        self.scheduler.abort(id)
     }
 
     pub fn state(&self) -> EngineState {
@@ -171,8 +171,8 @@ impl Engine {
         (self.cost.step_time(&work), work)
     }
 
-    /// Completes the step begun with [`Engine::begin_step`], at `now`.
-    pub fn end_step(&mut self, now: f64, work: cost::StepWork) -> StepResult {
-        self.scheduler.finish_step(now, work)
+    /// Completes the step begun with [`Engine::begin_step`], once it has ended.
+    pub fn end_step(&mut self, work: cost::StepWork) -> StepResult {
+        self.scheduler.finish_step(work)
     }
 }

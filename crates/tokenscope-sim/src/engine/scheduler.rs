@@ -7,8 +7,9 @@
 //! preempted nobody, while there are sequence slots, budget and blocks.
 
 use super::cost::StepWork;
-use super::kv::KvCache;
+use super::kv::{KvCache, Unit};
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// A request inside the engine.
 #[derive(Debug, Clone)]
@@ -19,13 +20,19 @@ pub struct Seq {
     /// Tokens whose KV is computed.
     pub computed: u32,
     pub generated: u32,
-    /// Blocks this sequence owns (a cached prefix it uses is not counted).
+    /// Blocks this sequence owns (cached units it uses are not counted).
     pub blocks: u32,
-    /// Shared prefix: key and tokens (0: none).
-    pub prefix_key: u64,
-    pub prefix_tokens: u32,
-    /// Prefix blocks it uses from the cache (owned by the cache).
+    /// Its prompt (and answer, where known ahead) as the prefix cache knows
+    /// it (empty: nothing reusable).
+    pub units: Arc<[Unit]>,
+    /// The first `held` units are the cache's, used by this sequence.
+    pub held: usize,
+    /// Their blocks and tokens.
     pub prefix_blocks: u32,
+    pub held_tokens: u32,
+    /// Prompt tokens found in the cache when it was first scheduled
+    /// (vLLM's `num_cached_tokens`, `usage.prompt_tokens_details.cached_tokens`).
+    pub cached_tokens: Option<u32>,
     pub arrived_at: f64,
     /// Entered the waiting queue last (arrival or preemption).
     pub queued_at: f64,
@@ -44,9 +51,11 @@ impl Seq {
             computed: 0,
             generated: 0,
             blocks: 0,
-            prefix_key: 0,
-            prefix_tokens: 0,
+            units: Arc::from([]),
+            held: 0,
             prefix_blocks: 0,
+            held_tokens: 0,
+            cached_tokens: None,
             arrived_at,
             queued_at: arrived_at,
             queue_time: 0.0,
@@ -119,10 +128,10 @@ impl Scheduler {
     }
 
     /// Drops a request whose client went away, freeing its blocks. Call between steps.
-    pub fn abort(&mut self, id: u64, now: f64) -> bool {
+    pub fn abort(&mut self, id: u64) -> bool {
         if let Some(i) = self.running.iter().position(|s| s.id == id) {
             let mut seq = self.running.remove(i);
-            Self::free(&mut self.kv, &mut seq, now);
+            Self::free(&mut self.kv, &mut seq);
             return true;
         }
         if let Some(i) = self.waiting.iter().position(|s| s.id == id) {
@@ -148,12 +157,45 @@ impl Scheduler {
         }
     }
 
-    fn free(kv: &mut KvCache, seq: &mut Seq, now: f64) {
+    fn free(kv: &mut KvCache, seq: &mut Seq) {
         kv.release(seq.blocks as u64);
         seq.blocks = 0;
-        if seq.prefix_blocks > 0 {
-            kv.unuse(seq.prefix_key, now);
-            seq.prefix_blocks = 0;
+        Self::unhold(kv, seq);
+    }
+
+    /// Gives back the cached units `seq` uses.
+    fn unhold(kv: &mut KvCache, seq: &mut Seq) {
+        kv.unuse(&seq.units[..seq.held]);
+        seq.held = 0;
+        seq.prefix_blocks = 0;
+        seq.held_tokens = 0;
+    }
+
+    /// Starts `seq` from the longest cached prefix of its prompt.
+    fn reuse(kv: &mut KvCache, seq: &mut Seq) {
+        seq.held = kv.lookup(&seq.units, seq.prompt);
+        for u in &seq.units[..seq.held] {
+            seq.prefix_blocks += u.tokens / kv.block_size;
+            seq.held_tokens += u.tokens;
+        }
+        seq.computed = seq.held_tokens;
+    }
+
+    /// The units `seq` has now computed become cached (its blocks move to
+    /// the cache), in order, until one is cached already. Units may run past
+    /// the prompt into the answer (vLLM caches every full block): a next
+    /// turn that carries the answer reuses them.
+    fn publish(kv: &mut KvCache, seq: &mut Seq) {
+        while let Some(&u) = seq.units.get(seq.held) {
+            let end = seq.held_tokens + u.tokens;
+            if end > seq.computed || !kv.register(u) {
+                return;
+            }
+            let blocks = u.tokens / kv.block_size;
+            seq.blocks -= blocks;
+            seq.prefix_blocks += blocks;
+            seq.held_tokens = end;
+            seq.held += 1;
         }
     }
 
@@ -177,7 +219,7 @@ impl Scheduler {
                 }
                 // Out of blocks: preempt the most recently admitted running request.
                 let mut victim = self.running.pop().expect("running is not empty here");
-                Self::free(&mut self.kv, &mut victim, now);
+                Self::free(&mut self.kv, &mut victim);
                 victim.computed = 0;
                 victim.preemptions += 1;
                 victim.queued_at = now;
@@ -208,24 +250,22 @@ impl Scheduler {
                 let Some(mut seq) = self.waiting.pop_front() else {
                     break;
                 };
-                if seq.computed == 0 && seq.prefix_tokens > 0 {
-                    seq.prefix_blocks =
-                        self.kv
-                            .lookup(seq.prefix_key, seq.prefix_tokens, seq.prompt, now);
-                    seq.computed = seq.prefix_blocks * self.kv.block_size;
+                let (queries, hits) = (self.kv.queries, self.kv.hits);
+                if seq.computed == 0 {
+                    Self::reuse(&mut self.kv, &mut seq);
                 }
                 let n = (seq.tokens() - seq.computed).min(budget);
                 let target = seq.computed + n;
                 if !Self::grow(&mut self.kv, &mut seq, target) {
-                    // Head-of-line blocking: it stays first in the queue.
-                    if seq.prefix_blocks > 0 {
-                        self.kv.unuse(seq.prefix_key, now);
-                        seq.prefix_blocks = 0;
-                        seq.computed = 0;
-                    }
+                    // Head-of-line blocking: it stays first in the queue, and
+                    // its lookup is undone (it is looked up again when admitted).
+                    Self::unhold(&mut self.kv, &mut seq);
+                    seq.computed = 0;
+                    (self.kv.queries, self.kv.hits) = (queries, hits);
                     self.waiting.push_front(seq);
                     break;
                 }
+                seq.cached_tokens.get_or_insert(seq.held_tokens);
                 seq.queue_time += (now - seq.queued_at).max(0.0);
                 seq.first_scheduled_at.get_or_insert(now);
                 budget -= n;
@@ -260,8 +300,8 @@ impl Scheduler {
         w
     }
 
-    /// Applies the planned step, which ended at `now`.
-    pub fn finish_step(&mut self, now: f64, work: StepWork) -> StepResult {
+    /// Applies the planned step, once it has ended.
+    pub fn finish_step(&mut self, work: StepWork) -> StepResult {
         let mut result = StepResult {
             work,
             preempted: self.preempted_in_step,
@@ -276,16 +316,9 @@ impl Scheduler {
             };
             let seq = &mut self.running[i];
             seq.computed += slot.new_tokens;
-            // The shared prefix's full blocks become reusable once computed.
-            if seq.prefix_tokens > 0 && seq.prefix_blocks == 0 {
-                let full = seq.prefix_tokens.min(seq.prompt.saturating_sub(1)) / self.kv.block_size;
-                if full > 0
-                    && seq.computed >= full * self.kv.block_size
-                    && self.kv.register(seq.prefix_key, full, now)
-                {
-                    seq.blocks -= full;
-                    seq.prefix_blocks = full;
-                }
+            // Whole prompt units become reusable once computed.
+            if seq.held < seq.units.len() {
+                Self::publish(&mut self.kv, seq);
             }
             if seq.computed == seq.tokens() {
                 seq.generated += 1;
@@ -293,7 +326,7 @@ impl Scheduler {
                 result.emitted.push((seq.id, seq.generated, done));
                 if done {
                     let mut seq = self.running.remove(i);
-                    Self::free(&mut self.kv, &mut seq, now);
+                    Self::free(&mut self.kv, &mut seq);
                     result.finished.push(seq);
                     continue;
                 }
@@ -320,7 +353,7 @@ mod tests {
 
     fn run_step(s: &mut Scheduler, now: f64) -> StepResult {
         let w = s.plan(now);
-        s.finish_step(now + 0.01, w)
+        s.finish_step(w)
     }
 
     #[test]
@@ -419,9 +452,9 @@ mod tests {
         s.add(Seq::new(2, 10, 50, 0.0));
         run_step(&mut s, 0.0);
         assert!(s.kv.usage() > 0.5);
-        assert!(s.abort(1, 0.01));
+        assert!(s.abort(1));
         assert!(s.kv.usage() < 0.2);
-        assert!(!s.abort(1, 0.01));
+        assert!(!s.abort(1));
     }
 
     #[test]
@@ -433,18 +466,24 @@ mod tests {
             },
             KvCache::new(100, 16, true),
         );
+        let units: Arc<[Unit]> = super::super::kv::shared_prefix_units(9, 64, 16).into();
         let mut a = Seq::new(1, 100, 2, 0.0);
-        a.prefix_key = 9;
-        a.prefix_tokens = 64;
+        a.units = units.clone();
         s.add(a);
         run_step(&mut s, 0.0);
         let mut b = Seq::new(2, 100, 2, 0.0);
-        b.prefix_key = 9;
-        b.prefix_tokens = 64;
+        b.units = units;
         s.add(b);
         let r = run_step(&mut s, 0.01);
         // Request 1 decodes 1 token, request 2 computes 100 − 64 prompt tokens.
         assert_eq!(r.work.tokens, 1 + 36);
         assert_eq!(s.kv.hits, 64);
+        assert_eq!(s.running[0].id, 2);
+        assert_eq!(s.running[0].cached_tokens, Some(64));
+        assert_eq!(
+            r.finished[0].cached_tokens,
+            Some(0),
+            "request 1 found nothing"
+        );
     }
 }
