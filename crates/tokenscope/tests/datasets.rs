@@ -4,40 +4,6 @@
 
 mod common;
 use common::*;
-use std::io::Write;
-use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
-
-/// A server that logs every request body and answers a short stream.
-fn logging_server() -> (String, Arc<Mutex<Vec<serde_json::Value>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let log = bodies.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().take(500) {
-            let Ok(mut s) = stream else { continue };
-            let Some((first, body)) = read_request(&s) else {
-                continue;
-            };
-            if first.starts_with("GET") {
-                let _ = s.write_all(
-                    http("200 OK", "application/json", r#"{"data":[{"id":"m"}]}"#).as_bytes(),
-                );
-                continue;
-            }
-            if let Ok(v) = serde_json::from_slice(&body) {
-                log.lock().unwrap().push(v);
-            }
-            let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"ok\"}}]}\n\n\
-                       data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
-                       data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\n\
-                       data: [DONE]\n\n";
-            let _ = s.write_all(http("200 OK", "text/event-stream", sse).as_bytes());
-        }
-    });
-    (url, bodies)
-}
 
 fn write(name: &str, text: &str) -> std::path::PathBuf {
     let path = run_dir(name).with_extension("data");

@@ -652,3 +652,58 @@ fn auto_sweep_stops_past_saturation() {
         doc["analysis"]
     );
 }
+
+#[test]
+fn multi_turn_sessions_reuse_llamas_prompt_cache_and_the_run_says_so() {
+    // One slot: each turn finds the last turn's prompt and answer in its KV.
+    let llama = Llama::start("LLAMA_MODEL_TINY", 1, 1);
+    let out = run_dir("llama-sessions");
+    let o = bench(
+        &llama.url,
+        &out,
+        &[
+            "--multi-turn",
+            "--turns",
+            "3",
+            "--concurrency",
+            "1",
+            "--requests",
+            "6",
+            "--input-tokens",
+            "40",
+            "--output-tokens",
+            "8",
+            "--ignore-eos",
+        ],
+    );
+    assert_ok(&o);
+    let recs = records(&out);
+    assert_eq!(recs.len(), 6);
+    let find = |s: u64, k: u64| {
+        recs.iter()
+            .find(|r| r["session"] == s && r["turn"] == k)
+            .unwrap_or_else(|| panic!("session {s} turn {k} missing"))
+    };
+    for s in 0..2 {
+        for k in 1..3 {
+            let (prev, this) = (find(s, k - 1), find(s, k));
+            let prev_prompt = prev["input_tokens"].as_u64().unwrap();
+            let cached = this["cached_tokens"]
+                .as_u64()
+                .expect("llama.cpp says cached_tokens");
+            assert!(
+                this["input_tokens"].as_u64().unwrap() > prev_prompt + 40,
+                "the prompt grew by the answer and a new message: {this}"
+            );
+            assert!(
+                cached as f64 >= 0.8 * prev_prompt as f64,
+                "turn {k} found {cached} of the last prompt's {prev_prompt} tokens cached"
+            );
+        }
+    }
+    let r = results(&out);
+    let client = stat(&r, "tokens.prefix_cache.hit_rate");
+    assert!(client > 0.3, "per-request hit rate {client}");
+    let server = stat(&r, "server.metrics.prefix_cache_hit_rate");
+    assert!(server > 0.2, "llama.cpp's own counters: {server}");
+}
