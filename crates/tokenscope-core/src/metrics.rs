@@ -154,7 +154,7 @@ impl Aggregator {
             self.ttft.record(v as f64);
             if let Some(turn) = r.turn {
                 let d = self.ttft_by_turn.entry(turn.min(MAX_TURN_KEPT));
-                d.or_insert_with(Distribution::new).record(v as f64);
+                d.or_default().record(v as f64);
             }
         }
         if let Some(v) = r.ttft_from_scheduled_us() {
