@@ -176,6 +176,21 @@ fn mix(mut z: u64) -> u64 {
 }
 
 impl Workload {
+    /// Synthetic prompts and lengths, one request at a time: no shared
+    /// prefix, no dataset, no sessions (set those fields after).
+    pub fn new(input: LengthSpec, output: Option<LengthSpec>, seed: u64) -> Workload {
+        Workload {
+            input,
+            output,
+            seed,
+            shared_prefix: 0,
+            dataset: None,
+            prefix_groups: 1,
+            prefix_zipf: 1.0,
+            multi_turn: None,
+        }
+    }
+
     /// Request `id`'s prompt and output lengths, as [`Workload::request`] draws
     /// them, without building the prompt (the simulator needs only lengths).
     pub fn lengths(&self, id: u64) -> (u64, Option<u64>) {
@@ -408,14 +423,8 @@ mod tests {
 
     fn workload(shared_prefix: u64) -> Workload {
         Workload {
-            input: LengthSpec::Uniform(50, 60),
-            output: Some(LengthSpec::Fixed(8)),
-            seed: 7,
             shared_prefix,
-            dataset: None,
-            prefix_groups: 1,
-            prefix_zipf: 1.0,
-            multi_turn: None,
+            ..Workload::new(LengthSpec::Uniform(50, 60), Some(LengthSpec::Fixed(8)), 7)
         }
     }
 

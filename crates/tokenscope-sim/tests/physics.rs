@@ -25,13 +25,7 @@ fn load(pattern: LoadPattern, requests: u64, input: u64, output: u64) -> PlanLoa
         duration_s: None,
         warmup: 0,
         ramp_up_s: None,
-        workload: Workload {
-            input: LengthSpec::Fixed(input),
-            output: Some(LengthSpec::Fixed(output)),
-            seed: 1,
-            shared_prefix: 0,
-            dataset: None,
-        },
+        workload: Workload::new(LengthSpec::Fixed(input), Some(LengthSpec::Fixed(output)), 1),
         seed: 1,
         network_delay_s: DEFAULT_NETWORK_DELAY_S,
         trace: None,
@@ -225,16 +219,14 @@ fn d_a_long_prefill_raises_the_itl_of_requests_decoding_beside_it() {
 fn same_seed_same_output() {
     let cfg = default_engine();
     let l = PlanLoad {
-        workload: Workload {
-            input: LengthSpec::Normal {
+        workload: Workload::new(
+            LengthSpec::Normal {
                 mean: 512.0,
                 std: 128.0,
             },
-            output: Some(LengthSpec::Uniform(16, 256)),
-            seed: 9,
-            shared_prefix: 0,
-            dataset: None,
-        },
+            Some(LengthSpec::Uniform(16, 256)),
+            9,
+        ),
         ..load(
             LoadPattern::Open {
                 rate: 20.0,

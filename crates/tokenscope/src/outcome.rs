@@ -72,7 +72,7 @@ pub fn plan(load: &LoadArgs) -> RunPlan {
             prefix_zipf: load.prefix_zipf,
             multi_turn: load
                 .multi_turn
-                .then(|| tokenscope_load::session::MultiTurn {
+                .then_some(tokenscope_load::session::MultiTurn {
                     turns: load.turns,
                     think_time: load.think_time,
                 }),

@@ -277,8 +277,7 @@ pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
         return Err(Exit::usage(
             "sim plan does not simulate --multi-turn sessions yet (each turn depends on when the last one ended); run `bench --multi-turn` against `sim serve`"
                 .into(),
-        )
-        .into());
+        ));
     }
     outcome::load_dataset(&mut args.load, args.output.quiet || args.output.json)?;
     let mut cfg = engine_config(&args.engine)?;
