@@ -44,6 +44,8 @@ pub struct RequestParams<'a> {
     pub shape: &'a Shape,
     /// Multi-turn: the session's earlier turns, sent before `prompt`.
     pub history: &'a [crate::session::Exchange],
+    /// `false`: ask for the whole answer at once (`--no-stream`).
+    pub stream: bool,
 }
 
 /// What every request carries besides its prompt and length
@@ -59,7 +61,8 @@ pub struct Shape {
     pub extra: serde_json::Map<String, Value>,
 }
 
-/// The JSON body of a streaming request, with usage requested.
+/// The JSON body of a request: streaming with usage requested, or (`stream`
+/// off) one whole answer, which carries its usage anyway.
 pub fn request_body(api: Api, p: &RequestParams<'_>) -> Vec<u8> {
     let mut obj = p.shape.extra.clone();
     let system = p.shape.system_prompt.as_deref();
@@ -97,8 +100,12 @@ pub fn request_body(api: Api, p: &RequestParams<'_>) -> Vec<u8> {
     if let Some(t) = p.shape.temperature {
         obj.insert("temperature".into(), json!(t));
     }
-    obj.insert("stream".into(), json!(true));
-    obj.insert("stream_options".into(), json!({"include_usage": true}));
+    obj.insert("stream".into(), json!(p.stream));
+    if p.stream {
+        obj.insert("stream_options".into(), json!({"include_usage": true}));
+    } else {
+        obj.remove("stream_options");
+    }
     if let Some(n) = p.max_tokens {
         obj.insert("max_tokens".into(), json!(n));
         if p.ignore_eos {
@@ -254,6 +261,59 @@ pub fn parse_chunk(data: &str, text: &mut String) -> Result<ChunkInfo, Malformed
     Ok(info)
 }
 
+/// What a whole (non-streamed) answer carried.
+#[derive(Debug, Default, PartialEq)]
+pub struct Whole {
+    pub text: String,
+    pub usage: Option<Usage>,
+    pub finish_reason: Option<String>,
+    pub error: Option<String>,
+    pub timings: Option<Value>,
+}
+
+/// Parses a whole chat or completions answer (`choices[].message.content`
+/// or `choices[].text`, reasoning included).
+pub fn parse_whole(body: &str) -> Result<Whole, Malformed> {
+    #[derive(Deserialize)]
+    struct RawWhole {
+        #[serde(default, deserialize_with = "null_as_empty")]
+        choices: Vec<Value>,
+        #[serde(default)]
+        usage: Option<Usage>,
+        #[serde(default)]
+        error: Option<Value>,
+        #[serde(default)]
+        timings: Option<Value>,
+    }
+    let raw: RawWhole = serde_json::from_str(body).map_err(|e| Malformed {
+        reason: e.to_string(),
+        snippet: body.chars().take(80).collect(),
+    })?;
+    let mut whole = Whole {
+        usage: raw.usage,
+        error: raw.error.as_ref().map(error_message),
+        timings: raw.timings,
+        ..Default::default()
+    };
+    for c in &raw.choices {
+        let m = &c["message"];
+        for part in [
+            &m["reasoning_content"],
+            &m["reasoning"],
+            &m["content"],
+            &c["text"],
+        ] {
+            if let Some(s) = part.as_str() {
+                whole.text.push_str(s);
+            }
+        }
+        if let Some(f) = c["finish_reason"].as_str() {
+            whole.finish_reason = Some(f.to_string());
+        }
+    }
+    Ok(whole)
+}
+
 /// A one-line message from an error object (`{"message": ...}` or a string).
 pub fn error_message(err: &Value) -> String {
     let msg = match err {
@@ -391,6 +451,40 @@ mod tests {
     }
 
     #[test]
+    fn whole_answers_of_both_apis_are_read() {
+        let chat = parse_whole(
+            r#"{"choices":[{"message":{"role":"assistant","content":"hi there"},"finish_reason":"stop"}],"usage":{"prompt_tokens":4,"completion_tokens":2}}"#,
+        )
+        .unwrap();
+        assert_eq!(chat.text, "hi there");
+        assert_eq!(chat.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(chat.usage.unwrap().completion_tokens, Some(2));
+        let comp =
+            parse_whole(r#"{"choices":[{"text":" x y","finish_reason":"length"}]}"#).unwrap();
+        assert_eq!((comp.text.as_str(), comp.usage), (" x y", None));
+        let err = parse_whole(r#"{"error":{"message":"no such model"}}"#).unwrap();
+        assert_eq!(err.error.as_deref(), Some("no such model"));
+        assert!(parse_whole("<html>").is_err());
+    }
+
+    #[test]
+    fn a_non_streaming_body_asks_for_no_stream() {
+        let shape = Shape::default();
+        let p = RequestParams {
+            model: "m",
+            prompt: "hi",
+            max_tokens: Some(3),
+            ignore_eos: false,
+            shape: &shape,
+            history: &[],
+            stream: false,
+        };
+        let body: Value = serde_json::from_slice(&request_body(Api::Chat, &p)).unwrap();
+        assert_eq!(body["stream"], false);
+        assert!(body.get("stream_options").is_none());
+    }
+
+    #[test]
     fn malformed_chunk_is_an_error_with_a_snippet() {
         let mut text = String::new();
         let err = parse_chunk("{not json", &mut text).unwrap_err();
@@ -407,6 +501,7 @@ mod tests {
             ignore_eos: true,
             shape: &shape,
             history: &[],
+            stream: true,
         };
         let chat: Value = serde_json::from_slice(&request_body(Api::Chat, &p)).unwrap();
         assert_eq!(chat["messages"][0]["content"], "hi");
@@ -442,6 +537,7 @@ mod tests {
             ignore_eos: false,
             shape: &shape,
             history: &[],
+            stream: true,
         };
         let chat: Value = serde_json::from_slice(&request_body(Api::Chat, &p)).unwrap();
         assert_eq!(
@@ -479,6 +575,7 @@ mod tests {
             ignore_eos: false,
             shape: &shape,
             history: &history,
+            stream: true,
         };
         let chat: Value = serde_json::from_slice(&request_body(Api::Chat, &p)).unwrap();
         let roles: Vec<_> = chat["messages"]

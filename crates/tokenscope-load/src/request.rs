@@ -35,6 +35,8 @@ pub struct Target {
     /// Extra headers, `Authorization` among them (marked sensitive).
     pub headers: HeaderMap,
     pub ignore_eos: bool,
+    /// `false` (`--no-stream`): whole answers, timed end to end only.
+    pub stream: bool,
     /// System prompt, temperature and extra body fields of every request.
     pub shape: openai::Shape,
     /// Longest a whole request may take.
@@ -135,6 +137,7 @@ pub async fn execute(
             ignore_eos: target.ignore_eos,
             shape: &target.shape,
             history,
+            stream: target.stream,
         },
     );
     let mut rec = RequestRecord {
@@ -199,6 +202,9 @@ pub async fn execute(
             status.as_u16()
         );
         return fail(rec, clock, ErrorKind::Http(status.as_u16()), msg);
+    }
+    if !target.stream && status.is_success() {
+        return whole_answer(rec, response, clock, cancel, deadline).await;
     }
     let is_sse = response
         .headers()
@@ -309,6 +315,86 @@ pub async fn execute(
             Err(_) => panic!("counting the answer's tokens was cancelled"),
         },
     }
+}
+
+/// `--no-stream`: reads the whole answer. There is no first token to time:
+/// the record has E2E and token counts only (its tokens as one chunk at the
+/// end, so throughput counts them; no `first_token_at`, so no TTFT or ITL).
+async fn whole_answer(
+    mut rec: RequestRecord,
+    response: reqwest::Response,
+    clock: &Clock,
+    cancel: &CancellationToken,
+    deadline: Instant,
+) -> (RequestRecord, String) {
+    let is_sse = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|c| c.to_str().ok())
+        .is_some_and(|c| c.contains("text/event-stream"));
+    if is_sse {
+        let msg = "asked for a whole answer (--no-stream), got an event stream".to_string();
+        return fail(rec, clock, ErrorKind::Malformed, msg);
+    }
+    let body = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => return fail(rec, clock, ErrorKind::Cancelled, "cancelled before the answer".into()),
+        b = timeout_at(deadline, response.text()) => b,
+    };
+    let body = match body {
+        Err(_) => {
+            return fail(
+                rec,
+                clock,
+                ErrorKind::Timeout,
+                "request exceeded --timeout".into(),
+            )
+        }
+        Ok(Err(e)) => return fail(rec, clock, ErrorKind::Stream, describe(&e)),
+        Ok(Ok(b)) => b,
+    };
+    rec.done_at_us = clock.now_us();
+    let whole = match openai::parse_whole(&body) {
+        Err(e) => return failed_after(rec, ErrorKind::Malformed, e.to_string()),
+        Ok(w) => w,
+    };
+    if let Some(msg) = whole.error {
+        return failed_after(rec, ErrorKind::ServerError, msg);
+    }
+    if whole.text.is_empty() {
+        let msg = "the answer carried no generated text".to_string();
+        return failed_after(rec, ErrorKind::EmptyAnswer, msg);
+    }
+    rec.finish_reason = whole.finish_reason;
+    rec.server_timings = whole.timings;
+    if let Some(p) = whole.usage.and_then(|u| u.prompt_tokens) {
+        rec.input_tokens = Some(p);
+        rec.input_token_source = Some(TokenSource::ServerUsage);
+    }
+    rec.cached_tokens = whole.usage.and_then(|u| u.cached_tokens);
+    let counted = whole.usage.and_then(|u| u.completion_tokens);
+    let (tokens, source) = match counted {
+        Some(n) => (n, TokenSource::ServerUsage),
+        None => {
+            let text = whole.text.clone();
+            let n = tokio::task::spawn_blocking(move || tokenizer::count_tokens(&text)).await;
+            match n.ok().flatten() {
+                Some(n) => (n, TokenSource::Tokenizer),
+                None => (1, TokenSource::Chunks),
+            }
+        }
+    };
+    rec.output_tokens = tokens;
+    rec.output_token_source = Some(source);
+    rec.chunks = vec![Chunk(rec.done_at_us, tokens.min(u32::MAX as u64) as u32)];
+    (rec, whole.text)
+}
+
+/// A failure found in a response already read to its end.
+fn failed_after(mut rec: RequestRecord, kind: ErrorKind, msg: String) -> (RequestRecord, String) {
+    rec.error_kind = Some(kind);
+    rec.error = Some(msg);
+    (rec, String::new())
 }
 
 /// Turns the stream into the record — failure or success, token counts and

@@ -117,45 +117,7 @@ pub fn summary(r: &RunResults) -> String {
         out,
         "\nLatency (ms)                mean      p50      p90      p95      p99      max"
     );
-    let tainted = tainted(r);
-    let l = &r.latency;
-    row(
-        &mut out,
-        &marked("TTFT", "ttft", &tainted),
-        l.ttft_ms.as_ref(),
-    );
-    row(
-        &mut out,
-        &marked("TPOT", "tpot", &tainted),
-        l.tpot_ms.as_ref(),
-    );
-    let itl = match r.tokens.multi_token_chunks {
-        true => "ITL (split*)",
-        false => "ITL",
-    };
-    row(&mut out, &marked(itl, "itl", &tainted), l.itl_ms.as_ref());
-    if r.tokens.multi_token_chunks {
-        row(&mut out, "ICL (chunk gaps)", l.icl_ms.as_ref());
-    }
-    row(&mut out, &marked("E2E", "e2e", &tainted), l.e2e_ms.as_ref());
-    if l.client_lag_ms.is_some_and(|l| l.max >= 1.0) {
-        row(&mut out, "client lag", l.client_lag_ms.as_ref());
-        let from_schedule = marked("TTFT from schedule", "ttft_from_scheduled", &tainted);
-        row(&mut out, &from_schedule, l.ttft_from_scheduled_ms.as_ref());
-    }
-    turn_rows(&mut out, &l.ttft_ms_by_turn);
-    if !tainted.is_empty() {
-        let _ = writeln!(
-            out,
-            "  ‡ the client was late (client_lag below): this figure may be off by its lag"
-        );
-    }
-    if r.tokens.multi_token_chunks {
-        let _ = writeln!(
-            out,
-            "  * chunks carried several tokens: ITL splits each chunk gap over its tokens"
-        );
-    }
+    latency_lines(&mut out, r);
 
     let t = &r.throughput;
     let _ = writeln!(out, "\nThroughput");
@@ -354,6 +316,50 @@ fn slo_lines(out: &mut String, slo: &SloReport, requests: u64) {
         }
     }
     let _ = writeln!(out, "  good requests: {} of {requests}", slo.good_requests);
+}
+
+/// The latency table, with its marks and notes.
+fn latency_lines(out: &mut String, r: &RunResults) {
+    let tainted = tainted(r);
+    let l = &r.latency;
+    if r.config["stream"] == false {
+        let _ = writeln!(
+            out,
+            "  non-streaming (--no-stream): answers came whole, so only E2E is timed;\n  TTFT, TPOT and ITL are not measured"
+        );
+        row(out, &marked("E2E", "e2e", &tainted), l.e2e_ms.as_ref());
+        turn_rows(out, &l.ttft_ms_by_turn);
+        return;
+    }
+    row(out, &marked("TTFT", "ttft", &tainted), l.ttft_ms.as_ref());
+    row(out, &marked("TPOT", "tpot", &tainted), l.tpot_ms.as_ref());
+    let itl = match r.tokens.multi_token_chunks {
+        true => "ITL (split*)",
+        false => "ITL",
+    };
+    row(out, &marked(itl, "itl", &tainted), l.itl_ms.as_ref());
+    if r.tokens.multi_token_chunks {
+        row(out, "ICL (chunk gaps)", l.icl_ms.as_ref());
+    }
+    row(out, &marked("E2E", "e2e", &tainted), l.e2e_ms.as_ref());
+    if l.client_lag_ms.is_some_and(|l| l.max >= 1.0) {
+        row(out, "client lag", l.client_lag_ms.as_ref());
+        let from_schedule = marked("TTFT from schedule", "ttft_from_scheduled", &tainted);
+        row(out, &from_schedule, l.ttft_from_scheduled_ms.as_ref());
+    }
+    turn_rows(out, &l.ttft_ms_by_turn);
+    if !tainted.is_empty() {
+        let _ = writeln!(
+            out,
+            "  ‡ the client was late (client_lag below): this figure may be off by its lag"
+        );
+    }
+    if r.tokens.multi_token_chunks {
+        let _ = writeln!(
+            out,
+            "  * chunks carried several tokens: ITL splits each chunk gap over its tokens"
+        );
+    }
 }
 
 /// Multi-turn: TTFT by turn, the first eight turns and the pooled rest.

@@ -54,6 +54,16 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<Exit> {
                 .into(),
         ));
     }
+    if let Some(slo) = args.output.slo.as_ref().filter(|_| args.no_stream) {
+        use tokenscope_core::slo::SloMetric;
+        if let Some(o) = slo.objectives.iter().find(|o| o.metric != SloMetric::E2e) {
+            return Err(Exit::usage(format!(
+                "--slo {}_{}: --no-stream answers come whole, so only e2e can be judged",
+                o.metric.name(),
+                o.stat
+            )));
+        }
+    }
     outcome::load_dataset(&mut args.load, args.output.quiet || args.output.json)?;
     let planned = outcome::plan(&args.load).requests;
     if let (Some(slo), Some(n), false) = (&args.output.slo, planned, args.output.quiet) {
@@ -412,6 +422,7 @@ pub(crate) async fn bench(
         model: model.clone(),
         headers,
         ignore_eos: args.ignore_eos,
+        stream: !args.no_stream,
         shape: tokenscope_load::openai::Shape {
             system_prompt: args.system_prompt.clone(),
             temperature: args.temperature,
@@ -562,6 +573,7 @@ pub(crate) async fn bench(
         outcome::config_json(&args.load, &plan, &args.output),
         json!({
             "ignore_eos": args.ignore_eos,
+            "stream": !args.no_stream,
             "system_prompt": args.system_prompt,
             "temperature": args.temperature,
             "extra_body_keys": args.extra_body.as_ref().map(|m| m.keys().cloned().collect::<Vec<_>>()),

@@ -489,6 +489,10 @@ pub struct BenchArgs {
     /// Ask for exact output lengths (ignore_eos and min_tokens) where the server supports it.
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Non-streaming requests (`stream: false`): the answer comes whole, so
+    /// only E2E and token counts are measured — no TTFT, TPOT or ITL.
+    #[arg(long)]
+    pub no_stream: bool,
     /// A system message before every prompt (completions API: the prompt's first paragraph).
     #[arg(long, value_name = "TEXT")]
     pub system_prompt: Option<String>,

@@ -339,3 +339,62 @@ fn every_request_carries_the_asked_shape_and_a_bad_extra_body_is_refused() {
     assert_eq!(o.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("a JSON object"), "{stderr}");
 }
+
+#[test]
+fn no_stream_times_whole_answers_end_to_end_only() {
+    let engine = Engine::start(default_engine());
+    let out = run_dir("no-stream-engine");
+    let o = bench(
+        &engine.url,
+        &out,
+        &[
+            "--no-stream",
+            "--concurrency",
+            "2",
+            "--requests",
+            "6",
+            "--output-tokens",
+            "12",
+        ],
+    );
+    assert_ok(&o);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        stdout.contains("TTFT, TPOT and ITL are not measured"),
+        "{stdout}"
+    );
+    let r = results(&out);
+    assert_eq!(r["config"]["stream"], false);
+    assert!(r["latency"]["ttft_ms"].is_null() && r["latency"]["itl_ms"].is_null());
+    assert!(stat(&r, "latency.e2e_ms.p50") > 0.0);
+    assert_eq!(
+        stat(&r, "tokens.output_total"),
+        72.0,
+        "6 answers of 12 tokens"
+    );
+    for rec in records(&out) {
+        assert!(rec["first_token_at_us"].is_null(), "{rec}");
+        assert_eq!(rec["output_tokens"], 12);
+    }
+    // A server that streams anyway is a classified failure, not a stream read
+    // as a whole; and every request asked for no stream.
+    let (url, bodies) = logging_server();
+    let out = run_dir("no-stream-streamed");
+    let o = bench_chat(&url, &out, &["--no-stream", "--requests", "2"]);
+    assert_eq!(o.status.code(), Some(4), "all failed");
+    for rec in records(&out) {
+        assert_eq!(rec["error_kind"], "malformed", "{rec}");
+        assert!(rec["error"]
+            .as_str()
+            .unwrap()
+            .contains("got an event stream"));
+    }
+    assert!(bodies.lock().unwrap().iter().all(|b| b["stream"] == false));
+    // Only an end-to-end SLO can be judged.
+    let o = bench_chat(
+        &url,
+        &run_dir("no-stream-slo"),
+        &["--no-stream", "--slo", "ttft_p99=1s"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+}
