@@ -134,6 +134,12 @@ pub const WORDS: &[&str] = &[
     " church", " station", " island", " lake", " door", " street",
 ];
 
+/// The words synthetic prompts are made of: one token each in the
+/// tokenizer in use (the model's, with `--tokenizer`; else cl100k's [`WORDS`]).
+pub fn words() -> &'static [&'static str] {
+    crate::tokenizer::model().map_or(WORDS, |m| &m.words)
+}
+
 /// Words that encode the request index, so no two prompts share a prefix past the shared one.
 const ID_WORDS: usize = 3;
 
@@ -293,17 +299,18 @@ impl Workload {
             Some(Prompt::Text(text)) => text.clone(),
             Some(Prompt::Blocks { hash_ids, length }) => {
                 // Equal hash ids, equal blocks: the trace's prefix reuse.
+                let vocab = words();
                 let mut prompt = String::with_capacity(*length as usize * 7);
                 let mut left = *length;
                 for h in hash_ids {
                     let mut block = StdRng::seed_from_u64(mix(self.seed ^ mix(!h)));
                     for _ in 0..left.min(MOONCAKE_BLOCK) {
-                        prompt.push_str(WORDS[block.random_range(0..WORDS.len())]);
+                        prompt.push_str(vocab[block.random_range(0..vocab.len())]);
                     }
                     left = left.saturating_sub(MOONCAKE_BLOCK);
                 }
                 for _ in 0..left {
-                    prompt.push_str(WORDS[rng.random_range(0..WORDS.len())]);
+                    prompt.push_str(vocab[rng.random_range(0..vocab.len())]);
                 }
                 prompt
             }
@@ -320,9 +327,10 @@ impl Workload {
     fn synthetic(&self, id: u64, input_tokens: u64, rng: &mut StdRng) -> String {
         let mut prompt = String::with_capacity(input_tokens as usize * 7);
         let mut shared = StdRng::seed_from_u64(self.prefix_key(id));
+        let vocab = words();
         let prefix = self.shared_prefix.min(input_tokens);
         for _ in 0..prefix {
-            prompt.push_str(WORDS[shared.random_range(0..WORDS.len())]);
+            prompt.push_str(vocab[shared.random_range(0..vocab.len())]);
         }
         prompt.push_str(&self.unique_words(id, input_tokens - prefix, rng));
         prompt
@@ -330,16 +338,17 @@ impl Workload {
 
     /// `n` one-token words, the first few encoding `id` so no two such runs share a prefix.
     fn unique_words(&self, id: u64, n: u64, rng: &mut StdRng) -> String {
+        let vocab = words();
         let mut prompt = String::with_capacity(n as usize * 7);
         let mut left = n;
         let mut digits = id;
         for _ in 0..ID_WORDS.min(left as usize) {
-            prompt.push_str(WORDS[(digits % WORDS.len() as u64) as usize]);
-            digits /= WORDS.len() as u64;
+            prompt.push_str(vocab[(digits % vocab.len() as u64) as usize]);
+            digits /= vocab.len() as u64;
             left -= 1;
         }
         for _ in 0..left {
-            prompt.push_str(WORDS[rng.random_range(0..WORDS.len())]);
+            prompt.push_str(vocab[rng.random_range(0..vocab.len())]);
         }
         prompt
     }

@@ -64,7 +64,7 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<Exit> {
             )));
         }
     }
-    outcome::load_dataset(&mut args.load, args.output.quiet || args.output.json)?;
+    outcome::load_workload_files(&mut args.load, args.output.quiet || args.output.json)?;
     let planned = outcome::plan(&args.load).requests;
     if let (Some(slo), Some(n), false) = (&args.output.slo, planned, args.output.quiet) {
         if let Some(warning) = slo.sample_warning(n) {

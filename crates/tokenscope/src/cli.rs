@@ -669,7 +669,16 @@ pub struct LoadArgs {
     /// Replay only the entries from FROM to TO after the first (e.g. 10m..20m).
     #[arg(long, value_name = "FROM..TO", requires = "replay_trace", value_parser = window)]
     pub replay_window: Option<(Duration, Duration)>,
-    /// The loaded dataset (filled once by `outcome::load_dataset`).
+    /// The model's own tokenizer (a Hugging Face tokenizer.json, read from the
+    /// file, never fetched): synthetic prompts are made of words that are one
+    /// token each in it, and it counts tokens where the server sends no usage
+    /// and a dataset's prompts. Default: the built-in cl100k.
+    #[arg(long, value_name = "FILE")]
+    pub tokenizer: Option<std::path::PathBuf>,
+    /// What `--tokenizer` measured of the synthetic prompts (filled at load).
+    #[arg(skip)]
+    pub tokenizer_check: Option<serde_json::Value>,
+    /// The loaded dataset (filled once by `outcome::load_workload_files`).
     #[arg(skip)]
     pub dataset_loaded: Option<std::sync::Arc<tokenscope_load::dataset::Dataset>>,
 }

@@ -88,6 +88,61 @@ fn sessions(load: &LoadArgs) -> Option<u64> {
     (load.requests.is_none() && load.duration.is_none()).then_some(d.sessions.len() as u64)
 }
 
+/// Reads the workload's files once, before any load: `--tokenizer` first
+/// (a dataset's prompts are counted with it), then `--dataset`.
+pub fn load_workload_files(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<()> {
+    load_tokenizer(load, quiet)?;
+    load_dataset(load, quiet)
+}
+
+/// `--tokenizer FILE`: the model's tokenizer counts tokens and gives the
+/// synthetic prompts their words; a sample of prompts is counted with it
+/// at once, so the summary can say whether their lengths are exact.
+fn load_tokenizer(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<()> {
+    use tokenscope_load::tokenizer::{self, ModelTokenizer};
+    let Some(path) = &load.tokenizer else {
+        return Ok(());
+    };
+    let model = match tokenizer::model() {
+        Some(m) => m, // a sweep's points share the one loaded
+        None => tokenizer::use_model(ModelTokenizer::load(path).map_err(Exit::usage)?)
+            .map_err(Exit::usage)?,
+    };
+    let sample = Workload::new(load.input_tokens, None, load.seed);
+    let (mut asked, mut counted) = (0u64, 0u64);
+    for id in 0..SAMPLE_PROMPTS {
+        let p = sample.request(id);
+        asked += p.input_tokens;
+        counted += model.count(&p.prompt).unwrap_or(0);
+    }
+    let exact = asked == counted;
+    load.tokenizer_check = Some(json!({
+        "path": path.display().to_string(),
+        "words": model.words.len(),
+        "sample_prompts": SAMPLE_PROMPTS,
+        "asked_tokens": asked,
+        "counted_tokens": counted,
+        "exact": exact,
+    }));
+    if !quiet {
+        let verdict = match exact {
+            true => "synthetic prompts are exact in it".to_string(),
+            false => format!(
+                "synthetic prompts are NOT exact in it: {SAMPLE_PROMPTS} sample prompts of {asked} tokens count {counted}"
+            ),
+        };
+        eprintln!(
+            "tokenscope: tokenizer {}: {} one-token words; {verdict}",
+            path.display(),
+            model.words.len()
+        );
+    }
+    Ok(())
+}
+
+/// Synthetic prompts counted with `--tokenizer` to check their lengths.
+const SAMPLE_PROMPTS: u64 = 20;
+
 /// Reads `--dataset` once, before any load; a bad file is a usage error
 /// naming the line. Says how many entries it holds and what a
 /// `--requests` past its end does.
@@ -168,6 +223,7 @@ pub fn config_json(load: &LoadArgs, plan: &RunPlan, output: &OutputArgs) -> serd
         "input_tokens": load.input_tokens.to_string(),
         "output_tokens": load.output_tokens.to_string(),
         "shared_prefix": load.shared_prefix,
+        "tokenizer": load.tokenizer_check.clone().unwrap_or_else(|| json!({"name": tokenscope_load::tokenizer::name()})),
         "prefix_groups": (load.prefix_groups > 1).then(|| json!({"groups": load.prefix_groups, "zipf": load.prefix_zipf})),
         "multi_turn": load.multi_turn.then(|| json!({
             "turns": load.dataset_loaded.as_ref().filter(|d| !d.sessions.is_empty())

@@ -279,7 +279,7 @@ pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
                 .into(),
         ));
     }
-    outcome::load_dataset(&mut args.load, args.output.quiet || args.output.json)?;
+    outcome::load_workload_files(&mut args.load, args.output.quiet || args.output.json)?;
     let mut cfg = engine_config(&args.engine)?;
     outcome::price_known_gpu(&mut args.output, &cfg.gpu.name, cfg.tp);
     if let Some(p) = &args.profile {

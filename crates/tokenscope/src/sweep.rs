@@ -71,7 +71,7 @@ pub fn open(base: &LoadArgs, r: f64) -> Level {
 
 pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
     crate::bench::price_builtin(&mut args.bench);
-    outcome::load_dataset(&mut args.bench.load, args.bench.output.quiet)?;
+    outcome::load_workload_files(&mut args.bench.load, args.bench.output.quiet)?;
     let load = &args.bench.load;
     let explicit: Vec<Level> = if args.auto {
         Vec::new()
