@@ -16,7 +16,7 @@ const WORDS: [&str; 20] = [
 /// into one token: every prefix of "Ġword" is a token, merged letter by letter.
 fn tokenizer_json() -> serde_json::Value {
     let mut vocab = serde_json::Map::new();
-    let mut add = |t: &str, vocab: &mut serde_json::Map<String, serde_json::Value>| {
+    let add = |t: &str, vocab: &mut serde_json::Map<String, serde_json::Value>| {
         if !vocab.contains_key(t) {
             let id = vocab.len();
             vocab.insert(t.to_string(), json!(id));
