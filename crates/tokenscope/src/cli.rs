@@ -210,6 +210,7 @@ impl ReportArgs {
             force: false,
             json: false,
             quiet: true,
+            config: None,
         }
     }
 }
@@ -744,6 +745,12 @@ pub struct OutputArgs {
     /// No progress output.
     #[arg(long, short)]
     pub quiet: bool,
+    /// A scenario file: any of these flags by long name (`concurrency = 32`,
+    /// `ignore-eos = true`, a list for a repeated flag); flags on the command
+    /// line win. Every run directory holds the flags it ran with as
+    /// config.toml: `--config RUN/config.toml` repeats the run.
+    #[arg(long, value_name = "FILE.toml")]
+    pub config: Option<PathBuf>,
 }
 
 /// Fault injection for the built-in servers.

@@ -295,6 +295,7 @@ fn is_run_file(name: &str) -> bool {
 /// timeseries drawn beside new records). `--force` clears an earlier run
 /// first — only a directory that holds nothing but a run's files.
 pub fn claim_out_dir(dir: &Path, force: bool) -> anyhow::Result<()> {
+    crate::scenario::claimed(dir);
     let entries: Vec<String> = match std::fs::read_dir(dir) {
         Ok(entries) => entries
             .filter_map(|e| e.ok())

@@ -338,3 +338,98 @@ fn calibrating_on_a_short_run_warns() {
     );
     assert!(out.join("profile.json").exists(), "it still fits");
 }
+
+#[test]
+fn a_scenario_file_runs_the_command_line_wins_and_the_run_repeats_from_its_config() {
+    let server = Server::start(exact(20, 2));
+    let dir = run_dir("scenario");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("scenario.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "url = \"{}\"\nconcurrency = 2\nrequests = 5\ninput_tokens = \"uniform:10..40\"\noutput-tokens = 6\nseed = 9\nheader = [\"X-Token: secret\"]\n",
+            server.url
+        ),
+    )
+    .unwrap();
+    let first = dir.join("first");
+    let o = tokenscope()
+        .args(["bench", "--quiet", "--no-metrics", "--config"])
+        .arg(&file)
+        .args(["--requests", "7", "--out"])
+        .arg(&first)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    assert_eq!(
+        results(&first)["counts"]["requests"],
+        7,
+        "the command line wins"
+    );
+    let stored = std::fs::read_to_string(first.join("config.toml")).unwrap();
+    assert!(
+        stored.contains("requests = 7") && stored.contains("seed = 9"),
+        "{stored}"
+    );
+    assert!(
+        !stored.contains("secret"),
+        "a header's value is never stored: {stored}"
+    );
+    assert!(!stored.contains("out ="), "{stored}");
+
+    // The stored config repeats the run: the same requests, the same lengths.
+    let again = dir.join("again");
+    let o = tokenscope()
+        .args(["bench", "--config"])
+        .arg(first.join("config.toml"))
+        .arg("--out")
+        .arg(&again)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let lengths = |d: &std::path::Path| {
+        let mut v: Vec<(u64, u64)> = records(d)
+            .iter()
+            .map(|r| {
+                (
+                    r["id"].as_u64().unwrap(),
+                    r["input_tokens"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(lengths(&first), lengths(&again));
+    assert_eq!(
+        results(&again)["config"]["load"],
+        results(&first)["config"]["load"]
+    );
+
+    // A file's flag that the command line contradicts gives way to it.
+    let open = dir.join("open");
+    let o = tokenscope()
+        .args(["bench", "--quiet", "--no-metrics", "--config"])
+        .arg(&file)
+        .args(["--rate", "50", "--out"])
+        .arg(&open)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    assert_eq!(results(&open)["config"]["load"]["mode"], "open");
+
+    // A key that is no flag is refused, naming it.
+    std::fs::write(&file, "concurrency = 2\nconcurency = 3\n").unwrap();
+    let o = tokenscope()
+        .args(["bench", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("`concurency` is not a flag of `bench`"),
+        "{stderr}"
+    );
+}
