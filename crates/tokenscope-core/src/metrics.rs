@@ -4,8 +4,8 @@ use crate::cost::Cost;
 use crate::cost::GpuPrice;
 use crate::record::{RequestRecord, TokenSource};
 use crate::results::{
-    CacheHits, Concurrency, Counts, ErrorSample, Latency, ObjectiveResult, SloReport, SteadyWindow,
-    Throughput, Tokens, Window,
+    ArrivalFidelity, CacheHits, Concurrency, Counts, ErrorSample, Fidelity, Latency,
+    ObjectiveResult, SloReport, SteadyWindow, Throughput, Tokens, Window,
 };
 use crate::slo::{Slo, SloMetric, Verdict};
 use crate::stats::Distribution;
@@ -23,6 +23,7 @@ pub struct Measured {
     pub throughput: Throughput,
     pub counts: Counts,
     pub tokens: Tokens,
+    pub fidelity: Fidelity,
     pub slo: Option<SloReport>,
     pub cost: Option<Cost>,
 }
@@ -37,6 +38,40 @@ pub fn measure(records: &[RequestRecord], slo: Option<&Slo>, price: Option<GpuPr
 /// Multi-turn TTFT is kept per turn up to this index; later turns are
 /// pooled under it, so memory stays flat whatever the sessions' length.
 pub const MAX_TURN_KEPT: u32 = 32;
+
+/// Rate (per s), squared coefficient of variation of the gaps, and the
+/// index of dispersion of counts in 1 s windows (from 5 windows on) of
+/// sorted arrival instants (µs).
+fn arrival_stats(at: &[u64]) -> (f64, f64, Option<f64>) {
+    let (first, last) = (at[0], at[at.len() - 1]);
+    let span_s = (last - first) as f64 * US;
+    let rate = if span_s > 0.0 {
+        (at.len() - 1) as f64 / span_s
+    } else {
+        0.0
+    };
+    let gaps: Vec<f64> = at.windows(2).map(|w| (w[1] - w[0]) as f64).collect();
+    let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+    let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+    let cv2 = if mean > 0.0 { var / (mean * mean) } else { 0.0 };
+    let windows = ((last - first) / 1_000_000) as usize;
+    let dispersion = (windows >= 5).then(|| {
+        let mut counts = vec![0u64; windows];
+        for &t in at {
+            if let Some(c) = counts.get_mut(((t - first) / 1_000_000) as usize) {
+                *c += 1;
+            }
+        }
+        let m = counts.iter().sum::<u64>() as f64 / windows as f64;
+        let v = counts.iter().map(|&c| (c as f64 - m).powi(2)).sum::<f64>() / windows as f64;
+        if m > 0.0 {
+            v / m
+        } else {
+            0.0
+        }
+    });
+    (rate, cv2, dispersion)
+}
 
 /// The steady-state window's grid: its edges are rounded inward to it, so
 /// its tokens are counted from per-slot totals instead of every chunk's time.
@@ -60,6 +95,13 @@ pub struct Aggregator {
     messages: BTreeMap<(String, String), u64>,
     /// (sent, done, succeeded) of every measured request.
     spans: Vec<(u64, u64, bool)>,
+    /// When each measured request was meant to leave (µs).
+    scheduled: Vec<u64>,
+    /// Lengths asked and delivered (see [`Fidelity`]).
+    input_asked: Distribution,
+    input_served: Distribution,
+    output_asked: Distribution,
+    output_delivered: Distribution,
     /// Output tokens of successful measured requests per 10 ms slot, by chunk arrival.
     tokens_per_slot: Vec<u32>,
     ttft: Distribution,
@@ -90,6 +132,11 @@ impl Aggregator {
             counts: Counts::default(),
             messages: BTreeMap::new(),
             spans: Vec::new(),
+            scheduled: Vec::new(),
+            input_asked: Distribution::new(),
+            input_served: Distribution::new(),
+            output_asked: Distribution::new(),
+            output_delivered: Distribution::new(),
             tokens_per_slot: Vec::new(),
             ttft: Distribution::new(),
             ttft_sched: Distribution::new(),
@@ -116,12 +163,14 @@ impl Aggregator {
         }
         self.count(r);
         self.spans.push((r.sent_at_us, r.done_at_us, r.succeeded()));
+        self.scheduled.push(r.scheduled_at_us);
         self.lag.record(r.lag_us() as f64);
         if !r.succeeded() {
             return;
         }
         self.time(r);
         self.count_tokens(r);
+        self.lengths(r);
         if self.slo.as_ref().is_some_and(|s| s.request_is_good(r)) {
             self.good_requests += 1;
             self.good_tokens = self.good_tokens.saturating_add(r.output_tokens);
@@ -215,6 +264,47 @@ impl Aggregator {
         }
         if single > 0 {
             *t.tokens_per_chunk.entry(1).or_insert(0) += single;
+        }
+    }
+
+    /// Lengths asked and delivered, for the workload's fidelity.
+    fn lengths(&mut self, r: &RequestRecord) {
+        if let Some(n) = r.requested_input_tokens {
+            self.input_asked.record(n as f64);
+        }
+        if let (Some(n), Some(TokenSource::ServerUsage)) = (r.input_tokens, r.input_token_source) {
+            self.input_served.record(n as f64);
+        }
+        if let Some(n) = r.requested_output_tokens {
+            self.output_asked.record(n as f64);
+        }
+        self.output_delivered.record(r.output_tokens as f64);
+    }
+
+    fn fidelity(&self) -> Fidelity {
+        let mut sent: Vec<u64> = self.spans.iter().map(|s| s.0).collect();
+        let mut intended = self.scheduled.clone();
+        sent.sort_unstable();
+        intended.sort_unstable();
+        let arrivals = (sent.len() >= 2).then(|| {
+            let (ri, ci, di) = arrival_stats(&intended);
+            let (rs, cs, ds) = arrival_stats(&sent);
+            ArrivalFidelity {
+                intended_per_s: ri,
+                sent_per_s: rs,
+                intended_gap_cv2: ci,
+                sent_gap_cv2: cs,
+                intended_dispersion_1s: di,
+                sent_dispersion_1s: ds,
+            }
+        });
+        Fidelity {
+            input_tokens_asked: self.input_asked.summary(1.0),
+            input_tokens_served: self.input_served.summary(1.0),
+            output_tokens_asked: self.output_asked.summary(1.0),
+            output_tokens_delivered: self.output_delivered.summary(1.0),
+            early_stops: self.counts.short_outputs,
+            arrivals,
         }
     }
 
@@ -313,6 +403,7 @@ impl Aggregator {
             throughput,
             counts,
             tokens,
+            fidelity: self.fidelity(),
             slo,
             cost,
         }
@@ -444,6 +535,22 @@ pub fn slo_report<'a>(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn arrival_stats_tell_constant_from_bursty() {
+        let constant: Vec<u64> = (0..100).map(|i| i * 100_000).collect();
+        let (rate, cv2, disp) = super::arrival_stats(&constant);
+        assert!((rate - 10.0).abs() < 1e-9 && cv2 == 0.0, "{rate} {cv2}");
+        assert_eq!(disp, Some(0.0), "ten every second, exactly");
+        // Pairs 1 ms apart every 200 ms: the same rate, gaps far more spread.
+        let bursty: Vec<u64> = (0..100)
+            .map(|i| (i / 2) * 200_000 + (i % 2) * 1_000)
+            .collect();
+        let (_, cv2, _) = super::arrival_stats(&bursty);
+        assert!(cv2 > 0.9, "{cv2}");
+        let (_, _, short) = super::arrival_stats(&[0, 1_000_000, 2_000_000]);
+        assert_eq!(short, None, "too few windows to say");
+    }
     use super::*;
     use crate::record::{Chunk, ErrorKind};
 

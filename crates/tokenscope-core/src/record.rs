@@ -129,6 +129,10 @@ pub struct RequestRecord {
     pub done_at_us: u64,
     pub input_tokens: Option<u64>,
     pub input_token_source: Option<TokenSource>,
+    /// The prompt's length as the workload built it (the client's
+    /// tokenizer), kept when the server's count replaces `input_tokens`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested_input_tokens: Option<u64>,
     pub output_tokens: u64,
     pub output_token_source: Option<TokenSource>,
     /// `max_tokens` sent, when the workload asked for a length.
@@ -360,6 +364,7 @@ impl RequestRecord {
             done_at_us: sent_at_us,
             input_tokens: None,
             input_token_source: None,
+            requested_input_tokens: None,
             output_tokens: 0,
             output_token_source: None,
             requested_output_tokens: None,

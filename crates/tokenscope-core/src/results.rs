@@ -37,11 +37,46 @@ pub struct RunResults {
     pub throughput: Throughput,
     pub counts: Counts,
     pub tokens: Tokens,
+    /// What the run asked of the server against what it delivered.
+    #[serde(default)]
+    pub workload: Fidelity,
     pub slo: Option<SloReport>,
     pub efficiency: Efficiency,
     pub server: Server,
     pub client: ClientUsage,
     pub diagnosis: Vec<Finding>,
+}
+
+/// Workload fidelity: whether the benchmark exercised what it claims —
+/// the lengths asked against those the server counted and wrote, and the
+/// arrivals the load pattern (or trace) intended against those sent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Fidelity {
+    /// Prompt tokens: as the workload built them (the client's tokenizer)
+    /// and as the server counted them (`usage.prompt_tokens`, when it says).
+    pub input_tokens_asked: Option<Summary>,
+    pub input_tokens_served: Option<Summary>,
+    /// Output tokens: `max_tokens` asked and tokens written.
+    pub output_tokens_asked: Option<Summary>,
+    pub output_tokens_delivered: Option<Summary>,
+    /// Answers that ended before their `max_tokens` (EOS or a stop).
+    pub early_stops: u64,
+    pub arrivals: Option<ArrivalFidelity>,
+}
+
+/// Arrivals intended (`scheduled_at`) and sent (`sent_at`), measured requests.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ArrivalFidelity {
+    pub intended_per_s: f64,
+    pub sent_per_s: f64,
+    /// Burstiness: the squared coefficient of variation of the gaps between
+    /// arrivals (1 for Poisson, 0 for constant, > 1 burstier).
+    pub intended_gap_cv2: f64,
+    pub sent_gap_cv2: f64,
+    /// Index of dispersion of arrivals counted in 1 s windows (variance ÷
+    /// mean; 1 for Poisson); `None` for runs shorter than 5 windows.
+    pub intended_dispersion_1s: Option<f64>,
+    pub sent_dispersion_1s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -144,6 +144,7 @@ pub async fn execute(
         warmup: ticket.warmup,
         input_tokens: Some(spec.input_tokens),
         input_token_source: Some(TokenSource::Tokenizer),
+        requested_input_tokens: Some(spec.input_tokens),
         requested_output_tokens: spec.max_tokens,
         waited_for_slot: ticket.waited_for_slot,
         session: ticket.turn.map(|t| t.0),

@@ -583,8 +583,28 @@ pub fn run_page(run: &Run) -> String {
 
     out.push_str("<h2>Diagnosis</h2>");
     findings(&mut out, &r.diagnosis);
+    workload(&mut out, r);
     settings(&mut out, r);
     page(&format!("tokenscope run — {}", r.target.model), &out)
+}
+
+/// What the run asked of the server against what it delivered.
+fn workload(out: &mut String, r: &RunResults) {
+    let rows = crate::fidelity::rows(r);
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str("<h2>Workload: asked and delivered</h2><table><tr><th></th><th>asked</th><th>delivered</th></tr>");
+    for [what, asked, delivered] in rows {
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&what),
+            esc(&asked),
+            esc(&delivered)
+        );
+    }
+    out.push_str("</table>");
 }
 
 fn settings(out: &mut String, r: &RunResults) {

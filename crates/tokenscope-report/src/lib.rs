@@ -6,6 +6,7 @@
 pub mod charts;
 pub mod dashboard;
 pub mod export;
+pub mod fidelity;
 pub mod health;
 pub mod html;
 pub mod markdown;

@@ -130,6 +130,13 @@ pub fn run(r: &RunResults) -> String {
         opt(pre, |v| format!("{v:.0}")),
         opt(cost, |v| format!("${v:.5}"))
     );
+    let rows = crate::fidelity::rows(r);
+    if !rows.is_empty() {
+        out.push_str("\n| workload | asked | delivered |\n|---|---|---|\n");
+        for [what, asked, delivered] in rows {
+            let _ = writeln!(out, "| {what} | {asked} | {delivered} |");
+        }
+    }
     if !c.errors.is_empty() {
         out.push_str("\n| error | count |\n|---|---:|\n");
         for (k, v) in &c.errors {

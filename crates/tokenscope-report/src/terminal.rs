@@ -158,6 +158,7 @@ pub fn summary(r: &RunResults) -> String {
         );
     }
 
+    workload_lines(&mut out, r);
     let _ = writeln!(out, "\nEfficiency");
     match &r.efficiency.cost {
         Some(cost) => {
@@ -359,6 +360,56 @@ fn latency_lines(out: &mut String, r: &RunResults) {
             out,
             "  * chunks carried several tokens: ITL splits each chunk gap over its tokens"
         );
+    }
+}
+
+/// What was asked against what was delivered: lengths and arrivals.
+fn workload_lines(out: &mut String, r: &RunResults) {
+    let w = &r.workload;
+    let mean = |s: &Option<Summary>| s.as_ref().map(|s| s.mean);
+    let mut lines = String::new();
+    if let Some(asked) = mean(&w.input_tokens_asked) {
+        let served = match (&w.input_tokens_served, mean(&w.input_tokens_served)) {
+            (Some(s), Some(m)) => format!(
+                " → {m:.0} as the server counted ({} requests said)",
+                s.count
+            ),
+            _ => " (the server did not count them)".into(),
+        };
+        let _ = writeln!(lines, "  input tokens          mean {asked:.0}{served}");
+    }
+    if let Some(delivered) = mean(&w.output_tokens_delivered) {
+        let asked = mean(&w.output_tokens_asked)
+            .map(|a| format!("asked {a:.0} → "))
+            .unwrap_or_default();
+        let stops = match w.early_stops {
+            0 => String::new(),
+            n => format!("; {n} stopped before max_tokens (--ignore-eos forces lengths)"),
+        };
+        let _ = writeln!(
+            lines,
+            "  output tokens         mean {asked}{delivered:.0} written{stops}"
+        );
+    }
+    if let Some(a) = &w.arrivals {
+        let disp = |d: Option<f64>| {
+            d.map(|d| format!(", dispersion {d:.2}"))
+                .unwrap_or_default()
+        };
+        let _ = writeln!(
+            lines,
+            "  arrivals              intended {:.2}/s (gap CV² {:.2}{}) → sent {:.2}/s (CV² {:.2}{})",
+            a.intended_per_s,
+            a.intended_gap_cv2,
+            disp(a.intended_dispersion_1s),
+            a.sent_per_s,
+            a.sent_gap_cv2,
+            disp(a.sent_dispersion_1s)
+        );
+    }
+    if !lines.is_empty() {
+        let _ = writeln!(out, "\nWorkload (asked → delivered)");
+        out.push_str(&lines);
     }
 }
 

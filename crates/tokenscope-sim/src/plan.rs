@@ -342,6 +342,7 @@ fn new_record(id: u64, warmup: bool, at_us: u64, input: u64, max_output: u32) ->
         warmup,
         input_tokens: Some(input),
         input_token_source: Some(TokenSource::ServerUsage),
+        requested_input_tokens: Some(input),
         output_token_source: Some(TokenSource::ServerUsage),
         requested_output_tokens: Some(max_output as u64),
         status: Some(200),

@@ -548,6 +548,7 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
         throughput: m.throughput,
         counts: m.counts,
         tokens: m.tokens,
+        workload: m.fidelity,
         slo: m.slo,
         efficiency: Efficiency {
             cost: m.cost,

@@ -226,6 +226,21 @@ fn replay_sends_each_entry_at_its_recorded_time_scaled_by_the_speed() {
         );
         let r = results(&out);
         assert_eq!(r["config"]["dataset"]["replay_speed"], speed);
+        // The fidelity section restates the trace's arrivals from the file
+        // alone: its rate and the spread of its gaps.
+        let gaps: Vec<f64> = offsets.windows(2).map(|w| (w[1] - w[0]) / speed).collect();
+        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        let cv2 =
+            gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64 / mean.powi(2);
+        let a = &r["workload"]["arrivals"];
+        let rate = stat(a, "intended_per_s");
+        assert!(
+            (rate - 1.0 / mean).abs() < 1e-6 * rate,
+            "rate {rate} vs {}",
+            1.0 / mean
+        );
+        assert!((stat(a, "intended_gap_cv2") - cv2).abs() < 1e-6, "{a}");
+        assert_eq!(stat(&r["workload"]["output_tokens_asked"], "mean"), 4.0);
     }
 }
 
