@@ -30,6 +30,34 @@ pub struct Asked {
     pub ignore_eos: bool,
     /// An open loop (a schedule of arrivals), not a closed one.
     pub open_loop: bool,
+    /// Every prompt is unique by construction: synthetic, no shared prefix,
+    /// no dataset, no sessions. Prefix-cache hits are then left over from
+    /// an earlier run.
+    pub unique_prompts: bool,
+}
+
+/// A share of cached prompt tokens past this, on prompts that are unique
+/// by construction, is not chance (a chat template's few shared tokens
+/// stay under it for prompts of ordinary length).
+const STALE_CACHE_SHARE: f64 = 0.2;
+
+/// Prompts that should all be new were found in the server's prefix cache:
+/// an earlier run with the same `--seed` left them there, and their TTFT
+/// reads low.
+fn stale_cache(tokens: &Tokens, asked: &Asked) -> Option<Finding> {
+    let c = tokens.prefix_cache.as_ref()?;
+    if !asked.unique_prompts || c.hit_rate <= STALE_CACHE_SHARE {
+        return None;
+    }
+    Some(finding(
+        "stale_prefix_cache",
+        "warning",
+        format!(
+            "the server found {:.0} % of the prompt tokens in its prefix cache although every prompt of this run is new: an earlier run with the same --seed left them there, so TTFT and prefill read low; run with another --seed (or restart the server) to measure cold prompts",
+            c.hit_rate * 100.0
+        ),
+        &[("hit_rate", json!(c.hit_rate)), ("requests", json!(c.requests))],
+    ))
 }
 
 /// tokio's timer wakes on millisecond ticks: an idle loop reads up to this
@@ -118,6 +146,7 @@ pub fn diagnose(
     asked: Asked,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
+    out.extend(stale_cache(tokens, &asked));
     if counts.implausible_usage > 0 {
         out.push(finding(
             "implausible_usage",

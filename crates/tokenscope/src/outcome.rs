@@ -286,6 +286,7 @@ fn is_run_file(name: &str) -> bool {
             | "sweep.csv"
             | "requests.csv"
             | "profile.json"
+            | "config.toml"
             | ".results.reserve"
     ) || (name.starts_with("point-") && name[6..].chars().all(|c| c.is_ascii_digit()))
 }
@@ -295,7 +296,13 @@ fn is_run_file(name: &str) -> bool {
 /// timeseries drawn beside new records). `--force` clears an earlier run
 /// first — only a directory that holds nothing but a run's files.
 pub fn claim_out_dir(dir: &Path, force: bool) -> anyhow::Result<()> {
+    claim(dir, force)?;
+    // Only a directory this run may write gets its config.toml.
     crate::scenario::claimed(dir);
+    Ok(())
+}
+
+fn claim(dir: &Path, force: bool) -> anyhow::Result<()> {
     let entries: Vec<String> = match std::fs::read_dir(dir) {
         Ok(entries) => entries
             .filter_map(|e| e.ok())
@@ -473,6 +480,9 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
     let asked = Asked {
         ignore_eos: facts.config["ignore_eos"].as_bool().unwrap_or(false),
         open_loop: facts.config["load"]["mode"] == "open",
+        unique_prompts: facts.config["shared_prefix"] == 0
+            && facts.config["dataset"].is_null()
+            && facts.config["multi_turn"].is_null(),
     };
     let mut diagnosis = diagnose(&m.counts, &m.latency, &m.tokens, &client, asked);
     diagnosis.extend(facts.extra_findings);

@@ -50,9 +50,18 @@ pub fn closed(base: &LoadArgs, c: u64) -> Level {
             concurrency: vec![c],
             rate: Vec::new(),
             requests,
+            seed: point_seed(base.seed, c as f64),
             ..base.clone()
         },
     }
+}
+
+/// A point's seed: `--seed` plus its load. Its synthetic prompts are then
+/// its own: the same prompts at every point would be served from the
+/// server's prefix cache after the first, and later points would read faster
+/// than they are. (A dataset's prompt texts are the file's at every point.)
+fn point_seed(seed: u64, load: f64) -> u64 {
+    seed.wrapping_add(load.to_bits())
 }
 
 /// An open-loop point at `r` requests/s.
@@ -64,6 +73,7 @@ pub fn open(base: &LoadArgs, r: f64) -> Level {
             rate: vec![r],
             concurrency: Vec::new(),
             ramp_up: None,
+            seed: point_seed(base.seed, r),
             ..base.clone()
         },
     }

@@ -350,3 +350,44 @@ fn sim_plan_finds_a_mooncake_traces_reuse_per_512_token_block() {
         "the records carry the engine's count"
     );
 }
+
+#[test]
+fn prompts_left_in_the_cache_by_an_earlier_run_are_called_out() {
+    let engine = Engine::start(default_engine());
+    let run = |name: &str, seed: &str| {
+        let out = run_dir(name);
+        let args = [
+            "--concurrency",
+            "2",
+            "--requests",
+            "6",
+            "--output-tokens",
+            "4",
+            "--seed",
+            seed,
+        ];
+        assert_ok(&bench(&engine.url, &out, &args));
+        results(&out)
+    };
+    let first = run("stale-first", "31");
+    assert!(
+        !has_rule(&first, "stale_prefix_cache"),
+        "new prompts: {:?}",
+        rules(&first)
+    );
+    assert_eq!(stat(&first, "tokens.prefix_cache.hit_rate"), 0.0);
+    // The same seed again: the same prompts, found in the cache.
+    let again = run("stale-again", "31");
+    assert!(stat(&again, "tokens.prefix_cache.hit_rate") > 0.9);
+    assert!(
+        has_rule(&again, "stale_prefix_cache"),
+        "{:?}",
+        rules(&again)
+    );
+    let fresh = run("stale-fresh", "32");
+    assert!(
+        !has_rule(&fresh, "stale_prefix_cache"),
+        "{:?}",
+        rules(&fresh)
+    );
+}
