@@ -249,33 +249,43 @@ impl Workload {
     /// history is not in it: the runner carries the server's answers). Only
     /// a session's first turn starts with the shared prefix.
     pub fn turn(&self, s: u64, k: u32) -> PromptSpec {
-        if let Some(d) = self.dataset.as_ref().filter(|d| !d.sessions.is_empty()) {
-            let e = &d.entries[d.session(s)[k as usize]];
-            let mut rng = StdRng::seed_from_u64(mix(self.seed ^ mix(s) ^ k as u64));
-            let max_tokens = e.output_tokens.or(self.output.map(|o| o.sample(&mut rng)));
-            let prompt = match &e.prompt {
-                crate::dataset::Prompt::Text(t) => t.clone(),
-                _ => self.unique_words(mix(s) ^ k as u64, e.input_tokens, &mut rng),
-            };
-            return PromptSpec {
-                prompt,
-                input_tokens: e.input_tokens,
-                max_tokens,
-            };
-        }
-        let key = mix(mix(s) ^ (k as u64 + 1));
-        let mut rng = StdRng::seed_from_u64(mix(self.seed ^ key));
-        let input_tokens = self.input.sample(&mut rng);
-        let max_tokens = self.output.map(|o| o.sample(&mut rng));
-        let prompt = if k == 0 {
-            self.synthetic(s, input_tokens, &mut rng)
-        } else {
-            self.unique_words(key, input_tokens, &mut rng)
+        let (mut rng, key, input_tokens, max_tokens) = self.draw_turn(s, k);
+        let prompt = match self.session_entry(s, k).map(|e| &e.prompt) {
+            Some(crate::dataset::Prompt::Text(t)) => t.clone(),
+            Some(_) => self.unique_words(key, input_tokens, &mut rng),
+            None if k == 0 => self.synthetic(s, input_tokens, &mut rng),
+            None => self.unique_words(key, input_tokens, &mut rng),
         };
         PromptSpec {
             prompt,
             input_tokens,
             max_tokens,
+        }
+    }
+
+    /// Turn `k` of session `s`: its new message's tokens and `max_tokens`,
+    /// as [`Workload::turn`] draws them, without building the text (the
+    /// simulator needs only lengths).
+    pub fn turn_lengths(&self, s: u64, k: u32) -> (u64, Option<u64>) {
+        let (_, _, input, output) = self.draw_turn(s, k);
+        (input, output)
+    }
+
+    /// A dataset session's entry for turn `k` of session `s`.
+    fn session_entry(&self, s: u64, k: u32) -> Option<&crate::dataset::Entry> {
+        let d = self.dataset.as_ref().filter(|d| !d.sessions.is_empty())?;
+        Some(&d.entries[d.session(s)[k as usize]])
+    }
+
+    /// The turn's random source (what its words are drawn from), its key and lengths.
+    fn draw_turn(&self, s: u64, k: u32) -> (StdRng, u64, u64, Option<u64>) {
+        let key = mix(mix(s) ^ (k as u64 + 1));
+        let mut rng = StdRng::seed_from_u64(mix(self.seed ^ key));
+        let input = self.input.sample(&mut rng);
+        let output = self.output.map(|o| o.sample(&mut rng));
+        match self.session_entry(s, k) {
+            Some(e) => (rng, key, e.input_tokens, e.output_tokens.or(output)),
+            None => (rng, key, input, output),
         }
     }
 

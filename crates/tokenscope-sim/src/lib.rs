@@ -2,7 +2,7 @@
 //! GPU and the tests have ground truth: [`exact`] streams with exactly the
 //! timing it is given; [`engine`] models a vLLM-like engine (continuous
 //! batching, paged KV cache, preemption) on a hardware cost model, and
-//! [`plan`] runs it on a virtual clock.
+//! [`plan`] runs it on a virtual clock, fed by [`traffic`].
 
 pub mod calibrate;
 pub mod engine;
@@ -14,3 +14,4 @@ pub mod plan;
 pub mod prom;
 pub mod serve;
 pub mod timer;
+pub mod traffic;

@@ -2,14 +2,12 @@
 //! step completions — so an hour of traffic takes a second. The output is the
 //! same per-request records a real run writes, plus the engine's time series.
 
-use crate::engine::kv::{self, Unit};
 use crate::engine::scheduler::Seq;
 use crate::engine::{Engine, EngineConfig, EngineState};
+use crate::traffic::Traffic;
 use serde::Serialize;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use tokenscope_core::record::{Chunk, RequestRecord, TokenSource};
-use tokenscope_load::arrival::{LoadPattern, Schedule};
+use tokenscope_load::arrival::LoadPattern;
 use tokenscope_load::workload::Workload;
 
 /// The load to simulate (the same notions as `bench`).
@@ -28,6 +26,8 @@ pub struct PlanLoad {
     /// token). A closed-loop client's next request therefore reaches the
     /// engine after its next step has begun, and waits for it, as in real life.
     pub network_delay_s: f64,
+    /// Multi-turn: start at most this many sessions (a dataset's, each once).
+    pub sessions: Option<u64>,
     /// Replay: request `id` gets these (input, output) lengths instead of the
     /// workload's draw (from a measured run's records). Requests past its end
     /// fall back to the workload.
@@ -70,10 +70,10 @@ pub struct PlanOutput {
 
 /// Request ids are already well spread: hashing them is wasted work on the
 /// per-token path (the map is looked up once per generated token).
-type IdHash = std::hash::BuildHasherDefault<IdHasher>;
+pub(crate) type IdHash = std::hash::BuildHasherDefault<IdHasher>;
 
 #[derive(Default)]
-struct IdHasher(u64);
+pub(crate) struct IdHasher(u64);
 
 impl std::hash::Hasher for IdHasher {
     fn finish(&self) -> u64 {
@@ -92,18 +92,6 @@ impl std::hash::Hasher for IdHasher {
 
 fn us(t: f64) -> u64 {
     (t * 1e6).round() as u64
-}
-
-/// Arrivals still to come, earliest first (ties by id).
-struct Arrivals {
-    heap: BinaryHeap<Reverse<(u64, u64)>>, // (time µs, id)
-    open: Option<(Schedule, u64)>,         // open loop: the schedule and the next id
-}
-
-impl Arrivals {
-    fn next_time(&mut self) -> Option<u64> {
-        self.heap.peek().map(|Reverse((t, _))| *t)
-    }
 }
 
 /// Runs the plan to its end. Errors only when the deployment does not fit.
@@ -138,52 +126,7 @@ pub fn simulate_into(
     on_record: &mut dyn FnMut(RequestRecord),
 ) -> Result<(Vec<Sample>, EngineSummary), String> {
     let mut engine = Engine::new(config.clone())?;
-    let total = load.requests.map(|n| n + load.warmup);
-    let deadline_us = load.duration_s.map(us);
-    let allowed =
-        |id: u64, at_us: u64| total.is_none_or(|t| id < t) && deadline_us.is_none_or(|d| at_us < d);
-    let block_size = engine.scheduler.kv.block_size;
-    // The shared prefixes' units, one list per prefix group, made once.
-    let mut shared: std::collections::HashMap<u64, std::sync::Arc<[Unit]>> = Default::default();
-
-    let mut arrivals = Arrivals {
-        heap: BinaryHeap::new(),
-        open: None,
-    };
-    let mut next_id = 0u64;
-    match load.pattern {
-        LoadPattern::Closed { concurrency } => {
-            for c in 0..concurrency as u64 {
-                let at = load
-                    .ramp_up_s
-                    .map_or(0, |r| us(r * c as f64 / concurrency as f64));
-                if allowed(next_id, at) {
-                    arrivals.heap.push(Reverse((at, next_id)));
-                    next_id += 1;
-                }
-            }
-        }
-        LoadPattern::Open {
-            rate,
-            process,
-            max_concurrency,
-        } => {
-            if max_concurrency.is_some() {
-                return Err(
-                    "--max-concurrency is not simulated; use --concurrency or --rate alone".into(),
-                );
-            }
-            let mut schedule = Schedule::for_load(rate, process, load.seed, &load.workload);
-            if let Some(first) = schedule.next() {
-                if allowed(0, us(first.as_secs_f64())) {
-                    arrivals.heap.push(Reverse((us(first.as_secs_f64()), 0)));
-                    next_id = 1;
-                }
-            }
-            arrivals.open = Some((schedule, next_id));
-        }
-    }
-
+    let mut traffic = Traffic::start(load, engine.scheduler.kv.block_size)?;
     let delay = us(load.network_delay_s);
     let mut records: std::collections::HashMap<u64, RequestRecord, IdHash> = Default::default();
     let mut samples = Vec::new();
@@ -194,48 +137,25 @@ pub fn simulate_into(
     loop {
         if engine.is_idle() {
             // Nothing to do: jump to the next arrival, or stop.
-            match arrivals.next_time() {
+            match traffic.next_time() {
                 None => break,
                 Some(sent) => t = t.max((sent + delay) as f64 / 1e6),
             }
         }
         // Everything that arrived by `t` joins the queue before the next step.
-        while arrivals
+        while traffic
             .next_time()
             .is_some_and(|sent| sent + delay <= us(t))
         {
-            let Reverse((sent, id)) = arrivals.heap.pop().expect("peeked");
-            let at = sent + delay;
-            let (input, output) = match load.trace.as_ref().and_then(|t| t.get(id as usize)) {
-                Some(&(i, o)) => (i, Some(o)),
-                None => load.workload.lengths(id),
-            };
-            let max_output = output.unwrap_or(256) as u32;
-            let mut seq = Seq::new(id, input as u32, max_output, at as f64 / 1e6);
-            seq.units = match trace_blocks(&load.workload, id) {
-                Some(hash_ids) => mooncake_units(hash_ids, input, block_size).into(),
-                None => {
-                    let key = load.workload.prefix_key(id);
-                    let prefix = load.workload.shared_prefix;
-                    let units = shared
-                        .entry(key)
-                        .or_insert_with(|| kv::shared_prefix_units(key, prefix, block_size).into());
-                    units.clone()
-                }
-            };
+            let a = traffic.pop().expect("one is due");
+            let at = a.sent_us + delay;
+            let mut seq = Seq::new(a.id, a.input as u32, a.max_output, at as f64 / 1e6);
+            seq.units = a.units;
             engine.add(seq);
-            let mut rec = new_record(id, id < load.warmup, sent, input, max_output);
-            rec.first_byte_at_us = Some(sent + 2 * delay);
-            records.insert(id, rec);
-            if let Some((schedule, open_next)) = arrivals.open.as_mut() {
-                if let Some(when) = schedule.next() {
-                    let when = us(when.as_secs_f64());
-                    if allowed(*open_next, when) {
-                        arrivals.heap.push(Reverse((when, *open_next)));
-                        *open_next += 1;
-                    }
-                }
-            }
+            let mut rec = new_record(a.id, a.id < load.warmup, a.sent_us, a.input, a.max_output);
+            rec.first_byte_at_us = Some(a.sent_us + 2 * delay);
+            (rec.session, rec.turn) = (a.turn.map(|t| t.0), a.turn.map(|t| t.1));
+            records.insert(a.id, rec);
         }
         let (dt, work) = engine.begin_step(t);
         let t_end = t + dt.max(1e-6);
@@ -251,12 +171,7 @@ pub fn simulate_into(
             rec.chunks.push(Chunk(at, 1));
             if done {
                 rec.done_at_us = at;
-                if let LoadPattern::Closed { .. } = load.pattern {
-                    if allowed(next_id, at) {
-                        arrivals.heap.push(Reverse((at, next_id)));
-                        next_id += 1;
-                    }
-                }
+                traffic.done(id, at, rec.chunks.len() as u64);
             }
         }
         for seq in result.finished {
@@ -296,45 +211,6 @@ pub fn simulate_into(
     left.sort_by_key(|r| r.id);
     left.into_iter().for_each(on_record);
     Ok((samples, summary))
-}
-
-/// The Mooncake `hash_ids` of request `id`, when the workload is such a trace.
-fn trace_blocks(workload: &Workload, id: u64) -> Option<&[u64]> {
-    use tokenscope_load::dataset::Prompt;
-    match &workload.dataset.as_ref()?.entry(id).prompt {
-        Prompt::Blocks { hash_ids, .. } => Some(hash_ids),
-        _ => None,
-    }
-}
-
-/// A Mooncake prompt as the prefix cache knows it: one unit per whole
-/// 512-token block, keyed by the chain of hash ids up to it (equal chains,
-/// equal prompts: `bench` builds block `h` from `h` alone), then the whole
-/// engine blocks of a last, partial one. Reuse is thus found per 512-token
-/// block where the engine finds it per 16-token block; the two differ only
-/// for a partial block met again whole (counted a miss here).
-pub fn mooncake_units(hash_ids: &[u64], input: u64, block_size: u32) -> Vec<Unit> {
-    use tokenscope_load::dataset::MOONCAKE_BLOCK;
-    let mut units = Vec::with_capacity(hash_ids.len());
-    let (mut key, mut left) = (0u64, input);
-    for &h in hash_ids {
-        key = kv::chain(key, h);
-        let tokens = left.min(MOONCAKE_BLOCK);
-        let whole = (tokens as u32 / block_size) * block_size;
-        if whole == 0 {
-            break;
-        }
-        if tokens < MOONCAKE_BLOCK {
-            units.push(Unit {
-                key: kv::chain(key, 0x7061_7274 ^ whole as u64),
-                tokens: whole,
-            });
-            break;
-        }
-        units.push(Unit { key, tokens: whole });
-        left -= tokens;
-    }
-    units
 }
 
 fn new_record(id: u64, warmup: bool, at_us: u64, input: u64, max_output: u32) -> RequestRecord {

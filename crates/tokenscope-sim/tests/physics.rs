@@ -28,6 +28,7 @@ fn load(pattern: LoadPattern, requests: u64, input: u64, output: u64) -> PlanLoa
         workload: Workload::new(LengthSpec::Fixed(input), Some(LengthSpec::Fixed(output)), 1),
         seed: 1,
         network_delay_s: DEFAULT_NETWORK_DELAY_S,
+        sessions: None,
         trace: None,
     }
 }

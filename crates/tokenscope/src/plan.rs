@@ -115,6 +115,7 @@ fn plan_load(load: &crate::cli::LoadArgs, network_delay: std::time::Duration) ->
         workload: plan.workload.clone(),
         seed: plan.seed,
         network_delay_s: network_delay.as_secs_f64(),
+        sessions: plan.sessions,
         trace: None,
     }
 }
@@ -273,12 +274,6 @@ fn one_point(
 
 pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
     outcome::check_output(&args.output)?;
-    if args.load.multi_turn {
-        return Err(Exit::usage(
-            "sim plan does not simulate --multi-turn sessions yet (each turn depends on when the last one ended); run `bench --multi-turn` against `sim serve`"
-                .into(),
-        ));
-    }
     outcome::load_workload_files(&mut args.load, args.output.quiet || args.output.json)?;
     let mut cfg = engine_config(&args.engine)?;
     outcome::price_known_gpu(&mut args.output, &cfg.gpu.name, cfg.tp);
