@@ -707,3 +707,38 @@ fn multi_turn_sessions_reuse_llamas_prompt_cache_and_the_run_says_so() {
     let server = stat(&r, "server.metrics.prefix_cache_hit_rate");
     assert!(server > 0.2, "llama.cpp's own counters: {server}");
 }
+
+#[test]
+fn a_dataset_is_sent_to_llama_as_written() {
+    let llama = Llama::start("LLAMA_MODEL_TINY", 2, 1);
+    let file = run_dir("llama-dataset").with_extension("jsonl");
+    let lengths = [3u64, 9, 5, 12, 7];
+    let text: String = lengths
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            format!("{{\"prompt\": \"question {i} about rivers\", \"max_tokens\": {n}}}\n")
+        })
+        .collect();
+    std::fs::write(&file, text).unwrap();
+    let out = run_dir("llama-dataset-run");
+    let o = bench(
+        &llama.url,
+        &out,
+        &[
+            "--concurrency",
+            "2",
+            "--ignore-eos",
+            "--dataset",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_ok(&o);
+    let recs = records(&out);
+    assert_eq!(recs.len(), lengths.len(), "every entry once");
+    for rec in &recs {
+        let want = lengths[rec["id"].as_u64().unwrap() as usize];
+        assert_eq!(rec["requested_output_tokens"].as_u64(), Some(want), "{rec}");
+        assert_eq!(rec["output_tokens"].as_u64(), Some(want), "{rec}");
+    }
+}
