@@ -5,12 +5,6 @@
 mod common;
 use common::*;
 
-fn write(name: &str, text: &str) -> std::path::PathBuf {
-    let path = run_dir(name).with_extension("data");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 fn bench_dataset(
     url: &str,
     file: &std::path::Path,
@@ -53,7 +47,7 @@ fn a_jsonl_dataset_is_sent_as_written_every_entry_once() {
             _ => format!("{{\"messages\": [{{\"role\": \"user\", \"content\": \"{p}\"}}], \"output_tokens\": {n}}}\n"),
         })
         .collect();
-    let file = write("dataset-jsonl", &text);
+    let file = write_file("dataset-jsonl", &text);
     let (o, out) = bench_dataset(&url, &file, "dataset-jsonl-run", &[]);
     assert_ok(&o);
     let stderr = String::from_utf8_lossy(&o.stderr);
@@ -94,7 +88,7 @@ fn sharegpt_skips_what_has_no_prompt_and_cycles_when_asked_for_more() {
       {"id": "2", "conversations": [{"from": "gpt", "value": "a reply with no question"}]},
       {"id": "3", "conversations": [{"from": "human", "value": "second"}, {"from": "gpt", "value": "four"}]}
     ]"#;
-    let file = write("dataset-sharegpt", text);
+    let file = write_file("dataset-sharegpt", text);
     let (o, out) = bench_dataset(&url, &file, "dataset-sharegpt-run", &["--requests", "5"]);
     assert_ok(&o);
     let stderr = String::from_utf8_lossy(&o.stderr);
@@ -120,7 +114,7 @@ fn sharegpt_skips_what_has_no_prompt_and_cycles_when_asked_for_more() {
 #[test]
 fn a_malformed_dataset_is_refused_naming_its_line_before_any_load() {
     let (url, bodies) = logging_server();
-    let file = write(
+    let file = write_file(
         "dataset-bad",
         "{\"prompt\": \"fine\"}\n{\"prompt\": \"x\", \"max_tokens\": \"many\"}\n",
     );
@@ -145,7 +139,7 @@ fn sim_plan_replays_a_trace_at_its_recorded_lengths() {
                 .map(|(i, (c, g))| format!("2023-11-16 18:15:{:02}.5000000,{c},{g}\n", i)),
         )
         .collect();
-    let file = write("dataset-azure", &text);
+    let file = write_file("dataset-azure", &text);
     let out = run_dir("dataset-azure-plan");
     let o = tokenscope()
         .args(["sim", "plan", "--concurrency", "4", "--quiet", "--dataset"])
@@ -177,7 +171,7 @@ fn timed_trace(name: &str, n: u64, gap_ms: u64) -> (std::path::PathBuf, Vec<f64>
         .collect();
     lines.swap(1, 2);
     (
-        write(name, &lines.concat()),
+        write_file(name, &lines.concat()),
         at.iter().map(|t| (t - at[0]) / 1e3).collect(),
     )
 }

@@ -8,12 +8,6 @@ use common::*;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
 
-fn write(name: &str, text: &str) -> std::path::PathBuf {
-    let path = run_dir(name).with_extension("data");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 /// Records by (session, turn).
 fn by_turn(recs: &[Value]) -> BTreeMap<(u64, u64), Value> {
     recs.iter()
@@ -134,25 +128,19 @@ fn sharegpt_conversations_are_replayed_turn_by_turn_with_the_servers_answers() {
       {"id": "c", "conversations": [
         {"from": "human", "value": "solo"}, {"from": "gpt", "value": "five six"}]}
     ]"#;
-    let file = write("sessions-sharegpt", text);
+    let file = write_file("sessions-sharegpt", text);
     let out = run_dir("sessions-sharegpt-run");
-    let o = tokenscope()
-        .args([
-            "bench",
-            "--url",
-            &url,
-            "--api",
-            "openai-chat",
-            "--model",
-            "m",
-        ])
-        .args(["--no-metrics", "--concurrency", "1", "--multi-turn"])
-        .args(["--think-time", "150ms", "--dataset"])
-        .arg(&file)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let o = bench_chat(
+        &url,
+        &out,
+        &[
+            "--multi-turn",
+            "--think-time",
+            "150ms",
+            "--dataset",
+            file.to_str().unwrap(),
+        ],
+    );
     assert_ok(&o);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("4 entries in 2 sessions"), "{stderr}");
@@ -210,7 +198,7 @@ fn jsonl_lines_group_into_sessions_and_a_trace_has_none() {
     let text = "{\"session_id\": \"x\", \"prompt\": \"x1\"}\n\
                 {\"session_id\": 7, \"prompt\": \"y1\"}\n\
                 {\"session_id\": \"x\", \"prompt\": \"x2\"}\n";
-    let file = write("sessions-jsonl", text);
+    let file = write_file("sessions-jsonl", text);
     let out = run_dir("sessions-jsonl-run");
     let o = bench_chat(
         &url,
@@ -234,7 +222,7 @@ fn jsonl_lines_group_into_sessions_and_a_trace_has_none() {
     );
     assert_eq!(bodies[1]["messages"].as_array().unwrap().len(), 3);
 
-    let trace = write(
+    let trace = write_file(
         "sessions-trace",
         "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,10,2\n",
     );
@@ -285,7 +273,7 @@ fn mooncake_file(name: &str) -> std::path::PathBuf {
             )
         })
         .collect();
-    write(name, &text)
+    write_file(name, &text)
 }
 
 /// Prompt tokens a cache of `block`-token blocks finds, one request after

@@ -55,6 +55,13 @@ pub fn exact(ttft_ms: u64, itl_ms: u64) -> ExactConfig {
     }
 }
 
+/// A file of `text` beside the run directories (a dataset, a trace).
+pub fn write_file(name: &str, text: &str) -> PathBuf {
+    let path = run_dir(name).with_extension("data");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 /// A fresh run directory under the target dir.
 pub fn run_dir(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
