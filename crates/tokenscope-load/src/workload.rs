@@ -483,4 +483,40 @@ mod tests {
             assert_eq!(p.prompt.split_whitespace().count() as u64, p.input_tokens);
         }
     }
+
+    #[test]
+    fn prefix_groups_follow_zipf_and_share_their_prefix() {
+        let w = Workload {
+            prefix_groups: 4,
+            prefix_zipf: 1.2,
+            ..workload(20)
+        };
+        let n = 20_000;
+        let mut counts = [0u64; 4];
+        for id in 0..n {
+            counts[w.prefix_group(id) as usize] += 1;
+        }
+        let weights: Vec<f64> = (1..=4).map(|i| (i as f64).powf(-1.2)).collect();
+        let total: f64 = weights.iter().sum();
+        for (c, wt) in counts.iter().zip(&weights) {
+            let (got, want) = (*c as f64 / n as f64, wt / total);
+            assert!((got - want).abs() < 0.015, "{counts:?}: {got} vs {want}");
+        }
+        // Requests of one group start alike; of two groups, not.
+        let first = |id| {
+            w.request(id)
+                .prompt
+                .split(' ')
+                .take(21)
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let (a, b) = (
+            (0..).find(|&i| w.prefix_group(i) == 0).unwrap(),
+            (0..).find(|&i| w.prefix_group(i) == 1).unwrap(),
+        );
+        let a2 = (a + 1..).find(|&i| w.prefix_group(i) == 0).unwrap();
+        assert_eq!(first(a), first(a2));
+        assert_ne!(first(a), first(b));
+    }
 }

@@ -409,3 +409,53 @@ fn prompts_left_in_the_cache_by_an_earlier_run_are_called_out() {
         rules(&fresh)
     );
 }
+
+#[test]
+fn prefix_groups_are_found_in_the_cache_after_each_groups_first_request() {
+    // 60 requests over 3 equally likely groups (all three turn up): every
+    // request but each group's first finds its 512-token prefix cached.
+    let args = [
+        "--concurrency",
+        "1",
+        "--requests",
+        "60",
+        "--input-tokens",
+        "600",
+        "--output-tokens",
+        "4",
+        "--shared-prefix",
+        "512",
+        "--prefix-groups",
+        "3",
+        "--prefix-zipf",
+        "0",
+        "--seed",
+        "5",
+    ];
+    let want = (60 - 3) * 512;
+    let planned = run_dir("groups-plan");
+    let o = tokenscope()
+        .args(["sim", "plan", "--quiet"])
+        .args(args)
+        .arg("--out")
+        .arg(&planned)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let r = results(&planned);
+    assert_eq!(
+        r["tokens"]["prefix_cache"]["cached_tokens"].as_u64(),
+        Some(want),
+        "sim plan"
+    );
+    let engine = Engine::start(default_engine());
+    let out = run_dir("groups-engine");
+    assert_ok(&bench(&engine.url, &out, &args));
+    let r = results(&out);
+    assert_eq!(
+        r["tokens"]["prefix_cache"]["cached_tokens"].as_u64(),
+        Some(want),
+        "sim serve"
+    );
+    assert_eq!(r["config"]["prefix_groups"]["groups"], 3);
+}
