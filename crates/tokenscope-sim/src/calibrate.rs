@@ -1,5 +1,5 @@
-//! `sim calibrate`: fit the cost model's efficiency factors and per-step
-//! overhead to a measured run, by replaying that run's load on the virtual
+//! `sim calibrate`: fit the cost model's efficiency factors, per-step and
+//! per-request overheads to a measured run, by replaying that run's load on the virtual
 //! clock and minimising the error on its latency medians (Nelder–Mead in log
 //! space). The fitted factors form a profile that `sim plan --profile` uses.
 
@@ -70,21 +70,24 @@ pub fn predict(
 }
 
 /// The range each fitted factor may take: (name, low, high).
-const BOUNDS: [(&str, f64, f64); 4] = [
+const BOUNDS: [(&str, f64, f64); 5] = [
     ("compute efficiency", 1e-4, 1.0),
     ("memory efficiency", 1e-4, 1.0),
     ("step overhead (s)", 1e-6, 1.0),
     ("per-sequence cost (s)", 1e-7, 1.0),
+    ("per-request overhead (s)", 1e-6, 1.0),
 ];
 
-/// Parameters live in log space: compute, memory, step overhead, per-sequence cost.
-fn efficiency_at(x: &[f64; 4]) -> Efficiency {
+/// Parameters live in log space: compute, memory, step overhead,
+/// per-sequence cost, per-request overhead.
+fn efficiency_at(x: &[f64; 5]) -> Efficiency {
     let f = |i: usize| x[i].exp().clamp(BOUNDS[i].1, BOUNDS[i].2);
     Efficiency {
         compute: f(0),
         memory: f(1),
         step_overhead_s: f(2),
         per_sequence_s: f(3),
+        request_overhead_s: f(4),
     }
 }
 
@@ -92,7 +95,13 @@ fn efficiency_at(x: &[f64; 4]) -> Efficiency {
 /// only match the run by pushing them there, so the run contradicts it (a
 /// CPU server, another GPU than the one named, costs the model lacks).
 pub fn at_bounds(e: &Efficiency) -> Vec<String> {
-    let values = [e.compute, e.memory, e.step_overhead_s, e.per_sequence_s];
+    let values = [
+        e.compute,
+        e.memory,
+        e.step_overhead_s,
+        e.per_sequence_s,
+        e.request_overhead_s,
+    ];
     BOUNDS
         .iter()
         .zip(values)
@@ -105,8 +114,8 @@ pub fn at_bounds(e: &Efficiency) -> Vec<String> {
         .collect()
 }
 
-/// Fits compute and memory efficiency, the per-step overhead and the
-/// per-sequence cost so the replays of `runs` (load, measured medians) match
+/// Fits compute and memory efficiency, the per-step overhead, the
+/// per-sequence cost and the per-request overhead so the replays of `runs` (load, measured medians) match
 /// their measurements together. One run pins down prefill and decode cost at
 /// its batch size; runs at different loads also separate the per-step from
 /// the per-sequence cost. Returns the factors, each run's prediction, and the
@@ -116,7 +125,7 @@ pub fn calibrate(
     runs: &[(PlanLoad, Targets)],
 ) -> Result<(Efficiency, Vec<Targets>, f64), String> {
     let start = config.efficiency;
-    let cost = |x: &[f64; 4]| -> f64 {
+    let cost = |x: &[f64; 5]| -> f64 {
         runs.iter()
             .map(|(load, measured)| {
                 predict(config, load, efficiency_at(x)).map_or(f64::INFINITY, |t| t.error(measured))
@@ -128,8 +137,9 @@ pub fn calibrate(
         start.memory.ln(),
         start.step_overhead_s.ln(),
         start.per_sequence_s.ln(),
+        start.request_overhead_s.max(1e-4).ln(),
     ];
-    let best = nelder_mead(cost, x0, 1.0, 400);
+    let best = nelder_mead(cost, x0, 1.0, 500);
     let eff = efficiency_at(&best);
     let predicted = runs
         .iter()
@@ -216,6 +226,7 @@ mod tests {
             memory: 0.7,
             step_overhead_s: 1e-3,
             per_sequence_s: 1e-5,
+            request_overhead_s: 0.01,
         };
         assert!(at_bounds(&ok).is_empty());
         let pinned = Efficiency {

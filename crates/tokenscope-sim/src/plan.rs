@@ -4,8 +4,10 @@
 
 use crate::engine::scheduler::Seq;
 use crate::engine::{Engine, EngineConfig, EngineState};
-use crate::traffic::Traffic;
+use crate::traffic::{Arrival, Traffic};
 use serde::Serialize;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use tokenscope_core::record::{Chunk, RequestRecord, TokenSource};
 use tokenscope_load::arrival::LoadPattern;
 use tokenscope_load::workload::Workload;
@@ -127,6 +129,9 @@ pub fn simulate_into(
 ) -> Result<(Vec<Sample>, EngineSummary), String> {
     let mut engine = Engine::new(config.clone())?;
     let mut traffic = Traffic::start(load, engine.scheduler.kv.block_size)?;
+    let mut jitter = Jitter::new(load.seed);
+    let mut front = FrontEnd::default();
+    let front_end_s = config.efficiency.request_overhead_s;
     let delay = us(load.network_delay_s);
     let mut records: std::collections::HashMap<u64, RequestRecord, IdHash> = Default::default();
     let mut samples = Vec::new();
@@ -135,30 +140,36 @@ pub fn simulate_into(
     let mut t = 0.0f64;
 
     loop {
-        if engine.is_idle() {
-            // Nothing to do: jump to the next arrival, or stop.
-            match traffic.next_time() {
-                None => break,
-                Some(sent) => t = t.max((sent + delay) as f64 / 1e6),
-            }
-        }
-        // Everything that arrived by `t` joins the queue before the next step.
+        // Requests on the wire by `t` reach the front end, and leave it for
+        // the scheduler after its cost (varying request to request).
         while traffic
             .next_time()
             .is_some_and(|sent| sent + delay <= us(t))
         {
             let a = traffic.pop().expect("one is due");
-            let at = a.sent_us + delay;
-            let mut seq = Seq::new(a.id, a.input as u32, a.max_output, at as f64 / 1e6);
-            seq.units = a.units;
-            engine.add(seq);
+            let at = a.sent_us + delay + us(jitter.front_end(front_end_s));
             let mut rec = new_record(a.id, a.id < load.warmup, a.sent_us, a.input, a.max_output);
             rec.first_byte_at_us = Some(a.sent_us + 2 * delay);
             (rec.session, rec.turn) = (a.turn.map(|t| t.0), a.turn.map(|t| t.1));
             records.insert(a.id, rec);
+            front.receive(at, a);
+        }
+        while let Some((at, a)) = front.due(us(t)) {
+            let mut seq = Seq::new(a.id, a.input as u32, a.max_output, at as f64 / 1e6);
+            seq.units = a.units;
+            engine.add(seq);
+        }
+        if engine.is_idle() {
+            // Nothing to do: jump to the next arrival, or stop.
+            let next_sent = traffic.next_time().map(|sent| sent + delay);
+            match front.next_time().into_iter().chain(next_sent).min() {
+                None => break,
+                Some(next) => t = t.max(next as f64 / 1e6),
+            }
+            continue;
         }
         let (dt, work) = engine.begin_step(t);
-        let t_end = t + dt.max(1e-6);
+        let t_end = t + jitter.step(dt).max(1e-6);
         let result = engine.end_step(work);
         steps += 1;
         busy += t_end - t;
@@ -211,6 +222,73 @@ pub fn simulate_into(
     left.sort_by_key(|r| r.id);
     left.into_iter().for_each(on_record);
     Ok((samples, summary))
+}
+
+/// Requests in the server's front end, by when they reach the scheduler.
+#[derive(Default)]
+struct FrontEnd {
+    heap: BinaryHeap<Reverse<(u64, u64)>>,
+    inside: std::collections::HashMap<u64, Arrival, IdHash>,
+}
+
+impl FrontEnd {
+    fn receive(&mut self, at_us: u64, a: Arrival) {
+        self.heap.push(Reverse((at_us, a.id)));
+        self.inside.insert(a.id, a);
+    }
+
+    fn next_time(&self) -> Option<u64> {
+        self.heap.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// The next request through by `now_us`, with when it got through.
+    fn due(&mut self, now_us: u64) -> Option<(u64, Arrival)> {
+        let at = self.next_time().filter(|&at| at <= now_us)?;
+        let Reverse((_, id)) = self.heap.pop()?;
+        Some((at, self.inside.remove(&id).expect("received")))
+    }
+}
+
+/// The noise real systems have, seeded so plans are reproducible: without
+/// it, closed-loop users started together stay in lock step on a virtual
+/// clock, their prefills queueing behind each other at every wave, which no
+/// real server sustains. The front end's cost varies request to request
+/// (a gamma of shape 4 around its mean: CV 0.5), and a step's duration by
+/// 2 % (kernel timing, launches). Both are assumptions (docs/simulator.md).
+struct Jitter {
+    rng: rand::rngs::StdRng,
+    front_end: rand_distr::Gamma<f64>,
+    step: rand_distr::Normal<f64>,
+}
+
+/// Spread of a step's duration around the roofline's (relative).
+const STEP_NOISE: f64 = 0.02;
+/// Shape of the front end's cost distribution (CV = 1/√shape).
+const FRONT_END_SHAPE: f64 = 4.0;
+
+impl Jitter {
+    fn new(seed: u64) -> Jitter {
+        use rand::SeedableRng;
+        Jitter {
+            rng: rand::rngs::StdRng::seed_from_u64(seed ^ 0x6a69_7474_6572),
+            front_end: rand_distr::Gamma::new(FRONT_END_SHAPE, 1.0 / FRONT_END_SHAPE)
+                .expect("a positive shape"),
+            step: rand_distr::Normal::new(1.0, STEP_NOISE).expect("a finite spread"),
+        }
+    }
+
+    fn front_end(&mut self, mean_s: f64) -> f64 {
+        use rand_distr::Distribution;
+        if mean_s <= 0.0 {
+            return 0.0;
+        }
+        mean_s * self.front_end.sample(&mut self.rng)
+    }
+
+    fn step(&mut self, dt: f64) -> f64 {
+        use rand_distr::Distribution;
+        dt * self.step.sample(&mut self.rng).clamp(0.9, 1.1)
+    }
 }
 
 fn new_record(id: u64, warmup: bool, at_us: u64, input: u64, max_output: u32) -> RequestRecord {

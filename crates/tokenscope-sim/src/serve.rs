@@ -478,6 +478,7 @@ async fn completions(state: State<Arc<Shared>>, body: Bytes) -> Response {
 }
 
 async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
+    let arrived = Instant::now();
     let body = match parse_body(body) {
         Ok(b) => b,
         Err(msg) => return bad_request(&msg),
@@ -507,6 +508,12 @@ async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
             prompt + max_tokens
         ));
     }
+    // The front end's fixed cost (parsing, tokenisation, the hop to the
+    // engine) before the scheduler sees the request.
+    let front_end = Duration::from_secs_f64(s.config.efficiency.request_overhead_s);
+    if !front_end.is_zero() {
+        crate::timer::sleep_until(arrived + front_end).await;
+    }
     let (events, mut rx) = mpsc::unbounded_channel();
     let mut seq = Seq::new(id, prompt as u32, max_tokens as u32, 0.0);
     if s.config.prefix_caching {
@@ -521,7 +528,7 @@ async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
         .send(Submit {
             seq,
             events,
-            arrived: Instant::now(),
+            arrived,
         })
         .is_err()
     {

@@ -256,6 +256,7 @@ fn calibration_recovers_a_known_deployment() {
         memory: 0.45,
         step_overhead_s: 0.006,
         per_sequence_s: 10e-6,
+        request_overhead_s: 0.02,
     };
     let mut l = load(closed(8), 64, 0, 0);
     l.workload.input = LengthSpec::Uniform(64, 2048);
@@ -266,6 +267,10 @@ fn calibration_recovers_a_known_deployment() {
     let predicted = predicted[0];
     eprintln!("fitted {fitted:?}; measured {measured:?}; predicted {predicted:?}");
     assert!(residual < 1e-3, "residual {residual}");
+    assert!(
+        (fitted.request_overhead_s - 0.02).abs() < 0.005,
+        "the per-request overhead is learnt: {fitted:?}"
+    );
     for (a, b) in [
         (predicted.ttft_p50_ms, measured.ttft_p50_ms),
         (predicted.tpot_p50_ms, measured.tpot_p50_ms),
@@ -282,5 +287,69 @@ fn calibration_recovers_a_known_deployment() {
     assert!(
         (p.tpot_p50_ms - t.tpot_p50_ms).abs() / t.tpot_p50_ms < 0.1,
         "{p:?} vs {t:?}"
+    );
+}
+
+#[test]
+fn the_per_request_overhead_shows_at_concurrency_one() {
+    let mut cfg = default_engine();
+    let l = load(closed(1), 40, 128, 16);
+    let ttft =
+        |cfg: &EngineConfig| median(&run(cfg, &l).records, |r| r.ttft_us().map(|v| v as f64));
+    cfg.efficiency.request_overhead_s = 0.0;
+    let bare = ttft(&cfg);
+    cfg.efficiency.request_overhead_s = 0.020;
+    let with = ttft(&cfg);
+    // The median of the front end's gamma (shape 4, mean 20 ms) is ~18 ms.
+    let added = (with - bare) / 1e3;
+    assert!(
+        (15.0..21.0).contains(&added),
+        "TTFT {bare} → {with} µs: +{added} ms"
+    );
+}
+
+#[test]
+fn tensor_parallel_decode_pays_a_collective_that_grows_with_the_ring() {
+    use tokenscope_sim::engine::cost::StepWork;
+    let cat = Catalogue::builtin();
+    let mut cfg = EngineConfig::new(
+        cat.model("llama-3.1-70b").unwrap(),
+        cat.gpu("h100-sxm").unwrap(),
+    );
+    // A decode step: 32 sequences of 1,024 tokens of context.
+    let w = StepWork {
+        sequences: 32,
+        tokens: 32,
+        attended: 32.0 * 1024.0,
+        kv_read_tokens: 32.0 * 1024.0,
+        logits: 32,
+    };
+    let step = |tp: u32, cfg: &mut EngineConfig| {
+        cfg.tp = tp;
+        cfg.cost_model().step_time(&w)
+    };
+    let (two, four) = (step(2, &mut cfg), step(4, &mut cfg));
+    cfg.tp = 2;
+    let c2 = cfg.cost_model();
+    cfg.tp = 4;
+    let c4 = cfg.cost_model();
+    let msg = 32.0 * 8192.0 * 2.0;
+    let layers = 2.0 * 80.0;
+    let e = cfg.efficiency;
+    // Everything else halves from TP 2 to TP 4; the collective does not.
+    let expected = layers * (c4.allreduce_s(msg) - c2.allreduce_s(msg) / 2.0)
+        + (e.step_overhead_s + 32.0 * e.per_sequence_s) / 2.0;
+    assert!(
+        (four - two / 2.0 - expected).abs() < 1e-9,
+        "TP4 {four} s vs TP2 {two} s: {expected} expected beyond half"
+    );
+    assert!(
+        c4.allreduce_s(msg) > 1.8 * c2.allreduce_s(msg),
+        "a longer ring"
+    );
+    eprintln!(
+        "decode step: TP2 {:.2} ms, TP4 {:.2} ms",
+        two * 1e3,
+        four * 1e3
     );
 }

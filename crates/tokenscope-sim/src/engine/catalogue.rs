@@ -21,6 +21,23 @@ pub struct Gpu {
     pub tdp_w: f64,
 }
 
+/// A link this fast or faster is a GPU fabric (NVLink, Infinity Fabric);
+/// slower ones are PCIe.
+const FABRIC_GBS: f64 = 100.0;
+
+impl Gpu {
+    /// One hop of a ring collective: ~3 µs GPU to GPU over NVLink or
+    /// Infinity Fabric, ~8 µs over PCIe through the host bridge (NCCL's
+    /// small-message latencies; assumptions to calibrate, docs/simulator.md).
+    pub fn hop_latency_s(&self) -> f64 {
+        if self.link_gbs >= FABRIC_GBS {
+            3e-6
+        } else {
+            8e-6
+        }
+    }
+}
+
 /// One model's architecture.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Model {

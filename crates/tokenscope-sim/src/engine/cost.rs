@@ -48,6 +48,11 @@ pub struct Efficiency {
     pub step_overhead_s: f64,
     /// CPU cost per sequence in the step (seconds).
     pub per_sequence_s: f64,
+    /// Fixed cost of a request outside the GPU before it can be scheduled:
+    /// the HTTP front end, tokenisation, the hop to the engine (seconds).
+    /// It adds to TTFT at any load. (0 in profiles fitted before it existed.)
+    #[serde(default)]
+    pub request_overhead_s: f64,
 }
 
 impl Default for Efficiency {
@@ -57,6 +62,7 @@ impl Default for Efficiency {
             memory: 0.8,
             step_overhead_s: 0.002,
             per_sequence_s: 10e-6,
+            request_overhead_s: 0.010,
         }
     }
 }
@@ -126,17 +132,33 @@ impl CostModel {
         let e = &self.efficiency;
         let compute_s = flops / tp / (self.peak_flops() * e.compute);
         let memory_s = bytes / (self.gpu.bandwidth_gbs * 1e9 * e.memory);
-        let allreduce_s = if self.tp > 1 {
-            // Two ring all-reduces per layer of tokens × hidden activations.
-            let msg = w.tokens as f64 * m.hidden as f64 * 2.0;
-            2.0 * m.layers as f64 * (2.0 * (tp - 1.0) / tp * msg / (self.gpu.link_gbs * 1e9) + 8e-6)
-        } else {
-            0.0
-        };
+        // Two all-reduces per layer of tokens × hidden activations.
+        let msg = w.tokens as f64 * m.hidden as f64 * 2.0;
+        let allreduce_s = 2.0 * m.layers as f64 * self.allreduce_s(msg);
         compute_s.max(memory_s)
             + allreduce_s
             + e.step_overhead_s
             + e.per_sequence_s * w.sequences as f64
+    }
+}
+
+/// Launching a collective, whatever its size or ring (seconds).
+pub const COLLECTIVE_LAUNCH_S: f64 = 5e-6;
+
+impl CostModel {
+    /// One ring all-reduce of `msg` bytes over the tensor-parallel GPUs:
+    /// 2(TP − 1) steps, each a hop's latency plus a 1/TP share of the
+    /// message over the link (reference §4), after the collective's launch.
+    /// The latency term is what a decode step's small messages pay: it grows
+    /// with the ring, so TP 4 and 8 cost more per layer than TP 2.
+    pub fn allreduce_s(&self, msg: f64) -> f64 {
+        if self.tp <= 1 {
+            return 0.0;
+        }
+        let tp = self.tp as f64;
+        let steps = 2.0 * (tp - 1.0);
+        COLLECTIVE_LAUNCH_S
+            + steps * (self.gpu.hop_latency_s() + msg / tp / (self.gpu.link_gbs * 1e9))
     }
 }
 
@@ -158,6 +180,7 @@ mod tests {
                 memory: 1.0,
                 step_overhead_s: 0.0,
                 per_sequence_s: 0.0,
+                request_overhead_s: 0.0,
             },
         }
     }

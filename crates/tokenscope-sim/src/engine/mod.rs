@@ -28,8 +28,10 @@ pub struct EngineConfig {
     pub max_num_batched_tokens: Option<u32>,
     pub block_size: u32,
     pub prefix_caching: bool,
-    /// Activations, CUDA context, graphs: memory that is neither weights nor KV (GiB per GPU).
-    pub reserved_gib: f64,
+    /// Activations, CUDA context, graphs: memory that is neither weights nor
+    /// KV (GiB per GPU). `None`: modelled from the step's token budget
+    /// ([`EngineConfig::reserved_gib`]).
+    pub reserved_gib: Option<f64>,
     pub efficiency: Efficiency,
 }
 
@@ -47,7 +49,7 @@ impl EngineConfig {
             max_num_batched_tokens: None,
             block_size,
             prefix_caching: true,
-            reserved_gib: 3.0,
+            reserved_gib: None,
             efficiency: Efficiency::default(),
         }
     }
@@ -81,13 +83,31 @@ impl EngineConfig {
         }
     }
 
+    /// Memory per GPU that is neither weights nor KV (GiB). vLLM sizes its
+    /// KV cache after profiling one forward pass over the whole token budget
+    /// (reference §1.3), so what it sets aside grows with that budget: ~1 GiB
+    /// of CUDA context, NCCL buffers and graphs, the pass's activations
+    /// (~16 values of `hidden` per token in flight, BF16, split over TP),
+    /// and a full batch's FP32 logits. ~2.5 GiB for Llama-3.1-8B on an H100
+    /// (reference §8: 2–4), ~1.4 GiB on a 24 GB card's smaller budget.
+    pub fn reserved_gib(&self) -> f64 {
+        if let Some(r) = self.reserved_gib {
+            return r;
+        }
+        let l = self.limits();
+        let tp = self.tp as f64;
+        let activations = l.max_num_batched_tokens as f64 * self.model.hidden as f64 * 16.0 * 2.0;
+        let logits = l.max_num_seqs as f64 * self.model.vocab as f64 * 4.0;
+        1.0 + (activations + logits) / tp / 1024f64.powi(3)
+    }
+
     /// KV blocks per GPU: (memory × utilisation − weights − reserved) ÷ block bytes.
     pub fn kv_blocks(&self) -> Result<u64, String> {
         let cost = self.cost_model();
         let gib = 1024f64.powi(3);
         let available = self.gpu.memory_gib * gib * self.gpu_memory_utilization
             - cost.weight_bytes_per_gpu()
-            - self.reserved_gib * gib;
+            - self.reserved_gib() * gib;
         let block_bytes = cost.kv_bytes_per_token_per_gpu() * self.block_size as f64;
         if available < block_bytes {
             return Err(format!(
@@ -97,7 +117,7 @@ impl EngineConfig {
                 self.gpu.name,
                 self.gpu_memory_utilization * 100.0,
                 cost.weight_bytes_per_gpu() / gib,
-                self.gpu.memory_gib * self.gpu_memory_utilization - self.reserved_gib
+                self.gpu.memory_gib * self.gpu_memory_utilization - self.reserved_gib()
             ));
         }
         Ok((available / block_bytes).floor() as u64)
