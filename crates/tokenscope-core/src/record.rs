@@ -146,6 +146,9 @@ pub struct RequestRecord {
     pub session: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<u32>,
+    /// `sim plan --replicas`: the engine replica that served it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<u32>,
     /// HTTP status of the response, when one came.
     pub status: Option<u16>,
     /// `None` for a success.
@@ -371,6 +374,7 @@ impl RequestRecord {
             cached_tokens: None,
             session: None,
             turn: None,
+            replica: None,
             status: None,
             error_kind: None,
             error: None,

@@ -12,6 +12,7 @@ pub mod http;
 pub mod openai;
 pub mod plan;
 pub mod prom;
+pub mod router;
 pub mod serve;
 pub mod timer;
 pub mod traffic;

@@ -30,6 +30,8 @@ pub struct PlanLoad {
     pub network_delay_s: f64,
     /// Multi-turn: start at most this many sessions (a dataset's, each once).
     pub sessions: Option<u64>,
+    /// Engine replicas behind one endpoint and how requests are routed to them.
+    pub fleet: crate::router::Fleet,
     /// Replay: request `id` gets these (input, output) lengths instead of the
     /// workload's draw (from a measured run's records). Requests past its end
     /// fall back to the workload.
@@ -58,6 +60,21 @@ pub struct EngineSummary {
     pub max_num_batched_tokens: u32,
     pub steps: u64,
     /// Virtual seconds the engine was stepping.
+    pub busy_s: f64,
+    pub preemptions_total: u64,
+    pub prefix_cache_queries_tokens: u64,
+    pub prefix_cache_hits_tokens: u64,
+    /// With `--replicas` over 1: each replica's own figures (the fields above
+    /// are summed over them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<ReplicaSummary>,
+}
+
+/// One replica's share of the work.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplicaSummary {
+    pub requests: u64,
+    pub steps: u64,
     pub busy_s: f64,
     pub preemptions_total: u64,
     pub prefix_cache_queries_tokens: u64,
@@ -127,25 +144,42 @@ pub fn simulate_into(
     sample_every_s: f64,
     on_record: &mut dyn FnMut(RequestRecord),
 ) -> Result<(Vec<Sample>, EngineSummary), String> {
-    let mut engine = Engine::new(config.clone())?;
-    let mut traffic = Traffic::start(load, engine.scheduler.kv.block_size)?;
+    let n = load.fleet.replicas.max(1) as usize;
+    let mut fleet: Vec<Replica> = Vec::with_capacity(n);
+    for _ in 0..n {
+        fleet.push(Replica::new(Engine::new(config.clone())?));
+    }
+    let mut traffic = Traffic::start(load, fleet[0].engine.scheduler.kv.block_size)?;
     let mut jitter = Jitter::new(load.seed);
     let mut front = FrontEnd::default();
     let front_end_s = config.efficiency.request_overhead_s;
     let delay = us(load.network_delay_s);
     let mut records: std::collections::HashMap<u64, RequestRecord, IdHash> = Default::default();
-    let mut samples = Vec::new();
-    let mut next_sample = 0.0;
-    let (mut steps, mut busy, mut tokens_total) = (0u64, 0.0f64, 0u64);
-    let mut t = 0.0f64;
+    let (mut samples, mut next_sample) = (Vec::new(), 0.0);
+    let (mut routed, mut tokens_total) = (0u64, 0u64);
 
+    // Events in time order: a request off the wire (into the front end),
+    // through the front end (routed to a replica), a replica's next step.
+    // At equal times arrivals come first: they join before the step.
     loop {
-        // Requests on the wire by `t` reach the front end, and leave it for
-        // the scheduler after its cost (varying request to request).
-        while traffic
-            .next_time()
-            .is_some_and(|sent| sent + delay <= us(t))
-        {
+        let wire = traffic.next_time().map(|sent| (sent + delay) as f64 / 1e6);
+        let through = front.next_time().map(|at| at as f64 / 1e6);
+        let step = fleet
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !r.engine.is_idle())
+            .map(|(i, r)| (r.t, i))
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        let next = [wire, through, step.map(|s| s.0)]
+            .into_iter()
+            .flatten()
+            .min_by(f64::total_cmp);
+        let Some(now) = next else { break };
+        while now >= next_sample {
+            samples.push(sample(&fleet, next_sample, tokens_total));
+            next_sample += sample_every_s;
+        }
+        if wire == Some(now) {
             let a = traffic.pop().expect("one is due");
             let at = a.sent_us + delay + us(jitter.front_end(front_end_s));
             let mut rec = new_record(a.id, a.id < load.warmup, a.sent_us, a.input, a.max_output);
@@ -153,75 +187,140 @@ pub fn simulate_into(
             (rec.session, rec.turn) = (a.turn.map(|t| t.0), a.turn.map(|t| t.1));
             records.insert(a.id, rec);
             front.receive(at, a);
-        }
-        while let Some((at, a)) = front.due(us(t)) {
+        } else if through == Some(now) {
+            let (at, a) = front.due(us(now)).expect("one is due");
+            let engines: Vec<&Engine> = fleet.iter().map(|r| &r.engine).collect();
+            let i = crate::router::pick(
+                load.fleet.router,
+                &engines,
+                &a.units,
+                a.input as u32,
+                routed,
+            );
+            routed += 1;
+            let r = &mut fleet[i];
+            if r.engine.is_idle() {
+                r.t = r.t.max(now);
+            }
+            r.requests += 1;
             let mut seq = Seq::new(a.id, a.input as u32, a.max_output, at as f64 / 1e6);
             seq.units = a.units;
-            engine.add(seq);
-        }
-        if engine.is_idle() {
-            // Nothing to do: jump to the next arrival, or stop.
-            let next_sent = traffic.next_time().map(|sent| sent + delay);
-            match front.next_time().into_iter().chain(next_sent).min() {
-                None => break,
-                Some(next) => t = t.max(next as f64 / 1e6),
+            r.engine.add(seq);
+            if n > 1 {
+                if let Some(rec) = records.get_mut(&a.id) {
+                    rec.replica = Some(i as u32);
+                }
             }
-            continue;
-        }
-        let (dt, work) = engine.begin_step(t);
-        let t_end = t + jitter.step(dt).max(1e-6);
-        let result = engine.end_step(work);
-        steps += 1;
-        busy += t_end - t;
-        let at = us(t_end) + delay; // when the client has it
-        for &(id, _generated, done) in &result.emitted {
-            tokens_total += 1;
-            let rec = records
-                .get_mut(&id)
-                .expect("emitting requests have records");
-            rec.chunks.push(Chunk(at, 1));
-            if done {
-                rec.done_at_us = at;
-                traffic.done(id, at, rec.chunks.len() as u64);
+        } else if let Some((t, i)) = step {
+            let r = &mut fleet[i];
+            let (dt, work) = r.engine.begin_step(t);
+            let t_end = t + jitter.step(dt).max(1e-6);
+            let result = r.engine.end_step(work);
+            r.steps += 1;
+            r.busy += t_end - t;
+            r.t = t_end;
+            let at = us(t_end) + delay; // when the client has it
+            for &(id, _generated, done) in &result.emitted {
+                tokens_total += 1;
+                let rec = records
+                    .get_mut(&id)
+                    .expect("emitting requests have records");
+                rec.chunks.push(Chunk(at, 1));
+                if done {
+                    rec.done_at_us = at;
+                    traffic.done(id, at, rec.chunks.len() as u64);
+                }
+            }
+            for seq in result.finished {
+                let mut rec = records
+                    .remove(&seq.id)
+                    .expect("finished requests have records");
+                settle(&mut rec, &seq, delay);
+                on_record(rec);
             }
         }
-        for seq in result.finished {
-            let mut rec = records
-                .remove(&seq.id)
-                .expect("finished requests have records");
-            settle(&mut rec, &seq, delay);
-            on_record(rec);
-        }
-        while t_end >= next_sample {
-            samples.push(Sample {
-                t_s: next_sample,
-                state: engine.state(),
-                output_tokens_total: tokens_total,
-                steps_total: steps,
-            });
-            next_sample += sample_every_s;
-        }
-        t = t_end;
     }
-
-    let kv = &engine.scheduler.kv;
-    let limits = engine.config.limits();
-    let summary = EngineSummary {
-        kv_capacity_tokens: kv.capacity_tokens(),
-        kv_blocks: kv.total_blocks,
-        block_size: kv.block_size,
-        max_num_seqs: limits.max_num_seqs,
-        max_num_batched_tokens: limits.max_num_batched_tokens,
-        steps,
-        busy_s: busy,
-        preemptions_total: engine.scheduler.preemptions_total,
-        prefix_cache_queries_tokens: kv.queries,
-        prefix_cache_hits_tokens: kv.hits,
-    };
+    let end = fleet.iter().map(|r| r.t).fold(0.0, f64::max);
+    while end >= next_sample {
+        samples.push(sample(&fleet, next_sample, tokens_total));
+        next_sample += sample_every_s;
+    }
+    let summary = summarize(&fleet);
     let mut left: Vec<RequestRecord> = records.into_values().collect();
     left.sort_by_key(|r| r.id);
     left.into_iter().for_each(on_record);
     Ok((samples, summary))
+}
+
+/// One engine replica and its own clock: when its current step ends (a
+/// busy replica steps back to back; an idle one waits for a request).
+struct Replica {
+    engine: Engine,
+    t: f64,
+    steps: u64,
+    busy: f64,
+    requests: u64,
+}
+
+impl Replica {
+    fn new(engine: Engine) -> Replica {
+        Replica {
+            engine,
+            t: 0.0,
+            steps: 0,
+            busy: 0.0,
+            requests: 0,
+        }
+    }
+}
+
+/// The fleet's state at `t_s`: requests and preemptions summed, KV usage averaged.
+fn sample(fleet: &[Replica], t_s: f64, tokens: u64) -> Sample {
+    let states: Vec<EngineState> = fleet.iter().map(|r| r.engine.state()).collect();
+    Sample {
+        t_s,
+        state: EngineState {
+            running: states.iter().map(|s| s.running).sum(),
+            waiting: states.iter().map(|s| s.waiting).sum(),
+            kv_usage: states.iter().map(|s| s.kv_usage).sum::<f64>() / states.len() as f64,
+            preemptions_total: states.iter().map(|s| s.preemptions_total).sum(),
+        },
+        output_tokens_total: tokens,
+        steps_total: fleet.iter().map(|r| r.steps).sum(),
+    }
+}
+
+/// The engines' summary: capacities and counts summed over the replicas,
+/// with each replica's own when there are several.
+fn summarize(fleet: &[Replica]) -> EngineSummary {
+    let first = &fleet[0].engine;
+    let limits = first.config.limits();
+    let per: Vec<ReplicaSummary> = fleet
+        .iter()
+        .map(|r| ReplicaSummary {
+            requests: r.requests,
+            steps: r.steps,
+            busy_s: r.busy,
+            preemptions_total: r.engine.scheduler.preemptions_total,
+            prefix_cache_queries_tokens: r.engine.scheduler.kv.queries,
+            prefix_cache_hits_tokens: r.engine.scheduler.kv.hits,
+        })
+        .collect();
+    let kv = &first.scheduler.kv;
+    let n = fleet.len() as u64;
+    EngineSummary {
+        kv_capacity_tokens: kv.capacity_tokens() * n,
+        kv_blocks: kv.total_blocks * n,
+        block_size: kv.block_size,
+        max_num_seqs: limits.max_num_seqs,
+        max_num_batched_tokens: limits.max_num_batched_tokens,
+        steps: per.iter().map(|p| p.steps).sum(),
+        busy_s: per.iter().map(|p| p.busy_s).sum(),
+        preemptions_total: per.iter().map(|p| p.preemptions_total).sum(),
+        prefix_cache_queries_tokens: per.iter().map(|p| p.prefix_cache_queries_tokens).sum(),
+        prefix_cache_hits_tokens: per.iter().map(|p| p.prefix_cache_hits_tokens).sum(),
+        replicas: if n > 1 { per } else { Vec::new() },
+    }
 }
 
 /// Requests in the server's front end, by when they reach the scheduler.

@@ -29,6 +29,7 @@ fn load(pattern: LoadPattern, requests: u64, input: u64, output: u64) -> PlanLoa
         seed: 1,
         network_delay_s: DEFAULT_NETWORK_DELAY_S,
         sessions: None,
+        fleet: Default::default(),
         trace: None,
     }
 }

@@ -371,6 +371,18 @@ pub struct PlanArgs {
     /// Efficiency factors fitted by `sim calibrate`.
     #[arg(long, value_name = "PROFILE")]
     pub profile: Option<PathBuf>,
+    /// Engine replicas behind one endpoint (each the deployment the engine flags describe).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub replicas: u32,
+    /// How requests pick a replica: round-robin, least-outstanding,
+    /// prefix-affinity (by the prompt's first block) or kv-aware (the replica
+    /// holding the longest start of the prompt in its prefix cache).
+    #[arg(long, default_value = "round-robin", value_parser = router)]
+    pub router: tokenscope_sim::router::Router,
+}
+
+fn router(s: &str) -> Result<tokenscope_sim::router::Router, String> {
+    s.parse()
 }
 
 #[derive(Args, Debug)]

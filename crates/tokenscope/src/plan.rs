@@ -44,9 +44,15 @@ pub fn engine_config(a: &EngineArgs) -> anyhow::Result<EngineConfig> {
 }
 
 /// What the simulated engine was, for `results.json`.
-fn deployment_json(cfg: &EngineConfig, summary: &EngineSummary) -> serde_json::Value {
+fn deployment_json(
+    cfg: &EngineConfig,
+    fleet: tokenscope_sim::router::Fleet,
+    summary: &EngineSummary,
+) -> serde_json::Value {
     json!({
         "engine": "tokenscope-sim (vLLM V1 scheduler model)",
+        "replicas": fleet.replicas,
+        "router": (fleet.replicas > 1).then(|| fleet.router.name()),
         "model": cfg.model.name,
         "gpu": cfg.gpu.name,
         "tp": cfg.tp,
@@ -116,6 +122,7 @@ fn plan_load(load: &crate::cli::LoadArgs, network_delay: std::time::Duration) ->
         seed: plan.seed,
         network_delay_s: network_delay.as_secs_f64(),
         sessions: plan.sessions,
+        fleet: Default::default(),
         trace: None,
     }
 }
@@ -203,6 +210,10 @@ fn one_point(
     let plan = outcome::plan(load);
     let plan_load = PlanLoad {
         trace,
+        fleet: tokenscope_sim::router::Fleet {
+            replicas: args.replicas,
+            router: args.router,
+        },
         ..plan_load(load, args.network_delay)
     };
     let started_at = outcome::now_rfc3339();
@@ -263,7 +274,7 @@ fn one_point(
             ..Default::default()
         },
         extra_findings: Vec::new(),
-        simulated: Some(deployment_json(cfg, &summary)),
+        simulated: Some(deployment_json(cfg, plan_load.fleet, &summary)),
         telemetry: None,
     };
     let results = outcome::assemble(figures.finish(), facts);

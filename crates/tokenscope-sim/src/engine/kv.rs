@@ -134,6 +134,23 @@ impl KvCache {
         held
     }
 
+    /// Tokens of the longest cached start of a prompt of `prompt_tokens`
+    /// made of `units` (what [`KvCache::lookup`] would find), without using them.
+    pub fn cached_prefix(&self, units: &[Unit], prompt_tokens: u32) -> u32 {
+        if !self.prefix_caching {
+            return 0;
+        }
+        let limit = prompt_tokens.saturating_sub(1);
+        let mut end = 0u32;
+        for u in units {
+            if end + u.tokens > limit || !self.units.contains_key(&u.key) {
+                break;
+            }
+            end += u.tokens;
+        }
+        end
+    }
+
     /// One more user of a cached unit.
     fn take(&mut self, key: u64) {
         let c = self.units.get_mut(&key).expect("checked by the caller");

@@ -1,0 +1,80 @@
+//! `sim plan --replicas N --router R`: several engines behind one
+//! endpoint; where requests go decides what their prefix caches find.
+
+mod common;
+use common::*;
+
+fn plan(router: &str) -> serde_json::Value {
+    let out = run_dir(&format!("fleet-{router}"));
+    let o = tokenscope()
+        .args([
+            "sim",
+            "plan",
+            "--quiet",
+            "--replicas",
+            "4",
+            "--router",
+            router,
+        ])
+        .args(["--rate", "40", "--requests", "600", "--seed", "3"])
+        .args(["--input-tokens", "2100", "--output-tokens", "50"])
+        // 300 system prompts of 2,048 tokens, more than a replica's cache
+        // (at 30 % of the GPU's memory) holds at once.
+        .args([
+            "--shared-prefix",
+            "2048",
+            "--prefix-groups",
+            "300",
+            "--prefix-zipf",
+            "0.8",
+        ])
+        .args(["--gpu-memory-utilization", "0.3", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let r = results(&out);
+    let served: Vec<u64> = records(&out)
+        .iter()
+        .map(|rec| {
+            rec["replica"]
+                .as_u64()
+                .expect("each record names its replica")
+        })
+        .collect();
+    let per = r["simulated"]["engine_summary"]["replicas"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(per.len(), 4);
+    for (i, p) in per.iter().enumerate() {
+        let n = served.iter().filter(|&&s| s == i as u64).count() as u64;
+        assert_eq!(p["requests"].as_u64(), Some(n), "replica {i}");
+    }
+    r
+}
+
+#[test]
+fn prefix_affinity_finds_more_of_the_prompts_cached_than_round_robin() {
+    let rr = plan("round-robin");
+    let pa = plan("prefix-affinity");
+    let kv = plan("kv-aware");
+    let hit = |r: &serde_json::Value| stat(r, "tokens.prefix_cache.hit_rate");
+    eprintln!(
+        "hit rate: round-robin {}, prefix-affinity {}, kv-aware {}",
+        hit(&rr),
+        hit(&pa),
+        hit(&kv)
+    );
+    // Round-robin spreads each prompt over all four caches; affinity keeps
+    // a prompt's requests on one, so it is computed once, not four times.
+    assert!(hit(&pa) > hit(&rr) + 0.15, "{} vs {}", hit(&pa), hit(&rr));
+    assert!(hit(&kv) > hit(&rr) + 0.15, "{} vs {}", hit(&kv), hit(&rr));
+    assert!(stat(&pa, "latency.ttft_ms.p50") < stat(&rr, "latency.ttft_ms.p50"));
+    assert_eq!(rr["simulated"]["router"], "round-robin");
+    // Round-robin is even, request for request.
+    let per = rr["simulated"]["engine_summary"]["replicas"]
+        .as_array()
+        .unwrap();
+    assert!(per.iter().all(|p| p["requests"] == 150), "{per:?}");
+}
