@@ -173,7 +173,10 @@ impl<'a> Traffic<'a> {
     /// The next request to leave (call after [`Traffic::next_time`]).
     pub fn pop(&mut self) -> Option<Arrival> {
         let Reverse((sent_us, id)) = self.heap.pop()?;
-        if self.schedule.is_some() {
+        // The schedule starts requests (or sessions): its next start is
+        // taken when one leaves, not when a session's later turn does.
+        let a_start = self.turns.get(&id).is_none_or(|t| t.turn == 0);
+        if self.schedule.is_some() && a_start {
             self.next_scheduled();
         }
         let arrival = match self.turns.remove(&id) {
