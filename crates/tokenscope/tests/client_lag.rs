@@ -100,8 +100,9 @@ fn a_client_with_its_cpu_says_nothing_of_lag() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let server = Server::start(exact(20, 10));
     // Other work on a shared machine can make the client truly late (then
-    // the finding is right): one of three runs must be quiet; a rule that
-    // fires on every unstarved run fails all three.
+    // the finding is right): one of five runs must be quiet (a loaded full
+    // suite once saw three late in a row); a rule that fires on every
+    // unstarved run fails all five.
     let mut attempts = Vec::new();
     let (o, r) = loop {
         let (o, r) = closed_loop_on_cpu0(&server.url, &format!("lag-quiet-{}", attempts.len()));
@@ -109,7 +110,7 @@ fn a_client_with_its_cpu_says_nothing_of_lag() {
             break (o, r);
         }
         attempts.push(r["diagnosis"].to_string());
-        assert!(attempts.len() < 3, "client_lag in every run: {attempts:#?}");
+        assert!(attempts.len() < 5, "client_lag in every run: {attempts:#?}");
     };
     // The probe ran: ~1 sample per ms of the run.
     let samples = stat(&r, "client.loop_delay_ms.count");

@@ -73,9 +73,11 @@ fn medians_match_the_truth_at_1_64_and_512_streams() {
             "c={concurrency}: TTFT p50 {ttft:.3} ms (server sent at {server_ttft:.3} ms; client − server {d_ttft:+.3} ms), \
              TPOT p50 {tpot:.3} ms (client − server {d_tpot:+.4} ms), E2E p50 {e2e:.1} ms"
         );
-        // The client and the server share this machine's cores: at 512
-        // streams a loaded 2-core machine read +1.26 ms once (quiet: +0.4).
-        let bound = if concurrency >= 512 { 2.5 } else { 1.0 };
+        // The client and the server share this machine's cores: a loaded
+        // 2-core machine read +1.26 ms once at 512 streams and +1.36 ms once
+        // at 1 (quiet: +0.3 to +0.4). The bound holds under such load; a
+        // client that stamped late by a timer tick or more would not.
+        let bound = 2.5;
         assert!(
             (0.0..=bound).contains(&d_ttft),
             "c={concurrency}: TTFT is {d_ttft} ms off the server's own"
