@@ -19,10 +19,12 @@ err() { python3 -c "print('%+.0f %%' % (($1 - $2) / $2 * 100))"; }
 
 echo "| scenario | metric | published | simulated | error |"
 echo "|---|---|---|---|---|"
+points=0
 # One open-loop point: GPU, model, TP, req/s, prompts, the published E2E,
 # TTFT and TPOT medians, and the row's label; prints three rows.
 point() {
-  local gpu=$1 model=$2 tp=$3 rate=$4 n=$5 label=$9 r="$work/$2-$1-$3-$4.json"
+  points=$((points + 1))
+  local gpu=$1 model=$2 tp=$3 rate=$4 n=$5 label=$9 r="$work/point-$points.json"
   "$bin" sim plan --gpu "$gpu" --model "$model" --tp "$tp" --rate "$rate" --requests "$n" "${shape[@]}" --out "${r%.json}" > "$r"
   for m in "E2E p50 (ms):e2e_ms:$6" "TTFT p50 (ms):ttft_ms:$7" "TPOT p50 (ms):tpot_ms:$8"; do
     IFS=: read -r metric key pub <<< "$m"
