@@ -78,3 +78,56 @@ fn prefix_affinity_finds_more_of_the_prompts_cached_than_round_robin() {
         .unwrap();
     assert!(per.iter().all(|p| p["requests"] == 150), "{per:?}");
 }
+
+#[test]
+fn prefix_affinity_keeps_a_conversation_on_the_replica_that_holds_it() {
+    let hit = |router: &str| {
+        let out = run_dir(&format!("fleet-sessions-{router}"));
+        let o = tokenscope()
+            .args([
+                "sim",
+                "plan",
+                "--quiet",
+                "--replicas",
+                "4",
+                "--router",
+                router,
+            ])
+            .args([
+                "--multi-turn",
+                "--turns",
+                "6",
+                "--think-time",
+                "1s",
+                "--rate",
+                "4",
+            ])
+            .args([
+                "--requests",
+                "600",
+                "--input-tokens",
+                "400",
+                "--output-tokens",
+                "100",
+                "--out",
+            ])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_ok(&o);
+        // Every turn of a session on one replica, under affinity.
+        if router == "prefix-affinity" {
+            let mut home = std::collections::HashMap::new();
+            for rec in records(&out) {
+                let s = rec["session"].as_u64().unwrap();
+                let r = rec["replica"].as_u64().unwrap();
+                assert_eq!(*home.entry(s).or_insert(r), r, "session {s} moved");
+            }
+        }
+        stat(&results(&out), "tokens.prefix_cache.hit_rate")
+    };
+    let (rr, pa) = (hit("round-robin"), hit("prefix-affinity"));
+    // Round-robin sends a session's next turn where its history is not
+    // (3 times in 4); affinity sends it home.
+    assert!(pa > rr + 0.25, "prefix-affinity {pa} vs round-robin {rr}");
+}
