@@ -387,7 +387,11 @@ fn agrees_with_the_servers_own_timings() {
         excess >= 0.0,
         "TTFT is shorter than the server's prompt time: {excess} ms"
     );
-    assert!(excess <= 5.0, "TTFT exceeds prompt_ms by {excess} ms");
+    // What lies between is HTTP, tokenisation and the slot's scheduling: a
+    // few ms; a loaded 2-core machine (the client, the server and others
+    // on it) read 5.8 ms once. A client that stamped late by a timer tick
+    // per token or more would be far past this.
+    assert!(excess <= 10.0, "TTFT exceeds prompt_ms by {excess} ms");
 }
 
 /// `sim calibrate` against the real server at one load (concurrency 1), then
