@@ -75,9 +75,13 @@ fn medians_match_the_truth_at_1_64_and_512_streams() {
         );
         // The client and the server share this machine's cores: a loaded
         // 2-core machine read +1.26 ms once at 512 streams and +1.36 ms once
-        // at 1 (quiet: +0.3 to +0.4). The bound holds under such load; a
-        // client that stamped late by a timer tick or more would not.
-        let bound = 2.5;
+        // at 1 (quiet: +0.3 to +0.4), and a starved one (the host stealing
+        // CPU: the client's own loop-delay probe read it late) +4.1 ms at
+        // 512. The bound is 2.5 ms plus the lateness the client reports of
+        // itself beyond its timer tick: an error its own probe does not
+        // explain fails.
+        let own_lag = (stat(&r, "client.loop_delay_ms.p99") - 1.0).max(0.0);
+        let bound = 2.5 + own_lag;
         assert!(
             (0.0..=bound).contains(&d_ttft),
             "c={concurrency}: TTFT is {d_ttft} ms off the server's own"
