@@ -109,7 +109,8 @@ impl std::hash::Hasher for IdHasher {
     }
 }
 
-fn us(t: f64) -> u64 {
+/// Virtual seconds as whole µs (the records' unit).
+pub(crate) fn us(t: f64) -> u64 {
     (t * 1e6).round() as u64
 }
 

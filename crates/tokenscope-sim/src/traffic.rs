@@ -6,7 +6,7 @@
 //! its prompt is the last prompt, the answer and a new message.
 
 use crate::engine::kv::{self, Unit};
-use crate::plan::{IdHash, PlanLoad};
+use crate::plan::{us, IdHash, PlanLoad};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::cmp::Reverse;
@@ -267,10 +267,6 @@ impl<'a> Traffic<'a> {
             }
         }
     }
-}
-
-fn us(t: f64) -> u64 {
-    (t * 1e6).round() as u64
 }
 
 /// A session's tokens as the prefix cache knows them: the conversation is

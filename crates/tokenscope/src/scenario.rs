@@ -32,7 +32,7 @@ pub fn expand(cmd: &Command, argv: Vec<OsString>) -> Result<Vec<OsString>, Strin
     let Some((at, path)) = config_path(&argv) else {
         return Ok(argv);
     };
-    let sub = subcommand(cmd, &argv[1..at])
+    let (sub, depth) = subcommand(cmd, &argv[1..at])
         .ok_or("--config goes after a command (bench, sweep, sim plan)")?;
     let text =
         std::fs::read_to_string(&path).map_err(|e| format!("--config {}: {e}", path.display()))?;
@@ -109,7 +109,6 @@ pub fn expand(cmd: &Command, argv: Vec<OsString>) -> Result<Vec<OsString>, Strin
         }
     }
     let mut out = argv[..at].to_vec();
-    let depth = subcommand_depth(cmd, &argv[1..at]);
     let mut rest = out.split_off(1 + depth);
     out.extend(flags);
     out.append(&mut rest);
@@ -136,31 +135,18 @@ fn config_path(argv: &[OsString]) -> Option<(usize, PathBuf)> {
     })
 }
 
-/// The subcommand `words` name (`bench`, `sim plan`…).
-fn subcommand<'a>(cmd: &'a Command, words: &[OsString]) -> Option<&'a Command> {
-    let mut cur = cmd;
-    for w in words
-        .iter()
-        .take_while(|w| !w.to_string_lossy().starts_with('-'))
-    {
-        cur = cur.find_subcommand(w)?;
-    }
-    (!std::ptr::eq(cur, cmd)).then_some(cur)
-}
-
-fn subcommand_depth(cmd: &Command, words: &[OsString]) -> usize {
+/// The subcommand the leading `words` name (`bench`, `sim plan`…) and how
+/// many words name it.
+fn subcommand<'a>(cmd: &'a Command, words: &[OsString]) -> Option<(&'a Command, usize)> {
     let mut cur = cmd;
     let mut depth = 0;
     for w in words {
         match cur.find_subcommand(w) {
-            Some(sub) => {
-                cur = sub;
-                depth += 1;
-            }
+            Some(sub) => (cur, depth) = (sub, depth + 1),
             None => break,
         }
     }
-    depth
+    (depth > 0).then_some((cur, depth))
 }
 
 /// Notes the flags the command was given (from the file or the command

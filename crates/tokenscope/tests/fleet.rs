@@ -4,8 +4,9 @@
 mod common;
 use common::*;
 
-fn plan(router: &str) -> serde_json::Value {
-    let out = run_dir(&format!("fleet-{router}"));
+/// `sim plan` of four replicas behind `router`, with `args`; its run directory.
+fn four_replicas(name: &str, router: &str, args: &[&str]) -> std::path::PathBuf {
+    let out = run_dir(&format!("{name}-{router}"));
     let o = tokenscope()
         .args([
             "sim",
@@ -16,23 +17,42 @@ fn plan(router: &str) -> serde_json::Value {
             "--router",
             router,
         ])
-        .args(["--rate", "40", "--requests", "600", "--seed", "3"])
-        .args(["--input-tokens", "2100", "--output-tokens", "50"])
-        // 300 system prompts of 2,048 tokens, more than a replica's cache
-        // (at 30 % of the GPU's memory) holds at once.
-        .args([
+        .args(args)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    out
+}
+
+fn plan(router: &str) -> serde_json::Value {
+    let out = four_replicas(
+        "fleet",
+        router,
+        &[
+            "--rate",
+            "40",
+            "--requests",
+            "600",
+            "--seed",
+            "3",
+            "--input-tokens",
+            "2100",
+            "--output-tokens",
+            "50",
+            // 300 system prompts of 2,048 tokens, more than a replica's cache
+            // (at 30 % of the GPU's memory) holds at once.
             "--shared-prefix",
             "2048",
             "--prefix-groups",
             "300",
             "--prefix-zipf",
             "0.8",
-        ])
-        .args(["--gpu-memory-utilization", "0.3", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert_ok(&o);
+            "--gpu-memory-utilization",
+            "0.3",
+        ],
+    );
     let r = results(&out);
     let served: Vec<u64> = records(&out)
         .iter()
@@ -82,18 +102,10 @@ fn prefix_affinity_finds_more_of_the_prompts_cached_than_round_robin() {
 #[test]
 fn prefix_affinity_keeps_a_conversation_on_the_replica_that_holds_it() {
     let hit = |router: &str| {
-        let out = run_dir(&format!("fleet-sessions-{router}"));
-        let o = tokenscope()
-            .args([
-                "sim",
-                "plan",
-                "--quiet",
-                "--replicas",
-                "4",
-                "--router",
-                router,
-            ])
-            .args([
+        let out = four_replicas(
+            "fleet-sessions",
+            router,
+            &[
                 "--multi-turn",
                 "--turns",
                 "6",
@@ -101,20 +113,14 @@ fn prefix_affinity_keeps_a_conversation_on_the_replica_that_holds_it() {
                 "1s",
                 "--rate",
                 "4",
-            ])
-            .args([
                 "--requests",
                 "600",
                 "--input-tokens",
                 "400",
                 "--output-tokens",
                 "100",
-                "--out",
-            ])
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert_ok(&o);
+            ],
+        );
         // Every turn of a session on one replica, under affinity.
         if router == "prefix-affinity" {
             let mut home = std::collections::HashMap::new();
