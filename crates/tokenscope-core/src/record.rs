@@ -149,6 +149,9 @@ pub struct RequestRecord {
     /// `sim plan --replicas`: the engine replica that served it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica: Option<u32>,
+    /// `tokenscope merge`: the shard that sent it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
     /// HTTP status of the response, when one came.
     pub status: Option<u16>,
     /// `None` for a success.
@@ -356,6 +359,22 @@ fn is_zero(n: &u32) -> bool {
 impl RequestRecord {
     /// A request that has been sent and has nothing back yet; the stages
     /// that follow fill in the rest.
+    /// Moves every instant later by `us` (onto another clock origin).
+    pub fn shift(&mut self, us: u64) {
+        self.scheduled_at_us += us;
+        self.sent_at_us += us;
+        self.done_at_us += us;
+        for t in [&mut self.first_byte_at_us, &mut self.first_token_at_us]
+            .into_iter()
+            .flatten()
+        {
+            *t += us;
+        }
+        for c in &mut self.chunks {
+            c.0 += us;
+        }
+    }
+
     pub fn sent(id: u64, scheduled_at_us: u64, sent_at_us: u64) -> Self {
         RequestRecord {
             id,
@@ -375,6 +394,7 @@ impl RequestRecord {
             session: None,
             turn: None,
             replica: None,
+            shard: None,
             status: None,
             error_kind: None,
             error: None,

@@ -45,6 +45,62 @@ pub struct RunResults {
     pub server: Server,
     pub client: ClientUsage,
     pub diagnosis: Vec<Finding>,
+    /// This run was one shard of a run spread over processes (`--shard I/N`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardInfo>,
+    /// This run was merged from shards (`tokenscope merge`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merged: Option<Merged>,
+}
+
+/// One shard of a run spread over processes or machines.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    /// 0-based; shard 0 alone reads the server's metrics and the GPUs.
+    pub index: u32,
+    pub count: u32,
+    /// The instant every shard was told to start at (RFC 3339 UTC), if one was.
+    pub start_at: Option<String>,
+    /// This shard's clock origin (its 0 µs) on its host's wall clock, µs
+    /// since the Unix epoch: what the merge aligns the shards' records by.
+    pub origin_unix_us: u64,
+    /// How far past `start_at` the load began, ms (connections, scheduling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_ms: Option<f64>,
+    /// The whole run's load settings (identical on every shard of one run;
+    /// `config` holds this shard's part).
+    pub whole: serde_json::Value,
+}
+
+/// Where a merged run came from.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Merged {
+    pub shards: Vec<MergedShard>,
+    /// Latest clock origin − earliest, ms: start lateness and the hosts'
+    /// clock offsets together (the merge cannot tell them apart).
+    pub origin_spread_ms: f64,
+    /// What the alignment rests on.
+    pub clock_note: String,
+}
+
+/// One shard's own figures, kept in a merged run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct MergedShard {
+    pub index: u32,
+    pub dir: String,
+    /// Its clock origin after the earliest shard's, ms (its records were shifted by it).
+    pub origin_offset_ms: f64,
+    pub requests: u64,
+    pub output_tokens: u64,
+    /// Its sending lag and loop delay, p99 ms: the client's own share of its figures.
+    pub client_lag_p99_ms: Option<f64>,
+    pub loop_delay_p99_ms: Option<f64>,
+    pub cpu_seconds: Option<f64>,
+    /// The error floor its `--self-check` measured, when it ran one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_check: Option<SelfCheck>,
+    /// Its diagnosis, by rule.
+    pub findings: Vec<String>,
 }
 
 /// Workload fidelity: whether the benchmark exercised what it claims —

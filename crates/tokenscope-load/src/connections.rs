@@ -4,7 +4,7 @@
 //! open sockets instead of N connects serialised on the client's thread. Their
 //! connect time is measured here and reported on its own, not inside TTFT.
 
-use reqwest::header::HeaderMap;
+use crate::http1::Client;
 use std::time::{Duration, Instant};
 use tokenscope_core::stats::Distribution;
 
@@ -65,29 +65,33 @@ pub struct Warmed {
     pub took: Duration,
 }
 
-/// Opens `n` connections to `base` at once, each with a `GET /v1/models`
-/// (cheap on every OpenAI-compatible server, and no generation), read to its
-/// end so each connection goes back to the pool kept alive. A server that
-/// closes connections after each answer gains nothing, and loses nothing.
-pub async fn warm(
-    client: &reqwest::Client,
-    base: &str,
-    headers: &HeaderMap,
-    n: u64,
-    timeout: Duration,
-) -> Warmed {
+/// Opens `n` connections at once, each with a `GET` of `models_path`
+/// (`…/v1/models`: cheap on
+/// every OpenAI-compatible server, and no generation), read to its end so
+/// each connection goes back to the pool kept alive. A server that closes
+/// connections after each answer gains nothing, and loses nothing.
+pub async fn warm(client: &Client, models_path: &str, n: u64, timeout: Duration) -> Warmed {
     let start = Instant::now();
-    let url = format!("{base}/v1/models");
+    let wire = client.get(models_path);
     let attempts = (0..n).map(|_| {
-        let request = client
-            .get(&url)
-            .headers(headers.clone())
-            .timeout(timeout.min(Duration::from_secs(10)));
-        async move {
+        let wire = &wire;
+        let open = async move {
             let t = Instant::now();
-            let response = request.send().await.ok()?;
-            let _ = response.bytes().await.ok()?;
-            Some(t.elapsed())
+            let mut conn = client.connect().await.ok()?;
+            conn.send(wire).await.ok()?;
+            let mut head = conn.head().await.ok()?;
+            conn.read_to_end(&mut head.body, 0).await.ok()?;
+            let took = t.elapsed();
+            if head.body.reusable() {
+                client.checkin(conn);
+            }
+            Some(took)
+        };
+        async move {
+            tokio::time::timeout(timeout.min(Duration::from_secs(10)), open)
+                .await
+                .ok()
+                .flatten()
         }
     });
     let mut warmed = Warmed::default();

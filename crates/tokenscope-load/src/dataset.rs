@@ -219,6 +219,37 @@ impl Dataset {
         self.entries.is_empty()
     }
 
+    /// Shard `index` of `count`: every `count`-th entry (or, with sessions,
+    /// every `count`-th session, whole), so the shards' parts never overlap
+    /// and together are the dataset. Entries keep their send offsets: the
+    /// shards of a replay together send the trace at its recorded times.
+    pub fn shard(&self, index: usize, count: usize) -> Dataset {
+        let mut part = Dataset {
+            path: self.path.clone(),
+            format: self.format,
+            entries: Vec::new(),
+            skipped: self.skipped,
+            sessions: Vec::new(),
+        };
+        if self.sessions.is_empty() {
+            part.entries = self
+                .entries
+                .iter()
+                .skip(index)
+                .step_by(count)
+                .cloned()
+                .collect();
+            return part;
+        }
+        for session in self.sessions.iter().skip(index).step_by(count) {
+            let first = part.entries.len();
+            part.entries
+                .extend(session.iter().map(|&i| self.entries[i].clone()));
+            part.sessions.push((first..part.entries.len()).collect());
+        }
+        part
+    }
+
     /// Each entry's send offset in seconds from the first, when every entry has one.
     pub fn offsets_s(&self) -> Option<Vec<f64>> {
         self.entries

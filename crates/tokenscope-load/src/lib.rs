@@ -8,6 +8,7 @@ pub mod clock;
 pub mod connections;
 pub mod cpu;
 pub mod dataset;
+pub mod http1;
 pub mod loop_delay;
 pub mod openai;
 pub mod probe;

@@ -2,7 +2,6 @@
 //! API answers (`--api auto`).
 
 use crate::openai::Api;
-use crate::request::describe;
 use reqwest::header::HeaderMap;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -126,4 +125,26 @@ async fn server_message(resp: reqwest::Response) -> Option<String> {
     let line: String = said.split_whitespace().collect::<Vec<_>>().join(" ");
     let short: String = line.chars().take(200).collect();
     (!short.is_empty()).then_some(short)
+}
+
+/// The error and its causes on one line, without the URL.
+fn describe(e: &reqwest::Error) -> String {
+    let mut msg = String::new();
+    let mut cur: Option<&dyn std::error::Error> = Some(e);
+    while let Some(err) = cur {
+        let text = err.to_string();
+        if !msg.contains(&text) {
+            if !msg.is_empty() {
+                msg.push_str(": ");
+            }
+            msg.push_str(&text);
+        }
+        cur = err.source();
+    }
+    if let Some(url) = e.url() {
+        msg = msg
+            .replace(&format!(" ({url})"), "")
+            .replace(url.as_str(), "<url>");
+    }
+    msg
 }

@@ -5,12 +5,12 @@
 //! once the stream ends, from the server's usage when it has one.
 
 use crate::clock::Clock;
+use crate::http1::{Body, Conn, HttpError};
 use crate::openai::{self, Api, RequestParams, Usage};
 use crate::session::Exchange;
 use crate::sse::SseParser;
 use crate::tokenizer;
 use crate::workload::PromptSpec;
-use reqwest::header::HeaderMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokenscope_core::record::{Chunk, ErrorKind, RequestRecord, TokenSource};
@@ -24,16 +24,17 @@ use tokio_util::sync::CancellationToken;
 /// connection. Only this failure is retried, and at most this often.
 const MAX_STALE_RETRIES: u32 = 2;
 
+/// The largest whole answer (`--no-stream`) kept; the rest is read and dropped.
+const MAX_WHOLE_ANSWER: usize = 256 << 20;
+
 /// Everything a request needs that is the same for the whole run.
 #[derive(Debug, Clone)]
 pub struct Target {
-    pub client: reqwest::Client,
-    /// The endpoint (`…/v1/chat/completions` or `…/v1/completions`).
-    pub url: reqwest::Url,
+    /// The endpoint (`…/v1/chat/completions` or `…/v1/completions`), the
+    /// run's headers (`Authorization` among them) and the kept-alive connections.
+    pub http: std::sync::Arc<crate::http1::Client>,
     pub api: Api,
     pub model: String,
-    /// Extra headers, `Authorization` among them (marked sensitive).
-    pub headers: HeaderMap,
     pub ignore_eos: bool,
     /// `false` (`--no-stream`): whole answers, timed end to end only.
     pub stream: bool,
@@ -151,21 +152,27 @@ pub async fn execute(
         turn: ticket.turn.map(|t| t.1),
         ..RequestRecord::sent(ticket.id, ticket.scheduled_at_us, 0)
     };
-    let body = bytes::Bytes::from(body);
+    let wire = target.http.post(&body);
+    drop(body);
     let deadline = Instant::now() + target.timeout;
     let next_deadline = || deadline.min(Instant::now() + target.idle_timeout);
-    let mut response = loop {
-        let request = target
-            .client
-            .post(target.url.clone())
-            .headers(target.headers.clone())
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.clone());
+    let (mut conn, head) = loop {
         rec.sent_at_us = clock.now_us();
+        // A retry (the connection was closed under it) takes a new connection.
+        let fresh = rec.retries > 0;
+        let attempt = async {
+            let mut conn = match fresh {
+                true => target.http.connect().await?,
+                false => target.http.checkout().await?,
+            };
+            conn.send(&wire).await?;
+            let head = conn.head().await?;
+            Ok::<_, HttpError>((conn, head))
+        };
         let sent = tokio::select! {
             biased;
             _ = cancel.cancelled() => return fail(rec, clock, ErrorKind::Cancelled, "cancelled before the response".into()),
-            r = timeout_at(next_deadline(), request.send()) => r,
+            r = timeout_at(next_deadline(), attempt) => r,
         };
         match sent {
             Err(_) => {
@@ -176,69 +183,92 @@ pub async fn execute(
                     "no response head in time".into(),
                 )
             }
-            Ok(Err(e)) if rec.retries < MAX_STALE_RETRIES && closed_before_response(&e) => {
+            Ok(Err(e)) if rec.retries < MAX_STALE_RETRIES && e.closed_before_response() => {
                 rec.retries += 1
             }
             Ok(Err(e)) => {
-                let kind = classify(&e);
-                return fail(rec, clock, kind, describe(&e));
+                let kind = match e.is_connect() {
+                    true => ErrorKind::Connect,
+                    false => ErrorKind::Stream,
+                };
+                return fail(rec, clock, kind, e.to_string());
             }
-            Ok(Ok(r)) => break r,
+            Ok(Ok(answer)) => break answer,
         }
     };
-    rec.first_byte_at_us = Some(clock.now_us());
-    let status = response.status();
-    rec.status = Some(status.as_u16());
-    if status.is_redirection() {
+    let at = clock.now_us();
+    rec.first_byte_at_us = Some(at);
+    rec.status = Some(head.status);
+    let mut body = head.body;
+    if (300..400).contains(&head.status) {
         // Redirects are not followed: a POST turned into a GET elsewhere
         // measures something else.
-        let to = response
-            .headers()
-            .get(reqwest::header::LOCATION)
-            .and_then(|l| l.to_str().ok())
-            .unwrap_or("?")
-            .to_string();
+        let to = head.location.as_deref().unwrap_or("?");
         let msg = format!(
             "HTTP {}: redirected to {to} (not followed; pass the final URL as --url)",
-            status.as_u16()
+            head.status
         );
-        return fail(rec, clock, ErrorKind::Http(status.as_u16()), msg);
+        return fail(rec, clock, ErrorKind::Http(head.status), msg);
     }
-    if !target.stream && status.is_success() {
-        return whole_answer(rec, response, clock, cancel, deadline).await;
+    let success = (200..300).contains(&head.status);
+    if !target.stream && success {
+        return whole_answer(
+            rec,
+            (conn, body, head.content_type),
+            target,
+            clock,
+            cancel,
+            deadline,
+        )
+        .await;
     }
-    let is_sse = response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|c| c.to_str().ok())
+    let is_sse = head
+        .content_type
+        .as_deref()
         .is_none_or(|c| c.contains("text/event-stream"));
-    if status.is_success() && !is_sse {
-        let kind = response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|c| c.to_str().ok())
-            .unwrap_or("")
-            .to_string();
+    if success && !is_sse {
+        let kind = head.content_type.unwrap_or_default();
         let msg = format!(
             "asked for a stream, got a complete `{kind}` body: the server ignored stream=true, so TTFT and ITL cannot be measured"
         );
         return fail(rec, clock, ErrorKind::NotStreamed, msg);
     }
-    if !status.is_success() {
-        let text = tokio::time::timeout(Duration::from_secs(5), response.text()).await;
-        let msg = match text {
-            Ok(Ok(t)) => serde_json::from_str::<serde_json::Value>(&t)
-                .ok()
-                .and_then(|v| v.get("error").map(openai::error_message))
-                .unwrap_or_else(|| t.lines().next().unwrap_or("").chars().take(200).collect()),
+    if !success {
+        let text = tokio::time::timeout(
+            Duration::from_secs(5),
+            conn.read_to_end(&mut body, 64 << 10),
+        )
+        .await;
+        let text = match text {
+            Ok(Ok(t)) => String::from_utf8_lossy(&t).into_owned(),
             _ => String::new(),
         };
-        let msg = format!("HTTP {}: {msg}", status.as_u16());
-        return fail(rec, clock, ErrorKind::Http(status.as_u16()), msg);
+        let msg = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v.get("error").map(openai::error_message))
+            .unwrap_or_else(|| {
+                text.lines()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(200)
+                    .collect()
+            });
+        let msg = format!("HTTP {}: {msg}", head.status);
+        return fail(rec, clock, ErrorKind::Http(head.status), msg);
     }
 
     let mut stream = Stream::default();
     let mut sse = SseParser::new();
+    // The body bytes that came with the head, stamped with its arrival.
+    let mut ended = match conn.decode(&mut body, |d| sse.feed(d, |ev| stream.event(ev.data, at))) {
+        Ok(ended) => ended,
+        Err(e) => {
+            stream.failure = Some((ErrorKind::Stream, e.to_string()));
+            false
+        }
+    };
+    count_new(streamed, stream.chunks.len());
     // One cancellation waiter and one watchdog timer per request, not per
     // read: the watchdog fires at most once per idle period and re-arms
     // itself from the time of the last read.
@@ -247,7 +277,7 @@ pub async fn execute(
     let watchdog = tokio::time::sleep_until(next_deadline());
     tokio::pin!(watchdog);
     let mut last_read = Instant::now();
-    loop {
+    while !ended && !stream.done && stream.failure.is_none() {
         let read = tokio::select! {
             biased;
             _ = &mut cancelled => {
@@ -265,40 +295,43 @@ pub async fn execute(
                 stream.failure.get_or_insert((ErrorKind::Timeout, why.into()));
                 break;
             }
-            r = response.chunk() => r,
+            r = conn.fill() => r,
         };
         let now = std::time::Instant::now();
         let at = clock.us(now);
         last_read = now.into();
-        match read {
+        let before = stream.chunks.len();
+        let decoded = match read {
+            Err(e) => Err(HttpError::Io(e)),
+            Ok(0) => body.eof().map(|()| true),
+            Ok(_) => conn.decode(&mut body, |d| sse.feed(d, |ev| stream.event(ev.data, at))),
+        };
+        match decoded {
+            Ok(true) => {
+                ended = true;
+                sse.finish(|ev| stream.event(ev.data, at));
+            }
+            Ok(false) => {}
             Err(e) => {
                 stream
                     .failure
-                    .get_or_insert((ErrorKind::Stream, describe(&e)));
-                break;
-            }
-            Ok(None) => {
-                let before = stream.chunks.len();
-                sse.finish(|ev| stream.event(ev.data, at));
-                count_new(streamed, stream.chunks.len() - before);
-                break;
-            }
-            Ok(Some(bytes)) => {
-                let before = stream.chunks.len();
-                sse.feed(&bytes, |ev| stream.event(ev.data, at));
-                count_new(streamed, stream.chunks.len() - before);
-                if stream.done || stream.failure.is_some() {
-                    break;
-                }
+                    .get_or_insert((ErrorKind::Stream, e.to_string()));
             }
         }
+        count_new(streamed, stream.chunks.len() - before);
     }
     rec.done_at_us = clock.now_us();
-    if stream.done {
+    if stream.done && !ended {
         // Read the body to its end (the chunked terminator usually follows
-        // `[DONE]` at once) so the connection goes back to the pool clean.
-        let drain = async { while let Ok(Some(_)) = response.chunk().await {} };
-        let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+        // `[DONE]` at once) so the connection can carry the next request.
+        let drain = conn.read_to_end(&mut body, 0);
+        ended = matches!(
+            tokio::time::timeout(Duration::from_secs(1), drain).await,
+            Ok(Ok(_))
+        );
+    }
+    if ended && body.reusable() {
+        target.http.checkin(conn);
     }
     // Counting tokens locally (no usage from the server) is CPU work: off
     // the runtime's threads, so the other streams are read on time, and
@@ -323,26 +356,22 @@ pub async fn execute(
 /// end, so throughput counts them; no `first_token_at`, so no TTFT or ITL).
 async fn whole_answer(
     mut rec: RequestRecord,
-    response: reqwest::Response,
+    (mut conn, mut body, content_type): (Conn, Body, Option<String>),
+    target: &Target,
     clock: &Clock,
     cancel: &CancellationToken,
     deadline: Instant,
 ) -> (RequestRecord, String) {
-    let is_sse = response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|c| c.to_str().ok())
-        .is_some_and(|c| c.contains("text/event-stream"));
-    if is_sse {
+    if content_type.is_some_and(|c| c.contains("text/event-stream")) {
         let msg = "asked for a whole answer (--no-stream), got an event stream".to_string();
         return fail(rec, clock, ErrorKind::Malformed, msg);
     }
-    let body = tokio::select! {
+    let read = tokio::select! {
         biased;
         _ = cancel.cancelled() => return fail(rec, clock, ErrorKind::Cancelled, "cancelled before the answer".into()),
-        b = timeout_at(deadline, response.text()) => b,
+        b = timeout_at(deadline, conn.read_to_end(&mut body, MAX_WHOLE_ANSWER)) => b,
     };
-    let body = match body {
+    let body = match read {
         Err(_) => {
             return fail(
                 rec,
@@ -351,8 +380,13 @@ async fn whole_answer(
                 "request exceeded --timeout".into(),
             )
         }
-        Ok(Err(e)) => return fail(rec, clock, ErrorKind::Stream, describe(&e)),
-        Ok(Ok(b)) => b,
+        Ok(Err(e)) => return fail(rec, clock, ErrorKind::Stream, e.to_string()),
+        Ok(Ok(bytes)) => {
+            if body.reusable() {
+                target.http.checkin(conn);
+            }
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
     };
     rec.done_at_us = clock.now_us();
     let whole = match openai::parse_whole(&body) {
@@ -533,61 +567,6 @@ fn fail(
     rec.error_kind = Some(kind);
     rec.error = Some(msg);
     (rec, String::new())
-}
-
-/// The connection closed (or was reset) before any byte of a response came.
-fn closed_before_response(e: &reqwest::Error) -> bool {
-    let mut cur: Option<&dyn std::error::Error> = Some(e);
-    while let Some(err) = cur {
-        if let Some(h) = err.downcast_ref::<hyper::Error>() {
-            if h.is_incomplete_message() {
-                return true;
-            }
-        }
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            use std::io::ErrorKind as K;
-            if matches!(
-                io.kind(),
-                K::BrokenPipe | K::ConnectionReset | K::ConnectionAborted
-            ) {
-                return true;
-            }
-        }
-        cur = err.source();
-    }
-    false
-}
-
-fn classify(e: &reqwest::Error) -> ErrorKind {
-    if e.is_connect() {
-        ErrorKind::Connect
-    } else if e.is_timeout() {
-        ErrorKind::Timeout
-    } else {
-        ErrorKind::Stream
-    }
-}
-
-/// The error and its causes on one line, without the URL.
-pub(crate) fn describe(e: &reqwest::Error) -> String {
-    let mut msg = String::new();
-    let mut cur: Option<&dyn std::error::Error> = Some(e);
-    while let Some(err) = cur {
-        let text = err.to_string();
-        if !msg.contains(&text) {
-            if !msg.is_empty() {
-                msg.push_str(": ");
-            }
-            msg.push_str(&text);
-        }
-        cur = err.source();
-    }
-    if let Some(url) = e.url() {
-        msg = msg
-            .replace(&format!(" ({url})"), "")
-            .replace(url.as_str(), "<url>");
-    }
-    msg
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokenscope_core::mutate::{corpus, inputs, mutate, Rng};
+use tokenscope_load::http1::decode_reads;
 use tokenscope_load::openai::parse_chunk;
 use tokenscope_load::sse::SseParser;
 
@@ -56,4 +57,72 @@ fn sse_framer_and_chunk_parser_survive_mutated_streams() {
         slowest < Duration::from_secs(1),
         "an input of ≤ 64 KiB took {slowest:?}: super-linear work?"
     );
+}
+
+/// Splits `input` into reads of random sizes, as a socket would hand it over.
+fn random_reads<'a>(input: &'a [u8], rng: &mut Rng) -> Vec<&'a [u8]> {
+    let mut reads = Vec::new();
+    let mut rest = input;
+    while !rest.is_empty() {
+        let k = 1 + rng.below(rest.len().min(64));
+        reads.push(&rest[..k]);
+        rest = &rest[k..];
+    }
+    reads
+}
+
+#[test]
+fn http_response_decoder_survives_mutated_responses() {
+    let corpus = corpus(&corpus_dir("http")).expect("fuzz/corpus/http");
+    let mut rng = Rng(2);
+    // The seeds themselves decode whole, however they are split.
+    for seed in &corpus {
+        for _ in 0..50 {
+            let reads = random_reads(seed, &mut rng);
+            let decoded = decode_reads(&reads).expect("a seed is valid HTTP");
+            assert!(decoded.is_some(), "{}", String::from_utf8_lossy(seed));
+        }
+    }
+    let n = inputs(20_000);
+    let (mut whole, mut slowest) = (0u64, Duration::ZERO);
+    for _ in 0..n {
+        let base = &corpus[rng.below(corpus.len())];
+        let input = mutate(base, &corpus, &mut rng);
+        let t = Instant::now();
+        let reads = random_reads(&input, &mut rng);
+        if let Ok(Some(_)) = decode_reads(&reads) {
+            whole += 1;
+        }
+        slowest = slowest.max(t.elapsed());
+    }
+    eprintln!("fuzz http: {n} inputs, {whole} decoded whole, slowest input {slowest:?}");
+    assert!(
+        slowest < Duration::from_secs(1),
+        "an input took {slowest:?}"
+    );
+}
+
+/// Any payload, chunked at any sizes and read in any pieces, decodes to itself.
+#[test]
+fn chunked_payloads_round_trip_at_any_split() {
+    let mut rng = Rng(3);
+    for _ in 0..2_000 {
+        let payload: Vec<u8> = (0..rng.below(3_000))
+            .map(|_| rng.below(256) as u8)
+            .collect();
+        let mut wire = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        let mut rest = &payload[..];
+        while !rest.is_empty() {
+            let k = 1 + rng.below(rest.len().min(700));
+            wire.extend_from_slice(format!("{k:x}\r\n").as_bytes());
+            wire.extend_from_slice(&rest[..k]);
+            wire.extend_from_slice(b"\r\n");
+            rest = &rest[k..];
+        }
+        wire.extend_from_slice(b"0\r\n\r\n");
+        let reads = random_reads(&wire, &mut rng);
+        let (head, body) = decode_reads(&reads).unwrap().expect("complete");
+        assert_eq!(head.status, 200);
+        assert_eq!(body, payload);
+    }
 }

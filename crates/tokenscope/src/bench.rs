@@ -18,6 +18,7 @@ use tokenscope_load::arrival::LoadPattern;
 use tokenscope_load::clock::Clock;
 use tokenscope_load::connections::{self, FileLimit};
 use tokenscope_load::cpu::thread_cpu;
+use tokenscope_load::http1;
 use tokenscope_load::loop_delay;
 use tokenscope_load::openai::Api;
 use tokenscope_load::probe::{self, ProbeError};
@@ -65,6 +66,7 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<Exit> {
         }
     }
     outcome::load_workload_files(&mut args.load, args.output.quiet || args.output.json)?;
+    take_shard(&mut args)?;
     let planned = outcome::plan(&args.load).requests;
     if let (Some(slo), Some(n), false) = (&args.output.slo, planned, args.output.quiet) {
         if let Some(warning) = slo.sample_warning(n) {
@@ -348,7 +350,22 @@ pub(crate) async fn bench(
         }
     }
     let streams = streams_ahead(&plan.pattern);
-    let client = reqwest::Client::builder()
+    let ca_pem = match &args.ca_cert {
+        None => None,
+        Some(path) => Some(
+            std::fs::read(path)
+                .map_err(|e| Exit::usage(format!("--ca-cert {}: {e}", path.display())))?,
+        ),
+    };
+    let mut probes = reqwest::Client::builder();
+    if let Some(pem) = &ca_pem {
+        for cert in reqwest::Certificate::from_pem_bundle(pem)
+            .map_err(|e| Exit::usage(format!("--ca-cert: {e}")))?
+        {
+            probes = probes.add_root_certificate(cert);
+        }
+    }
+    let client = probes
         .http1_only()
         .tcp_nodelay(true)
         .pool_max_idle_per_host(plan.pattern.max_in_flight().unwrap_or(1024).max(streams))
@@ -415,12 +432,19 @@ pub(crate) async fn bench(
         cancel.clone(),
         outcome::aggregator(&args.output),
     )?;
+    let endpoint = reqwest::Url::parse(&format!("{base}{}", api.path())).context("endpoint URL")?;
+    let models_url = reqwest::Url::parse(&format!("{base}/v1/models")).context("models URL")?;
+    let http = http1::Client::new(
+        &endpoint,
+        &headers,
+        Duration::from_secs(10),
+        ca_pem.as_deref(),
+    )
+    .map_err(|why| Exit::usage(format!("--url `{base}`: {why}")))?;
     let target = Target {
-        client,
-        url: reqwest::Url::parse(&format!("{base}{}", api.path())).context("endpoint URL")?,
+        http: Arc::new(http),
         api,
         model: model.clone(),
-        headers,
         ignore_eos: args.ignore_eos,
         stream: !args.no_stream,
         shape: tokenscope_load::openai::Shape {
@@ -468,22 +492,34 @@ pub(crate) async fn bench(
                 })?,
         )
     };
+    // A shared start instant: connections are opened just before it, as
+    // servers close idle ones within seconds (vLLM's after 5 s).
+    if let Some(at) = &args.shard.start_at {
+        crate::shard::wait_until(at, crate::shard::CONNECT_AHEAD).await;
+    }
     // One connection per stream, opened before the clock starts: a burst
     // is then N writes on open sockets, not N connects on the client's thread.
     let warmed = match args.cold_connections {
         true => None,
         false => Some(
             connections::warm(
-                &target.client,
-                &base,
-                &target_headers,
+                &target.http,
+                models_url.path(),
                 streams as u64,
                 probe_timeout,
             )
             .await,
         ),
     };
+    // Every shard starts its load at the same instant, connections already open.
+    let late = match &args.shard.start_at {
+        Some(at) => Some(crate::shard::wait_until(at, Duration::ZERO).await),
+        None => None,
+    };
     let clock = Clock::start();
+    let origin_unix_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
     if let Some(s) = &mut scraper {
         s.run_from(clock.origin());
     }
@@ -569,20 +605,7 @@ pub(crate) async fn bench(
     let figures = recorded.figures;
     let cpu = thread_cpu(CLIENT_THREADS);
 
-    let config = outcome::merge(
-        outcome::config_json(&args.load, &plan, &args.output),
-        json!({
-            "ignore_eos": args.ignore_eos,
-            "stream": !args.no_stream,
-            "system_prompt": args.system_prompt,
-            "temperature": args.temperature,
-            "extra_body_keys": args.extra_body.as_ref().map(|m| m.keys().cloned().collect::<Vec<_>>()),
-            "headers": args.headers.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
-            "api_key_env": args.api_key_env,
-            "timeout_s": args.timeout.as_secs_f64(),
-            "idle_timeout_s": args.idle_timeout.as_secs_f64(),
-        }),
-    );
+    let config = run_config(&args, &args.load);
     let facts = RunFacts {
         started_at,
         partial: interrupted.load(Ordering::SeqCst),
@@ -609,6 +632,14 @@ pub(crate) async fn bench(
         }),
     };
     let mut results = outcome::assemble(figures.finish(), facts);
+    results.shard = args.shard.resolved.as_ref().map(|r| results::ShardInfo {
+        index: r.shard.index,
+        count: r.shard.count,
+        start_at: args.shard.start_at.as_ref().map(|s| s.text.clone()),
+        origin_unix_us,
+        late_ms: late.map(|d| d.as_secs_f64() * 1e3),
+        whole: r.whole.clone(),
+    });
     if let Some(e) = &recorded.error {
         let said = format!(
             "output failed: {e}; the run stopped there: the first {} of {} finished requests are whole lines of requests.jsonl, the rest were counted in memory",
@@ -627,6 +658,43 @@ pub(crate) async fn bench(
     let quiet = args.output.quiet || args.output.json;
     crate::report::write_html_of(&out_dir, results.clone(), figures, quiet);
     Ok((results, out_dir))
+}
+
+/// The settings a run records: its load (this shard's part, for a shard)
+/// and how it asked.
+fn run_config(args: &BenchArgs, load: &crate::cli::LoadArgs) -> serde_json::Value {
+    outcome::merge(
+        outcome::config_json(load, &outcome::plan(load), &args.output),
+        json!({
+            "ignore_eos": args.ignore_eos,
+            "stream": !args.no_stream,
+            "system_prompt": args.system_prompt,
+            "temperature": args.temperature,
+            "extra_body_keys": args.extra_body.as_ref().map(|m| m.keys().cloned().collect::<Vec<_>>()),
+            "headers": args.headers.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+            "api_key_env": args.api_key_env,
+            "timeout_s": args.timeout.as_secs_f64(),
+            "idle_timeout_s": args.idle_timeout.as_secs_f64(),
+        }),
+    )
+}
+
+/// `--shard`/`--shards`: this process's part of the whole load. The whole
+/// run's settings are kept for the merge; shards past 0 leave the server's
+/// metrics and the GPUs to shard 0, so the server is not scraped N times.
+fn take_shard(args: &mut BenchArgs) -> anyhow::Result<()> {
+    let Some(shard) = args.shard.resolve().map_err(Exit::usage)? else {
+        return Ok(());
+    };
+    let whole = run_config(args, &args.load);
+    shard.apply(&mut args.load).map_err(Exit::usage)?;
+    if shard.index > 0 {
+        args.no_metrics = true;
+        args.metrics_urls.clear();
+        args.gpu = GpuSource::None;
+    }
+    args.shard.resolved = Some(crate::shard::Resolved { shard, whole });
+    Ok(())
 }
 
 /// `--self-check`: the error floor at this run's concurrency, measured first.

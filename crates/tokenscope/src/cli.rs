@@ -27,6 +27,22 @@ pub struct Cli {
     pub command: Command,
 }
 
+#[derive(Args, Debug)]
+pub struct MergeArgs {
+    /// The shards' run directories, every shard of the run once.
+    #[arg(required = true, num_args = 1..)]
+    pub shards: Vec<PathBuf>,
+    /// Where the merged run goes.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Replace a run already in --out.
+    #[arg(long)]
+    pub force: bool,
+    /// Print nothing but errors.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// One load test: drive load, time every token, report latency and throughput.
@@ -68,6 +84,14 @@ It prints how far the client's TTFT and TPOT lie from the server's own send time
 (p50 / p99): differences smaller than that are below this machine's resolution.\n\
 `bench --self-check` runs it first at the bench's concurrency and stores it in results.json.")]
     Selftest(SelftestArgs),
+    /// Merge the run directories of a sharded run (`bench --shard I/N`) into one run directory.
+    #[command(after_help = "Examples:\n  \
+tokenscope merge runs/s0 runs/s1 runs/s2 runs/s3 --out runs/merged\n  \
+tokenscope merge /results/llama70b/shard-* --out /results/llama70b/merged --force\n\n\
+The merged directory reads like any run (report, compare): its percentiles come\n\
+from every shard's requests pooled, its time on the earliest shard's clock. It\n\
+refuses shards of different runs, settings or start instants, and says why.")]
+    Merge(MergeArgs),
     /// Built-in servers.
     #[command(subcommand)]
     Sim(SimCommand),
@@ -523,6 +547,10 @@ pub struct BenchArgs {
     /// Extra request header, repeatable: --header 'X-Team: search'.
     #[arg(long = "header", value_parser = header, value_name = "NAME:VALUE")]
     pub headers: Vec<(String, String)>,
+    /// PEM file of CA certificates to trust for an https target, besides the web's
+    /// roots: an internal CA or a self-signed server (--ca-cert /etc/ssl/internal-ca.pem).
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
     /// Longest one request may take.
     #[arg(long, default_value = "10m", value_parser = positive_duration)]
     pub timeout: Duration,
@@ -562,6 +590,8 @@ pub struct BenchArgs {
     /// (`client.self_check`), so a reader knows the resolution of the numbers.
     #[arg(long)]
     pub self_check: bool,
+    #[command(flatten)]
+    pub shard: crate::shard::ShardArgs,
     /// Without --url: which built-in server to test. `engine` simulates Llama-3.1-8B on
     /// one H100 SXM (vLLM-like batching and KV cache); `exact` streams with exactly
     /// 100 ms TTFT and 20 ms between tokens (ground truth).

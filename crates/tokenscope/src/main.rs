@@ -5,12 +5,14 @@ mod cli;
 mod compare;
 mod exit;
 mod live;
+mod merge;
 mod outcome;
 mod plan;
 mod report;
 mod scenario;
 mod selftest;
 mod serve;
+mod shard;
 mod signals;
 mod sweep;
 mod watch;
@@ -63,6 +65,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<Exit> {
         cli::Command::Compare(args) => compare::run(args),
         cli::Command::Watch(args) => watch::run(args),
         cli::Command::Selftest(args) => selftest::run(args),
+        cli::Command::Merge(args) => merge::run(args),
         cli::Command::Sim(cli::SimCommand::Exact(args)) => serve::exact(args),
         cli::Command::Sim(cli::SimCommand::Serve(args)) => serve::engine(*args),
         cli::Command::Sim(cli::SimCommand::Plan(args)) => plan::run(*args),

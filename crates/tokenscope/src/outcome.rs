@@ -568,6 +568,8 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
         server,
         client,
         diagnosis,
+        shard: None,
+        merged: None,
     }
 }
 

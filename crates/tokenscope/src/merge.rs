@@ -1,0 +1,354 @@
+//! `tokenscope merge SHARD_DIR… --out DIR`: one run directory from the
+//! shards of a run (`bench --shard I/N`), read like any other by `report`
+//! and `compare`.
+//!
+//! Exact by construction: every shard's records are put on one clock (the
+//! earliest shard's origin, by the wall-clock origins the shards recorded)
+//! and pooled, and the figures are computed from the pool as a single run's
+//! are — percentiles of all requests, never averages of the shards'
+//! percentiles; throughput over the common window. What only a shard knows
+//! of itself (its client lag, loop delay, self-check floor, CPU) is kept per
+//! shard; the server's metrics come from shard 0, the only one that read them.
+
+use crate::cli::MergeArgs;
+use crate::exit::Exit;
+use crate::outcome::{self, RunFacts};
+use anyhow::Context;
+use std::collections::BTreeSet;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use tokenscope_core::cost::GpuPrice;
+use tokenscope_core::metrics::Aggregator;
+use tokenscope_core::results::{ClientUsage, Finding, Merged, MergedShard, RunResults, ShardInfo};
+use tokenscope_core::slo::Slo;
+use tokenscope_report::run_dir::for_each_record;
+
+/// A shard's directory, its results, and its shard facts.
+struct Part {
+    dir: PathBuf,
+    results: RunResults,
+    shard: ShardInfo,
+}
+
+/// Findings a shard knows of itself that the pooled records cannot show
+/// again: its client's own lag and saturation, tokenscope's own failures.
+const CLIENT_RULES: &[&str] = &["client_lag", "client_saturated", "internal_error"];
+
+pub fn run(args: MergeArgs) -> anyhow::Result<Exit> {
+    let mut parts = args
+        .shards
+        .iter()
+        .map(|dir| read_part(dir))
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(Exit::usage)?;
+    check(&mut parts).map_err(Exit::usage)?;
+    outcome::claim_out_dir(&args.out, args.force)?;
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating the run directory {}", args.out.display()))?;
+    let results = merge(&parts, &args.out)?;
+    outcome::write_results(&args.out, &results)?;
+    if !args.quiet {
+        outcome::to_stdout(&tokenscope_report::terminal::summary(&results));
+        outcome::to_stdout(&format!(
+            "\nmerged {} shards into {} (clock origins {:.1} ms apart)\n",
+            parts.len(),
+            args.out.display(),
+            results.merged.as_ref().map_or(0.0, |m| m.origin_spread_ms)
+        ));
+    }
+    crate::report::write_html_after_run(&args.out, args.quiet);
+    Ok(outcome::exit_code(&results))
+}
+
+fn read_part(dir: &Path) -> Result<Part, String> {
+    let path = dir.join("results.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        format!(
+            "{}: {e} (a shard that did not finish has no results.json; merge needs every shard whole)",
+            path.display()
+        )
+    })?;
+    let results: RunResults =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let shard = results.shard.clone().ok_or_else(|| {
+        format!(
+            "{} is not a shard: its results.json has no `shard` (it ran without --shard/--shards)",
+            dir.display()
+        )
+    })?;
+    Ok(Part {
+        dir: dir.to_path_buf(),
+        results,
+        shard,
+    })
+}
+
+/// Refuses shards that are not the whole of one run: different shard
+/// counts, start instants or settings, a shard missing or given twice.
+/// Sorts them by index.
+fn check(parts: &mut [Part]) -> Result<(), String> {
+    let first = &parts[0];
+    for p in parts.iter().skip(1) {
+        let (a, b) = (&first.shard, &p.shard);
+        let names = || format!("{} and {}", first.dir.display(), p.dir.display());
+        if a.count != b.count {
+            return Err(format!(
+                "{}: shards of {} and of {}, so not of one run",
+                names(),
+                a.count,
+                b.count
+            ));
+        }
+        if a.start_at != b.start_at {
+            return Err(format!(
+                "{}: started at {} and at {}; the shards of one run share one --start-at",
+                names(),
+                a.start_at.as_deref().unwrap_or("(none)"),
+                b.start_at.as_deref().unwrap_or("(none)")
+            ));
+        }
+        if let Some(key) = first_difference(&a.whole, &b.whole) {
+            return Err(format!(
+                "{}: were given different settings: `{key}` is {} and {}",
+                names(),
+                a.whole.pointer(&key).unwrap_or(&serde_json::Value::Null),
+                b.whole.pointer(&key).unwrap_or(&serde_json::Value::Null)
+            ));
+        }
+        if first.results.target.url != p.results.target.url
+            || first.results.target.model != p.results.target.model
+        {
+            return Err(format!(
+                "{}: loaded different targets ({} {} and {} {})",
+                names(),
+                first.results.target.url,
+                first.results.target.model,
+                p.results.target.url,
+                p.results.target.model
+            ));
+        }
+    }
+    parts.sort_by_key(|p| p.shard.index);
+    let count = parts[0].shard.count;
+    for w in parts.windows(2) {
+        if w[0].shard.index == w[1].shard.index {
+            return Err(format!(
+                "shard {} of {count} is given twice: {} and {}",
+                w[0].shard.index,
+                w[0].dir.display(),
+                w[1].dir.display()
+            ));
+        }
+    }
+    let have: BTreeSet<u32> = parts.iter().map(|p| p.shard.index).collect();
+    let missing: Vec<String> = (0..count)
+        .filter(|i| !have.contains(i))
+        .map(|i| i.to_string())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "shard{} {} of {count} missing: a merge of part of a run would report part of its load",
+            if missing.len() > 1 { "s" } else { "" },
+            missing.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// The JSON pointer of the first value that differs between two settings.
+fn first_difference(a: &serde_json::Value, b: &serde_json::Value) -> Option<String> {
+    use serde_json::Value::Object;
+    match (a, b) {
+        (Object(x), Object(y)) => {
+            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter().find_map(|k| {
+                let null = serde_json::Value::Null;
+                let (va, vb) = (x.get(k).unwrap_or(&null), y.get(k).unwrap_or(&null));
+                first_difference(va, vb).map(|rest| format!("/{k}{rest}"))
+            })
+        }
+        _ => (a != b).then(String::new),
+    }
+}
+
+/// Pools the shards' records on the earliest origin into `out/requests.jsonl`
+/// and computes the run's figures from them.
+fn merge(parts: &[Part], out: &Path) -> anyhow::Result<RunResults> {
+    let whole = &parts[0].shard.whole;
+    let slo: Option<Slo> = serde_json::from_value(whole["slo"].clone()).unwrap_or(None);
+    let price = whole["gpu_price_usd_per_hour"].as_f64().map(|p| GpuPrice {
+        usd_per_gpu_hour: p,
+        gpus: whole["gpus"].as_u64().unwrap_or(1) as u32,
+    });
+    let mut figures = Aggregator::new(slo, price);
+    let origin = parts
+        .iter()
+        .map(|p| p.shard.origin_unix_us)
+        .min()
+        .unwrap_or(0);
+    let path = out.join("requests.jsonl");
+    let file =
+        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    let mut writer = std::io::BufWriter::new(file);
+    let mut shards = Vec::new();
+    for p in parts {
+        let (index, count) = (p.shard.index as u64, p.shard.count as u64);
+        let offset_us = p.shard.origin_unix_us - origin;
+        let mut failed: Option<std::io::Error> = None;
+        let n = for_each_record(&p.dir, |mut r| {
+            r.shift(offset_us);
+            // Ids and sessions unique across shards, and each shard's own recoverable.
+            r.id = r.id * count + index;
+            r.session = r.session.map(|s| s * count + index);
+            r.shard = Some(index as u32);
+            figures.add(&r);
+            if failed.is_none() {
+                let line = serde_json::to_string(&r).map_err(std::io::Error::other);
+                if let Err(e) = line.and_then(|l| writeln!(writer, "{l}")) {
+                    failed = Some(e);
+                }
+            }
+        })
+        .map_err(|e| Exit::usage(e.to_string()))?;
+        if let Some(e) = failed {
+            return Err(e).with_context(|| format!("writing {}", path.display()));
+        }
+        shards.push(shard_summary(p, n as u64, offset_us));
+    }
+    writer
+        .flush()
+        .with_context(|| format!("writing {}", path.display()))?;
+    copy_timeseries(&parts[0], origin, out)?;
+    let facts = facts(parts);
+    let mut results = outcome::assemble(figures.finish(), facts);
+    carry_findings(parts, &mut results.diagnosis);
+    results.efficiency.gpu = parts[0].results.efficiency.gpu.clone();
+    let spread = parts
+        .iter()
+        .map(|p| p.shard.origin_unix_us)
+        .max()
+        .unwrap_or(0)
+        - origin;
+    results.merged = Some(Merged {
+        shards,
+        origin_spread_ms: spread as f64 / 1e3,
+        clock_note: "records aligned by each shard's wall-clock origin; hosts' clocks are trusted as synchronised (NTP/PTP), and their offset is inside the spread".into(),
+    });
+    Ok(results)
+}
+
+/// The merged run's facts: shard 0's target and server, the whole run's
+/// settings, the shards' client CPU summed.
+fn facts(parts: &[Part]) -> RunFacts {
+    let first = &parts[0].results;
+    let mut config = parts[0].shard.whole.clone();
+    if let Some(c) = config.as_object_mut() {
+        c.insert("shards".into(), serde_json::json!(parts.len()));
+        c.insert(
+            "start_at".into(),
+            serde_json::json!(parts[0].shard.start_at),
+        );
+    }
+    let cpu: Option<f64> = parts.iter().map(|p| p.results.client.cpu_seconds).sum();
+    let threads: Option<usize> = parts.iter().map(|p| p.results.client.threads).sum();
+    let earliest = parts
+        .iter()
+        .min_by_key(|p| p.shard.origin_unix_us)
+        .map_or(first.started_at.clone(), |p| p.results.started_at.clone());
+    RunFacts {
+        started_at: earliest,
+        partial: parts.iter().any(|p| p.results.partial),
+        target: first.target.clone(),
+        config,
+        server: first.server.clone(),
+        kv_cache: first.efficiency.kv_cache.clone(),
+        client_cpu: None,
+        client: ClientUsage {
+            cpu_seconds: cpu,
+            threads,
+            ..Default::default()
+        },
+        extra_findings: Vec::new(),
+        simulated: None,
+        telemetry: None,
+    }
+}
+
+fn shard_summary(p: &Part, requests: u64, offset_us: u64) -> MergedShard {
+    let r = &p.results;
+    MergedShard {
+        index: p.shard.index,
+        dir: p.dir.display().to_string(),
+        origin_offset_ms: offset_us as f64 / 1e3,
+        requests,
+        output_tokens: r.tokens.output_total,
+        client_lag_p99_ms: r.latency.client_lag_ms.as_ref().map(|s| s.p99),
+        loop_delay_p99_ms: r.client.loop_delay_ms.as_ref().map(|s| s.p99),
+        cpu_seconds: r.client.cpu_seconds,
+        self_check: r.client.self_check.clone(),
+        findings: r.diagnosis.iter().map(|f| f.rule.clone()).collect(),
+    }
+}
+
+/// What the pooled records cannot show again: each shard's own client
+/// findings, and shard 0's server findings (it alone read the metrics),
+/// each named with its shard.
+fn carry_findings(parts: &[Part], diagnosis: &mut Vec<Finding>) {
+    let pooled: BTreeSet<String> = diagnosis.iter().map(|f| f.rule.clone()).collect();
+    for p in parts {
+        for f in &p.results.diagnosis {
+            let own = CLIENT_RULES.contains(&f.rule.as_str());
+            if pooled.contains(&f.rule) || !(own || p.shard.index == 0) {
+                continue;
+            }
+            diagnosis.push(Finding {
+                message: format!("shard {}: {}", p.shard.index, f.message),
+                ..f.clone()
+            });
+        }
+    }
+}
+
+/// Shard 0's metrics time series, on the merged clock.
+fn copy_timeseries(first: &Part, origin: u64, out: &Path) -> anyhow::Result<()> {
+    let from = first.dir.join("timeseries.jsonl");
+    let Ok(file) = std::fs::File::open(&from) else {
+        return Ok(()); // it read no metrics
+    };
+    let shift_s = (first.shard.origin_unix_us - origin) as f64 / 1e6;
+    let to = out.join("timeseries.jsonl");
+    let mut w = std::io::BufWriter::new(
+        std::fs::File::create(&to).with_context(|| format!("creating {}", to.display()))?,
+    );
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line.with_context(|| format!("reading {}", from.display()))?;
+        let Ok(mut sample) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if let Some(t) = sample.get("t_s").and_then(|t| t.as_f64()) {
+            sample["t_s"] = serde_json::json!(t + shift_s);
+        }
+        writeln!(w, "{sample}").with_context(|| format!("writing {}", to.display()))?;
+    }
+    w.flush()
+        .with_context(|| format!("writing {}", to.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_first_difference_is_named_by_its_path() {
+        let a = json!({"load": {"mode": "closed", "concurrency": 64}, "seed": 0});
+        let b = json!({"load": {"mode": "closed", "concurrency": 32}, "seed": 0});
+        assert_eq!(
+            first_difference(&a, &b).as_deref(),
+            Some("/load/concurrency")
+        );
+        assert_eq!(first_difference(&a, &a), None);
+        let c = json!({"load": {"mode": "closed", "concurrency": 64}});
+        assert_eq!(first_difference(&a, &c).as_deref(), Some("/seed"));
+    }
+}

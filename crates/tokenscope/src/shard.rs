@@ -1,0 +1,232 @@
+//! A run spread over processes or machines (`--shard I/N`, or `--shards N`
+//! in a Kubernetes Indexed Job): each shard sends its part of the load from
+//! one shared start instant, and `tokenscope merge` pools their records.
+//!
+//! The parts are exact: concurrency, requests and warm-up split so the
+//! shards' parts sum to the whole; a rate split in N (independent Poisson
+//! processes at rate/N superpose to one at the whole rate); a dataset dealt
+//! out without overlap. Only shard 0 reads the server's metrics and GPUs.
+
+use crate::cli::LoadArgs;
+use clap::Args;
+use std::time::{Duration, SystemTime};
+
+/// Which part of a sharded run this process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: u32,
+    pub count: u32,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct ShardArgs {
+    /// Run shard I of N of one run (0-based): this process sends its part of
+    /// the load the other flags give for the whole run (--concurrency 4096
+    /// --shard 3/16 runs 256 streams). Merge the shards' directories with
+    /// `tokenscope merge`.
+    #[arg(long, value_name = "I/N", value_parser = parse_shard, conflicts_with = "shards")]
+    pub shard: Option<Shard>,
+    /// As --shard, the index read from JOB_COMPLETION_INDEX (set by a
+    /// Kubernetes Indexed Job), so every pod runs the same arguments.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub shards: Option<u32>,
+    /// Start the load at this instant: RFC 3339 UTC (2026-12-03T10:00:00Z), or
+    /// +30s from now. Give every shard the same absolute instant (resolve +90s
+    /// once, in the script that starts them); connections are opened before it.
+    #[arg(long, value_name = "WHEN", value_parser = parse_start_at)]
+    pub start_at: Option<StartAt>,
+    /// Set once the flags are read: the shard and the whole run's settings.
+    #[arg(skip)]
+    pub resolved: Option<Resolved>,
+}
+
+/// A shard, and the settings of the whole run it is part of.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub shard: Shard,
+    pub whole: serde_json::Value,
+}
+
+/// A start instant, as given and as resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartAt {
+    pub at: SystemTime,
+    /// RFC 3339 UTC, to the second or finer as given.
+    pub text: String,
+}
+
+fn parse_shard(s: &str) -> Result<Shard, String> {
+    let bad = || format!("`{s}`: expected I/N with 0 ≤ I < N, e.g. 3/16");
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let index: u32 = i.trim().parse().map_err(|_| bad())?;
+    let count: u32 = n.trim().parse().map_err(|_| bad())?;
+    if count == 0 || index >= count || count > 10_000 {
+        return Err(bad());
+    }
+    Ok(Shard { index, count })
+}
+
+fn parse_start_at(s: &str) -> Result<StartAt, String> {
+    let at = match s.strip_prefix('+') {
+        Some(rel) => {
+            let d = humantime::parse_duration(rel).map_err(|e| format!("`{s}`: {e}"))?;
+            SystemTime::now() + d
+        }
+        None => humantime::parse_rfc3339_weak(s).map_err(|e| {
+            format!("`{s}`: {e} (expected RFC 3339 UTC like 2026-12-03T10:00:00Z, or +30s)")
+        })?,
+    };
+    Ok(StartAt {
+        at,
+        text: humantime::format_rfc3339_millis(at).to_string(),
+    })
+}
+
+impl ShardArgs {
+    /// The shard this process is, if any: `--shard`, or `--shards` with
+    /// JOB_COMPLETION_INDEX.
+    pub fn resolve(&self) -> Result<Option<Shard>, String> {
+        self.resolve_with(std::env::var("JOB_COMPLETION_INDEX").ok())
+    }
+
+    fn resolve_with(&self, job_index: Option<String>) -> Result<Option<Shard>, String> {
+        let Some(count) = self.shards else {
+            return Ok(self.shard);
+        };
+        let Some(i) = job_index else {
+            return Err(format!(
+                "--shards {count} takes this shard's index from JOB_COMPLETION_INDEX, which is not set (a Kubernetes Indexed Job sets it); elsewhere use --shard I/{count}"
+            ));
+        };
+        parse_shard(&format!("{}/{count}", i.trim()))
+            .map(Some)
+            .map_err(|e| format!("JOB_COMPLETION_INDEX with --shards {count}: {e}"))
+    }
+}
+
+impl Shard {
+    /// This shard's part of `n`: the first `n % count` shards take one more,
+    /// so the parts sum to `n`.
+    pub fn part(&self, n: u64) -> u64 {
+        let (count, index) = (self.count as u64, self.index as u64);
+        n / count + u64::from(index < n % count)
+    }
+
+    /// Turns the whole run's load into this shard's part of it.
+    pub fn apply(&self, load: &mut LoadArgs) -> Result<(), String> {
+        let too_small = |flag: &str, n: u64| {
+            format!(
+                "{flag} {n} cannot be split into {} shards: shard {} would get none (lower the shard count or raise {flag})",
+                self.count, self.index
+            )
+        };
+        for c in &mut load.concurrency {
+            let whole = *c;
+            *c = self.part(whole);
+            if *c == 0 {
+                return Err(too_small("--concurrency", whole));
+            }
+        }
+        for r in &mut load.rate {
+            *r /= self.count as f64;
+        }
+        if let Some(m) = &mut load.max_concurrency {
+            let whole = *m;
+            *m = self.part(whole);
+            if *m == 0 {
+                return Err(too_small("--max-concurrency", whole));
+            }
+        }
+        if let Some(n) = &mut load.requests {
+            let whole = *n;
+            *n = self.part(whole);
+            if *n == 0 {
+                return Err(too_small("--requests", whole));
+            }
+        }
+        load.warmup = self.part(load.warmup);
+        if let Some(d) = &mut load.dataset_loaded {
+            let part = d.shard(self.index as usize, self.count as usize);
+            if part.is_empty() {
+                return Err(too_small("the dataset's entries", d.len() as u64));
+            }
+            *d = std::sync::Arc::new(part);
+        }
+        // Each shard its own prompts and arrivals: identical prompts from N
+        // shards would hit the server's prefix cache as one user never does.
+        load.seed = load
+            .seed
+            .wrapping_add((self.index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        Ok(())
+    }
+}
+
+/// How long before the start instant the connections are opened.
+pub const CONNECT_AHEAD: Duration = Duration::from_secs(2);
+
+/// Waits until `ahead` before `start` (a shard's shared instant); returns
+/// how late the wait ended, or how late the process already was.
+pub async fn wait_until(start: &StartAt, ahead: Duration) -> Duration {
+    let until = start.at.checked_sub(ahead).unwrap_or(start.at);
+    if let Ok(left) = until.duration_since(SystemTime::now()) {
+        tokio::time::sleep(left).await;
+    }
+    SystemTime::now()
+        .duration_since(until)
+        .unwrap_or(Duration::ZERO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_sum_to_the_whole_and_differ_by_at_most_one() {
+        for count in 1..20u32 {
+            for n in [0u64, 1, 7, 64, 1000, 4097] {
+                let parts: Vec<u64> = (0..count)
+                    .map(|index| Shard { index, count }.part(n))
+                    .collect();
+                assert_eq!(parts.iter().sum::<u64>(), n, "{n} in {count}");
+                let (lo, hi) = (parts.iter().min().unwrap(), parts.iter().max().unwrap());
+                assert!(hi - lo <= 1, "{parts:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn shard_and_start_flags_parse_and_refuse_clearly() {
+        assert_eq!(
+            parse_shard("3/16"),
+            Ok(Shard {
+                index: 3,
+                count: 16
+            })
+        );
+        assert!(parse_shard("16/16").unwrap_err().contains("0 ≤ I < N"));
+        assert!(parse_shard("a/b").is_err() && parse_shard("1").is_err());
+        let at = parse_start_at("2026-12-03T10:00:00Z").unwrap();
+        assert_eq!(at.text, "2026-12-03T10:00:00.000Z");
+        let soon = parse_start_at("+30s").unwrap();
+        let ahead = soon.at.duration_since(SystemTime::now()).unwrap();
+        assert!(ahead > Duration::from_secs(29) && ahead <= Duration::from_secs(30));
+        assert!(parse_start_at("tomorrow").unwrap_err().contains("RFC 3339"));
+    }
+
+    #[test]
+    fn shards_takes_the_index_from_the_job() {
+        let args = ShardArgs {
+            shards: Some(4),
+            ..Default::default()
+        };
+        assert_eq!(
+            args.resolve_with(Some("2".into())),
+            Ok(Some(Shard { index: 2, count: 4 }))
+        );
+        assert!(args
+            .resolve_with(None)
+            .unwrap_err()
+            .contains("JOB_COMPLETION_INDEX"));
+        assert!(args.resolve_with(Some("4".into())).is_err());
+    }
+}
