@@ -5,6 +5,7 @@
 
 pub mod charts;
 pub mod dashboard;
+pub mod dialects;
 pub mod export;
 pub mod fidelity;
 pub mod health;

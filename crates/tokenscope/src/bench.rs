@@ -687,6 +687,16 @@ fn take_shard(args: &mut BenchArgs) -> anyhow::Result<()> {
         return Ok(());
     };
     let whole = run_config(args, &args.load);
+    let poisson = matches!(
+        args.load.arrival,
+        tokenscope_load::arrival::Process::Poisson
+    );
+    if !args.load.rate.is_empty() && !poisson && !args.output.quiet {
+        eprintln!(
+            "tokenscope: warning: --arrival {} split over {} shards is not that process at the whole rate (only Poisson processes superpose to one): constant shards started together send in step",
+            args.load.arrival, shard.count
+        );
+    }
     shard.apply(&mut args.load).map_err(Exit::usage)?;
     if shard.index > 0 {
         args.no_metrics = true;

@@ -60,7 +60,8 @@ tokenscope sweep --concurrency 1,4,16,64 --out runs/s1 --resume   # re-runs only
 tokenscope report runs/c16                       # writes runs/c16/report.html\n  \
 tokenscope report runs/c16 --format md > pr-comment.md\n  \
 tokenscope report runs/s1 --format csv           # runs/s1/sweep.csv (a run: requests.csv)\n  \
-tokenscope report runs/s1 --slo ttft_p99=300ms --objectives chat_ttft_p99=300ms   # re-judge a sweep")]
+tokenscope report runs/s1 --slo ttft_p99=300ms --objectives chat_ttft_p99=300ms   # re-judge a sweep\n  \
+tokenscope report runs/merged --format aiperf    # runs/merged/profile_export_aiperf.json, for AIPerf's dashboards")]
     Report(Box<ReportArgs>),
     /// Compare two runs: each metric side by side, the change and its bootstrap confidence interval.
     #[command(after_help = "Examples:\n  \
@@ -199,6 +200,12 @@ pub enum ReportFormat {
     Md,
     Csv,
     Terminal,
+    /// vLLM's `bench serve --save-result` JSON (vllm-result.json).
+    Vllm,
+    /// NVIDIA AIPerf's profile_export_aiperf.json.
+    Aiperf,
+    /// GuideLLM's benchmarks.json.
+    Guidellm,
 }
 
 #[derive(Args, Debug)]

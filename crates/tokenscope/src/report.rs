@@ -154,8 +154,36 @@ pub fn run(args: ReportArgs) -> anyhow::Result<Exit> {
             crate::outcome::to_stdout(&terminal::summary(&run.results))
         }
         (ReportFormat::Terminal, Report::Sweep(s)) => print_sweep(s),
+        (ReportFormat::Vllm | ReportFormat::Aiperf | ReportFormat::Guidellm, Report::Run(run)) => {
+            done(write_dialect(&args, run)?)
+        }
+        (ReportFormat::Vllm | ReportFormat::Aiperf | ReportFormat::Guidellm, Report::Sweep(_)) => {
+            return Err(Exit::usage(format!(
+                "{}: a sweep; export each point's run directory ({}/<point>) instead",
+                dir.display(),
+                dir.display()
+            )))
+        }
     }
     Ok(Exit::Success)
+}
+
+/// A run in a peer tool's JSON dialect, under that tool's own file name.
+fn write_dialect(args: &ReportArgs, run: &Run) -> anyhow::Result<PathBuf> {
+    use tokenscope_report::dialects::{aiperf, guidellm, vllm, PerRequest};
+    let per = PerRequest::read(&run.dir).map_err(|e| Exit::usage(e.to_string()))?;
+    let (name, doc) = match args.format {
+        ReportFormat::Vllm => ("vllm-result.json", vllm::export(&run.results, &per)),
+        ReportFormat::Aiperf => (
+            "profile_export_aiperf.json",
+            aiperf::export(&run.results, &per),
+        ),
+        _ => ("benchmarks.json", guidellm::export(&run.results, &per)),
+    };
+    write(
+        out(args, name),
+        &(serde_json::to_string_pretty(&doc)? + "\n"),
+    )
 }
 
 fn out(args: &ReportArgs, name: &str) -> PathBuf {
