@@ -80,6 +80,12 @@ pub fn open(base: &LoadArgs, r: f64) -> Level {
 }
 
 pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
+    let shard = &args.bench.shard;
+    if shard.shard.is_some() || shard.shards.is_some() || shard.start_at.is_some() {
+        return Err(Exit::usage(
+            "--shard, --shards and --start-at are bench flags: a sharded sweep is not supported yet; run one sharded bench per load level and merge each".into(),
+        ));
+    }
     crate::bench::price_builtin(&mut args.bench);
     outcome::load_workload_files(&mut args.bench.load, args.bench.output.quiet)?;
     let load = &args.bench.load;
