@@ -682,7 +682,7 @@ fn run_config(args: &BenchArgs, load: &crate::cli::LoadArgs) -> serde_json::Valu
 /// `--shard`/`--shards`: this process's part of the whole load. The whole
 /// run's settings are kept for the merge; shards past 0 leave the server's
 /// metrics and the GPUs to shard 0, so the server is not scraped N times.
-fn take_shard(args: &mut BenchArgs) -> anyhow::Result<()> {
+pub(crate) fn take_shard(args: &mut BenchArgs) -> anyhow::Result<()> {
     let Some(shard) = args.shard.resolve().map_err(Exit::usage)? else {
         return Ok(());
     };

@@ -338,6 +338,11 @@ pub struct SweepArgs {
     /// meets --slo only if every run does.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub repeat: u32,
+    /// A sharded sweep (--shard/--shards with --start-at and --duration): the
+    /// time from one point's end to the next point's shared start, for the
+    /// requests in flight to finish. Point k starts at --start-at + k × (--duration + this).
+    #[arg(long, default_value = "20s", value_parser = duration)]
+    pub point_gap: Duration,
 }
 
 /// A load series for `sim plan --sweep`: `concurrency:1,4,16` or `rate:1,2,4`.

@@ -35,18 +35,22 @@ struct Part {
 const CLIENT_RULES: &[&str] = &["client_lag", "client_saturated", "internal_error"];
 
 pub fn run(args: MergeArgs) -> anyhow::Result<Exit> {
-    let mut parts = args
+    let sweeps = args
         .shards
         .iter()
-        .map(|dir| read_part(dir))
-        .collect::<Result<Vec<_>, String>>()
-        .map_err(Exit::usage)?;
-    check(&mut parts).map_err(Exit::usage)?;
+        .filter(|d| d.join("sweep.json").exists())
+        .count();
+    match sweeps {
+        0 => {}
+        n if n == args.shards.len() => return merge_sweeps(&args),
+        _ => return Err(Exit::usage(
+            "some of these are sweeps and some runs: merge the shards of one sweep, or of one run"
+                .into(),
+        )),
+    }
+    let mut parts = read_parts(&args.shards)?;
     outcome::claim_out_dir(&args.out, args.force)?;
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating the run directory {}", args.out.display()))?;
-    let results = merge(&parts, &args.out)?;
-    outcome::write_results(&args.out, &results)?;
+    let results = merge_into(&mut parts, &args.out)?;
     if !args.quiet {
         outcome::to_stdout(&tokenscope_report::terminal::summary(&results));
         outcome::to_stdout(&format!(
@@ -58,6 +62,80 @@ pub fn run(args: MergeArgs) -> anyhow::Result<Exit> {
     }
     crate::report::write_html_after_run(&args.out, args.quiet);
     Ok(outcome::exit_code(&results))
+}
+
+fn read_parts(dirs: &[PathBuf]) -> anyhow::Result<Vec<Part>> {
+    let mut parts = dirs
+        .iter()
+        .map(|dir| read_part(dir))
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(Exit::usage)?;
+    check(&mut parts).map_err(Exit::usage)?;
+    Ok(parts)
+}
+
+/// Merges checked shards into the run directory `out` and writes its results.
+fn merge_into(parts: &mut [Part], out: &Path) -> anyhow::Result<RunResults> {
+    std::fs::create_dir_all(out)
+        .with_context(|| format!("creating the run directory {}", out.display()))?;
+    let results = merge(parts, out)?;
+    outcome::write_results(out, &results)?;
+    Ok(results)
+}
+
+/// The shards of a sharded sweep: each point merged from the same point of
+/// every shard (the shards ran one series in one order, so their `point-NN`
+/// directories match), then the series analysed as `sweep` does.
+fn merge_sweeps(args: &MergeArgs) -> anyhow::Result<Exit> {
+    let points = |dir: &Path| -> anyhow::Result<Vec<String>> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .flatten()
+            .filter(|e| e.path().join("results.json").exists())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        Ok(names)
+    };
+    let first = points(&args.shards[0])?;
+    for dir in &args.shards[1..] {
+        let here = points(dir)?;
+        if here != first {
+            return Err(Exit::usage(format!(
+                "{} and {} hold different points ({} and {}): shards of one sweep run the same series",
+                args.shards[0].display(),
+                dir.display(),
+                first.join(", "),
+                here.join(", ")
+            )));
+        }
+    }
+    outcome::claim_out_dir(&args.out, args.force)?;
+    let mut whole = serde_json::Value::Null;
+    for name in &first {
+        let dirs: Vec<PathBuf> = args.shards.iter().map(|d| d.join(name)).collect();
+        let mut parts = read_parts(&dirs)?;
+        whole = parts[0].shard.whole.clone();
+        merge_into(&mut parts, &args.out.join(name))?;
+    }
+    let mut defaults = <SeriesDefaults as clap::Parser>::try_parse_from(["merge"])?;
+    defaults.output.slo = serde_json::from_value(whole["slo"].clone()).unwrap_or(None);
+    defaults.output.gpu_price = whole["gpu_price_usd_per_hour"].as_f64();
+    defaults.output.gpus = whole["gpus"].as_u64().unwrap_or(1) as u32;
+    defaults.output.quiet = args.quiet;
+    let points = crate::sweep::read_series(&args.out)?;
+    crate::sweep::finish_series(&args.out, points, &defaults.output, &defaults.series)
+}
+
+/// The output and series settings a merged sweep is analysed with: the
+/// defaults, and the run's own SLO and price (`report --slo/--objectives`
+/// re-judge it).
+#[derive(clap::Parser)]
+struct SeriesDefaults {
+    #[command(flatten)]
+    output: crate::cli::OutputArgs,
+    #[command(flatten)]
+    series: crate::cli::SeriesArgs,
 }
 
 fn read_part(dir: &Path) -> Result<Part, String> {

@@ -55,6 +55,15 @@ pub struct StartAt {
     pub text: String,
 }
 
+impl StartAt {
+    pub fn at(at: SystemTime) -> StartAt {
+        StartAt {
+            at,
+            text: humantime::format_rfc3339_millis(at).to_string(),
+        }
+    }
+}
+
 fn parse_shard(s: &str) -> Result<Shard, String> {
     let bad = || format!("`{s}`: expected I/N with 0 ≤ I < N, e.g. 3/16");
     let (i, n) = s.split_once('/').ok_or_else(bad)?;
@@ -76,10 +85,7 @@ fn parse_start_at(s: &str) -> Result<StartAt, String> {
             format!("`{s}`: {e} (expected RFC 3339 UTC like 2026-12-03T10:00:00Z, or +30s)")
         })?,
     };
-    Ok(StartAt {
-        at,
-        text: humantime::format_rfc3339_millis(at).to_string(),
-    })
+    Ok(StartAt::at(at))
 }
 
 impl ShardArgs {

@@ -10,6 +10,7 @@ use crate::outcome::{self, exit_code};
 use anyhow::Context;
 use serde_json::json;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 use tokenscope_core::analysis::{self, Analysis, Point, PointSlo, SloCapacity};
 use tokenscope_core::results::RunResults;
 use tokenscope_core::slo::{ObjectiveResult, Slo};
@@ -80,12 +81,7 @@ pub fn open(base: &LoadArgs, r: f64) -> Level {
 }
 
 pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
-    let shard = &args.bench.shard;
-    if shard.shard.is_some() || shard.shards.is_some() || shard.start_at.is_some() {
-        return Err(Exit::usage(
-            "--shard, --shards and --start-at are bench flags: a sharded sweep is not supported yet; run one sharded bench per load level and merge each".into(),
-        ));
-    }
+    let sharded = sharded_schedule(&args)?;
     crate::bench::price_builtin(&mut args.bench);
     outcome::load_workload_files(&mut args.bench.load, args.bench.output.quiet)?;
     let load = &args.bench.load;
@@ -128,6 +124,8 @@ pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
             threads,
             previous,
             done: Vec::new(),
+            sharded,
+            runs: 0,
         };
         if args.auto {
             series.auto().await?;
@@ -144,6 +142,38 @@ pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
     })
 }
 
+/// A sharded sweep's schedule (the first run's start, and the time from one
+/// run's start to the next), when `--shard`/`--shards` are given; the
+/// conditions under which every shard can keep it, else why not.
+fn sharded_schedule(args: &SweepArgs) -> anyhow::Result<Option<(SystemTime, Duration)>> {
+    let flags = &args.bench.shard;
+    if flags.shard.is_none() && flags.shards.is_none() {
+        return match flags.start_at {
+            Some(_) => Err(Exit::usage(
+                "--start-at in a sweep schedules the points of a sharded sweep: give --shard I/N or --shards N too".into(),
+            )),
+            None => Ok(None),
+        };
+    }
+    let why = if args.auto {
+        Some("--auto chooses each point from the last one's figures, which differ between shards: give the series (--concurrency 1,4,16 or --rate 1,2,4)")
+    } else if args.resume {
+        Some("--resume cannot keep a shared schedule")
+    } else if flags.start_at.is_none() {
+        Some("every shard must start each point at the same instant: give --start-at")
+    } else if args.bench.load.duration.is_none() {
+        Some("each point must end at a known time for the next to start together: give --duration")
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        return Err(Exit::usage(format!("a sharded sweep: {why}")));
+    }
+    let start = flags.start_at.as_ref().expect("checked").at;
+    let every = args.bench.load.duration.expect("checked") + args.point_gap;
+    Ok(Some((start, every)))
+}
+
 /// The points run so far and how to run the next.
 struct Series<'a> {
     args: &'a SweepArgs,
@@ -154,6 +184,11 @@ struct Series<'a> {
     /// With `--resume`: finished points found in the directory.
     previous: Vec<(PathBuf, RunResults)>,
     done: Vec<Done>,
+    /// A sharded sweep: when run 0 starts, and the time from one run's
+    /// start to the next's.
+    sharded: Option<(SystemTime, Duration)>,
+    /// Runs started so far.
+    runs: u32,
 }
 
 impl Series<'_> {
@@ -200,6 +235,17 @@ impl Series<'_> {
             });
             return Ok(true);
         }
+        if let Some((start, every)) = self.sharded {
+            // Every shard runs the same series: run k starts at the same instant on all.
+            let at = start + every * self.runs;
+            point.shard.start_at = Some(crate::shard::StartAt::at(at));
+            self.say(&format!(
+                "{label}: this shard's part, from {}",
+                humantime::format_rfc3339_millis(at)
+            ));
+            crate::bench::take_shard(&mut point)?;
+        }
+        self.runs += 1;
         let dir = self.free_dir();
         point.output.out = Some(dir.clone());
         // The sweep owns its point directories: a killed point's leftovers go.

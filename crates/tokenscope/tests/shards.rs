@@ -324,18 +324,114 @@ fn shard_flags_refuse_what_cannot_be_split() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("JOB_COMPLETION_INDEX"));
-    let o = tokenscope()
-        .args([
-            "sweep",
-            "--builtin",
-            "exact",
-            "--concurrency",
-            "1,2",
-            "--shard",
-            "0/2",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("a sharded sweep is not supported yet"));
+    for (extra, why) in [
+        (
+            &["--concurrency", "1,2", "--start-at", "+5s"][..],
+            "give --duration",
+        ),
+        (
+            &["--concurrency", "1,2", "--duration", "2s"][..],
+            "give --start-at",
+        ),
+        (
+            &["--auto", "--start-at", "+5s", "--duration", "2s"][..],
+            "--auto chooses",
+        ),
+    ] {
+        let o = tokenscope()
+            .args(["sweep", "--builtin", "exact", "--shard", "0/2"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{extra:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("a sharded sweep") && err.contains(why),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_sharded_sweep_runs_each_point_together_and_merges_point_by_point() {
+    let server = Server::start(exact(20, 5));
+    let start = start_in(3);
+    let children: Vec<(PathBuf, Child)> = (0..2)
+        .map(|i| {
+            let out = run_dir(&format!("sweep2-shard{i}"));
+            let child = tokenscope()
+                .args([
+                    "sweep",
+                    "--url",
+                    &server.url,
+                    "--quiet",
+                    "--client-threads",
+                    "1",
+                ])
+                .args([
+                    "--model",
+                    "tokenscope-exact",
+                    "--api",
+                    "openai-chat",
+                    "--no-metrics",
+                ])
+                .args([
+                    "--concurrency",
+                    "2,4",
+                    "--duration",
+                    "2s",
+                    "--point-gap",
+                    "2s",
+                ])
+                .args(["--output-tokens", "8", "--input-tokens", "16"])
+                .args(["--shard", &format!("{i}/2"), "--start-at", &start, "--out"])
+                .arg(&out)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            (out, child)
+        })
+        .collect();
+    let shards: Vec<PathBuf> = children
+        .into_iter()
+        .map(|(out, child)| {
+            assert_ok(&child.wait_with_output().unwrap());
+            out
+        })
+        .collect();
+    // Point k of every shard started at the same instant: start + k × (2 s + 2 s).
+    for point in ["point-00", "point-01"] {
+        let starts: Vec<String> = shards
+            .iter()
+            .map(|d| {
+                results(&d.join(point))["shard"]["start_at"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(starts[0], starts[1], "{point}");
+    }
+    let out = run_dir("sweep2-merged");
+    assert_ok(&merge(&shards, &out));
+    let doc = sweep_doc(&out);
+    let points = doc["points"].as_array().unwrap();
+    let loads: Vec<f64> = points.iter().map(|p| p["load"].as_f64().unwrap()).collect();
+    assert_eq!(loads, vec![2.0, 4.0], "the whole run's levels");
+    for (i, p) in points.iter().enumerate() {
+        let name = format!("point-{i:02}");
+        let sum: f64 = shards
+            .iter()
+            .map(|d| stat(&results(&d.join(&name)), "counts.requests"))
+            .sum();
+        assert_eq!(stat(&p["results"], "counts.requests"), sum, "{name}");
+        assert_eq!(
+            p["results"]["merged"]["shards"].as_array().unwrap().len(),
+            2
+        );
+        let spread = stat(&p["results"], "merged.origin_spread_ms");
+        assert!(spread < 500.0, "{name}: origins {spread} ms apart");
+    }
+    assert!(out.join("report.html").exists());
 }
