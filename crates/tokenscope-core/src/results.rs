@@ -70,6 +70,23 @@ pub struct ShardInfo {
     /// The whole run's load settings (identical on every shard of one run;
     /// `config` holds this shard's part).
     pub whole: serde_json::Value,
+    /// The host it ran on: shards on one host share one clock.
+    #[serde(default)]
+    pub host: String,
+    /// The host's clock discipline as its kernel saw it at the start, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<ClockSync>,
+}
+
+/// A host clock's synchronisation, from the kernel (`adjtimex`, read-only):
+/// what a shard's wall-clock origin can be trusted to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClockSync {
+    /// NTP (or PTP) disciplines the clock: the kernel's `STA_UNSYNC` is clear.
+    pub synchronised: bool,
+    /// The kernel's estimated and maximum error of the clock, µs.
+    pub est_error_us: i64,
+    pub max_error_us: i64,
 }
 
 /// Where a merged run came from.
@@ -88,6 +105,10 @@ pub struct Merged {
 pub struct MergedShard {
     pub index: u32,
     pub dir: String,
+    #[serde(default)]
+    pub host: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<ClockSync>,
     /// Its clock origin after the earliest shard's, ms (its records were shifted by it).
     pub origin_offset_ms: f64,
     pub requests: u64,

@@ -639,6 +639,8 @@ pub(crate) async fn bench(
         origin_unix_us,
         late_ms: late.map(|d| d.as_secs_f64() * 1e3),
         whole: r.whole.clone(),
+        host: crate::shard::host(),
+        clock: crate::shard::clock_sync(),
     });
     if let Some(e) = &recorded.error {
         let said = format!(

@@ -19,7 +19,9 @@ use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use tokenscope_core::cost::GpuPrice;
 use tokenscope_core::metrics::Aggregator;
-use tokenscope_core::results::{ClientUsage, Finding, Merged, MergedShard, RunResults, ShardInfo};
+use tokenscope_core::results::{
+    ClientUsage, ClockSync, Finding, Merged, MergedShard, RunResults, ShardInfo,
+};
 use tokenscope_core::slo::Slo;
 use tokenscope_report::run_dir::for_each_record;
 
@@ -307,12 +309,76 @@ fn merge(parts: &[Part], out: &Path) -> anyhow::Result<RunResults> {
         .max()
         .unwrap_or(0)
         - origin;
+    let (clock_note, doubt) = clocks(parts);
+    results.diagnosis.extend(doubt);
     results.merged = Some(Merged {
         shards,
         origin_spread_ms: spread as f64 / 1e3,
-        clock_note: "records aligned by each shard's wall-clock origin; hosts' clocks are trusted as synchronised (NTP/PTP), and their offset is inside the spread".into(),
+        clock_note,
     });
     Ok(results)
+}
+
+/// What the alignment of the shards' records rests on, and a finding when
+/// it cannot be trusted: shards on several hosts whose clocks are not all
+/// synchronised. Each request's TTFT, TPOT and E2E are measured on one host
+/// and stay exact; what spans shards (the window, throughput, concurrency)
+/// is off by the hosts' offset.
+fn clocks(parts: &[Part]) -> (String, Option<Finding>) {
+    let hosts: BTreeSet<&str> = parts.iter().map(|p| p.shard.host.as_str()).collect();
+    if hosts.len() == 1 {
+        let host = hosts.first().copied().unwrap_or("");
+        return (
+            format!("every shard ran on one host ({host}): one clock, so the alignment is exact and the spread is start lateness"),
+            None,
+        );
+    }
+    let worst = |f: fn(&ClockSync) -> i64| {
+        parts
+            .iter()
+            .filter_map(|p| p.shard.clock.as_ref().map(f))
+            .max()
+            .unwrap_or(0) as f64
+            / 1e3
+    };
+    let unsynced: Vec<String> = parts
+        .iter()
+        .filter(|p| !p.shard.clock.is_some_and(|c| c.synchronised))
+        .map(|p| p.shard.index.to_string())
+        .collect();
+    if unsynced.is_empty() {
+        let note = format!(
+            "{} hosts, their clocks synchronised (kernel: estimated error ≤ {:.1} ms, maximum ≤ {:.1} ms): the spread holds start lateness and those offsets",
+            hosts.len(),
+            worst(|c| c.est_error_us),
+            worst(|c| c.max_error_us)
+        );
+        return (note, None);
+    }
+    let whose = match unsynced.len() {
+        1 => format!("the clock of shard {} is", unsynced[0]),
+        _ => format!("the clocks of shards {} are", unsynced.join(", ")),
+    };
+    let message = format!(
+        "shards ran on {} hosts and {whose} not synchronised (kernel: maximum error up to {:.0} ms): the shards' records may be misaligned by that much; each request's TTFT, TPOT and E2E are measured on one host and stay exact, but the window, throughput and concurrency across shards may be off — run NTP/PTP on the client hosts",
+        hosts.len(),
+        worst(|c| c.max_error_us)
+    );
+    let finding = Finding {
+        rule: "clock_unsynchronised".into(),
+        severity: "warning".into(),
+        message: message.clone(),
+        evidence: [
+            ("shards".to_string(), serde_json::json!(unsynced)),
+            (
+                "taints".to_string(),
+                serde_json::json!(["throughput", "concurrency"]),
+            ),
+        ]
+        .into_iter()
+        .collect(),
+    };
+    (message, Some(finding))
 }
 
 /// The merged run's facts: shard 0's target and server, the whole run's
@@ -357,6 +423,8 @@ fn shard_summary(p: &Part, requests: u64, offset_us: u64) -> MergedShard {
     MergedShard {
         index: p.shard.index,
         dir: p.dir.display().to_string(),
+        host: p.shard.host.clone(),
+        clock: p.shard.clock,
         origin_offset_ms: offset_us as f64 / 1e3,
         requests,
         output_tokens: r.tokens.output_total,

@@ -167,6 +167,28 @@ impl Shard {
     }
 }
 
+/// This host's name (shards on one host share one clock).
+pub fn host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_default()
+}
+
+/// The kernel's view of this host's clock discipline: `adjtimex` with no
+/// mode set only reads it, and needs no privilege.
+pub fn clock_sync() -> Option<tokenscope_core::results::ClockSync> {
+    // SAFETY: a zeroed timex with modes 0 is a valid read-only request, and
+    // the kernel writes only into the struct we own.
+    let mut t: libc::timex = unsafe { std::mem::zeroed() };
+    let state = unsafe { libc::adjtimex(&mut t) };
+    (state >= 0).then(|| tokenscope_core::results::ClockSync {
+        synchronised: t.status & libc::STA_UNSYNC == 0 && state != libc::TIME_ERROR,
+        est_error_us: t.esterror as i64,
+        max_error_us: t.maxerror as i64,
+    })
+}
+
 /// How long before the start instant the connections are opened.
 pub const CONNECT_AHEAD: Duration = Duration::from_secs(2);
 

@@ -295,6 +295,41 @@ fn merge_refuses_shards_that_are_not_one_whole_run() {
     let single = run_dir("refuse-single");
     assert_ok(&bench(&server.url, &single, &load));
     refused(&[shards[0].clone(), single], "is not a shard");
+
+    // On one host the shards share a clock; on two, an unsynchronised clock
+    // is said, and what it taints.
+    let out = run_dir("clock-one-host");
+    assert_ok(&merge(&shards, &out));
+    let m = results(&out);
+    assert!(
+        m["merged"]["clock_note"]
+            .as_str()
+            .unwrap()
+            .contains("one host"),
+        "{}",
+        m["merged"]
+    );
+    assert!(!has_rule(&m, "clock_unsynchronised"));
+    let elsewhere = edit("clock-elsewhere", &|r| {
+        r["shard"]["host"] = "other-host".into();
+        r["shard"]["clock"] = serde_json::json!({"synchronised": false, "est_error_us": 16000000, "max_error_us": 16000000});
+    });
+    let out = run_dir("clock-two-hosts");
+    assert_ok(&merge(&[shards[0].clone(), elsewhere], &out));
+    let m = results(&out);
+    assert!(has_rule(&m, "clock_unsynchronised"), "{}", m["diagnosis"]);
+    let note = m["merged"]["clock_note"].as_str().unwrap();
+    assert!(
+        note.contains("not synchronised") && note.contains("TTFT, TPOT and E2E"),
+        "{note}"
+    );
+    let named = m["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == "clock_unsynchronised")
+        .map(|f| f["evidence"]["shards"].clone());
+    assert!(named.is_some_and(|s| s.as_array().unwrap().contains(&"1".into())));
 }
 
 #[test]
