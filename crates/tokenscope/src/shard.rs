@@ -182,7 +182,7 @@ pub fn clock_sync() -> Option<tokenscope_core::results::ClockSync> {
     // the kernel writes only into the struct we own.
     let mut t: libc::timex = unsafe { std::mem::zeroed() };
     let state = unsafe { libc::adjtimex(&mut t) };
-    (state >= 0).then(|| tokenscope_core::results::ClockSync {
+    (state >= 0).then_some(tokenscope_core::results::ClockSync {
         synchronised: t.status & libc::STA_UNSYNC == 0 && state != libc::TIME_ERROR,
         est_error_us: t.esterror as i64,
         max_error_us: t.maxerror as i64,
