@@ -675,6 +675,9 @@ pub struct Analysis {
     /// With `--slo`: the highest load that meets it.
     #[serde(default)]
     pub slo: Option<SloCapacity>,
+    /// With `--slo`: what an autoscaler should hold per replica.
+    #[serde(default)]
+    pub scaling: Option<crate::autoscale::Scaling>,
 }
 
 /// The knee by Kneedle on tokens/s against TTFT p99 (falling back to load),
@@ -760,6 +763,7 @@ pub fn analyse(series: Vec<Point>, objectives: Objectives, slo: Option<SloCapaci
         recommendations,
         objectives,
         slo,
+        scaling: None,
         series,
     }
 }

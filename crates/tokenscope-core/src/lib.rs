@@ -7,6 +7,7 @@
 //! [`record::RequestRecord`]s, this crate turns them into [`results::RunResults`].
 
 pub mod analysis;
+pub mod autoscale;
 pub mod compare;
 pub mod cost;
 pub mod diagnosis;

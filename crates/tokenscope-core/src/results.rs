@@ -51,6 +51,29 @@ pub struct RunResults {
     /// This run was merged from shards (`tokenscope merge`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub merged: Option<Merged>,
+    /// `bench --cold-start`: the server's start and its first requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_start: Option<ColdStart>,
+}
+
+/// `bench --cold-start`: the server started by tokenscope, its time to
+/// ready, and what its first requests met against the steady state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ColdStart {
+    /// The command's program (its arguments are not recorded: they may hold secrets).
+    pub program: String,
+    /// From the command's start to the first successful `/health`, s.
+    pub ready_s: f64,
+    /// From the stop signal to the server's exit, s.
+    pub stop_s: f64,
+    /// TTFT (ms) of the requests sent before any request finished: they met the server cold.
+    pub first_wave: Option<Summary>,
+    /// TTFT (ms) of the rest.
+    pub steady: Option<Summary>,
+    /// First-wave requests whose TTFT exceeded the steady state's p99.
+    pub affected: u64,
+    /// First-wave TTFT p50 − steady TTFT p50, ms.
+    pub excess_p50_ms: Option<f64>,
 }
 
 /// One shard of a run spread over processes or machines.

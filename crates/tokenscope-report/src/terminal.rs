@@ -68,6 +68,35 @@ fn client_lines(out: &mut String, r: &RunResults) {
     if let Some(check) = &r.client.self_check {
         let _ = writeln!(out, "  self-check              {}", check.sentence());
     }
+    if let Some(c) = &r.cold_start {
+        cold_start_lines(out, c);
+    }
+}
+
+/// `bench --cold-start`: time to ready, and the first wave against the rest.
+fn cold_start_lines(out: &mut String, c: &tokenscope_core::results::ColdStart) {
+    let _ = writeln!(
+        out,
+        "\nCold start (`{}` started by tokenscope)\n  ready after             {:.2} s (first /health 200); stopped in {:.2} s",
+        c.program, c.ready_s, c.stop_s
+    );
+    let wave = |s: &Option<tokenscope_core::stats::Summary>| {
+        s.map_or("none".to_string(), |s| {
+            format!(
+                "{} requests, TTFT p50 {:.1} ms, max {:.1} ms",
+                s.count, s.p50, s.max
+            )
+        })
+    };
+    let _ = writeln!(out, "  first wave (cold)       {}", wave(&c.first_wave));
+    let _ = writeln!(out, "  steady state            {}", wave(&c.steady));
+    if let Some(excess) = c.excess_p50_ms {
+        let _ = writeln!(
+            out,
+            "  affected                {} first-wave requests over the steady TTFT p99; first-wave p50 {:+.1} ms against the steady p50",
+            c.affected, excess
+        );
+    }
 }
 
 /// The seed's GPU utilisation bands.
@@ -574,6 +603,9 @@ pub fn analysis(a: &Analysis) -> String {
     if let Some(c) = &a.slo {
         slo_capacity_lines(&mut out, c);
     }
+    if let Some(s) = &a.scaling {
+        scaling_lines(&mut out, s);
+    }
     _ = writeln!(out, "\nRecommended operating points");
     for r in &a.recommendations {
         match r.load {
@@ -599,6 +631,32 @@ pub fn analysis(a: &Analysis) -> String {
 
 /// What the series says of `--slo`: up to where it holds, where it stops
 /// being judgeable, and the `--target-load` gate.
+/// What an autoscaler should hold per replica, with the interval and the rule.
+fn scaling_lines(out: &mut String, s: &tokenscope_core::autoscale::Scaling) {
+    let range = |b: &tokenscope_core::autoscale::Bounded| match b.high {
+        Some(h) => format!("{:.1} (could lie in {:.1} – {:.1})", b.value, b.low, h),
+        None => format!("≥ {:.1} (the SLO held at every point)", b.value),
+    };
+    _ = writeln!(
+        out,
+        "autoscaling threshold per replica ({:.0} % headroom): {} req/s",
+        s.headroom_pct,
+        range(&s.requests_per_s)
+    );
+    if let Some(r) = &s.running {
+        _ = writeln!(
+            out,
+            "  running requests {}{}",
+            range(r),
+            s.metric
+                .as_ref()
+                .map(|m| format!(" on `{m}` (keda.yaml, hpa.yaml)"))
+                .unwrap_or_default()
+        );
+    }
+    _ = writeln!(out, "  rule: {}", s.rests_on);
+}
+
 fn slo_capacity_lines(out: &mut String, c: &SloCapacity) {
     let limiting = c.limiting.as_deref().unwrap_or("the SLO");
     _ = writeln!(

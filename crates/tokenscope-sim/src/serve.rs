@@ -40,6 +40,10 @@ pub struct ServeOptions {
     pub faults: Faults,
     pub stall: Duration,
     pub seed: u64,
+    /// Modelled start-up (weights loaded, KV cache set up): until it has
+    /// passed, /health and the APIs answer 503 "loading model", as
+    /// llama.cpp's server does.
+    pub load_time: Duration,
 }
 
 impl ServeOptions {
@@ -50,6 +54,7 @@ impl ServeOptions {
             faults: Faults::default(),
             stall: Duration::from_secs(5),
             seed: 0,
+            load_time: Duration::ZERO,
         }
     }
 }
@@ -123,6 +128,24 @@ struct Shared {
     kv_blocks: u64,
     kv_block_size: u32,
     model_json: String,
+    /// When the modelled start-up ends.
+    ready_at: Instant,
+}
+
+impl Shared {
+    /// The 503 a loading server answers, while it loads.
+    fn loading(&self) -> Option<Response> {
+        (Instant::now() < self.ready_at).then(|| {
+            let body =
+                r#"{"error":{"message":"Loading model","type":"unavailable_error","code":503}}"#;
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::CONTENT_TYPE, "application/json")],
+                body,
+            )
+                .into_response()
+        })
+    }
 }
 
 /// A running simulated server.
@@ -156,6 +179,7 @@ impl EngineServer {
             next_id: AtomicU64::new(0),
             metrics: metrics.clone(),
             model_json: serde_json::to_string(&options.model_name).expect("a string serializes"),
+            ready_at: Instant::now() + options.load_time,
             options,
             config,
             kv_blocks,
@@ -165,7 +189,7 @@ impl EngineServer {
             .route("/v1/chat/completions", post(chat))
             .route("/v1/completions", post(completions))
             .route("/v1/models", get(models))
-            .route("/health", get(|| async { StatusCode::OK }))
+            .route("/health", get(health))
             .route("/metrics", get(metrics_text))
             .with_state(shared);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -324,7 +348,15 @@ async fn run_engine(
     }
 }
 
+async fn health(State(s): State<Arc<Shared>>) -> Response {
+    s.loading()
+        .unwrap_or_else(|| StatusCode::OK.into_response())
+}
+
 async fn models(State(s): State<Arc<Shared>>) -> Response {
+    if let Some(loading) = s.loading() {
+        return loading;
+    }
     let body = format!(
         r#"{{"object":"list","data":[{{"id":{},"object":"model","owned_by":"tokenscope-sim","max_model_len":{}}}]}}"#,
         s.model_json, s.config.model.max_context
@@ -478,6 +510,9 @@ async fn completions(state: State<Arc<Shared>>, body: Bytes) -> Response {
 }
 
 async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
+    if let Some(loading) = s.loading() {
+        return loading;
+    }
     let arrived = Instant::now();
     let body = match parse_body(body) {
         Ok(b) => b,

@@ -2,6 +2,7 @@
 //! directory, print the summary, choose the exit code.
 
 use crate::cli::{ApiChoice, BenchArgs, BuiltinChoice, GpuSource};
+use crate::cold_start;
 use crate::exit::Exit;
 use crate::outcome::{self, RunFacts};
 use anyhow::Context;
@@ -320,6 +321,23 @@ pub(crate) async fn bench(
         .clone()
         .unwrap_or_else(outcome::default_out_dir);
     outcome::claim_out_dir(&out_dir, args.output.force)?;
+    let mut cold = match &args.cold_start {
+        None => None,
+        Some(command) => {
+            std::fs::create_dir_all(&out_dir)
+                .with_context(|| format!("creating the run directory {}", out_dir.display()))?;
+            let log = out_dir.join("server.log");
+            let started = cold_start::start(command, &base, &log, args.ready_timeout).await?;
+            if !args.output.quiet {
+                eprintln!(
+                    "tokenscope: `{}` answered /health after {:.2} s; the load starts now",
+                    started.program,
+                    started.ready_after.as_secs_f64()
+                );
+            }
+            Some(started)
+        }
+    };
     let mut notes = Vec::new();
     let local_gpu = match args.gpu {
         GpuSource::None => None,
@@ -403,6 +421,8 @@ pub(crate) async fn bench(
     let api = match choice {
         ApiChoice::OpenaiChat => Api::Chat,
         ApiChoice::OpenaiCompletions => Api::Completions,
+        // A probe would be a cold server's first generation.
+        ApiChoice::Auto if cold.is_some() => Api::Chat,
         ApiChoice::Auto => match probe::detect_api(&client, &base, &headers, &model, probe_timeout)
             .await
         {
@@ -603,6 +623,13 @@ pub(crate) async fn bench(
     }
     let recorded = recorder.finish();
     let figures = recorded.figures;
+    let cold_start = match cold.as_mut() {
+        None => None,
+        Some(server) => {
+            let stop_s = server.stop().as_secs_f64();
+            Some(cold_start::waves(&out_dir, server, stop_s)?)
+        }
+    };
     let cpu = thread_cpu(CLIENT_THREADS);
 
     let config = run_config(&args, &args.load);
@@ -632,6 +659,7 @@ pub(crate) async fn bench(
         }),
     };
     let mut results = outcome::assemble(figures.finish(), facts);
+    results.cold_start = cold_start;
     results.shard = args.shard.resolved.as_ref().map(|r| results::ShardInfo {
         index: r.shard.index,
         count: r.shard.count,

@@ -307,6 +307,19 @@ pub struct SeriesArgs {
     /// requests/s), interpolating between points.
     #[arg(long, requires = "slo", value_parser = positive_f64)]
     pub target_load: Option<f64>,
+    /// With --slo: the share of a replica's SLO capacity an autoscaler keeps free
+    /// (for the time a new replica takes to come up). The series then gives the
+    /// per-replica threshold (running requests, requests/s) and writes keda.yaml
+    /// and hpa.yaml on the server's metric.
+    #[arg(long, default_value = "20%", value_parser = headroom)]
+    pub headroom: f64,
+}
+
+fn headroom(s: &str) -> Result<f64, String> {
+    match percent(s)? {
+        p if p < 100.0 => Ok(p / 100.0),
+        _ => Err(format!("`{s}`: a headroom is under 100 %")),
+    }
 }
 
 fn objectives(s: &str) -> Result<Objectives, String> {
@@ -602,6 +615,17 @@ pub struct BenchArgs {
     /// (`client.self_check`), so a reader knows the resolution of the numbers.
     #[arg(long)]
     pub self_check: bool,
+    /// Start the server with this shell command first (the model loads, the
+    /// KV cache is set up), time it to its first successful /health, send the
+    /// load at once, report the first requests' TTFT apart from the steady
+    /// state, and stop the server after. Its output goes to server.log in the
+    /// run directory. --api auto means chat here (a probe would be the
+    /// server's first generation).
+    #[arg(long, value_name = "COMMAND", requires = "url")]
+    pub cold_start: Option<String>,
+    /// --cold-start: the longest to wait for the server to answer /health.
+    #[arg(long, default_value = "10m", value_parser = positive_duration, requires = "cold_start")]
+    pub ready_timeout: Duration,
     #[command(flatten)]
     pub shard: crate::shard::ShardArgs,
     /// Without --url: which built-in server to test. `engine` simulates Llama-3.1-8B on
@@ -851,6 +875,11 @@ pub struct ServeArgs {
     /// Output tokens when a request sets no max_tokens.
     #[arg(long, default_value_t = 256)]
     pub default_max_tokens: u32,
+    /// Model a start-up of this long (weights loading, KV cache set-up): /health
+    /// and the APIs answer 503 "loading model" until it has passed (for
+    /// `bench --cold-start`).
+    #[arg(long, default_value = "0s", value_parser = duration)]
+    pub load_time: Duration,
     #[command(flatten)]
     pub faults: FaultArgs,
 }

@@ -2,6 +2,7 @@
 
 mod bench;
 mod cli;
+mod cold_start;
 mod compare;
 mod exit;
 mod live;

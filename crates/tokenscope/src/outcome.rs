@@ -570,6 +570,7 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
         diagnosis,
         shard: None,
         merged: None,
+        cold_start: None,
     }
 }
 

@@ -53,6 +53,7 @@ pub fn engine(args: ServeArgs) -> anyhow::Result<Exit> {
     options.faults = f;
     options.stall = args.faults.stall_for;
     options.seed = args.faults.fault_seed;
+    options.load_time = args.load_time;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .thread_name("srv-engine")
         .enable_all()

@@ -12,6 +12,7 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 use tokenscope_core::analysis::{self, Analysis, Point, PointSlo, SloCapacity};
+use tokenscope_core::autoscale::{self, ScalePoint};
 use tokenscope_core::results::RunResults;
 use tokenscope_core::slo::{ObjectiveResult, Slo};
 use tokenscope_core::stats::Distribution;
@@ -484,6 +485,7 @@ pub fn finish_series(
         serde_json::to_string_pretty(&doc)? + "\n",
     )
     .with_context(|| format!("writing {}", dir.join("sweep.json").display()))?;
+    write_autoscalers(dir, &analysis, output.quiet || output.json)?;
     crate::report::write_html_after_run(dir, output.quiet || output.json);
     if output.json {
         outcome::to_stdout(&(serde_json::to_string_pretty(&doc)? + "\n"));
@@ -500,6 +502,30 @@ pub fn finish_series(
         ));
     }
     Ok(series_exit(&points, analysis.slo.as_ref()))
+}
+
+/// `keda.yaml` and `hpa.yaml` beside `sweep.json`, when the series gives a
+/// threshold on the server's running requests.
+fn write_autoscalers(dir: &Path, analysis: &Analysis, quiet: bool) -> anyhow::Result<()> {
+    let Some(s) = &analysis.scaling else {
+        return Ok(());
+    };
+    let deployment = "my-llm";
+    for (name, yaml) in [
+        ("keda.yaml", autoscale::keda_yaml(s, deployment)),
+        ("hpa.yaml", autoscale::hpa_yaml(s, deployment)),
+    ] {
+        let Some(yaml) = yaml else { continue };
+        let path = dir.join(name);
+        std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
+        if !quiet {
+            eprintln!(
+                "tokenscope: autoscaler settings {} (set the deployment's name)",
+                path.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The analysis of points sorted by load.
@@ -527,7 +553,46 @@ pub fn analyse(points: &[Done], output: &OutputArgs, series: &SeriesArgs) -> Ana
         }
         analysis::slo_capacity(&loads, &per_load, slo.describe(), series.target_load)
     });
-    analysis::analyse(analysis::combine_repeats(reduced), series.objectives, slo)
+    let mut a = analysis::analyse(analysis::combine_repeats(reduced), series.objectives, slo);
+    a.scaling = a.slo.as_ref().and_then(|capacity| {
+        let kind = points.iter().find_map(|d| d.results.server.kind.clone());
+        autoscale::threshold(
+            &scale_points(points),
+            capacity,
+            series.headroom,
+            kind.as_deref(),
+        )
+    });
+    a
+}
+
+/// Each load as an autoscaler sees it: the server's mean running requests
+/// (its own metric) and the request rate, repeated runs averaged.
+fn scale_points(points: &[Done]) -> Vec<ScalePoint> {
+    let mut out: Vec<(ScalePoint, f64)> = Vec::new();
+    for d in points {
+        let m = d.results.server.metrics.as_ref();
+        let running = m.and_then(|m| {
+            m["running"]["mean"]
+                .as_f64()
+                .or_else(|| m["num_requests_running"]["mean"].as_f64())
+        });
+        let p = ScalePoint {
+            load: d.load,
+            running,
+            requests_per_s: d.results.throughput.requests_per_s,
+        };
+        match out.iter_mut().find(|(q, _)| q.load == p.load) {
+            Some((q, n)) => {
+                *n += 1.0;
+                q.requests_per_s += (p.requests_per_s - q.requests_per_s) / *n;
+                q.running = q.running.zip(p.running).map(|(a, b)| a + (b - a) / *n);
+            }
+            None => out.push((p, 1.0)),
+        }
+    }
+    out.sort_by(|a, b| a.0.load.total_cmp(&b.0.load));
+    out.into_iter().map(|(p, _)| p).collect()
 }
 
 /// A point's objectives judged against `slo`: as the run judged them when

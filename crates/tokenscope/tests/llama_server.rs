@@ -746,3 +746,54 @@ fn a_dataset_is_sent_to_llama_as_written() {
         assert_eq!(rec["output_tokens"].as_u64(), Some(want), "{rec}");
     }
 }
+
+/// `bench --cold-start` with llama-server as the command: tokenscope starts
+/// it, times it to its first /health 200 (it answers 503 while it loads),
+/// reports the first wave apart from the steady state, and stops it.
+#[test]
+fn cold_start_times_llama_to_ready_and_stops_it() {
+    let _guard = serial();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let command = format!(
+        "{} -m {} --alias random-llama --host 127.0.0.1 --port {port} --parallel 2 -c 4096 --threads 1 --threads-batch 1 --metrics",
+        fixture("LLAMA_SERVER"),
+        fixture("LLAMA_MODEL_TINY")
+    );
+    let out = run_dir("llama-cold");
+    let o = bench(
+        &format!("http://127.0.0.1:{port}"),
+        &out,
+        &[
+            "--cold-start",
+            &command,
+            "--concurrency",
+            "2",
+            "--requests",
+            "8",
+            "--output-tokens",
+            "8",
+            "--ignore-eos",
+        ],
+    );
+    assert_ok(&o);
+    let r = results(&out);
+    let c = &r["cold_start"];
+    assert!(stat(c, "ready_s") > 0.0);
+    assert_eq!(stat(c, "first_wave.count"), 2.0);
+    assert_eq!(stat(c, "steady.count"), 6.0);
+    assert_eq!(r["counts"]["succeeded"], 8);
+    assert_eq!(
+        http_status(port, "/health"),
+        None,
+        "llama-server is stopped after the run"
+    );
+    let log = std::fs::read_to_string(out.join("server.log")).unwrap();
+    assert!(
+        !log.is_empty(),
+        "llama-server's output is kept in server.log"
+    );
+}
