@@ -113,7 +113,14 @@ pub struct PointSlo {
     /// limit; `not_enough_data` when a statistic rests on too few requests.
     pub verdict: Verdict,
     /// The worst objective's upper bound ÷ its limit (∞ where unbounded).
+    /// JSON has no ∞ (serde_json writes it, and NaN, as `null`), so `null`
+    /// reads back as ∞.
+    #[serde(deserialize_with = "null_as_infinity")]
     pub ratio: f64,
+}
+
+fn null_as_infinity<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
 }
 
 impl PointSlo {
@@ -869,6 +876,18 @@ pub fn slo_capacity(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unbounded_ratio_survives_json() {
+        let p = PointSlo {
+            verdict: Verdict::NotEnoughData,
+            ratio: f64::INFINITY,
+        };
+        let text = serde_json::to_string(&p).unwrap();
+        assert!(text.contains("null"), "{text}");
+        let back: PointSlo = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.ratio, f64::INFINITY);
+    }
 
     fn curve(knee_at: f64, noise: f64, seed: u64) -> (Vec<f64>, Vec<f64>) {
         let xs: Vec<f64> = (0..9).map(|i| 2f64.powi(i)).collect(); // 1 … 256

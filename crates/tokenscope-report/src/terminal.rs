@@ -643,10 +643,10 @@ fn scaling_lines(out: &mut String, s: &tokenscope_core::autoscale::Scaling) {
         s.headroom_pct,
         range(&s.requests_per_s)
     );
-    if let Some(r) = &s.running {
+    if let Some(r) = &s.in_server {
         _ = writeln!(
             out,
-            "  running requests {}{}",
+            "  requests in the server (running + waiting) {}{}",
             range(r),
             s.metric
                 .as_ref()

@@ -556,43 +556,62 @@ pub fn analyse(points: &[Done], output: &OutputArgs, series: &SeriesArgs) -> Ana
     let mut a = analysis::analyse(analysis::combine_repeats(reduced), series.objectives, slo);
     a.scaling = a.slo.as_ref().and_then(|capacity| {
         let kind = points.iter().find_map(|d| d.results.server.kind.clone());
-        autoscale::threshold(
-            &scale_points(points),
-            capacity,
-            series.headroom,
-            kind.as_deref(),
-        )
+        let (scale, from) = scale_points(points);
+        autoscale::threshold(&scale, capacity, series.headroom, kind.as_deref(), from)
     });
     a
 }
 
-/// Each load as an autoscaler sees it: the server's mean running requests
-/// (its own metric) and the request rate, repeated runs averaged.
-fn scale_points(points: &[Done]) -> Vec<ScalePoint> {
+/// Scrapes of the server's gauges a point needs for their mean to stand
+/// for the point (at a 1 s interval the first and last fall outside the
+/// load). A plan's engine state has no scrapes: its clients' in-flight
+/// count is exact on the virtual clock.
+const GAUGE_SCRAPES: u64 = 10;
+
+/// Each load as an autoscaler sees it: the requests in the server and the
+/// request rate, repeated runs averaged; and where the count came from.
+/// The server's own gauges (running + waiting) where every point had enough
+/// scrapes, else the client's in-flight requests: every request in flight is
+/// in the server, running or waiting, but for its time on the wire.
+fn scale_points(points: &[Done]) -> (Vec<ScalePoint>, &'static str) {
+    let gauges = |d: &Done| {
+        let m = d.results.server.metrics.as_ref()?;
+        // A real run's summary names them `running`/`waiting`; a plan's, vLLM's way.
+        let mean = |real: &str, plan: &str| {
+            m[real]["mean"]
+                .as_f64()
+                .or_else(|| m[plan]["mean"].as_f64())
+        };
+        let running = mean("running", "num_requests_running")?;
+        let enough = m["scrapes"].as_u64().is_some_and(|n| n >= GAUGE_SCRAPES);
+        enough.then(|| running + mean("waiting", "num_requests_waiting").unwrap_or(0.0))
+    };
+    let server = points.iter().all(|d| gauges(d).is_some());
+    let from = match server {
+        true => "the server's own gauges",
+        false => "the client's in-flight requests: each is in the server, running or waiting, but for its time on the wire (the server's gauges were not sampled often enough at every point)",
+    };
     let mut out: Vec<(ScalePoint, f64)> = Vec::new();
     for d in points {
-        let m = d.results.server.metrics.as_ref();
-        let running = m.and_then(|m| {
-            m["running"]["mean"]
-                .as_f64()
-                .or_else(|| m["num_requests_running"]["mean"].as_f64())
-        });
         let p = ScalePoint {
             load: d.load,
-            running,
+            in_server: match server {
+                true => gauges(d),
+                false => Some(d.results.throughput.concurrency.mean),
+            },
             requests_per_s: d.results.throughput.requests_per_s,
         };
         match out.iter_mut().find(|(q, _)| q.load == p.load) {
             Some((q, n)) => {
                 *n += 1.0;
                 q.requests_per_s += (p.requests_per_s - q.requests_per_s) / *n;
-                q.running = q.running.zip(p.running).map(|(a, b)| a + (b - a) / *n);
+                q.in_server = q.in_server.zip(p.in_server).map(|(a, b)| a + (b - a) / *n);
             }
             None => out.push((p, 1.0)),
         }
     }
     out.sort_by(|a, b| a.0.load.total_cmp(&b.0.load));
-    out.into_iter().map(|(p, _)| p).collect()
+    (out.into_iter().map(|(p, _)| p).collect(), from)
 }
 
 /// A point's objectives judged against `slo`: as the run judged them when
