@@ -71,6 +71,51 @@ fn client_lines(out: &mut String, r: &RunResults) {
     if let Some(c) = &r.cold_start {
         cold_start_lines(out, c);
     }
+    if let Some(a) = r
+        .simulated
+        .as_ref()
+        .map(|s| &s["engine_summary"]["autoscale"])
+    {
+        autoscale_lines(out, a, r.efficiency.cost.map(|c| c.window_usd));
+    }
+}
+
+/// `sim plan --autoscale`: the policy, the fleet's changes, what it cost.
+fn autoscale_lines(out: &mut String, a: &serde_json::Value, usd: Option<f64>) {
+    let Some(policy) = a["policy"].as_str() else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "\nAutoscaling ({policy}; {}..{} replicas, each serving {:.0} s after its start)",
+        a["min"],
+        a["max"],
+        a["startup_s"].as_f64().unwrap_or(0.0)
+    );
+    let events = a["events"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for e in events.iter().take(12) {
+        let _ = writeln!(
+            out,
+            "  at {:>7.1} s          {} → {} replicas ({})",
+            e["t_s"].as_f64().unwrap_or(0.0),
+            e["from"],
+            e["to"],
+            e["why"].as_str().unwrap_or("")
+        );
+    }
+    if events.len() > 12 {
+        let _ = writeln!(out, "  … {} changes in all (results.json)", events.len());
+    }
+    let cost = usd.map_or(String::new(), |u| format!(" (${u:.2})"));
+    let _ = writeln!(
+        out,
+        "  paid                    {:.0} replica-seconds{cost}, at most {} replicas serving (replicas over time: timeseries.jsonl)",
+        a["replica_seconds"].as_f64().unwrap_or(0.0),
+        a["peak_replicas"]
+    );
 }
 
 /// `bench --cold-start`: time to ready, and the first wave against the rest.

@@ -4,6 +4,7 @@
 //! batching, paged KV cache, preemption) on a hardware cost model, and
 //! [`plan`] runs it on a virtual clock, fed by [`traffic`].
 
+pub mod autoscale;
 pub mod calibrate;
 pub mod engine;
 pub mod exact;

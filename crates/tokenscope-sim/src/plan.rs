@@ -49,6 +49,8 @@ pub struct Sample {
     pub state: EngineState,
     pub output_tokens_total: u64,
     pub steps_total: u64,
+    /// Replicas serving (started and not retired).
+    pub replicas: u32,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -68,6 +70,25 @@ pub struct EngineSummary {
     /// are summed over them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub replicas: Vec<ReplicaSummary>,
+    /// With `--autoscale`: the policy, the fleet's changes and what it cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<AutoscaleSummary>,
+}
+
+/// What an autoscaled fleet did.
+#[derive(Debug, Clone, Serialize)]
+pub struct AutoscaleSummary {
+    pub policy: String,
+    pub min: u32,
+    pub max: u32,
+    /// A new replica's start-up (weights loaded, engine initialised), s.
+    pub startup_s: f64,
+    pub events: Vec<crate::autoscale::ScaleEvent>,
+    /// Replicas serving at most at once.
+    pub peak_replicas: u32,
+    /// Σ over replicas of their time from start (start-up included: a
+    /// loading GPU is paid for) to retirement or the plan's end, s.
+    pub replica_seconds: f64,
 }
 
 /// One replica's share of the work.
@@ -148,8 +169,12 @@ pub fn simulate_into(
     let n = load.fleet.replicas.max(1) as usize;
     let mut fleet: Vec<Replica> = Vec::with_capacity(n);
     for _ in 0..n {
-        fleet.push(Replica::new(Engine::new(config.clone())?));
+        fleet.push(Replica::new(Engine::new(config.clone())?, 0.0));
     }
+    let mut scaler = load.fleet.autoscale.map(crate::autoscale::Scaler::new);
+    let mut events = Vec::new();
+    let tag_replicas = n > 1 || scaler.is_some();
+    let mut last_event = 0.0f64;
     let mut traffic = Traffic::start(load, fleet[0].engine.scheduler.kv.block_size)?;
     let mut jitter = Jitter::new(load.seed);
     let mut front = FrontEnd::default();
@@ -171,11 +196,15 @@ pub fn simulate_into(
             .filter(|(_, r)| !r.engine.is_idle())
             .map(|(i, r)| (r.t, i))
             .min_by(|a, b| a.0.total_cmp(&b.0));
-        let next = [wire, through, step.map(|s| s.0)]
+        // The policy is evaluated while there is work left.
+        let working = wire.is_some() || through.is_some() || step.is_some();
+        let eval = scaler.as_ref().filter(|_| working).map(|s| s.next_eval_s);
+        let next = [wire, through, step.map(|s| s.0), eval]
             .into_iter()
             .flatten()
             .min_by(f64::total_cmp);
         let Some(now) = next else { break };
+        last_event = now;
         while now >= next_sample {
             samples.push(sample(&fleet, next_sample, tokens_total));
             next_sample += sample_every_s;
@@ -190,14 +219,17 @@ pub fn simulate_into(
             front.receive(at, a);
         } else if through == Some(now) {
             let (at, a) = front.due(us(now)).expect("one is due");
-            let engines: Vec<&Engine> = fleet.iter().map(|r| &r.engine).collect();
-            let i = crate::router::pick(
+            let serving: Vec<usize> = (0..fleet.len())
+                .filter(|&i| fleet[i].serving(now))
+                .collect();
+            let engines: Vec<&Engine> = serving.iter().map(|&i| &fleet[i].engine).collect();
+            let i = serving[crate::router::pick(
                 load.fleet.router,
                 &engines,
                 &a.units,
                 a.input as u32,
                 routed,
-            );
+            )];
             routed += 1;
             let r = &mut fleet[i];
             if r.engine.is_idle() {
@@ -207,11 +239,14 @@ pub fn simulate_into(
             let mut seq = Seq::new(a.id, a.input as u32, a.max_output, at as f64 / 1e6);
             seq.units = a.units;
             r.engine.add(seq);
-            if n > 1 {
+            if tag_replicas {
                 if let Some(rec) = records.get_mut(&a.id) {
                     rec.replica = Some(i as u32);
                 }
             }
+        } else if step.is_none_or(|s| s.0 > now) {
+            let s = scaler.as_mut().expect("only a scaler's evaluation is left");
+            scale(s, &mut fleet, now, &mut events, config)?;
         } else if let Some((t, i)) = step {
             let r = &mut fleet[i];
             let (dt, work) = r.engine.begin_step(t);
@@ -239,14 +274,38 @@ pub fn simulate_into(
                 settle(&mut rec, &seq, delay);
                 on_record(rec);
             }
+            // A retiring replica leaves with its last request.
+            if r.retiring && r.engine.is_idle() {
+                r.gone_at = Some(t_end);
+            }
         }
     }
-    let end = fleet.iter().map(|r| r.t).fold(0.0, f64::max);
+    // A replica that never served does not extend the plan.
+    let end = fleet
+        .iter()
+        .filter(|r| r.steps > 0)
+        .map(|r| r.t)
+        .fold(last_event, f64::max);
     while end >= next_sample {
         samples.push(sample(&fleet, next_sample, tokens_total));
         next_sample += sample_every_s;
     }
-    let summary = summarize(&fleet);
+    let mut summary = summarize(&fleet);
+    if let Some(s) = scaler {
+        let p = s.policy;
+        summary.autoscale = Some(AutoscaleSummary {
+            policy: p.describe(),
+            min: p.min,
+            max: p.max,
+            startup_s: p.startup_s,
+            peak_replicas: samples.iter().map(|x| x.replicas).max().unwrap_or(n as u32),
+            replica_seconds: fleet
+                .iter()
+                .map(|r| (r.gone_at.unwrap_or(end).max(r.started_at) - r.started_at).max(0.0))
+                .sum(),
+            events,
+        });
+    }
     let mut left: Vec<RequestRecord> = records.into_values().collect();
     left.sort_by_key(|r| r.id);
     left.into_iter().for_each(on_record);
@@ -261,23 +320,115 @@ struct Replica {
     steps: u64,
     busy: f64,
     requests: u64,
+    /// When it was started (paid for from then) and when it serves.
+    started_at: f64,
+    ready_at: f64,
+    /// Retired by the autoscaler: no new requests; it leaves when idle.
+    retiring: bool,
+    gone_at: Option<f64>,
 }
 
 impl Replica {
-    fn new(engine: Engine) -> Replica {
+    fn new(engine: Engine, ready_at: f64) -> Replica {
         Replica {
             engine,
-            t: 0.0,
+            t: ready_at,
             steps: 0,
             busy: 0.0,
             requests: 0,
+            started_at: 0.0,
+            ready_at,
+            retiring: false,
+            gone_at: None,
         }
     }
+
+    /// Routed to at `now`: started, not retiring.
+    fn serving(&self, now: f64) -> bool {
+        self.ready_at <= now && !self.retiring && self.gone_at.is_none()
+    }
+}
+
+/// One evaluation of the policy: the metric over the serving replicas;
+/// replicas started (ready after their start-up) or one retired (the least
+/// busy, never below the minimum).
+fn scale(
+    s: &mut crate::autoscale::Scaler,
+    fleet: &mut Vec<Replica>,
+    now: f64,
+    events: &mut Vec<crate::autoscale::ScaleEvent>,
+    config: &EngineConfig,
+) -> Result<(), String> {
+    use crate::autoscale::{Decision, Metric, ScaleEvent};
+    let metric: f64 = fleet
+        .iter()
+        .filter(|r| r.serving(now))
+        .map(|r| {
+            let st = r.engine.state();
+            match s.policy.metric {
+                Metric::Running => st.running as f64,
+                Metric::Waiting => st.waiting as f64,
+                Metric::InServer => (st.running + st.waiting) as f64,
+            }
+        })
+        .sum();
+    let counted: Vec<usize> = (0..fleet.len())
+        .filter(|&i| !fleet[i].retiring && fleet[i].gone_at.is_none())
+        .collect();
+    let size = counted.len() as u32;
+    let (decision, wanted) = s.decide(now, metric, size);
+    let why = |what: &str| {
+        format!(
+            "{what}: {} {metric:.0} over the serving replicas wants {wanted} at target {}",
+            s.policy.metric.name(),
+            s.policy.target
+        )
+    };
+    match decision {
+        Decision::Hold => {}
+        Decision::Add(k) => {
+            for _ in 0..k {
+                let mut r = Replica::new(Engine::new(config.clone())?, now + s.policy.startup_s);
+                r.started_at = now;
+                fleet.push(r);
+            }
+            events.push(ScaleEvent {
+                t_s: now,
+                from: size,
+                to: size + k,
+                why: why("scale up"),
+            });
+        }
+        Decision::Retire => {
+            let quietest = counted
+                .iter()
+                .copied()
+                .filter(|&i| fleet[i].serving(now))
+                .min_by_key(|&i| crate::router::outstanding(&fleet[i].engine));
+            if let Some(i) = quietest.filter(|_| size > s.policy.min) {
+                fleet[i].retiring = true;
+                if fleet[i].engine.is_idle() {
+                    fleet[i].gone_at = Some(now);
+                }
+                events.push(ScaleEvent {
+                    t_s: now,
+                    from: size,
+                    to: size - 1,
+                    why: why("scale down"),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The fleet's state at `t_s`: requests and preemptions summed, KV usage averaged.
 fn sample(fleet: &[Replica], t_s: f64, tokens: u64) -> Sample {
-    let states: Vec<EngineState> = fleet.iter().map(|r| r.engine.state()).collect();
+    let states: Vec<EngineState> = fleet
+        .iter()
+        .filter(|r| r.gone_at.is_none_or(|g| g > t_s))
+        .map(|r| r.engine.state())
+        .collect();
     Sample {
         t_s,
         state: EngineState {
@@ -288,6 +439,7 @@ fn sample(fleet: &[Replica], t_s: f64, tokens: u64) -> Sample {
         },
         output_tokens_total: tokens,
         steps_total: fleet.iter().map(|r| r.steps).sum(),
+        replicas: fleet.iter().filter(|r| r.serving(t_s)).count() as u32,
     }
 }
 
@@ -321,6 +473,7 @@ fn summarize(fleet: &[Replica]) -> EngineSummary {
         prefix_cache_queries_tokens: per.iter().map(|p| p.prefix_cache_queries_tokens).sum(),
         prefix_cache_hits_tokens: per.iter().map(|p| p.prefix_cache_hits_tokens).sum(),
         replicas: if n > 1 { per } else { Vec::new() },
+        autoscale: None,
     }
 }
 

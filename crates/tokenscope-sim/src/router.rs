@@ -52,10 +52,13 @@ impl std::str::FromStr for Router {
 }
 
 /// The replicas and the routing state (the round-robin turn).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Fleet {
+    /// Replicas at the start (with `autoscale`, its minimum).
     pub replicas: u32,
     pub router: Router,
+    /// Replicas added and removed by a policy.
+    pub autoscale: Option<crate::autoscale::Policy>,
 }
 
 impl Default for Fleet {
@@ -63,12 +66,13 @@ impl Default for Fleet {
         Fleet {
             replicas: 1,
             router: Router::RoundRobin,
+            autoscale: None,
         }
     }
 }
 
 /// Requests running or waiting on an engine.
-fn outstanding(e: &Engine) -> usize {
+pub(crate) fn outstanding(e: &Engine) -> usize {
     e.scheduler.running.len() + e.scheduler.waiting.len()
 }
 

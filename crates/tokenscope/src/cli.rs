@@ -420,9 +420,23 @@ pub struct PlanArgs {
     /// Efficiency factors fitted by `sim calibrate`.
     #[arg(long, value_name = "PROFILE")]
     pub profile: Option<PathBuf>,
-    /// Engine replicas behind one endpoint (each the deployment the engine flags describe).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    pub replicas: u32,
+    /// Engine replicas behind one endpoint (each the deployment the engine flags
+    /// describe); MIN..MAX with --autoscale.
+    #[arg(long, default_value = "1", value_parser = replicas)]
+    pub replicas: (u32, u32),
+    /// Add and remove replicas by a policy, as KEDA or an HPA would:
+    /// metric=running|waiting|in-server,target=X (per replica),delay=30s (how long
+    /// it must want more before scaling up)[,interval=15s][,cooldown=5m].
+    /// New replicas serve after their start-up (--startup).
+    #[arg(long, value_name = "POLICY", value_parser = autoscale_policy)]
+    pub autoscale: Option<tokenscope_sim::autoscale::Policy>,
+    /// A new replica's start-up before it serves: `auto` (its weights read at
+    /// --load-bandwidth and over PCIe, plus 40 s of engine initialisation) or a duration.
+    #[arg(long, default_value = "auto", requires = "autoscale")]
+    pub startup: String,
+    /// --startup auto: storage read speed for the weights, GB/s.
+    #[arg(long, default_value_t = 2.0, value_parser = positive_f64, requires = "autoscale")]
+    pub load_bandwidth: f64,
     /// How requests pick a replica: round-robin, least-outstanding,
     /// prefix-affinity (by the prompt's first block) or kv-aware (the replica
     /// holding the longest start of the prompt in its prefix cache).
@@ -432,6 +446,28 @@ pub struct PlanArgs {
 
 fn router(s: &str) -> Result<tokenscope_sim::router::Router, String> {
     s.parse()
+}
+
+/// `N`, or `MIN..MAX` for an autoscaled fleet.
+fn replicas(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("`{s}`: a count (4) or a range (1..8), from 1 to 1024");
+    let n = |v: &str| {
+        v.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=1024).contains(n))
+    };
+    match s.split_once("..") {
+        None => n(s).map(|k| (k, k)).ok_or_else(bad),
+        Some((lo, hi)) => match (n(lo), n(hi)) {
+            (Some(lo), Some(hi)) if lo <= hi => Ok((lo, hi)),
+            _ => Err(bad()),
+        },
+    }
+}
+
+fn autoscale_policy(s: &str) -> Result<tokenscope_sim::autoscale::Policy, String> {
+    tokenscope_sim::autoscale::Policy::parse(s)
 }
 
 #[derive(Args, Debug)]

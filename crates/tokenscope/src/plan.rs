@@ -52,7 +52,7 @@ fn deployment_json(
     json!({
         "engine": "tokenscope-sim (vLLM V1 scheduler model)",
         "replicas": fleet.replicas,
-        "router": (fleet.replicas > 1).then(|| fleet.router.name()),
+        "router": (fleet.replicas > 1 || fleet.autoscale.is_some()).then(|| fleet.router.name()),
         "model": cfg.model.name,
         "gpu": cfg.gpu.name,
         "tp": cfg.tp,
@@ -199,6 +199,62 @@ fn read_profile(path: &Path) -> anyhow::Result<Profile> {
         .map_err(|e| Exit::usage(format!("--profile {}: not a profile ({e})", path.display())))
 }
 
+/// An autoscaled fleet is paid for by its GPU-seconds (each replica from
+/// its start, loading included, to its retirement), not by a fixed count
+/// over the window: the cost's dollars scale to them.
+fn pay_replica_seconds(c: &mut tokenscope_core::cost::Cost, gpu_seconds: f64, window_s: f64) {
+    let counted = c.gpus as f64 * window_s;
+    if counted <= 0.0 {
+        return;
+    }
+    let k = gpu_seconds / counted;
+    c.window_usd *= k;
+    for v in [
+        &mut c.usd_per_1k_output_tokens,
+        &mut c.usd_per_1m_output_tokens,
+        &mut c.usd_per_1k_total_tokens,
+        &mut c.usd_per_1k_good_output_tokens,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        *v *= k;
+    }
+}
+
+/// The replicas, their routing and, with `--autoscale`, the policy with the
+/// fleet's bounds and a new replica's start-up.
+fn fleet(cfg: &EngineConfig, args: &PlanArgs) -> anyhow::Result<tokenscope_sim::router::Fleet> {
+    let (min, max) = args.replicas;
+    let autoscale = match args.autoscale {
+        None if min != max => {
+            return Err(Exit::usage(format!(
+                "--replicas {min}..{max} is a range for --autoscale; without it give a count"
+            )))
+        }
+        None => None,
+        Some(policy) => {
+            let startup_s = match args.startup.as_str() {
+                "auto" => tokenscope_sim::autoscale::startup_s(cfg, args.load_bandwidth, 40.0),
+                d => humantime::parse_duration(d)
+                    .map_err(|e| Exit::usage(format!("--startup `{d}`: {e} (auto or a duration)")))?
+                    .as_secs_f64(),
+            };
+            Some(tokenscope_sim::autoscale::Policy {
+                min,
+                max,
+                startup_s,
+                ..policy
+            })
+        }
+    };
+    Ok(tokenscope_sim::router::Fleet {
+        replicas: min,
+        router: args.router,
+        autoscale,
+    })
+}
+
 /// Simulates one load (replaying `trace` lengths when given) and writes its run directory.
 fn one_point(
     cfg: &EngineConfig,
@@ -210,10 +266,7 @@ fn one_point(
     let plan = outcome::plan(load);
     let plan_load = PlanLoad {
         trace,
-        fleet: tokenscope_sim::router::Fleet {
-            replicas: args.replicas,
-            router: args.router,
-        },
+        fleet: fleet(cfg, args)?,
         ..plan_load(load, args.network_delay)
     };
     let started_at = outcome::now_rfc3339();
@@ -277,7 +330,14 @@ fn one_point(
         simulated: Some(deployment_json(cfg, plan_load.fleet, &summary)),
         telemetry: None,
     };
-    let results = outcome::assemble(figures.finish(), facts);
+    let mut results = outcome::assemble(figures.finish(), facts);
+    if let (Some(a), Some(c)) = (&summary.autoscale, results.efficiency.cost.as_mut()) {
+        pay_replica_seconds(
+            c,
+            a.replica_seconds * cfg.tp as f64,
+            results.window.duration_s,
+        );
+    }
     outcome::write_results(dir, &results)?;
     crate::report::write_html_of(dir, results.clone(), figures, true);
     Ok(results)
@@ -287,7 +347,14 @@ pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
     outcome::check_output(&args.output)?;
     outcome::load_workload_files(&mut args.load, args.output.quiet || args.output.json)?;
     let mut cfg = engine_config(&args.engine)?;
-    outcome::price_known_gpu(&mut args.output, &cfg.gpu.name, cfg.tp);
+    // A fixed fleet's GPUs are all its replicas'; an autoscaled one is paid
+    // by its GPU-seconds (pay_replica_seconds), per replica here.
+    let per_fleet = if args.autoscale.is_some() {
+        1
+    } else {
+        args.replicas.0
+    };
+    outcome::price_known_gpu(&mut args.output, &cfg.gpu.name, cfg.tp * per_fleet);
     if let Some(p) = &args.profile {
         cfg.efficiency = read_profile(p)?.efficiency;
     }

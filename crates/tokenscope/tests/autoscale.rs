@@ -130,3 +130,159 @@ fn without_an_slo_there_is_no_threshold_and_no_autoscaler_settings() {
     assert!(sweep_doc(&plan)["analysis"]["scaling"].is_null());
     assert!(!plan.join("keda.yaml").exists());
 }
+
+/// A Mooncake-style trace: 2 requests/s for 60 s, 20/s until 180 s, 2/s until 300 s.
+fn rate_step() -> std::path::PathBuf {
+    let mut lines = String::new();
+    let (mut t, mut seed) = (0.0f64, 7u64);
+    while t < 300.0 {
+        let rate = if (60.0..180.0).contains(&t) {
+            20.0
+        } else {
+            2.0
+        };
+        // Exponential gaps from a small LCG: the same trace every run.
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let u = ((seed >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        t += -u.ln() / rate;
+        lines.push_str(&format!(
+            "{{\"timestamp\": {:.3}, \"input_length\": 512, \"output_length\": 128}}\n",
+            t * 1e3
+        ));
+    }
+    write_file("rate-step.jsonl", &lines)
+}
+
+fn autoscaled(name: &str, trace: &Path, policy: &str) -> (Value, Vec<Value>, Vec<Value>) {
+    let out = run_dir(name);
+    let o = tokenscope()
+        .args([
+            "sim",
+            "plan",
+            "--model",
+            "llama-3.1-8b",
+            "--gpu",
+            "l40s",
+            "--dataset",
+        ])
+        .arg(trace)
+        .args([
+            "--replay-trace",
+            "--replicas",
+            "1..6",
+            "--router",
+            "least-outstanding",
+        ])
+        .args(["--autoscale", policy, "--quiet", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let series = std::fs::read_to_string(out.join("timeseries.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (results(&out), records(&out), series)
+}
+
+/// TTFT p99 (ms) of the requests sent during the step.
+fn step_ttft_p99(recs: &[Value]) -> f64 {
+    let mut t: Vec<f64> = recs
+        .iter()
+        .filter(|r| (60e6..180e6).contains(&r["sent_at_us"].as_f64().unwrap()))
+        .map(|r| {
+            (r["first_token_at_us"].as_f64().unwrap() - r["sent_at_us"].as_f64().unwrap()) / 1e3
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[(t.len() * 99 / 100).min(t.len() - 1)]
+}
+
+#[test]
+fn a_rate_step_is_served_later_with_a_slower_autoscaler_and_replicas_follow_the_policy() {
+    let trace = rate_step();
+    let policy =
+        |delay: &str| format!("metric=in-server,target=16,delay={delay},interval=10s,cooldown=30s");
+    let (fast, fast_recs, series) = autoscaled("autoscale-10s", &trace, &policy("10s"));
+    let (slow, slow_recs, _) = autoscaled("autoscale-60s", &trace, &policy("60s"));
+    let (a, b) = (step_ttft_p99(&fast_recs), step_ttft_p99(&slow_recs));
+    assert!(
+        b > a * 1.5,
+        "TTFT p99 in the step: delay 60 s {b} ms vs 10 s {a} ms"
+    );
+
+    let scaling = |r: &Value| r["simulated"]["engine_summary"]["autoscale"].clone();
+    let s = scaling(&fast);
+    let startup = stat(&s, "startup_s");
+    let events = s["events"].as_array().unwrap().clone();
+    let up = &events[0];
+    // Up only after the step (at 60 s) and the 10 s delay, from the minimum, within the maximum.
+    assert!(stat(up, "t_s") >= 70.0 && stat(up, "t_s") <= 100.0, "{up}");
+    assert_eq!(
+        (up["from"].as_u64(), up["to"].as_u64().unwrap() <= 6),
+        (Some(1), true)
+    );
+    // The new replicas serve after their start-up, not before.
+    let serving = |t: f64| {
+        series
+            .iter()
+            .find(|x| x["t_s"].as_f64().unwrap() >= t)
+            .map(|x| x["replicas"].as_u64().unwrap())
+            .unwrap()
+    };
+    assert_eq!(
+        serving(stat(up, "t_s") + startup - 2.0),
+        1,
+        "still starting"
+    );
+    assert_eq!(
+        serving(stat(up, "t_s") + startup + 2.0),
+        up["to"].as_u64().unwrap()
+    );
+    assert!(series.iter().all(|x| x["replicas"].as_u64().unwrap() <= 6));
+    // After the step the fleet shrinks, one replica per cooldown, never below 1.
+    let downs: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["to"].as_u64() < e["from"].as_u64())
+        .collect();
+    assert!(!downs.is_empty(), "{events:?}");
+    assert!(downs
+        .iter()
+        .all(|e| stat(e, "t_s") > 180.0 && e["to"].as_u64().unwrap() >= 1));
+    // Paid for by replica-seconds: more than one replica's whole plan, less than six.
+    let window = stat(&fast, "window.duration_s");
+    let paid = stat(&s, "replica_seconds");
+    assert!(
+        paid > window && paid < 6.0 * window,
+        "{paid} replica-seconds over {window} s"
+    );
+    // The slower policy's replicas came later, so it paid for fewer of them.
+    assert!(stat(&scaling(&slow), "replica_seconds") < paid);
+}
+
+#[test]
+fn autoscale_flags_refuse_what_cannot_run() {
+    for (args, why) in [
+        (&["--replicas", "1..4"][..], "is a range for --autoscale"),
+        (
+            &["--replicas", "4..2", "--autoscale", "target=8"][..],
+            "a range (1..8)",
+        ),
+        (
+            &["--replicas", "1..4", "--autoscale", "metric=gpu,target=1"][..],
+            "running, waiting or in-server",
+        ),
+    ] {
+        let o = tokenscope()
+            .args(["sim", "plan", "--requests", "10", "--quiet"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(why), "{args:?}: {err}");
+    }
+}
