@@ -306,6 +306,34 @@ fn client_series(run: &Run) -> (Points, Points) {
     )
 }
 
+/// TTFT p50 and p99 (ms) of the measured requests, by when they were sent,
+/// in up to 60 windows of the run: how latency moved through it (a rate
+/// step, a replica coming up). Read from `requests.jsonl` a line at a time.
+fn ttft_by_send_time(run: &Run) -> (Points, Points) {
+    const WINDOWS: usize = 60;
+    let end_s = run.results.window.end_s.max(1e-3);
+    let width_s = (end_s / WINDOWS as f64).max(1.0);
+    let mut windows: Vec<tokenscope_core::stats::Distribution> =
+        (0..WINDOWS).map(|_| Default::default()).collect();
+    let read = crate::run_dir::for_each_record(&run.dir, |r| {
+        if let (false, Some(ttft)) = (r.warmup, r.ttft_us()) {
+            let i = (r.sent_at_us as f64 / 1e6 / width_s) as usize;
+            windows[i.min(WINDOWS - 1)].record_us(ttft);
+        }
+    });
+    if read.is_err() {
+        return (Vec::new(), Vec::new());
+    }
+    let at = |q: f64| -> Points {
+        windows
+            .iter()
+            .enumerate()
+            .filter_map(|(i, d)| Some(((i as f64 + 0.5) * width_s, d.quantile(q)? / 1e3)))
+            .collect()
+    };
+    (at(0.5), at(0.99))
+}
+
 /// A column of `timeseries.jsonl` as (t, value × scale).
 fn column(run: &Run, key: &str, scale: f64) -> Vec<(f64, f64)> {
     run.timeseries
@@ -518,6 +546,27 @@ pub fn run_page(run: &Run) -> String {
             &[],
         ),
         "no requests",
+    );
+    // An autoscaled plan: the replicas serving, and TTFT through the changes.
+    let replicas = column(run, "replicas", 1.0);
+    if replicas.iter().any(|&(_, n)| n != replicas[0].1) {
+        let series = nonempty(vec![("replicas serving".into(), replicas)]);
+        chart(
+            &mut out,
+            charts::xy(&time_axes("Replicas serving", "replicas"), &series, &[]),
+            "no replicas",
+        );
+    }
+    let (p50, p99) = ttft_by_send_time(run);
+    let ttft = nonempty(vec![("TTFT p50".into(), p50), ("TTFT p99".into(), p99)]);
+    chart(
+        &mut out,
+        charts::xy(
+            &time_axes("TTFT by when the request was sent", "ms"),
+            &ttft,
+            &[],
+        ),
+        "no TTFT (no streamed answers)",
     );
     let tps = nonempty(vec![
         ("received (client)".into(), tokens),

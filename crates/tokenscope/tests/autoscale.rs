@@ -180,6 +180,11 @@ fn autoscaled(name: &str, trace: &Path, policy: &str) -> (Value, Vec<Value>, Vec
         .output()
         .unwrap();
     assert_ok(&o);
+    // The report draws the replicas and TTFT through the changes.
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        page.contains("Replicas serving") && page.contains("TTFT by when the request was sent")
+    );
     let series = std::fs::read_to_string(out.join("timeseries.jsonl"))
         .unwrap()
         .lines()
