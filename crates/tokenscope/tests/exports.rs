@@ -21,19 +21,14 @@ fn export(dir: &Path, format: &str, file: &str) -> Value {
 fn a_run_in_vllm_aiperf_and_guidellm_dialects() {
     let server = Server::start(exact(100, 20));
     let out = run_dir("exports");
-    let load = [
-        "--model",
-        "tokenscope-exact",
-        "--api",
-        "openai-chat",
-        "--no-metrics",
+    let load = exact_chat(&[
         "--concurrency",
         "4",
         "--requests",
         "24",
         "--output-tokens",
         "11",
-    ];
+    ]);
     assert_ok(&bench(&server.url, &out, &load));
     let r = results(&out);
     let ttft50 = stat(&r, "latency.ttft_ms.p50");

@@ -74,12 +74,7 @@ fn close(a: f64, b: f64) -> bool {
 #[test]
 fn four_shards_against_the_exact_server_merge_to_the_pooled_truth() {
     let server = Server::start(exact(100, 20));
-    let load = [
-        "--model",
-        "tokenscope-exact",
-        "--api",
-        "openai-chat",
-        "--no-metrics",
+    let load = exact_chat(&[
         "--concurrency",
         "8",
         "--requests",
@@ -88,7 +83,7 @@ fn four_shards_against_the_exact_server_merge_to_the_pooled_truth() {
         "16",
         "--input-tokens",
         "16",
-    ];
+    ]);
     let shards = run_shards("exact4", &server.url, 4, &load);
     // The parts are exact: 8 streams as 2 each, 42 requests as 11, 11, 10, 10.
     let parts: Vec<Value> = shards.iter().map(|d| results(d)).collect();
@@ -243,19 +238,14 @@ fn four_shards_against_the_engine_merge_and_only_shard_0_reads_the_metrics() {
 #[test]
 fn merge_refuses_shards_that_are_not_one_whole_run() {
     let server = Server::start(exact(5, 1));
-    let load = [
-        "--model",
-        "tokenscope-exact",
-        "--api",
-        "openai-chat",
-        "--no-metrics",
+    let load = exact_chat(&[
         "--concurrency",
         "2",
         "--requests",
         "4",
         "--output-tokens",
         "4",
-    ];
+    ]);
     let shards = run_shards("refuse", &server.url, 2, &load);
     let refused = |dirs: &[PathBuf], why: &str| {
         let o = merge(dirs, &run_dir("refuse-merged"));

@@ -47,6 +47,24 @@ impl Drop for Server {
     }
 }
 
+/// `bench` flags for the exact server: its model, the chat API, no metrics (it has none).
+pub const EXACT_CHAT: [&str; 5] = [
+    "--model",
+    "tokenscope-exact",
+    "--api",
+    "openai-chat",
+    "--no-metrics",
+];
+
+/// The exact server's flags followed by `rest`.
+pub fn exact_chat<'a>(rest: &[&'a str]) -> Vec<&'a str> {
+    EXACT_CHAT
+        .iter()
+        .copied()
+        .chain(rest.iter().copied())
+        .collect()
+}
+
 pub fn exact(ttft_ms: u64, itl_ms: u64) -> ExactConfig {
     ExactConfig {
         ttft: Duration::from_millis(ttft_ms),
