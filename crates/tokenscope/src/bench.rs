@@ -390,12 +390,15 @@ pub(crate) async fn bench(
         .connect_timeout(Duration::from_secs(10))
         // A redirect is reported, not followed (a POST would become a GET).
         .redirect(reqwest::redirect::Policy::none())
+        // Direct, as the measured requests go: a proxy's latency would be
+        // measured as the server's.
+        .no_proxy()
         .build()
         .context("building the HTTP client")?;
 
     let probe_err = |e: ProbeError| match e {
         ProbeError::Unreachable { .. } => {
-            anyhow::Error::new(Exit::Unreachable).context(e.to_string())
+            anyhow::Error::new(Exit::Unreachable).context(format!("{e}{}", proxy_note()))
         }
         ProbeError::Refused(_) => anyhow::Error::new(Exit::Unreachable).context(e.to_string()),
     };
@@ -688,6 +691,16 @@ pub(crate) async fn bench(
     let quiet = args.output.quiet || args.output.json;
     crate::report::write_html_of(&out_dir, results.clone(), figures, quiet);
     Ok((results, out_dir))
+}
+
+/// Said when the server cannot be reached and a proxy is configured:
+/// tokenscope connects directly (a proxy would be measured as the server).
+fn proxy_note() -> String {
+    ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"]
+        .iter()
+        .find(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
+        .map(|v| format!(" ({v} is set, but tokenscope connects directly: a proxy's latency would be measured as the server's; run it where the server is reachable)"))
+        .unwrap_or_default()
 }
 
 /// The settings a run records: its load (this shard's part, for a shard)

@@ -440,3 +440,34 @@ fn api_key_is_sent_but_never_written() {
     assert!(!everything.contains(secret));
     assert!(!everything.contains("also-secret-777"));
 }
+
+/// The measured requests, and the probes, go direct: with a proxy set in the
+/// environment an unreachable server's error says it was not used, and why.
+#[test]
+fn a_proxy_in_the_environment_is_not_used_and_the_error_says_so() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let o = tokenscope()
+        .env("HTTPS_PROXY", "http://proxy.example:3128")
+        .args([
+            "bench",
+            "--url",
+            &format!("http://127.0.0.1:{port}"),
+            "--model",
+            "m",
+            "--requests",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("HTTPS_PROXY is set, but tokenscope connects directly"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
