@@ -286,7 +286,8 @@ impl Client {
     }
 
     /// Connections now idle.
-    pub fn idle(&self) -> usize {
+    #[cfg(test)]
+    fn idle(&self) -> usize {
         self.idle.lock().map(|i| i.len()).unwrap_or(0)
     }
 }

@@ -693,10 +693,11 @@ fn scaling_lines(out: &mut String, s: &tokenscope_core::autoscale::Scaling) {
             out,
             "  requests in the server (running + waiting) {}{}",
             range(r),
-            s.metric
-                .as_ref()
-                .map(|m| format!(" on `{m}` (keda.yaml, hpa.yaml)"))
-                .unwrap_or_default()
+            match (&s.metric, &s.waiting_metric) {
+                (Some(m), Some(w)) => format!(" on `{m}` + `{w}` (keda.yaml, hpa.yaml)"),
+                (Some(m), None) => format!(" on `{m}` (keda.yaml, hpa.yaml)"),
+                _ => String::new(),
+            }
         );
     }
     _ = writeln!(out, "  rule: {}", s.rests_on);

@@ -50,9 +50,9 @@ pub fn run(args: MergeArgs) -> anyhow::Result<Exit> {
                 .into(),
         )),
     }
-    let mut parts = read_parts(&args.shards)?;
+    let parts = read_parts(&args.shards)?;
     outcome::claim_out_dir(&args.out, args.force)?;
-    let results = merge_into(&mut parts, &args.out)?;
+    let results = merge_into(&parts, &args.out)?;
     if !args.quiet {
         outcome::to_stdout(&tokenscope_report::terminal::summary(&results));
         outcome::to_stdout(&format!(
@@ -77,7 +77,7 @@ fn read_parts(dirs: &[PathBuf]) -> anyhow::Result<Vec<Part>> {
 }
 
 /// Merges checked shards into the run directory `out` and writes its results.
-fn merge_into(parts: &mut [Part], out: &Path) -> anyhow::Result<RunResults> {
+fn merge_into(parts: &[Part], out: &Path) -> anyhow::Result<RunResults> {
     std::fs::create_dir_all(out)
         .with_context(|| format!("creating the run directory {}", out.display()))?;
     let results = merge(parts, out)?;
@@ -116,9 +116,9 @@ fn merge_sweeps(args: &MergeArgs) -> anyhow::Result<Exit> {
     let mut whole = serde_json::Value::Null;
     for name in &first {
         let dirs: Vec<PathBuf> = args.shards.iter().map(|d| d.join(name)).collect();
-        let mut parts = read_parts(&dirs)?;
+        let parts = read_parts(&dirs)?;
         whole = parts[0].shard.whole.clone();
-        merge_into(&mut parts, &args.out.join(name))?;
+        merge_into(&parts, &args.out.join(name))?;
     }
     let mut defaults = <SeriesDefaults as clap::Parser>::try_parse_from(["merge"])?;
     defaults.output.slo = serde_json::from_value(whole["slo"].clone()).unwrap_or(None);

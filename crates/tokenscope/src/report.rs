@@ -171,14 +171,12 @@ pub fn run(args: ReportArgs) -> anyhow::Result<Exit> {
 /// A run in a peer tool's JSON dialect, under that tool's own file name.
 fn write_dialect(args: &ReportArgs, run: &Run) -> anyhow::Result<PathBuf> {
     use tokenscope_report::dialects::{aiperf, guidellm, vllm, PerRequest};
-    let per = PerRequest::read(&run.dir).map_err(|e| Exit::usage(e.to_string()))?;
+    // vLLM's and GuideLLM's dialects hold figures per request; AIPerf's only summaries.
+    let per = || PerRequest::read(&run.dir).map_err(|e| Exit::usage(e.to_string()));
     let (name, doc) = match args.format {
-        ReportFormat::Vllm => ("vllm-result.json", vllm::export(&run.results, &per)),
-        ReportFormat::Aiperf => (
-            "profile_export_aiperf.json",
-            aiperf::export(&run.results, &per),
-        ),
-        _ => ("benchmarks.json", guidellm::export(&run.results, &per)),
+        ReportFormat::Vllm => ("vllm-result.json", vllm::export(&run.results, &per()?)),
+        ReportFormat::Aiperf => ("profile_export_aiperf.json", aiperf::export(&run.results)),
+        _ => ("benchmarks.json", guidellm::export(&run.results, &per()?)),
     };
     write(
         out(args, name),

@@ -139,11 +139,7 @@ fn ctrl_c_cancels_in_flight_requests_and_keeps_every_finished_one() {
 
 #[test]
 fn unreachable_target_exits_3_with_one_line() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let out = run_dir("unreachable");
     let o = bench(
         &format!("http://127.0.0.1:{port}"),
@@ -445,11 +441,7 @@ fn api_key_is_sent_but_never_written() {
 /// environment an unreachable server's error says it was not used, and why.
 #[test]
 fn a_proxy_in_the_environment_is_not_used_and_the_error_says_so() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let o = tokenscope()
         .env("HTTPS_PROXY", "http://proxy.example:3128")
         .args([

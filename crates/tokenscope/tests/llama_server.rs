@@ -40,11 +40,7 @@ impl Llama {
 
     fn start_with(model_var: &str, parallel: u32, threads: u32, extra: &[&str]) -> Llama {
         let guard = serial();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let log =
             std::fs::File::create(run_dir(&format!("llama-{port}.log")).with_extension("txt"))
                 .unwrap();
@@ -753,11 +749,7 @@ fn a_dataset_is_sent_to_llama_as_written() {
 #[test]
 fn cold_start_times_llama_to_ready_and_stops_it() {
     let _guard = serial();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let command = format!(
         "{} -m {} --alias random-llama --host 127.0.0.1 --port {port} --parallel 2 -c 4096 --threads 1 --threads-batch 1 --metrics",
         fixture("LLAMA_SERVER"),

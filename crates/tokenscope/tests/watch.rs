@@ -63,11 +63,7 @@ fn without_a_terminal_it_prints_one_line_per_sample_until_its_duration() {
 
 #[test]
 fn an_unreachable_server_is_exit_3_with_one_line() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let o = tokenscope()
         .args([
             "watch",

@@ -6,12 +6,11 @@
 //! token-split ITL. The percentiles tokenscope does not keep (p1, p5, p10,
 //! p25, p75) are left out, as AIPerf leaves out unset fields.
 
-use super::PerRequest;
 use serde_json::{json, Value};
 use tokenscope_core::results::RunResults;
 use tokenscope_core::stats::Summary;
 
-pub fn export(r: &RunResults, per: &PerRequest) -> Value {
+pub fn export(r: &RunResults) -> Value {
     let l = &r.latency;
     let dist = |unit: &str, s: Option<&Summary>| match s {
         None => Value::Null,
@@ -21,15 +20,13 @@ pub fn export(r: &RunResults, per: &PerRequest) -> Value {
         }),
     };
     let scalar = |unit: &str, v: f64| json!({"unit": unit, "avg": v});
-    let out_len = per.output_tokens_dist.summary(1.0);
-    let in_len = per.input_tokens_dist.summary(1.0);
     let mut out = json!({
         "time_to_first_token": dist("ms", l.ttft_ms.as_ref()),
         "inter_token_latency": dist("ms", l.tpot_ms.as_ref()),
         "inter_chunk_latency": dist("ms", l.icl_ms.as_ref()),
         "request_latency": dist("ms", l.e2e_ms.as_ref()),
-        "output_sequence_length": dist("tokens", out_len.as_ref()),
-        "input_sequence_length": dist("tokens", in_len.as_ref()),
+        "output_sequence_length": dist("tokens", r.workload.output_tokens_delivered.as_ref()),
+        "input_sequence_length": dist("tokens", super::input_lengths(r)),
         "output_token_throughput_per_user": dist("tokens/sec/user", r.throughput.per_user_output_tokens_per_s.as_ref()),
         "output_token_throughput": scalar("tokens/sec", r.throughput.output_tokens_per_s),
         "total_token_throughput": scalar("tokens/sec", r.throughput.total_tokens_per_s),

@@ -7,6 +7,7 @@ pub mod aiperf;
 pub mod guidellm;
 pub mod vllm;
 
+use tokenscope_core::results::RunResults;
 use tokenscope_core::stats::{Distribution, Summary};
 
 /// Per-request figures the summary does not hold, read once from
@@ -20,8 +21,6 @@ pub struct PerRequest {
     pub errors: Vec<String>,
     /// E2E ÷ output tokens, ms: GuideLLM's time per output token (the first token included).
     pub e2e_per_token_ms: Distribution,
-    pub input_tokens_dist: Distribution,
-    pub output_tokens_dist: Distribution,
 }
 
 impl PerRequest {
@@ -41,8 +40,6 @@ impl PerRequest {
             let input = r.input_tokens.unwrap_or(0);
             p.input_tokens.push(input);
             p.output_tokens.push(r.output_tokens);
-            p.input_tokens_dist.record(input as f64);
-            p.output_tokens_dist.record(r.output_tokens as f64);
             if r.output_tokens > 0 {
                 let e2e_ms = r.done_at_us.saturating_sub(r.sent_at_us) as f64 / 1e3;
                 p.e2e_per_token_ms.record(e2e_ms / r.output_tokens as f64);
@@ -50,6 +47,15 @@ impl PerRequest {
         })?;
         Ok(p)
     }
+}
+
+/// Prompt lengths as the server counted them (the workload's fidelity
+/// figures), else as the client built them.
+pub(crate) fn input_lengths(r: &RunResults) -> Option<&Summary> {
+    let w = &r.workload;
+    w.input_tokens_served
+        .as_ref()
+        .or(w.input_tokens_asked.as_ref())
 }
 
 /// A summary's value at a stat, or `null`.

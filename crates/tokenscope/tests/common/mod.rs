@@ -73,6 +73,15 @@ pub fn exact(ttft_ms: u64, itl_ms: u64) -> ExactConfig {
     }
 }
 
+/// A port on 127.0.0.1 that nothing listens on (bound once, then let go).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A file of `text` beside the run directories (a dataset, a trace).
 pub fn write_file(name: &str, text: &str) -> PathBuf {
     let path = run_dir(name).with_extension("data");
