@@ -2,6 +2,8 @@
 # The test command (README, .ci/run): installs what the tests need, then runs them all.
 #  - the llama.cpp fixture: llama-server built from source and generated models,
 #    cached under ~/.cache/tokenscope (scripts/llama-fixture.sh);
+#  - a PostgreSQL server from Debian's packages for the history tests, on
+#    127.0.0.1, in a temporary directory, stopped after (scripts/postgres-fixture.sh);
 #  - Debian's chromium (the HTML report is checked in headless Chromium) and
 #    tmux (the live dashboard is checked in a tmux pane), when missing;
 #  - the Rust workspace's tests, in release mode (timing tests need optimised code).
@@ -25,5 +27,12 @@ while IFS='=' read -r key value; do
   [ -n "$key" ] && export "$key=$value"
 done <<< "$fixture"
 echo "llama.cpp fixture: $LLAMA_SERVER" >&2
+
+# A PostgreSQL server for the history tests, stopped however the tests end.
+pg="$(scripts/postgres-fixture.sh start)"
+while IFS='=' read -r key value; do
+  [ -n "$key" ] && export "$key=$value"
+done <<< "$pg"
+trap 'scripts/postgres-fixture.sh stop "$TOKENSCOPE_TEST_POSTGRES_DIR"' EXIT
 
 cargo test --release --workspace --no-fail-fast "$@"

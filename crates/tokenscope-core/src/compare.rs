@@ -58,6 +58,13 @@ pub const MIN_TAIL_SAMPLES: f64 = 10.0;
 /// Why a statistic of `n` values cannot be judged, if it cannot.
 fn too_few(of: Of, n: usize) -> Option<String> {
     let Of::Quantile(q) = of else { return None };
+    tail_too_few(q, n)
+}
+
+/// Why the `q` quantile (0–1) of `n` requests cannot be judged, if it
+/// cannot: fewer than [`MIN_TAIL_SAMPLES`] of them lie beyond it. The
+/// history's change points use the same rule.
+pub fn tail_too_few(q: f64, n: usize) -> Option<String> {
     let needed = (MIN_TAIL_SAMPLES / (1.0 - q)).ceil() as usize;
     (q > 0.5 && n < needed).then(|| {
         format!(

@@ -348,6 +348,10 @@ pub struct Efficiency {
 pub struct Server {
     /// Detected server kind (`None` = not detected).
     pub kind: Option<String>,
+    /// The server's own version, where it tells one (vLLM's and SGLang's
+    /// `version`, TGI's `/info`, llama.cpp's `/props` build).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
     /// Summaries of the server's own metrics (`None` = not scraped).
     pub metrics: Option<serde_json::Value>,
 }

@@ -148,3 +148,38 @@ fn describe(e: &reqwest::Error) -> String {
     }
     msg
 }
+
+/// The server's own version, where it tells one: vLLM's `/version`, TGI's
+/// `/info`, SGLang's `/get_server_info`, llama.cpp's `/props` (its build).
+/// Each is asked briefly and in turn; a server that answers none has no
+/// version (never an error: the run does not depend on it).
+pub async fn server_version(
+    client: &reqwest::Client,
+    base: &str,
+    headers: &HeaderMap,
+) -> Option<String> {
+    const ASKED: [(&str, &str); 4] = [
+        ("/version", "version"),
+        ("/info", "version"),
+        ("/get_server_info", "version"),
+        ("/props", "build_info"),
+    ];
+    for (path, field) in ASKED {
+        let answer = client
+            .get(format!("{base}{path}"))
+            .headers(headers.clone())
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await;
+        let Ok(resp) = answer else { return None }; // gone or unreachable: ask no more
+        if !resp.status().is_success() {
+            continue;
+        }
+        if let Ok(body) = resp.json::<Value>().await {
+            if let Some(v) = body[field].as_str().filter(|v| !v.is_empty()) {
+                return Some(v.chars().take(100).collect());
+            }
+        }
+    }
+    None
+}

@@ -34,7 +34,7 @@ th{background:#f6f8fa}td:first-child,th:first-child{text-align:left}
 .verdict.good{border-color:#1a7f37;background:#dafbe1}.verdict.bad{border-color:#cf222e;background:#ffebe9}
 .verdict.unknown{border-color:#9a6700;background:#fff8c5}.verdict ul{margin:4px 0;font-size:13px}";
 
-fn page(title: &str, body: &str) -> String {
+pub fn page(title: &str, body: &str) -> String {
     format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\

@@ -190,6 +190,7 @@ impl EngineServer {
             .route("/v1/completions", post(completions))
             .route("/v1/models", get(models))
             .route("/health", get(health))
+            .route("/version", get(version))
             .route("/metrics", get(metrics_text))
             .with_state(shared);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -346,6 +347,11 @@ async fn run_engine(
         m.prefix_queries = engine.scheduler.kv.queries;
         m.prefix_hits = engine.scheduler.kv.hits;
     }
+}
+
+/// vLLM's `/version`: what the server is, for the results history.
+async fn version() -> Response {
+    Json(json!({"version": concat!("tokenscope-sim ", env!("CARGO_PKG_VERSION"))})).into_response()
 }
 
 async fn health(State(s): State<Arc<Shared>>) -> Response {

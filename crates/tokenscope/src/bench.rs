@@ -22,6 +22,7 @@ use tokenscope_load::cpu::thread_cpu;
 use tokenscope_load::http1;
 use tokenscope_load::loop_delay;
 use tokenscope_load::openai::Api;
+use tokenscope_history::Kind;
 use tokenscope_load::probe::{self, ProbeError};
 use tokenscope_load::recorder::Recorder;
 use tokenscope_load::request::Target;
@@ -78,6 +79,8 @@ pub fn run(mut args: BenchArgs) -> anyhow::Result<Exit> {
     with_runtime(&setup, |url, builtin, threads| async move {
         let (results, dir) = bench(args.clone(), url, builtin, threads).await?;
         outcome::print(&results, &args.output, &dir)?;
+        let history = &args.output.history;
+        crate::history::record_run(Kind::Bench, &results, &dir, history, args.output.json);
         Ok(outcome::exit_code(&results))
     })
 }
@@ -636,6 +639,7 @@ pub(crate) async fn bench(
     let cpu = thread_cpu(CLIENT_THREADS);
 
     let config = run_config(&args, &args.load);
+    let version = probe::server_version(&client, &base, &headers).await;
     let facts = RunFacts {
         started_at,
         partial: interrupted.load(Ordering::SeqCst),
@@ -646,7 +650,10 @@ pub(crate) async fn bench(
             builtin,
         },
         config,
-        server: Server::default(),
+        server: Server {
+            version,
+            ..Server::default()
+        },
         kv_cache: None,
         client_cpu: cpu.map(|(d, _)| (d.as_secs_f64(), threads, client_wall_s)),
         client: ClientUsage {

@@ -41,6 +41,25 @@ pub struct MergeArgs {
     /// Print nothing but errors.
     #[arg(long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub history: HistoryArgs,
+}
+
+/// Where a finished run is recorded (the results history).
+#[derive(Args, Debug, Clone, Default)]
+pub struct HistoryArgs {
+    /// The results history: a SQLite file, or postgres://user:pass@host/db for a
+    /// team's shared database (default: ~/.local/share/tokenscope/history.db).
+    /// Never stored in config.toml; the password is never printed
+    #[arg(long, value_name = "PATH|URL", env = "TOKENSCOPE_DB", hide_env_values = true)]
+    pub db: Option<String>,
+    /// Do not record this run in the results history.
+    #[arg(long)]
+    pub no_history: bool,
+    /// A label for the run in the history, repeatable (`--tag nightly --tag vllm-0.8`);
+    /// `tokenscope history list --tag nightly` finds it.
+    #[arg(long, value_name = "TAG")]
+    pub tag: Vec<String>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -93,6 +112,20 @@ The merged directory reads like any run (report, compare): its percentiles come\
 from every shard's requests pooled, its time on the earliest shard's clock. It\n\
 refuses shards of different runs, settings or start instants, and says why.")]
     Merge(MergeArgs),
+    /// The results history: every run recorded, listed, trended, its change points flagged.
+    #[command(after_help = "Examples:\n  \
+tokenscope history list --model llama --since 2026-11-01\n  \
+tokenscope history trend tpot_p50 --config 3f2a9c   # one configuration's TPOT over time\n  \
+tokenscope history trend ttft_p99 --run 42 --html trend.html\n  \
+tokenscope history changes --tag nightly            # runs that broke from their history\n  \
+tokenscope history import runs/*                    # record existing run directories\n  \
+tokenscope history export --format csv > history.csv\n  \
+tokenscope --db postgres://ci@db.internal/perf history list   # a team's shared history\n\n\
+Every bench, sweep, sim plan and merge records its run (--no-history not to), in\n\
+~/.local/share/tokenscope/history.db unless --db or TOKENSCOPE_DB says otherwise.\n\
+A run is a change point when a figure lies > 4 robust SDs from the median of its\n\
+configuration's previous 10 runs and > 2 % from it (docs/history.md).")]
+    History(HistoryCommand),
     /// Built-in servers.
     #[command(subcommand)]
     Sim(SimCommand),
@@ -162,10 +195,13 @@ pub struct WatchArgs {
 
 #[derive(Args, Debug)]
 pub struct CompareArgs {
-    /// The baseline run directory.
+    /// The baseline: a run directory, or a run's id in the history (`42` or `#42`).
     pub a: PathBuf,
-    /// The run compared with it.
+    /// The run compared with it (a directory or a history id).
     pub b: PathBuf,
+    /// The history the ids are looked up in (default as for bench).
+    #[arg(long, value_name = "PATH|URL", env = "TOKENSCOPE_DB", hide_env_values = true)]
+    pub db: Option<String>,
     /// Exit 6 when a metric got significantly worse by at least this much (e.g. 5%).
     #[arg(long, value_parser = percent, value_name = "PCT")]
     pub fail_on_regression: Option<f64>,
@@ -242,6 +278,10 @@ impl ReportArgs {
             json: false,
             quiet: true,
             config: None,
+            history: HistoryArgs {
+                no_history: true,
+                ..HistoryArgs::default()
+            },
         }
     }
 }
@@ -865,6 +905,8 @@ pub struct OutputArgs {
     /// config.toml: `--config RUN/config.toml` repeats the run.
     #[arg(long, value_name = "FILE.toml")]
     pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub history: HistoryArgs,
 }
 
 /// Fault injection for the built-in servers.
@@ -945,4 +987,129 @@ pub struct ExactArgs {
     /// Server worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+}
+
+/// `tokenscope history`.
+#[derive(Args, Debug)]
+pub struct HistoryCommand {
+    /// The results history: a SQLite file or a postgres:// URL
+    /// (default: ~/.local/share/tokenscope/history.db).
+    #[arg(long, value_name = "PATH|URL", env = "TOKENSCOPE_DB", hide_env_values = true, global = true)]
+    pub db: Option<String>,
+    #[command(subcommand)]
+    pub action: HistoryAction,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum HistoryAction {
+    /// The recorded runs, oldest first: id, start, kind, target, model, headline figures, run directory.
+    List(HistoryListArgs),
+    /// One configuration's figure over time, as a sparkline and a table (and an HTML page).
+    Trend(HistoryTrendArgs),
+    /// The runs that broke from their configuration's recent history, figure by figure.
+    Changes(HistoryChangesArgs),
+    /// Record existing run or sweep directories.
+    Import(HistoryImportArgs),
+    /// The history as CSV or JSON.
+    Export(HistoryExportArgs),
+}
+
+/// Which runs: every filter matches a part of the field, ignoring case.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RunFilterArgs {
+    /// Target URL (or built-in server) containing this.
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Model containing this.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Runs tagged exactly this.
+    #[arg(long)]
+    pub tag: Option<String>,
+    /// bench, sweep, sweep-point, plan or merge.
+    #[arg(long)]
+    pub kind: Option<String>,
+    /// Configuration key (or its first digits), as `list` shows it.
+    #[arg(long)]
+    pub config: Option<String>,
+    /// Started on or after (2026-11-01, or an RFC 3339 instant).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Started on or before (a date includes its whole day).
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Only the latest N runs matching.
+    #[arg(long, value_name = "N")]
+    pub last: Option<usize>,
+}
+
+#[derive(Args, Debug)]
+pub struct HistoryListArgs {
+    #[command(flatten)]
+    pub filter: RunFilterArgs,
+    /// Include the points of sweeps.
+    #[arg(long)]
+    pub points: bool,
+    /// The runs as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct HistoryTrendArgs {
+    /// The figure: ttft_p50, ttft_p99, tpot_p50, itl_p50, e2e_p99, output_tokens_per_s, …
+    pub metric: String,
+    /// The configuration of this run (else --config, or the filters' only configuration).
+    #[arg(long, value_name = "ID")]
+    pub run: Option<i64>,
+    #[command(flatten)]
+    pub filter: RunFilterArgs,
+    /// Also write an HTML page with this configuration's trend charts (every figure).
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// The trend as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct HistoryChangesArgs {
+    #[command(flatten)]
+    pub filter: RunFilterArgs,
+    /// Judge only these figures (repeatable; default: every figure).
+    #[arg(long)]
+    pub metric: Vec<String>,
+    /// The judgements as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct HistoryImportArgs {
+    /// Run or sweep directories (each with results.json or sweep.json).
+    #[arg(required = true, num_args = 1..)]
+    pub dirs: Vec<PathBuf>,
+    /// Tags for the imported runs, repeatable.
+    #[arg(long)]
+    pub tag: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct HistoryExportArgs {
+    #[command(flatten)]
+    pub filter: RunFilterArgs,
+    /// Include the points of sweeps.
+    #[arg(long)]
+    pub points: bool,
+    #[arg(long, value_enum, default_value = "csv")]
+    pub format: HistoryFormat,
+    /// Write here instead of stdout.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistoryFormat {
+    Csv,
+    Json,
 }

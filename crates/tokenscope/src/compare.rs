@@ -49,7 +49,16 @@ struct Pair {
     unlike: Vec<String>,
 }
 
-pub fn run(args: CompareArgs) -> anyhow::Result<Exit> {
+pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
+    // A run may be named by its id in the history (`42`, `#42`) where no
+    // directory of that name exists.
+    for side in [&mut args.a, &mut args.b] {
+        if !side.exists() {
+            if let Some(dir) = crate::history::run_dir_of(&side.to_string_lossy(), args.db.as_deref())? {
+                *side = dir;
+            }
+        }
+    }
     let settings = Settings {
         resamples: args.resamples as usize,
         confidence: args.confidence,

@@ -5,6 +5,7 @@ mod cli;
 mod cold_start;
 mod compare;
 mod exit;
+mod history;
 mod live;
 mod merge;
 mod outcome;
@@ -67,6 +68,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<Exit> {
         cli::Command::Watch(args) => watch::run(args),
         cli::Command::Selftest(args) => selftest::run(args),
         cli::Command::Merge(args) => merge::run(args),
+        cli::Command::History(args) => history::run(args),
         cli::Command::Sim(cli::SimCommand::Exact(args)) => serve::exact(args),
         cli::Command::Sim(cli::SimCommand::Serve(args)) => serve::engine(*args),
         cli::Command::Sim(cli::SimCommand::Plan(args)) => plan::run(*args),

@@ -15,6 +15,7 @@ use crate::exit::Exit;
 use crate::outcome::{self, RunFacts};
 use anyhow::Context;
 use std::collections::BTreeSet;
+use tokenscope_history::Kind;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use tokenscope_core::cost::GpuPrice;
@@ -63,6 +64,8 @@ pub fn run(args: MergeArgs) -> anyhow::Result<Exit> {
         ));
     }
     crate::report::write_html_after_run(&args.out, args.quiet);
+    let history = &args.history;
+    crate::history::record_run(Kind::Merge, &results, &args.out, history, args.quiet);
     Ok(outcome::exit_code(&results))
 }
 
@@ -125,6 +128,7 @@ fn merge_sweeps(args: &MergeArgs) -> anyhow::Result<Exit> {
     defaults.output.gpu_price = whole["gpu_price_usd_per_hour"].as_f64();
     defaults.output.gpus = whole["gpus"].as_u64().unwrap_or(1) as u32;
     defaults.output.quiet = args.quiet;
+    defaults.output.history = args.history.clone();
     let points = crate::sweep::read_series(&args.out)?;
     crate::sweep::finish_series(&args.out, points, &defaults.output, &defaults.series)
 }

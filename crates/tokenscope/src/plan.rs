@@ -8,6 +8,7 @@ use serde_json::json;
 use std::io::Write;
 use std::path::Path;
 use tokenscope_core::record::RequestRecord;
+use tokenscope_history::Kind;
 use tokenscope_core::results::{self, RunResults, Server};
 use tokenscope_core::stats::Distribution;
 use tokenscope_sim::calibrate::{CalibrationRun, Profile, Targets};
@@ -318,6 +319,7 @@ fn one_point(
         config: outcome::config_json(load, &plan, &args.output),
         server: Server {
             kind: Some("tokenscope-sim".into()),
+            version: Some(format!("tokenscope-sim {}", env!("CARGO_PKG_VERSION"))),
             metrics: Some(metrics),
         },
         kv_cache: Some(kv),
@@ -367,13 +369,11 @@ pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
     if let Some(run) = &args.replay {
         let replay = read_replay(run, &args.load)?;
         let results = one_point(&cfg, &args, &replay.load, Some(replay.trace), &dir)?;
-        outcome::print(&results, &args.output, &dir)?;
-        return Ok(outcome::exit_code(&results));
+        return finish_one(&results, &args, &dir);
     }
     let Some(sweep) = args.sweep.clone() else {
         let results = one_point(&cfg, &args, &args.load, None, &dir)?;
-        outcome::print(&results, &args.output, &dir)?;
-        return Ok(outcome::exit_code(&results));
+        return finish_one(&results, &args, &dir);
     };
     let levels: Vec<crate::sweep::Level> = match &sweep {
         Sweep::Concurrency(levels) => levels
@@ -400,6 +400,14 @@ pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
         });
     }
     crate::sweep::finish_series(&dir, points, &args.output, &args.series)
+}
+
+/// One simulated run: its summary, its record in the history, its exit code.
+fn finish_one(results: &RunResults, args: &PlanArgs, dir: &Path) -> anyhow::Result<Exit> {
+    outcome::print(results, &args.output, dir)?;
+    let history = &args.output.history;
+    crate::history::record_run(Kind::Plan, results, dir, history, args.output.json);
+    Ok(outcome::exit_code(results))
 }
 
 /// `tokenscope sim calibrate RUN_DIR`: fits the efficiency factors and writes a profile.

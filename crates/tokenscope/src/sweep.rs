@@ -501,6 +501,7 @@ pub fn finish_series(
             dir.display()
         ));
     }
+    crate::history::record_sweep(dir, &points, &analysis, &output.history, output.json);
     Ok(series_exit(&points, analysis.slo.as_ref()))
 }
 

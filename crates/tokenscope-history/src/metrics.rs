@@ -1,0 +1,143 @@
+//! The figures the history keeps of each run: the headline numbers a team
+//! follows over weeks, each with the number of samples it rests on.
+
+use tokenscope_core::results::RunResults;
+use tokenscope_core::stats::Summary;
+
+/// One figure of a run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Figure {
+    pub metric: String,
+    pub value: f64,
+    /// How many requests (or tokens, for ITL) it was computed over.
+    pub samples: Option<u64>,
+}
+
+/// A figure the history knows: its name, unit and which way is better.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Metric {
+    pub name: &'static str,
+    pub unit: &'static str,
+    pub higher_is_better: bool,
+    /// The quantile (0–1) it is, for the tail rule; `None` for means and rates.
+    pub quantile: Option<f64>,
+    pub about: &'static str,
+}
+
+const fn latency(name: &'static str, q: f64, about: &'static str) -> Metric {
+    Metric {
+        name,
+        unit: "ms",
+        higher_is_better: false,
+        quantile: Some(q),
+        about,
+    }
+}
+
+const fn rate(name: &'static str, unit: &'static str, about: &'static str) -> Metric {
+    Metric {
+        name,
+        unit,
+        higher_is_better: true,
+        quantile: None,
+        about,
+    }
+}
+
+/// Every figure recorded, in the order they are shown.
+pub const METRICS: [Metric; 14] = [
+    latency("ttft_p50", 0.5, "time to first token, median"),
+    latency("ttft_p90", 0.9, "time to first token, p90"),
+    latency("ttft_p99", 0.99, "time to first token, p99"),
+    latency("tpot_p50", 0.5, "time per output token, median"),
+    latency("tpot_p99", 0.99, "time per output token, p99"),
+    latency("itl_p50", 0.5, "inter-token latency, median"),
+    latency("itl_p99", 0.99, "inter-token latency, p99"),
+    latency("e2e_p50", 0.5, "end-to-end latency, median"),
+    latency("e2e_p99", 0.99, "end-to-end latency, p99"),
+    rate("output_tokens_per_s", "tok/s", "output tokens per second"),
+    rate("requests_per_s", "req/s", "completed requests per second"),
+    rate("goodput_requests_per_s", "req/s", "requests meeting every SLO per second"),
+    Metric {
+        name: "error_rate_pct",
+        unit: "%",
+        higher_is_better: false,
+        quantile: None,
+        about: "failed ÷ measured requests",
+    },
+    rate("slo_capacity_load", "load", "sweep: the heaviest load meeting --slo"),
+];
+
+/// The metric of this name.
+pub fn metric(name: &str) -> Option<&'static Metric> {
+    METRICS.iter().find(|m| m.name == name)
+}
+
+/// The names, for an error message.
+pub fn names() -> String {
+    METRICS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ")
+}
+
+/// The figures of one run's `results.json` (a sweep's own figure,
+/// `slo_capacity_load`, comes from its analysis instead).
+pub fn of_results(r: &RunResults) -> Vec<Figure> {
+    let mut out = Vec::new();
+    let mut quantiles = |prefix: &str, s: &Option<Summary>, stats: &[&str]| {
+        if let Some(s) = s.as_ref().filter(|s| s.count > 0) {
+            for stat in stats {
+                out.push(Figure {
+                    metric: format!("{prefix}_{stat}"),
+                    value: s.get(stat).unwrap_or(f64::NAN),
+                    samples: Some(s.count),
+                });
+            }
+        }
+    };
+    let l = &r.latency;
+    quantiles("ttft", &l.ttft_ms, &["p50", "p90", "p99"]);
+    quantiles("tpot", &l.tpot_ms, &["p50", "p99"]);
+    quantiles("itl", &l.itl_ms, &["p50", "p99"]);
+    quantiles("e2e", &l.e2e_ms, &["p50", "p99"]);
+    let requests = Some(r.counts.requests);
+    let t = &r.throughput;
+    if r.counts.succeeded > 0 {
+        out.push(fig("output_tokens_per_s", t.output_tokens_per_s, requests));
+        out.push(fig("requests_per_s", t.requests_per_s, requests));
+    }
+    if let Some(g) = t.goodput_requests_per_s {
+        out.push(fig("goodput_requests_per_s", g, requests));
+    }
+    if r.counts.requests > 0 {
+        let pct = r.counts.failed as f64 * 100.0 / r.counts.requests as f64;
+        out.push(fig("error_rate_pct", pct, requests));
+    }
+    out.retain(|f| f.value.is_finite());
+    out
+}
+
+pub fn fig(metric: &str, value: f64, samples: Option<u64>) -> Figure {
+    Figure {
+        metric: metric.to_string(),
+        value,
+        samples,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_recorded_figure_is_in_the_catalogue() {
+        let names = [
+            "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99",
+            "e2e_p50", "e2e_p99",
+        ];
+        for n in names {
+            let m = metric(n).unwrap();
+            assert!(!m.higher_is_better && m.quantile.is_some(), "{n}");
+        }
+        assert!(metric("output_tokens_per_s").unwrap().higher_is_better);
+        assert!(metric("nope").is_none());
+    }
+}

@@ -1,0 +1,205 @@
+//! The results history from the binary's side: every finished run recorded
+//! (this module), and the `history` command ([`commands`]).
+//!
+//! Recording never fails a run: the run directory is already written, and
+//! a database that is unreachable, locked past its timeout or read-only only
+//! costs a line in the summary saying the history was not updated, and why.
+
+mod commands;
+mod page;
+
+pub use commands::run;
+
+use crate::cli::{HistoryArgs, RunFilterArgs};
+use crate::exit::Exit;
+use crate::sweep::Done;
+use std::path::Path;
+use tokenscope_core::analysis::Analysis;
+use tokenscope_core::results::RunResults;
+use tokenscope_history::metrics::{metric, METRICS};
+use tokenscope_history::{judge, Filter, Judgement, Kind, Location, Rule, RunEntry, Store};
+
+/// Records one finished run and says so: in the summary, or with `--json`
+/// (stdout holds the document alone) on stderr when it failed.
+pub fn record_run(kind: Kind, results: &RunResults, dir: &Path, args: &HistoryArgs, json: bool) {
+    if args.no_history || results.shard.is_some() {
+        return; // a shard is recorded once merged
+    }
+    let entry = RunEntry::of_results(kind, results, &absolute(dir), &args.tag);
+    let loc = Location::resolve(args.db.as_deref());
+    let outcome = off_runtime(|| -> tokenscope_history::Result<(i64, Vec<Judgement>)> {
+        let mut store = Store::open(&loc)?;
+        let id = store.record(&entry)?;
+        Ok((id, changes_of(&mut store, id, &entry.config_key)?))
+    });
+    say(outcome.map(|(id, changes)| (id, None, changes)), &loc, json);
+}
+
+/// Records a finished series (its points under it) and says so.
+pub fn record_sweep(dir: &Path, points: &[Done], analysis: &Analysis, args: &HistoryArgs, json: bool) {
+    let Some(first) = points.first() else { return };
+    if args.no_history || points.iter().any(|p| p.results.shard.is_some()) {
+        return;
+    }
+    let loads: Vec<f64> = points.iter().map(|p| p.load).collect();
+    let sweep = RunEntry::of_sweep(&first.results, &loads, analysis, &absolute(dir), &args.tag);
+    let entries: Vec<RunEntry> = points
+        .iter()
+        .map(|p| {
+            let point_dir = p.dir.as_deref().map(absolute).unwrap_or_default();
+            let mut e = RunEntry::of_results(Kind::SweepPoint, &p.results, &point_dir, &args.tag);
+            e.point = Some(p.label.clone());
+            e
+        })
+        .collect();
+    let loc = Location::resolve(args.db.as_deref());
+    let outcome = off_runtime(|| -> tokenscope_history::Result<_> {
+        let mut store = Store::open(&loc)?;
+        let (id, ids) = store.record_sweep(&sweep, &entries)?;
+        let mut changes = changes_of(&mut store, id, &sweep.config_key)?;
+        for (pid, e) in ids.iter().zip(&entries) {
+            changes.extend(changes_of(&mut store, *pid, &e.config_key)?);
+        }
+        Ok((id, Some(ids.len()), changes))
+    });
+    say(outcome, &loc, json);
+}
+
+/// The change points of run `id` against its configuration's history.
+fn changes_of(store: &mut Store, id: i64, key: &str) -> tokenscope_history::Result<Vec<Judgement>> {
+    let rule = Rule::default();
+    let runs = store.runs(&Filter {
+        config: Some(key.to_string()),
+        with_points: true,
+        last: Some(rule.window * 3),
+        ..Filter::default()
+    })?;
+    Ok(METRICS
+        .iter()
+        .flat_map(|m| judge(&runs, m, &rule))
+        .filter(|j| j.run_id == id && j.is_change())
+        .collect())
+}
+
+/// The database work runs on a thread of its own: the PostgreSQL client
+/// drives its own small runtime, which cannot start inside the run's.
+fn off_runtime<T: Send>(work: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| s.spawn(work).join().expect("the history thread panicked"))
+}
+
+type Recorded = (i64, Option<usize>, Vec<Judgement>);
+
+fn say(outcome: tokenscope_history::Result<Recorded>, loc: &Location, json: bool) {
+    match outcome {
+        Ok((id, points, changes)) => {
+            if json {
+                return;
+            }
+            let points = points.map(|n| format!(" with its {n} points")).unwrap_or_default();
+            let mut text = format!("history: run #{id}{points} recorded in {}\n", loc.shown());
+            for j in &changes {
+                text.push_str(&format!("history: {}\n", change_line(j)));
+            }
+            if !changes.is_empty() {
+                text.push_str(&format!("history: rule: {}\n", Rule::default().describe()));
+            }
+            crate::outcome::to_stdout(&text);
+        }
+        Err(e) => {
+            let line = format!("not updated (the run directory is complete): {e}");
+            if json {
+                eprintln!("tokenscope: warning: history {line}");
+            } else {
+                crate::outcome::to_stdout(&format!("history: {line}\n"));
+            }
+        }
+    }
+}
+
+/// `run #12 tpot_p50 9.53 ms: +20.5 % vs the median 7.91 of 10 runs (z 12.3), a regression`.
+pub fn change_line(j: &Judgement) -> String {
+    let unit = metric(j.metric).map_or("", |m| m.unit);
+    let change = match (j.change, unit) {
+        (Some(c), "%") => format!("{c:+.1} points"),
+        (Some(c), _) => format!("{c:+.1} %"),
+        (None, _) => "changed".into(),
+    };
+    let z = j.z.map_or(String::new(), |z| {
+        if z.is_finite() {
+            format!(", {z:.1} robust SDs")
+        } else {
+            ", the history did not vary".into()
+        }
+    });
+    let way = match j.verdict {
+        tokenscope_history::Verdict::Change { regression: true } => "a regression",
+        _ => "an improvement",
+    };
+    format!(
+        "run #{} differs from its history: {} {} {unit}: {change} vs the median {} of {} runs{z} — {way}",
+        j.run_id,
+        j.metric,
+        num(j.value),
+        j.baseline.map_or("-".into(), num),
+        j.history,
+    )
+}
+
+/// A figure to 3 significant digits or so.
+pub fn num(v: f64) -> String {
+    match v.abs() {
+        a if a >= 1000.0 => format!("{v:.0}"),
+        a if a >= 100.0 => format!("{v:.1}"),
+        a if a >= 1.0 => format!("{v:.2}"),
+        _ => format!("{v:.3}"),
+    }
+}
+
+/// The directory as an absolute path, so `compare #id` finds it from anywhere.
+fn absolute(dir: &Path) -> String {
+    std::path::absolute(dir)
+        .unwrap_or_else(|_| dir.to_path_buf())
+        .display()
+        .to_string()
+}
+
+/// Opens the history for a command; a failure is the command's error.
+pub fn open(db: Option<&str>) -> anyhow::Result<Store> {
+    let loc = Location::resolve(db);
+    off_runtime(|| Store::open(&loc))
+        .map_err(|e| anyhow::Error::new(Exit::Error).context(format!("history {e}")))
+}
+
+/// The filter flags as the store's filter.
+pub fn filter_of(f: &RunFilterArgs, with_points: bool) -> anyhow::Result<Filter> {
+    let kind = match &f.kind {
+        Some(k) => Some(Kind::parse(k).ok_or_else(|| {
+            Exit::usage(format!("--kind {k}: expected bench, sweep, sweep-point, plan or merge"))
+        })?),
+        None => None,
+    };
+    Ok(Filter {
+        target: f.target.clone(),
+        model: f.model.clone(),
+        tag: f.tag.clone(),
+        kind,
+        config: f.config.clone(),
+        since: f.since.clone(),
+        until: f.until.clone(),
+        parent: None,
+        with_points,
+        last: f.last,
+    })
+}
+
+/// A run's directory from a history id (`42` or `#42`), for `compare`.
+pub fn run_dir_of(id_text: &str, db: Option<&str>) -> anyhow::Result<Option<std::path::PathBuf>> {
+    let Ok(id) = id_text.trim_start_matches('#').parse::<i64>() else {
+        return Ok(None);
+    };
+    let mut store = open(db)?;
+    let run = off_runtime(|| store.run(id))
+        .map_err(|e| anyhow::Error::new(Exit::Error).context(format!("history {e}")))?;
+    let run = run.ok_or_else(|| Exit::usage(format!("no run #{id} in the history")))?;
+    Ok(Some(run.entry.run_dir.into()))
+}
