@@ -386,6 +386,32 @@ pub fn compare_values(a: &RunValues, b: &RunValues, settings: &Settings) -> Vec<
     out
 }
 
+/// The bootstrap interval of one statistic of one run (`output_tokens_per_s`,
+/// `ttft_p50`, … as [`compare_values`] names them): the same resampling,
+/// of this run alone. `None` for a name it does not know or a run without values.
+pub fn interval(run: &RunValues, name: &str, settings: &Settings) -> Option<(f64, f64)> {
+    let stat = STATS.iter().find(|s| s.name == name)?;
+    let values = run.values(stat.values);
+    if values.is_empty() {
+        return None;
+    }
+    let window = run.window_s();
+    let mut rng = SplitMix(settings.seed ^ 0x696e_7465_7276_616c);
+    let mut resample = vec![0.0; values.len()];
+    let mut estimates = Vec::with_capacity(settings.resamples);
+    for _ in 0..settings.resamples {
+        for x in resample.iter_mut() {
+            *x = values[rng.below(values.len())];
+        }
+        estimates.push(compute(stat.of, &mut resample, window));
+    }
+    let tail = (1.0 - settings.confidence) / 2.0;
+    Some((
+        quantile(&mut estimates, tail),
+        quantile(&mut estimates, 1.0 - tail),
+    ))
+}
+
 /// Latency changes smaller than the clients' own measured delay are not
 /// judged: a TTFT or E2E is the difference of two stamps, each of which can
 /// be late by the client's event-loop delay, so a change below it cannot be
@@ -511,6 +537,24 @@ mod tests {
         let tps = get(&c, "output_tokens_per_s");
         assert!((tps.change_pct - 25.0).abs() < 1.0, "{tps:?}");
         assert!(tps.significant && tps.ci_low_pct > 10.0, "{tps:?}");
+    }
+
+    #[test]
+    fn one_runs_rate_interval_holds_its_rate_and_excludes_a_faster_clock() {
+        let a = RunValues::of(&run(300, 20.0, 1));
+        let (lo, hi) = interval(&a, "output_tokens_per_s", &Settings::default()).unwrap();
+        let rate = get(
+            &compare(&run(300, 20.0, 1), &run(300, 20.0, 1), &Settings::default()),
+            "output_tokens_per_s",
+        )
+        .a;
+        assert!(
+            lo < rate && rate < hi && hi - lo > 0.001 * rate,
+            "{lo} {rate} {hi}"
+        );
+        // 25 % more tokens/s lies outside it.
+        assert!(rate * 1.25 > hi);
+        assert!(interval(&a, "nope", &Settings::default()).is_none());
     }
 
     #[test]

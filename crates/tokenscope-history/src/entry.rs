@@ -207,7 +207,8 @@ impl RunEntry {
             .map(|p| p.output_tps)
             .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
         {
-            e.figures.push(metrics::fig("output_tokens_per_s", peak, None));
+            e.figures
+                .push(metrics::fig("output_tokens_per_s", peak, None));
         }
         e
     }

@@ -9,9 +9,25 @@ use crate::metrics::METRICS;
 pub fn csv(runs: &[StoredRun]) -> Result<String, csv::Error> {
     let mut w = csv::Writer::from_writer(Vec::new());
     let mut header: Vec<&str> = vec![
-        "id", "recorded_at", "started_at", "kind", "parent_id", "point", "tags", "target", "api",
-        "server_kind", "model", "engine_version", "config_key", "slo", "slo_met", "partial",
-        "requests", "failed", "run_dir",
+        "id",
+        "recorded_at",
+        "started_at",
+        "kind",
+        "parent_id",
+        "point",
+        "tags",
+        "target",
+        "api",
+        "server_kind",
+        "model",
+        "engine_version",
+        "config_key",
+        "slo",
+        "slo_met",
+        "partial",
+        "requests",
+        "failed",
+        "run_dir",
     ];
     header.extend(METRICS.iter().map(|m| m.name));
     w.write_record(&header)?;

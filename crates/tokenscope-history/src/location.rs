@@ -26,7 +26,9 @@ impl Location {
 
     /// `--db` if given, else `TOKENSCOPE_DB`, else [`Location::default_path`].
     pub fn resolve(flag: Option<&str>) -> Location {
-        let env = std::env::var("TOKENSCOPE_DB").ok().filter(|v| !v.is_empty());
+        let env = std::env::var("TOKENSCOPE_DB")
+            .ok()
+            .filter(|v| !v.is_empty());
         match flag.map(str::to_owned).or(env) {
             Some(text) => Location::parse(&text),
             None => Location::Sqlite(Location::default_path().display().to_string()),
@@ -90,10 +92,19 @@ mod tests {
 
     #[test]
     fn postgres_urls_are_told_from_paths() {
-        assert!(matches!(Location::parse("postgres://h/db"), Location::Postgres(_)));
-        assert!(matches!(Location::parse("PostgreSQL://h/db"), Location::Postgres(_)));
+        assert!(matches!(
+            Location::parse("postgres://h/db"),
+            Location::Postgres(_)
+        ));
+        assert!(matches!(
+            Location::parse("PostgreSQL://h/db"),
+            Location::Postgres(_)
+        ));
         assert!(matches!(Location::parse("/tmp/h.db"), Location::Sqlite(_)));
-        assert!(matches!(Location::parse("file:/tmp/h.db?mode=ro"), Location::Sqlite(_)));
+        assert!(matches!(
+            Location::parse("file:/tmp/h.db?mode=ro"),
+            Location::Sqlite(_)
+        ));
     }
 
     #[test]

@@ -39,6 +39,8 @@ const MIGRATIONS: &[(i64, &str)] = &[(
         metric TEXT NOT NULL,
         value DOUBLE PRECISION NOT NULL,
         samples BIGINT,
+        ci_low DOUBLE PRECISION,
+        ci_high DOUBLE PRECISION,
         PRIMARY KEY (run_id, metric)
     );
     CREATE TABLE run_tags (
@@ -64,7 +66,8 @@ pub fn migrate(db: &mut Db, loc: &Location) -> Result<()> {
             return Ok(());
         }
     }
-    db.begin_exclusive().map_err(|e| at(e, "locking the schema"))?;
+    db.begin_exclusive()
+        .map_err(|e| at(e, "locking the schema"))?;
     let result = apply(db, loc);
     let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
     let ended = db.batch(end).map_err(|e| at(e, "ending the migration"));

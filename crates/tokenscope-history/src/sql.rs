@@ -84,9 +84,8 @@ impl Db {
         match loc {
             Location::Sqlite(path) => open_sqlite(path).map_err(|e| sqlite_err(loc, "opening", e)),
             Location::Postgres(url) => {
-                let mut config: postgres::Config = url
-                    .parse()
-                    .map_err(|e| pg_err(loc, "reading the URL", e))?;
+                let mut config: postgres::Config =
+                    url.parse().map_err(|e| pg_err(loc, "reading the URL", e))?;
                 if config.get_connect_timeout().is_none() {
                     config.connect_timeout(WAIT);
                 }
@@ -108,7 +107,11 @@ impl Db {
     }
 
     /// Runs one statement; its rows, if it returns any.
-    pub fn query(&mut self, sql: &str, values: &[Value]) -> std::result::Result<Vec<Vec<Value>>, DbError> {
+    pub fn query(
+        &mut self,
+        sql: &str,
+        values: &[Value],
+    ) -> std::result::Result<Vec<Vec<Value>>, DbError> {
         match self {
             Db::Sqlite(c) => query_sqlite(c, sql, values).map_err(DbError::Sqlite),
             Db::Postgres(c) => query_postgres(c, &numbered(sql), values).map_err(DbError::Postgres),
@@ -187,7 +190,9 @@ fn open_sqlite(path: &str) -> rusqlite::Result<Db> {
     let flags = if uri && path.contains("mode=ro") {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI
     } else {
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_URI
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_URI
     };
     let c = rusqlite::Connection::open_with_flags(path, flags)?;
     c.busy_timeout(WAIT)?;
@@ -245,9 +250,11 @@ fn query_postgres(
             } else if *t == Type::INT4 {
                 row.get::<_, Option<i32>>(i).map(i64::from).into()
             } else if *t == Type::FLOAT8 {
-                row.get::<_, Option<f64>>(i).map_or(Value::Null, Value::Real)
+                row.get::<_, Option<f64>>(i)
+                    .map_or(Value::Null, Value::Real)
             } else {
-                row.get::<_, Option<String>>(i).map_or(Value::Null, Value::Text)
+                row.get::<_, Option<String>>(i)
+                    .map_or(Value::Null, Value::Text)
             });
         }
         out.push(cells);
@@ -319,7 +326,12 @@ mod tests {
         let rows = db.query("SELECT i, r, s, n FROM t", &[]).unwrap();
         assert_eq!(
             rows,
-            vec![vec![Value::Int(7), Value::Real(2.5), Value::Text("x".into()), Value::Null]]
+            vec![vec![
+                Value::Int(7),
+                Value::Real(2.5),
+                Value::Text("x".into()),
+                Value::Null
+            ]]
         );
     }
 }

@@ -63,7 +63,11 @@ impl Store {
 
     /// Records a sweep and its points in one transaction: the sweep's id,
     /// then its points' ids.
-    pub fn record_sweep(&mut self, sweep: &RunEntry, points: &[RunEntry]) -> Result<(i64, Vec<i64>)> {
+    pub fn record_sweep(
+        &mut self,
+        sweep: &RunEntry,
+        points: &[RunEntry],
+    ) -> Result<(i64, Vec<i64>)> {
         self.in_transaction(|s| {
             let id = s.insert(sweep, None)?;
             let ids = points
@@ -80,7 +84,10 @@ impl Store {
             .map_err(|e| e.at(&self.loc, "waiting for the write lock"))?;
         let result = body(self);
         let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
-        let ended = self.db.batch(end).map_err(|e| e.at(&self.loc, "committing"));
+        let ended = self
+            .db
+            .batch(end)
+            .map_err(|e| e.at(&self.loc, "committing"));
         let value = result?;
         ended.map(|_| value)
     }
@@ -104,7 +111,10 @@ impl Store {
             i64::from(e.partial).into(),
             (e.requests as i64).into(),
             (e.failed as i64).into(),
-            serde_json::to_string(&e.diagnosis).unwrap_or_default().as_str().into(),
+            serde_json::to_string(&e.diagnosis)
+                .unwrap_or_default()
+                .as_str()
+                .into(),
             e.run_dir.as_str().into(),
             e.tool_version.as_str().into(),
         ];
@@ -122,12 +132,15 @@ impl Store {
             .ok_or_else(|| self.invalid("the insert returned no id"))?;
         for f in &e.figures {
             self.query(
-                "INSERT INTO run_figures (run_id, metric, value, samples) VALUES (?, ?, ?, ?)",
+                "INSERT INTO run_figures (run_id, metric, value, samples, ci_low, ci_high) \
+                 VALUES (?, ?, ?, ?, ?, ?)",
                 &[
                     id.into(),
                     f.metric.as_str().into(),
                     f.value.into(),
                     f.samples.map(|n| n as i64).into(),
+                    f.ci_low.map_or(Value::Null, Value::Real),
+                    f.ci_high.map_or(Value::Null, Value::Real),
                 ],
                 "recording the figures",
             )?;
@@ -198,7 +211,8 @@ impl Store {
             let marks = vec!["?"; chunk.len()].join(", ");
             let values: Vec<Value> = chunk.iter().map(|&i| i.into()).collect();
             let sql = format!(
-                "SELECT run_id, metric, value, samples FROM run_figures WHERE run_id IN ({marks}) ORDER BY run_id, metric"
+                "SELECT run_id, metric, value, samples, ci_low, ci_high FROM run_figures \
+                 WHERE run_id IN ({marks}) ORDER BY run_id, metric"
             );
             for row in self.query(&sql, &values, "reading figures")? {
                 if let Some(&i) = row[0].int().and_then(|id| at.get(&id)) {
@@ -206,6 +220,8 @@ impl Store {
                         metric: row[1].text().unwrap_or_default(),
                         value: row[2].real().unwrap_or(f64::NAN),
                         samples: row[3].int().map(|n| n as u64),
+                        ci_low: row[4].real(),
+                        ci_high: row[5].real(),
                     });
                 }
             }
@@ -224,8 +240,9 @@ impl Store {
     fn run_of(&self, r: &[Value]) -> Result<StoredRun> {
         let text = |i: usize| r[i].text().unwrap_or_default();
         let json = |i: usize| serde_json::from_str(&text(i)).unwrap_or(serde_json::Value::Null);
-        let kind = Kind::parse(&text(3))
-            .ok_or_else(|| self.invalid(&format!("run {:?} has an unknown kind {:?}", r[0], text(3))))?;
+        let kind = Kind::parse(&text(3)).ok_or_else(|| {
+            self.invalid(&format!("run {:?} has an unknown kind {:?}", r[0], text(3)))
+        })?;
         Ok(StoredRun {
             id: r[0].int().unwrap_or_default(),
             recorded_at: text(1),
@@ -255,7 +272,12 @@ impl Store {
         })
     }
 
-    fn query(&mut self, sql: &str, values: &[Value], doing: &'static str) -> Result<Vec<Vec<Value>>> {
+    fn query(
+        &mut self,
+        sql: &str,
+        values: &[Value],
+        doing: &'static str,
+    ) -> Result<Vec<Vec<Value>>> {
         self.db
             .query(sql, values)
             .map_err(|e: DbError| e.at(&self.loc, doing))
@@ -283,7 +305,9 @@ fn conditions(f: &Filter) -> (String, Vec<Value>) {
         values.push(Value::Text(format!("{}%", escape_like(key))));
     }
     if let Some(tag) = &f.tag {
-        cond.push("EXISTS (SELECT 1 FROM run_tags t WHERE t.run_id = runs.id AND t.tag = ?)".into());
+        cond.push(
+            "EXISTS (SELECT 1 FROM run_tags t WHERE t.run_id = runs.id AND t.tag = ?)".into(),
+        );
         values.push(tag.as_str().into());
     }
     if let Some(kind) = f.kind {
@@ -311,7 +335,9 @@ fn conditions(f: &Filter) -> (String, Vec<Value>) {
 }
 
 fn escape_like(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_")
+    s.replace('\\', "\\\\")
+        .replace('%', "\\%")
+        .replace('_', "\\_")
 }
 
 /// Now, RFC 3339 UTC to the millisecond.

@@ -51,7 +51,12 @@ pub struct HistoryArgs {
     /// The results history: a SQLite file, or postgres://user:pass@host/db for a
     /// team's shared database (default: ~/.local/share/tokenscope/history.db).
     /// Never stored in config.toml; the password is never printed
-    #[arg(long, value_name = "PATH|URL", env = "TOKENSCOPE_DB", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "PATH|URL",
+        env = "TOKENSCOPE_DB",
+        hide_env_values = true
+    )]
     pub db: Option<String>,
     /// Do not record this run in the results history.
     #[arg(long)]
@@ -200,7 +205,12 @@ pub struct CompareArgs {
     /// The run compared with it (a directory or a history id).
     pub b: PathBuf,
     /// The history the ids are looked up in (default as for bench).
-    #[arg(long, value_name = "PATH|URL", env = "TOKENSCOPE_DB", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "PATH|URL",
+        env = "TOKENSCOPE_DB",
+        hide_env_values = true
+    )]
     pub db: Option<String>,
     /// Exit 6 when a metric got significantly worse by at least this much (e.g. 5%).
     #[arg(long, value_parser = percent, value_name = "PCT")]
@@ -958,6 +968,9 @@ pub struct ServeArgs {
     /// `bench --cold-start`).
     #[arg(long, default_value = "0s", value_parser = duration)]
     pub load_time: Duration,
+    /// Serve with the efficiency factors fitted by `sim calibrate` (a profile.json).
+    #[arg(long, value_name = "PROFILE")]
+    pub profile: Option<PathBuf>,
     #[command(flatten)]
     pub faults: FaultArgs,
 }
@@ -994,7 +1007,13 @@ pub struct ExactArgs {
 pub struct HistoryCommand {
     /// The results history: a SQLite file or a postgres:// URL
     /// (default: ~/.local/share/tokenscope/history.db).
-    #[arg(long, value_name = "PATH|URL", env = "TOKENSCOPE_DB", hide_env_values = true, global = true)]
+    #[arg(
+        long,
+        value_name = "PATH|URL",
+        env = "TOKENSCOPE_DB",
+        hide_env_values = true,
+        global = true
+    )]
     pub db: Option<String>,
     #[command(subcommand)]
     pub action: HistoryAction,

@@ -54,7 +54,9 @@ pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
     // directory of that name exists.
     for side in [&mut args.a, &mut args.b] {
         if !side.exists() {
-            if let Some(dir) = crate::history::run_dir_of(&side.to_string_lossy(), args.db.as_deref())? {
+            if let Some(dir) =
+                crate::history::run_dir_of(&side.to_string_lossy(), args.db.as_deref())?
+            {
                 *side = dir;
             }
         }
@@ -286,7 +288,7 @@ fn changes(
 
 /// What the bootstrap resamples of a run, read from its `requests.jsonl` in
 /// two streaming passes (its window, then its values): never every record.
-fn values_of(dir: &std::path::Path) -> anyhow::Result<RunValues> {
+pub fn values_of(dir: &std::path::Path) -> anyhow::Result<RunValues> {
     let bad = |e: tokenscope_report::run_dir::ReadError| Exit::usage(e.to_string());
     let mut window = None;
     for_each_record(dir, |r| window = RunValues::widen(window, &r)).map_err(bad)?;

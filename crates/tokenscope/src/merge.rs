@@ -15,7 +15,6 @@ use crate::exit::Exit;
 use crate::outcome::{self, RunFacts};
 use anyhow::Context;
 use std::collections::BTreeSet;
-use tokenscope_history::Kind;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use tokenscope_core::cost::GpuPrice;
@@ -24,6 +23,7 @@ use tokenscope_core::results::{
     ClientUsage, ClockSync, Finding, Merged, MergedShard, RunResults, ShardInfo,
 };
 use tokenscope_core::slo::Slo;
+use tokenscope_history::Kind;
 use tokenscope_report::run_dir::for_each_record;
 
 /// A shard's directory, its results, and its shard facts.

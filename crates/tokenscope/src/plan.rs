@@ -8,9 +8,9 @@ use serde_json::json;
 use std::io::Write;
 use std::path::Path;
 use tokenscope_core::record::RequestRecord;
-use tokenscope_history::Kind;
 use tokenscope_core::results::{self, RunResults, Server};
 use tokenscope_core::stats::Distribution;
+use tokenscope_history::Kind;
 use tokenscope_sim::calibrate::{CalibrationRun, Profile, Targets};
 use tokenscope_sim::engine::catalogue::Catalogue;
 use tokenscope_sim::engine::EngineConfig;
@@ -193,7 +193,7 @@ fn read_replay(dir: &Path, defaults: &crate::cli::LoadArgs) -> anyhow::Result<Re
     })
 }
 
-fn read_profile(path: &Path) -> anyhow::Result<Profile> {
+pub fn read_profile(path: &Path) -> anyhow::Result<Profile> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Exit::usage(format!("--profile {}: {e}", path.display())))?;
     serde_json::from_str(&text)

@@ -19,9 +19,7 @@ use std::sync::Mutex;
 /// it), the file itself, and headers (they may carry credentials; their
 /// names are noted instead).
 /// How the output is shown (`json`, `quiet`) is the repeater's choice.
-const NOT_STORED: [&str; 7] = [
-    "out", "force", "config", "header", "json", "quiet", "db",
-];
+const NOT_STORED: [&str; 7] = ["out", "force", "config", "header", "json", "quiet", "db"];
 
 /// The flags the command ran with, and the run directory they belong in
 /// (the first one the command claimed), once both are known.

@@ -11,7 +11,9 @@ use anyhow::Context;
 use std::collections::BTreeMap;
 use std::path::Path;
 use tokenscope_history::metrics::{metric, Metric, METRICS};
-use tokenscope_history::{export, judge, Filter, Judgement, Kind, Rule, RunEntry, Store, StoredRun};
+use tokenscope_history::{
+    export, judge, Filter, Judgement, Kind, Rule, RunEntry, Store, StoredRun,
+};
 
 pub fn run(cmd: HistoryCommand) -> anyhow::Result<Exit> {
     let mut store = open(cmd.db.as_deref())?;
@@ -76,7 +78,11 @@ fn list_line(r: &StoredRun) -> String {
     } else {
         format!(" [{}]", e.tags.join(", "))
     };
-    let point = e.point.as_deref().map(|p| format!(" ({p})")).unwrap_or_default();
+    let point = e
+        .point
+        .as_deref()
+        .map(|p| format!(" ({p})"))
+        .unwrap_or_default();
     let partial = if e.partial { " PARTIAL" } else { "" };
     format!(
         "#{:<5} {}  {:<11} {}  cfg {}  TTFT {:>10}  TPOT {:>10}  {:>14}  {slo}{partial}{tags}\n      {}{point}{}  → {}\n",
@@ -149,7 +155,10 @@ fn changes(store: &mut Store, a: HistoryChangesArgs) -> anyhow::Result<Exit> {
         }
         out.push_str(&format!("      ⚑ {}\n", change_line(j)));
     }
-    let flagged = flags.iter().map(|j| j.run_id).collect::<std::collections::BTreeSet<_>>();
+    let flagged = flags
+        .iter()
+        .map(|j| j.run_id)
+        .collect::<std::collections::BTreeSet<_>>();
     out.push_str(&format!(
         "{} of {} runs are change points · rule: {}\n",
         flagged.len(),
@@ -199,13 +208,15 @@ fn trend(store: &mut Store, a: HistoryTrendArgs) -> anyhow::Result<Exit> {
         eprintln!("tokenscope: trend page {}", path.display());
     }
     if a.json {
-        to_stdout(&(serde_json::to_string_pretty(&serde_json::json!({
-            "config_key": key,
-            "metric": m.name,
-            "unit": m.unit,
-            "rule": Rule::default().describe(),
-            "runs": judged,
-        }))? + "\n"));
+        to_stdout(
+            &(serde_json::to_string_pretty(&serde_json::json!({
+                "config_key": key,
+                "metric": m.name,
+                "unit": m.unit,
+                "rule": Rule::default().describe(),
+                "runs": judged,
+            }))? + "\n"),
+        );
         return Ok(Exit::Success);
     }
     to_stdout(&trend_text(&runs, m, &judged, &key));
@@ -213,8 +224,15 @@ fn trend(store: &mut Store, a: HistoryTrendArgs) -> anyhow::Result<Exit> {
 }
 
 fn trend_text(runs: &[StoredRun], m: &Metric, judged: &[Judgement], key: &str) -> String {
-    let better = if m.higher_is_better { "higher" } else { "lower" };
-    let mut out = format!("{} ({}, {better} is better) · configuration {key}\n", m.name, m.unit);
+    let better = if m.higher_is_better {
+        "higher"
+    } else {
+        "lower"
+    };
+    let mut out = format!(
+        "{} ({}, {better} is better) · configuration {key}\n",
+        m.name, m.unit
+    );
     if let Some(r) = runs.last() {
         out.push_str(&format!("  {}\n", describe_config(&r.entry)));
     }
@@ -227,22 +245,43 @@ fn trend_text(runs: &[StoredRun], m: &Metric, judged: &[Judgement], key: &str) -
         "  {}   {} runs, {} → {}\n",
         sparkline(&values),
         values.len(),
-        short_time(&runs.first().map(|r| r.entry.started_at.clone()).unwrap_or_default()),
-        short_time(&runs.last().map(|r| r.entry.started_at.clone()).unwrap_or_default()),
+        short_time(
+            &runs
+                .first()
+                .map(|r| r.entry.started_at.clone())
+                .unwrap_or_default()
+        ),
+        short_time(
+            &runs
+                .last()
+                .map(|r| r.entry.started_at.clone())
+                .unwrap_or_default()
+        ),
     ));
     for j in judged {
         let r = runs.iter().find(|r| r.id == j.run_id);
-        let when = r.map(|r| short_time(&r.entry.started_at)).unwrap_or_default();
+        let when = r
+            .map(|r| short_time(&r.entry.started_at))
+            .unwrap_or_default();
         let flag = match &j.verdict {
             tokenscope_history::Verdict::Change { regression } => format!(
                 "  ⚑ {} vs the median {} ({})",
                 j.change.map_or("changed".into(), |c| format!("{c:+.1} %")),
                 j.baseline.map_or("-".into(), num),
-                if *regression { "regression" } else { "improvement" }
+                if *regression {
+                    "regression"
+                } else {
+                    "improvement"
+                }
             ),
             _ => String::new(),
         };
-        out.push_str(&format!("  #{:<5} {when}  {:>10} {}{flag}\n", j.run_id, num(j.value), m.unit));
+        out.push_str(&format!(
+            "  #{:<5} {when}  {:>10} {}{flag}\n",
+            j.run_id,
+            num(j.value),
+            m.unit
+        ));
     }
     out.push_str(&format!("  rule: {}\n", Rule::default().describe()));
     out
@@ -275,7 +314,8 @@ pub fn describe_config(e: &RunEntry) -> String {
 /// The configuration a trend is of: `--run`'s, `--config`'s, or the filters' only one.
 fn configuration(store: &mut Store, a: &HistoryTrendArgs) -> anyhow::Result<String> {
     if let Some(id) = a.run {
-        let run = db(store.run(id))?.ok_or_else(|| Exit::usage(format!("no run #{id} in the history")))?;
+        let run = db(store.run(id))?
+            .ok_or_else(|| Exit::usage(format!("no run #{id} in the history")))?;
         return Ok(run.entry.config_key);
     }
     let runs = db(store.runs(&filter_of(&a.filter, true)?))?;
@@ -294,7 +334,9 @@ fn configuration(store: &mut Store, a: &HistoryTrendArgs) -> anyhow::Result<Stri
         n => {
             let listed: Vec<String> = by_key
                 .iter()
-                .map(|(k, (count, r))| format!("  {k}  {count} runs  {}", describe_config(&r.entry)))
+                .map(|(k, (count, r))| {
+                    format!("  {k}  {count} runs  {}", describe_config(&r.entry))
+                })
                 .collect();
             Err(Exit::usage(format!(
                 "these runs are of {n} configurations; choose one with --config KEY (or --run ID):\n{}",
@@ -343,14 +385,19 @@ fn import(store: &mut Store, a: HistoryImportArgs) -> anyhow::Result<Exit> {
         "imported {recorded}, already there {skipped}, failed {failed} into {}\n",
         store.location().shown()
     ));
-    Ok(if failed > 0 { Exit::Error } else { Exit::Success })
+    Ok(if failed > 0 {
+        Exit::Error
+    } else {
+        Exit::Success
+    })
 }
 
 /// Records one run or sweep directory; `None` when it is already recorded.
 fn import_one(store: &mut Store, dir: &Path, tags: &[String]) -> anyhow::Result<Option<String>> {
     let path = super::absolute(dir);
     if dir.join("sweep.json").exists() {
-        let sweep = tokenscope_report::run_dir::Sweep::read(dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let sweep =
+            tokenscope_report::run_dir::Sweep::read(dir).map_err(|e| anyhow::anyhow!("{e}"))?;
         let first = sweep.points.first().context("the sweep has no points")?;
         if db(store.find(&path, &first.results.started_at))?.is_some() {
             return Ok(None);
@@ -362,14 +409,19 @@ fn import_one(store: &mut Store, dir: &Path, tags: &[String]) -> anyhow::Result<
             .iter()
             .zip(&sweep.point_dirs)
             .map(|(p, d)| {
-                let d = d.as_deref().map(super::absolute).unwrap_or_default();
-                let mut e = RunEntry::of_results(Kind::SweepPoint, &p.results, &d, tags);
+                let mut e = match d.as_deref() {
+                    Some(d) => super::entry_of(Kind::SweepPoint, &p.results, d, tags),
+                    None => RunEntry::of_results(Kind::SweepPoint, &p.results, "", tags),
+                };
                 e.point = Some(p.point.clone());
                 e
             })
             .collect();
         let (id, ids) = db(store.record_sweep(&entry, &points))?;
-        return Ok(Some(format!("#{id} sweep with {} points: {path}", ids.len())));
+        return Ok(Some(format!(
+            "#{id} sweep with {} points: {path}",
+            ids.len()
+        )));
     }
     let run = tokenscope_report::run_dir::Run::read(dir).map_err(|e| anyhow::anyhow!("{e}"))?;
     let r = &run.results;
@@ -383,7 +435,7 @@ fn import_one(store: &mut Store, dir: &Path, tags: &[String]) -> anyhow::Result<
     } else {
         Kind::Bench
     };
-    let id = db(store.record(&RunEntry::of_results(kind, r, &path, tags)))?;
+    let id = db(store.record(&super::entry_of(kind, r, dir, tags)))?;
     Ok(Some(format!("#{id} {}: {path}", kind.name())))
 }
 
@@ -396,7 +448,11 @@ fn export_runs(store: &mut Store, a: HistoryExportArgs) -> anyhow::Result<Exit> 
     match &a.out {
         Some(path) => {
             std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-            eprintln!("tokenscope: {} runs written to {}", runs.len(), path.display());
+            eprintln!(
+                "tokenscope: {} runs written to {}",
+                runs.len(),
+                path.display()
+            );
         }
         None => to_stdout(&text),
     }

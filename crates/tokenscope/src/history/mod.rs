@@ -15,6 +15,7 @@ use crate::exit::Exit;
 use crate::sweep::Done;
 use std::path::Path;
 use tokenscope_core::analysis::Analysis;
+use tokenscope_core::compare::Settings;
 use tokenscope_core::results::RunResults;
 use tokenscope_history::metrics::{metric, METRICS};
 use tokenscope_history::{judge, Filter, Judgement, Kind, Location, Rule, RunEntry, Store};
@@ -25,7 +26,7 @@ pub fn record_run(kind: Kind, results: &RunResults, dir: &Path, args: &HistoryAr
     if args.no_history || results.shard.is_some() {
         return; // a shard is recorded once merged
     }
-    let entry = RunEntry::of_results(kind, results, &absolute(dir), &args.tag);
+    let entry = entry_of(kind, results, dir, &args.tag);
     let loc = Location::resolve(args.db.as_deref());
     let outcome = off_runtime(|| -> tokenscope_history::Result<(i64, Vec<Judgement>)> {
         let mut store = Store::open(&loc)?;
@@ -36,7 +37,13 @@ pub fn record_run(kind: Kind, results: &RunResults, dir: &Path, args: &HistoryAr
 }
 
 /// Records a finished series (its points under it) and says so.
-pub fn record_sweep(dir: &Path, points: &[Done], analysis: &Analysis, args: &HistoryArgs, json: bool) {
+pub fn record_sweep(
+    dir: &Path,
+    points: &[Done],
+    analysis: &Analysis,
+    args: &HistoryArgs,
+    json: bool,
+) {
     let Some(first) = points.first() else { return };
     if args.no_history || points.iter().any(|p| p.results.shard.is_some()) {
         return;
@@ -46,8 +53,10 @@ pub fn record_sweep(dir: &Path, points: &[Done], analysis: &Analysis, args: &His
     let entries: Vec<RunEntry> = points
         .iter()
         .map(|p| {
-            let point_dir = p.dir.as_deref().map(absolute).unwrap_or_default();
-            let mut e = RunEntry::of_results(Kind::SweepPoint, &p.results, &point_dir, &args.tag);
+            let mut e = match p.dir.as_deref() {
+                Some(d) => entry_of(Kind::SweepPoint, &p.results, d, &args.tag),
+                None => RunEntry::of_results(Kind::SweepPoint, &p.results, "", &args.tag),
+            };
             e.point = Some(p.label.clone());
             e
         })
@@ -63,6 +72,26 @@ pub fn record_sweep(dir: &Path, points: &[Done], analysis: &Analysis, args: &His
         Ok((id, Some(ids.len()), changes))
     });
     say(outcome, &loc, json);
+}
+
+/// A run's entry, its tokens/s with the interval `compare`'s bootstrap gives
+/// it from the run's requests (streamed from `requests.jsonl`).
+pub fn entry_of(kind: Kind, results: &RunResults, dir: &Path, tags: &[String]) -> RunEntry {
+    let mut e = RunEntry::of_results(kind, results, &absolute(dir), tags);
+    let values = crate::compare::values_of(dir).ok();
+    let ci = values.and_then(|v| {
+        tokenscope_core::compare::interval(&v, "output_tokens_per_s", &Settings::default())
+    });
+    if let (Some((lo, hi)), Some(f)) = (
+        ci,
+        e.figures
+            .iter_mut()
+            .find(|f| f.metric == "output_tokens_per_s"),
+    ) {
+        f.ci_low = Some(lo.min(f.value));
+        f.ci_high = Some(hi.max(f.value));
+    }
+    e
 }
 
 /// The change points of run `id` against its configuration's history.
@@ -95,7 +124,9 @@ fn say(outcome: tokenscope_history::Result<Recorded>, loc: &Location, json: bool
             if json {
                 return;
             }
-            let points = points.map(|n| format!(" with its {n} points")).unwrap_or_default();
+            let points = points
+                .map(|n| format!(" with its {n} points"))
+                .unwrap_or_default();
             let mut text = format!("history: run #{id}{points} recorded in {}\n", loc.shown());
             for j in &changes {
                 text.push_str(&format!("history: {}\n", change_line(j)));
@@ -156,7 +187,7 @@ pub fn num(v: f64) -> String {
 }
 
 /// The directory as an absolute path, so `compare #id` finds it from anywhere.
-fn absolute(dir: &Path) -> String {
+pub fn absolute(dir: &Path) -> String {
     std::path::absolute(dir)
         .unwrap_or_else(|_| dir.to_path_buf())
         .display()
@@ -174,7 +205,9 @@ pub fn open(db: Option<&str>) -> anyhow::Result<Store> {
 pub fn filter_of(f: &RunFilterArgs, with_points: bool) -> anyhow::Result<Filter> {
     let kind = match &f.kind {
         Some(k) => Some(Kind::parse(k).ok_or_else(|| {
-            Exit::usage(format!("--kind {k}: expected bench, sweep, sweep-point, plan or merge"))
+            Exit::usage(format!(
+                "--kind {k}: expected bench, sweep, sweep-point, plan or merge"
+            ))
         })?),
         None => None,
     };

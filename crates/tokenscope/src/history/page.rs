@@ -33,7 +33,11 @@ pub fn trend_page(runs: &[StoredRun], key: &str) -> String {
                     label: format!(
                         "#{} {}",
                         j.run_id,
-                        if regression { "regression" } else { "improvement" }
+                        if regression {
+                            "regression"
+                        } else {
+                            "improvement"
+                        }
                     ),
                     at: (j.run_id as f64, j.value),
                 }),

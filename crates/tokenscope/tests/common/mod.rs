@@ -96,9 +96,14 @@ pub fn run_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// The binary, with no API key, and its results history in this test
+/// binary's own SQLite file (never the user's).
 pub fn tokenscope() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tokenscope"));
     c.env_remove("OPENAI_API_KEY");
+    let history =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("history-{}.db", std::process::id()));
+    c.env("TOKENSCOPE_DB", history);
     c
 }
 
