@@ -434,3 +434,38 @@ fn report_of_a_sweep_renders_offline_with_its_recommendations() {
     assert_eq!(csv.lines().count(), 101, "a header and 100 requests");
     assert!(csv.starts_with("id,warmup,scheduled_ms,sent_ms,first_token_ms"));
 }
+
+#[test]
+fn history_trend_page_renders_offline_with_the_change_point_marked() {
+    let dir = run_dir("report-history");
+    let db = dir.join("history.db").display().to_string();
+    let profile = write_file(
+        "report-history-profile",
+        r#"{"model": "llama-3.1-8b", "gpu": "h100-sxm", "tp": 1,
+            "efficiency": {"compute": 0.55, "memory": 0.64, "step_overhead_s": 0.002,
+                           "per_sequence_s": 0.00001, "request_overhead_s": 0.010},
+            "runs": [], "residual": 0.0}"#,
+    );
+    for seed in 1..=7 {
+        let mut cmd = tokenscope();
+        cmd.args(["sim", "plan", "--rate", "8", "--requests", "200", "--quiet"])
+            .args(["--seed", &seed.to_string(), "--db", &db, "--out"])
+            .arg(dir.join(format!("run-{seed}")));
+        if seed == 7 {
+            cmd.arg("--profile").arg(&profile);
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let page = dir.join("trend.html");
+    let o = tokenscope()
+        .args(["history", "trend", "tpot_p50", "--run", "1", "--db", &db, "--html"])
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // TTFT, TPOT, ITL and E2E percentiles, tokens/s, requests/s, error rate.
+    let dom = check("history-trend", &page, 10);
+    assert!(dom.contains("#7 regression"), "the change point is marked");
+    assert!(!dom.contains("#6 regression"));
+}

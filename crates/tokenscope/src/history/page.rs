@@ -55,7 +55,7 @@ pub fn trend_page(runs: &[StoredRun], key: &str) -> String {
         series.style = charts::Style::LineAndPoints;
         if let Some(svg) = charts::xy(&axes, &[series], &marks) {
             body.push_str(&format!(
-                "<section><h2>{}</h2>\n{svg}\n</section>\n",
+                "<h2>{}</h2>\n<div class=\"chart\">{svg}</div>\n",
                 esc(m.name)
             ));
         }
