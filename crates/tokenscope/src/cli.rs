@@ -125,11 +125,12 @@ tokenscope history trend ttft_p99 --run 42 --html trend.html\n  \
 tokenscope history changes --tag nightly            # runs that broke from their history\n  \
 tokenscope history import runs/*                    # record existing run directories\n  \
 tokenscope history export --format csv > history.csv\n  \
-tokenscope --db postgres://ci@db.internal/perf history list   # a team's shared history\n\n\
+tokenscope history list --db postgres://ci@db.internal/perf   # a team's shared history\n\n\
 Every bench, sweep, sim plan and merge records its run (--no-history not to), in\n\
 ~/.local/share/tokenscope/history.db unless --db or TOKENSCOPE_DB says otherwise.\n\
 A run is a change point when a figure lies > 4 robust SDs from the median of its\n\
-configuration's previous 10 runs and > 2 % from it (docs/history.md).")]
+configuration's previous 10 runs, > 2 % from it, and its own 95 % interval is clear\n\
+of theirs (docs/history.md).")]
     History(HistoryCommand),
     /// Built-in servers.
     #[command(subcommand)]

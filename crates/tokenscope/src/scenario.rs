@@ -16,8 +16,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// Flags never stored: where the run goes (a repeat must not overwrite
-/// it), the file itself, and headers (they may carry credentials; their
-/// names are noted instead).
+/// it), the file itself, headers (they may carry credentials; their
+/// names are noted instead) and the history's location (a URL may carry a
+/// password).
 /// How the output is shown (`json`, `quiet`) is the repeater's choice.
 const NOT_STORED: [&str; 7] = ["out", "force", "config", "header", "json", "quiet", "db"];
 

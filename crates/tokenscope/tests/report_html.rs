@@ -459,7 +459,9 @@ fn history_trend_page_renders_offline_with_the_change_point_marked() {
     }
     let page = dir.join("trend.html");
     let o = tokenscope()
-        .args(["history", "trend", "tpot_p50", "--run", "1", "--db", &db, "--html"])
+        .args([
+            "history", "trend", "tpot_p50", "--run", "1", "--db", &db, "--html",
+        ])
         .arg(&page)
         .output()
         .unwrap();
