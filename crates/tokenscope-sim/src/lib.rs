@@ -15,5 +15,6 @@ pub mod plan;
 pub mod prom;
 pub mod router;
 pub mod serve;
+pub mod size;
 pub mod timer;
 pub mod traffic;

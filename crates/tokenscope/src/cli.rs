@@ -129,7 +129,7 @@ tokenscope history list --db postgres://ci@db.internal/perf   # a team's shared 
 Every bench, sweep, sim plan and merge records its run (--no-history not to), in\n\
 ~/.local/share/tokenscope/history.db unless --db or TOKENSCOPE_DB says otherwise.\n\
 A run is a change point when a figure lies > 4 robust SDs from the median of its\n\
-configuration's previous 10 runs, > 2 % from it, and its own 95 % interval is clear\n\
+configuration's previous 10 runs, > 5 % from it, and its own 95 % interval is clear\n\
 of theirs (docs/history.md).")]
     History(HistoryCommand),
     /// Built-in servers.
@@ -307,6 +307,14 @@ pub enum SimCommand {
     Plan(Box<PlanArgs>),
     /// Fit the engine's efficiency factors to a measured run of a real server.
     Calibrate(Box<CalibrateArgs>),
+    /// The cheapest deployments that meet --slo at --rate: GPU types, TP, dtypes and replicas searched on the virtual clock.
+    #[command(after_help = "Examples:\n  \
+tokenscope sim size --model llama-3.1-70b --rate 20 --input-tokens 1024 --output-tokens 256 --slo ttft_p99=1s,tpot_p99=50ms\n  \
+tokenscope sim size --model llama-3.1-8b --rate 50 --dataset sharegpt.json --slo ttft_p99=500ms --gpu l40s,h100-sxm --out runs/size\n\n\
+Each option lists the `sim plan` command that reproduces it (the fleet behind the\n\
+router at the full rate); `--out DIR` writes size.json and report.html (cost against\n\
+SLO capacity per option). Prices: docs/results-schema.md; --price gpu=$/h overrides.")]
+    Size(Box<SizeArgs>),
     /// List the GPUs and models the engine knows.
     List(ListArgs),
 }
@@ -495,8 +503,65 @@ pub struct PlanArgs {
     pub router: tokenscope_sim::router::Router,
 }
 
+/// `h100-sxm=2.99`: a GPU and its $/GPU-hour.
+fn gpu_price(s: &str) -> Result<(String, f64), String> {
+    let (gpu, price) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected GPU=PRICE, e.g. h100-sxm=2.99"))?;
+    Ok((gpu.trim().to_string(), positive_f64(price.trim())?))
+}
+
 fn router(s: &str) -> Result<tokenscope_sim::router::Router, String> {
     s.parse()
+}
+
+/// `sim size`.
+#[derive(Args, Debug)]
+pub struct SizeArgs {
+    /// Model from the catalogue (`tokenscope sim list`).
+    #[arg(long, default_value = "llama-3.1-8b")]
+    pub model: String,
+    /// GPUs to consider (default: every GPU in the catalogue that has a price).
+    #[arg(long, value_delimiter = ',')]
+    pub gpu: Vec<String>,
+    /// Tensor-parallel degrees to consider.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    pub tp: Vec<u32>,
+    /// Dtypes to consider, for weights and KV cache alike: bf16, fp8.
+    #[arg(long, value_delimiter = ',', default_value = "bf16,fp8")]
+    pub dtype: Vec<tokenscope_sim::engine::cost::Dtype>,
+    /// How the fleet routes requests.
+    #[arg(long, default_value = "least-outstanding", value_parser = router)]
+    pub router: tokenscope_sim::router::Router,
+    /// The most replicas of one deployment.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub max_replicas: u32,
+    /// How many options to list.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=50))]
+    pub top: u64,
+    /// A GPU's price, $/GPU-hour, over the default (repeatable): --price h100-sxm=2.99.
+    #[arg(long, value_parser = gpu_price)]
+    pub price: Vec<(String, f64)>,
+    /// Extra GPUs and models: a JSON file {"gpus": [...], "models": [...]}.
+    #[arg(long)]
+    pub catalogue: Option<PathBuf>,
+    /// Efficiency factors fitted by `sim calibrate` (applied to every shape).
+    #[arg(long, value_name = "PROFILE")]
+    pub profile: Option<PathBuf>,
+    #[command(flatten)]
+    pub load: LoadArgs,
+    /// The objectives every option must meet: ttft_p99=1s,tpot_p99=50ms.
+    #[arg(long, value_parser = Slo::parse, required = true)]
+    pub slo: Slo,
+    /// One-way client–server delay for the request and every token.
+    #[arg(long, default_value = "0.5ms", value_parser = duration)]
+    pub network_delay: Duration,
+    /// Write size.json and report.html here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print the sizing document alone on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `N`, or `MIN..MAX` for an autoscaled fleet.

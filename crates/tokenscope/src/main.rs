@@ -16,6 +16,7 @@ mod selftest;
 mod serve;
 mod shard;
 mod signals;
+mod size;
 mod sweep;
 mod watch;
 
@@ -73,6 +74,7 @@ fn run(cli: cli::Cli) -> anyhow::Result<Exit> {
         cli::Command::Sim(cli::SimCommand::Serve(args)) => serve::engine(*args),
         cli::Command::Sim(cli::SimCommand::Plan(args)) => plan::run(*args),
         cli::Command::Sim(cli::SimCommand::List(args)) => plan::list(args),
+        cli::Command::Sim(cli::SimCommand::Size(args)) => size::run(*args),
         cli::Command::Sim(cli::SimCommand::Calibrate(args)) => plan::calibrate(*args),
     }
 }

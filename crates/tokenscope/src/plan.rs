@@ -16,7 +16,7 @@ use tokenscope_sim::engine::catalogue::Catalogue;
 use tokenscope_sim::engine::EngineConfig;
 use tokenscope_sim::plan::{simulate_into, EngineSummary, PlanLoad, Sample};
 
-fn catalogue(path: Option<&Path>) -> anyhow::Result<Catalogue> {
+pub fn catalogue(path: Option<&Path>) -> anyhow::Result<Catalogue> {
     match path {
         Some(p) => Catalogue::with_file(p).map_err(|e| Exit::usage(format!("--catalogue: {e}"))),
         None => Ok(Catalogue::builtin()),
@@ -111,7 +111,7 @@ fn write_jsonl<T: serde::Serialize>(path: &Path, items: &[T]) -> anyhow::Result<
 }
 
 /// The virtual-clock load the flags describe.
-fn plan_load(load: &crate::cli::LoadArgs, network_delay: std::time::Duration) -> PlanLoad {
+pub fn plan_load(load: &crate::cli::LoadArgs, network_delay: std::time::Duration) -> PlanLoad {
     let plan = outcome::plan(load);
     PlanLoad {
         pattern: plan.pattern,

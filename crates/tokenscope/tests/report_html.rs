@@ -471,3 +471,29 @@ fn history_trend_page_renders_offline_with_the_change_point_marked() {
     assert!(dom.contains("#7 regression"), "the change point is marked");
     assert!(!dom.contains("#6 regression"));
 }
+
+#[test]
+fn sim_size_report_renders_offline_with_its_chart() {
+    let dir = run_dir("report-size");
+    let o = tokenscope()
+        .args([
+            "sim",
+            "size",
+            "--model",
+            "llama-3.1-8b",
+            "--rate",
+            "10",
+            "--slo",
+            "ttft_p99=500ms,tpot_p99=50ms",
+        ])
+        .args(["--gpu", "l4,l40s,h100-sxm", "--top", "3", "--out"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let dom = check("size", &dir.join("report.html"), 1);
+    assert!(
+        dom.contains("tokenscope sim plan --model llama-3.1-8b"),
+        "the re-run commands are listed"
+    );
+}

@@ -1,0 +1,384 @@
+//! `tokenscope sim size`: the cheapest deployments meeting an SLO at a load
+//! (the search itself is `tokenscope_sim::size`): flags to a search, the
+//! answer as a table, `size.json` and a report page.
+
+use crate::cli::SizeArgs;
+use crate::exit::Exit;
+use crate::outcome::to_stdout;
+use anyhow::Context;
+use std::path::Path;
+use tokenscope_sim::engine::catalogue::Gpu;
+use tokenscope_sim::engine::EngineConfig;
+use tokenscope_sim::size::{size, Candidate, Report, Search};
+
+pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
+    if args.load.rate.len() != 1 || !args.load.concurrency.is_empty() {
+        return Err(Exit::usage(
+            "sim size needs one target load as --rate R (requests/s; the open loop a service faces)".into(),
+        ));
+    }
+    if args.load.requests.is_none() && args.load.duration.is_none() {
+        // Enough for a p99 to be judged by the estimate (1,000 needed).
+        args.load.requests = Some(1500);
+    }
+    crate::outcome::load_workload_files(&mut args.load, args.json)?;
+    let cat = crate::plan::catalogue(args.catalogue.as_deref())?;
+    let model = cat
+        .model(&args.model)
+        .map_err(|e| Exit::usage(format!("--model: {e}")))?;
+    let gpus: Vec<Gpu> = if args.gpu.is_empty() {
+        cat.gpus.clone()
+    } else {
+        args.gpu
+            .iter()
+            .map(|g| cat.gpu(g).map_err(|e| Exit::usage(format!("--gpu: {e}"))))
+            .collect::<Result<_, _>>()?
+    };
+    let mut template = EngineConfig::new(model, gpus[0].clone());
+    if let Some(p) = &args.profile {
+        template.efficiency = crate::plan::read_profile(p)?.efficiency;
+    }
+    let load = crate::plan::plan_load(&args.load, args.network_delay);
+    let (candidates, unpriced) = candidates(&args, &gpus);
+    let search = Search {
+        template: &template,
+        gpus: &gpus,
+        load: &load,
+        slo: &args.slo,
+        router: args.router,
+        max_replicas: args.max_replicas,
+        top: args.top as usize,
+    };
+    if !args.json {
+        eprintln!(
+            "tokenscope: sizing {} for {} at {} req/s: {} deployment shapes ({} GPU types × TP {:?} × {})",
+            template.model.name,
+            args.slo.describe(),
+            args.load.rate[0],
+            candidates.len(),
+            gpus.len() - unpriced.len(),
+            args.tp,
+            args.dtype
+                .iter()
+                .map(|d| format!("{d:?}").to_lowercase())
+                .collect::<Vec<_>>()
+                .join("/")
+        );
+    }
+    let started = std::time::Instant::now();
+    let report = size(&search, candidates).map_err(Exit::usage)?;
+    let doc = serde_json::json!({
+        "model": template.model.name,
+        "rate": args.load.rate[0],
+        "slo": args.slo.describe(),
+        "router": args.router.name(),
+        "requests_per_simulation": load.requests,
+        "seconds": started.elapsed().as_secs_f64(),
+        "unpriced": unpriced,
+        "report": report,
+        "commands": report.options.iter().map(|o| plan_command(&args, o)).collect::<Vec<_>>(),
+    });
+    if let Some(dir) = &args.out {
+        write_out(dir, &doc, &report)?;
+    }
+    if args.json {
+        to_stdout(&(serde_json::to_string_pretty(&doc)? + "\n"));
+    } else {
+        to_stdout(&table(
+            &args,
+            &report,
+            &unpriced,
+            started.elapsed().as_secs_f64(),
+        ));
+    }
+    Ok(if report.options.is_empty() {
+        Exit::SloNotMet
+    } else {
+        Exit::Success
+    })
+}
+
+/// Every (GPU, TP, dtype) shape with its price; GPUs without one are named.
+fn candidates(args: &SizeArgs, gpus: &[Gpu]) -> (Vec<Candidate>, Vec<String>) {
+    let mut out = Vec::new();
+    let mut unpriced = Vec::new();
+    for g in gpus {
+        let given = args
+            .price
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(&g.name));
+        let price = match given {
+            Some((_, p)) => *p,
+            None => match tokenscope_core::prices::price(&g.name) {
+                Ok((p, _)) => p,
+                Err(_) => {
+                    unpriced.push(g.name.clone());
+                    continue;
+                }
+            },
+        };
+        for &tp in &args.tp {
+            for &d in &args.dtype {
+                out.push(Candidate {
+                    gpu: g.name.clone(),
+                    tp,
+                    weights: d,
+                    kv_dtype: d,
+                    usd_per_gpu_hour: price,
+                });
+            }
+        }
+    }
+    (out, unpriced)
+}
+
+/// The `sim plan` command that runs an option's fleet at the target load.
+fn plan_command(args: &SizeArgs, o: &tokenscope_sim::size::Sized) -> String {
+    let c = &o.candidate;
+    let dtype = |d| format!("{d:?}").to_lowercase();
+    format!(
+        "tokenscope sim plan --model {} --gpu {} --tp {} --dtype {} --kv-dtype {} --replicas {} --router {} {} --slo {}",
+        args.model,
+        c.gpu,
+        c.tp,
+        dtype(c.weights),
+        dtype(c.kv_dtype),
+        o.replicas,
+        args.router.name(),
+        workload_flags(args),
+        slo_flag(&args.slo)
+    )
+}
+
+/// Flags `sim size` only reads: the command re-adds what `sim plan` needs of them.
+/// (`--profile`, `--catalogue` and the workload flags are `sim plan`'s too: kept.)
+const SIZE_ONLY: [&str; 11] = [
+    "--model",
+    "--gpu",
+    "--tp",
+    "--dtype",
+    "--router",
+    "--max-replicas",
+    "--top",
+    "--price",
+    "--out",
+    "--json",
+    "--slo",
+];
+
+/// The workload and load flags as given on this command line (a run of
+/// `sim plan` with them draws the same requests), and the request count
+/// when it was defaulted.
+fn workload_flags(args: &SizeArgs) -> String {
+    let given: Vec<String> = std::env::args().collect();
+    let start = given
+        .iter()
+        .position(|a| a == "size")
+        .map_or(given.len(), |i| i + 1);
+    let mut out: Vec<String> = Vec::new();
+    let mut i = start;
+    while i < given.len() {
+        let a = &given[i];
+        let name = a.split('=').next().unwrap_or(a);
+        let skip = SIZE_ONLY.contains(&name);
+        let takes_value = !a.contains('=') && name != "--json";
+        if !skip {
+            out.push(shell_word(a));
+            if takes_value
+                && a.starts_with("--")
+                && i + 1 < given.len()
+                && !given[i + 1].starts_with("--")
+            {
+                out.push(shell_word(&given[i + 1]));
+            }
+        }
+        i += if takes_value && i + 1 < given.len() && !given[i + 1].starts_with("--") {
+            2
+        } else {
+            1
+        };
+    }
+    if !given
+        .iter()
+        .any(|a| a.starts_with("--requests") || a.starts_with("--duration"))
+    {
+        out.push(format!("--requests {}", args.load.requests.unwrap_or(1500)));
+    }
+    out.join(" ")
+}
+
+/// A word as a shell reads it back.
+fn shell_word(w: &str) -> String {
+    let plain = w
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_.:,/=+-@%".contains(c));
+    if plain {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
+    }
+}
+
+fn slo_flag(slo: &tokenscope_core::slo::Slo) -> String {
+    slo.objectives
+        .iter()
+        .map(|o| format!("{}={}ms", o.key(), o.limit_ms))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn table(args: &SizeArgs, r: &Report, unpriced: &[String], seconds: f64) -> String {
+    let mut out = String::new();
+    if r.options.is_empty() {
+        out.push_str("No deployment meets the SLO at this load within the search.\n");
+    } else {
+        out.push_str(&format!(
+            "{:<40} {:>8} {:>5} {:>9} {:>12} {:>9} {:>9}  {:<34} binding\n",
+            "deployment",
+            "replicas",
+            "GPUs",
+            "$/hour",
+            "$/1M out tok",
+            "capacity",
+            "margin",
+            "SLO (fleet at the full rate)"
+        ));
+    }
+    for o in &r.options {
+        let slo = o
+            .objectives
+            .iter()
+            .map(|x| {
+                format!(
+                    "{}_{} {:.0} ms",
+                    x.metric,
+                    x.stat,
+                    x.value_ms.unwrap_or(f64::NAN)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        out.push_str(&format!(
+            "{:<40} {:>8} {:>5} {:>9.2} {:>12.3} {:>5.1}/s {:>8.0} %  {:<34} {}\n",
+            o.candidate.label(),
+            o.replicas,
+            o.gpus,
+            o.usd_per_hour,
+            o.usd_per_million_output_tokens,
+            o.slo_capacity_rps,
+            o.margin_pct,
+            slo,
+            o.binding
+        ));
+    }
+    if !r.options.is_empty() {
+        out.push_str("\nre-run an option (the fleet behind the router at the full rate):\n");
+        for o in &r.options {
+            out.push_str(&format!("  {}\n", plan_command(args, o)));
+        }
+    }
+    out.push_str(&format!(
+        "\n{} shapes: {} listed, {} left out (below), {} not simulated further (their fewest replicas already cost more than option {}); {} simulations in {seconds:.1} s\n",
+        r.candidates,
+        r.options.len(),
+        r.rejected.len(),
+        r.pruned.len(),
+        args.top,
+        r.simulations
+    ));
+    let (no_fit, other): (Vec<_>, Vec<_>) = r
+        .rejected
+        .iter()
+        .partition(|x| x.why.starts_with("does not fit"));
+    if !no_fit.is_empty() {
+        let shapes: Vec<&str> = no_fit.iter().map(|x| x.candidate.as_str()).collect();
+        out.push_str(&format!(
+            "  the weights do not fit in memory: {}\n",
+            shapes.join("; ")
+        ));
+    }
+    for x in other {
+        out.push_str(&format!("  {}: {}\n", x.candidate, x.why));
+    }
+    if !unpriced.is_empty() {
+        out.push_str(&format!(
+            "  no price for {} (--price GPU=$/h to include them)\n",
+            unpriced.join(", ")
+        ));
+    }
+    out.push_str("Each option was met by the fleet simulation (sim plan's engine; requests judged as bench judges them: each statistic with its interval and sample size). A model, not a measurement: calibrate it to your server with `sim calibrate` (docs/simulator.md).\n");
+    out
+}
+
+fn write_out(dir: &Path, doc: &serde_json::Value, r: &Report) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join("size.json");
+    std::fs::write(&path, serde_json::to_string_pretty(doc)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    let page = dir.join("report.html");
+    std::fs::write(&page, page_of(doc, r))
+        .with_context(|| format!("writing {}", page.display()))?;
+    Ok(())
+}
+
+/// The report: cost per hour against the SLO capacity each option showed
+/// per GPU, and the table.
+fn page_of(doc: &serde_json::Value, r: &Report) -> String {
+    use tokenscope_report::charts::{self, Axes, Mark, Series, Style};
+    use tokenscope_report::html::{esc, page};
+    let points: Vec<(f64, f64)> = r
+        .options
+        .iter()
+        .map(|o| (o.slo_capacity_rps, o.usd_per_hour))
+        .collect();
+    let marks: Vec<Mark> = r
+        .options
+        .iter()
+        .zip(&points)
+        .map(|(o, &at)| Mark {
+            label: format!("{} ×{}", o.candidate.label(), o.replicas),
+            at,
+        })
+        .collect();
+    let axes = Axes {
+        title: "cost against SLO capacity",
+        x: "SLO capacity (req/s within the SLO)",
+        y: "$ per hour",
+        log_x: false,
+    };
+    let series = Series {
+        name: "options".into(),
+        points,
+        style: Style::Points,
+    };
+    let chart = charts::xy(&axes, &[series], &marks).unwrap_or_default();
+    let mut rows = String::new();
+    for (o, cmd) in r
+        .options
+        .iter()
+        .zip(doc["commands"].as_array().into_iter().flatten())
+    {
+        rows.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.3}</td><td>{:.1} req/s</td><td>{:.0} %</td><td>{}</td><td><code>{}</code></td></tr>\n",
+            esc(&o.candidate.label()),
+            o.replicas,
+            o.gpus,
+            o.usd_per_hour,
+            o.usd_per_million_output_tokens,
+            o.slo_capacity_rps,
+            o.margin_pct,
+            esc(&o.binding),
+            esc(cmd.as_str().unwrap_or(""))
+        ));
+    }
+    let body = format!(
+        "<h1>Sizing {} at {} req/s</h1>\n<p>SLO: {} · router {}</p>\n<div class=\"chart\">{chart}</div>\n\
+<table><tr><th>deployment</th><th>replicas</th><th>GPUs</th><th>$/hour</th><th>$/1M output tokens</th><th>SLO capacity</th><th>margin</th><th>binding</th><th>re-run</th></tr>\n{rows}</table>\n\
+<p class=\"note\">Simulated on tokenscope's engine model; each option met the SLO in the fleet simulation at the full rate.</p>",
+        esc(doc["model"].as_str().unwrap_or("")),
+        doc["rate"],
+        esc(doc["slo"].as_str().unwrap_or("")),
+        esc(doc["router"].as_str().unwrap_or("")),
+    );
+    page("tokenscope sim size", &body)
+}
