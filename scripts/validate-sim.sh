@@ -21,11 +21,13 @@ echo "| scenario | metric | published | simulated | error |"
 echo "|---|---|---|---|---|"
 points=0
 # One open-loop point: GPU, model, TP, req/s, prompts, the published E2E,
-# TTFT and TPOT medians, and the row's label; prints three rows.
+# TTFT and TPOT medians, the row's label and the engine preset (--engine;
+# VALIDATE_ENGINE=vllm runs every point under vLLM's rules, for comparison);
+# prints three rows.
 point() {
   points=$((points + 1))
-  local gpu=$1 model=$2 tp=$3 rate=$4 n=$5 label=$9 r="$work/point-$points.json"
-  "$bin" sim plan --gpu "$gpu" --model "$model" --tp "$tp" --rate "$rate" --requests "$n" "${shape[@]}" --out "${r%.json}" > "$r"
+  local gpu=$1 model=$2 tp=$3 rate=$4 n=$5 label=$9 engine=${VALIDATE_ENGINE:-${10:-vllm}} r="$work/point-$points.json"
+  "$bin" sim plan --engine "$engine" --gpu "$gpu" --model "$model" --tp "$tp" --rate "$rate" --requests "$n" "${shape[@]}" --out "${r%.json}" > "$r"
   for m in "E2E p50 (ms):e2e_ms:$6" "TTFT p50 (ms):ttft_ms:$7" "TPOT p50 (ms):tpot_ms:$8"; do
     IFS=: read -r metric key pub <<< "$m"
     sim=$(q "$r" "round(d['latency']['$key']['p50'], 2)")
@@ -34,12 +36,12 @@ point() {
 }
 point a100-80gb llama-3.1-8b 1 4 1200 1691.97 100.48 14.14 "Llama-3.1-8B, 1×A100 80GB, vLLM 0.6.0"
 point a100-80gb llama-3.1-8b 1 8 2400 2137.16 120.39 17.09 "Llama-3.1-8B, 1×A100 80GB, vLLM 0.6.0"
-# The same benchmark's SGLang 0.3.0 runs: one scheduling round per step, as
-# the simulator (and vLLM V1) schedule, so TTFT compares like for like.
-point a100-80gb llama-3.1-8b 1 4 1200 1564.17 31.98 13.17 "Llama-3.1-8B, 1×A100 80GB, SGLang 0.3.0"
-point a100-80gb llama-3.1-8b 1 8 2400 2175.02 35.68 17.85 "Llama-3.1-8B, 1×A100 80GB, SGLang 0.3.0"
-point h100-sxm llama-3.1-70b 4 4 1200 3005.24 53.94 25.03 "Llama-3.1-70B, 4×H100 SXM, SGLang 0.3.0"
-point h100-sxm llama-3.1-70b 4 8 2400 4064.98 58.11 33.07 "Llama-3.1-70B, 4×H100 SXM, SGLang 0.3.0"
+# The same benchmark's SGLang 0.3.0 runs, under SGLang's rules (prefill
+# batches first, overlap scheduling).
+point a100-80gb llama-3.1-8b 1 4 1200 1564.17 31.98 13.17 "Llama-3.1-8B, 1×A100 80GB, SGLang 0.3.0" sglang
+point a100-80gb llama-3.1-8b 1 8 2400 2175.02 35.68 17.85 "Llama-3.1-8B, 1×A100 80GB, SGLang 0.3.0" sglang
+point h100-sxm llama-3.1-70b 4 4 1200 3005.24 53.94 25.03 "Llama-3.1-70B, 4×H100 SXM, SGLang 0.3.0" sglang
+point h100-sxm llama-3.1-70b 4 8 2400 4064.98 58.11 33.07 "Llama-3.1-70B, 4×H100 SXM, SGLang 0.3.0" sglang
 "$bin" sim plan --gpu a100-80gb --rate 100000 --requests 5000 "${shape[@]}" --out "$work/a100-off" > "$work/a100-off.json"
 sim=$(q "$work/a100-off.json" "round(d['throughput']['output_tokens_per_s'])")
 echo "| Llama-3.1-8B, 1×A100 80GB, vLLM 0.6.0, 5000 prompts at once | output tok/s | 4132.37 | $sim | $(err "$sim" 4132.37) |"

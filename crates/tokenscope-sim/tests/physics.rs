@@ -354,3 +354,55 @@ fn tensor_parallel_decode_pays_a_collective_that_grows_with_the_ring() {
         four * 1e3
     );
 }
+
+/// One worst decode stall (the longest gap between two tokens of a request)
+/// and the median TPOT, under long prompts arriving among decodes.
+fn stalls(engine: tokenscope_sim::engine::preset::Preset) -> (f64, f64) {
+    let mut cfg = default_engine();
+    cfg.engine = engine;
+    cfg.efficiency.step_overhead_s = engine.step_overhead_s();
+    let mut l = load(
+        LoadPattern::Open {
+            rate: 1.5,
+            process: Process::Poisson,
+            max_concurrency: None,
+        },
+        300,
+        0,
+        128,
+    );
+    l.workload.input = LengthSpec::Uniform(128, 12_000);
+    let out = run(&cfg, &l);
+    let worst_gap = out
+        .records
+        .iter()
+        .flat_map(|r| {
+            r.chunks
+                .windows(2)
+                .map(|w| (w[1].at_us() - w[0].at_us()) as f64 / 1e3)
+        })
+        .fold(0.0, f64::max);
+    (
+        worst_gap,
+        median(&out.records, |r| r.tpot_us().map(|t| t / 1e3)),
+    )
+}
+
+#[test]
+fn engine_presets_stall_decodes_as_their_schedulers_do() {
+    use tokenscope_sim::engine::preset::Preset;
+    let (v1_gap, v1_tpot) = stalls(Preset::Vllm);
+    let (v0_gap, v0_tpot) = stalls(Preset::VllmV0);
+    let (sg_gap, _) = stalls(Preset::Sglang);
+    let (trt_gap, trt_tpot) = stalls(Preset::Trtllm);
+    eprintln!("worst decode gap: vllm {v1_gap:.0} ms, vllm-v0 {v0_gap:.0}, sglang {sg_gap:.0}, trtllm {trt_gap:.0}");
+    // Chunked prefill bounds a decode's stall to one chunk's step; a whole
+    // 12k prompt in one step (TensorRT-LLM without chunked context) is longer.
+    assert!(trt_gap > 1.2 * v1_gap, "{trt_gap} vs {v1_gap}");
+    // Prefill steps first (V0, SGLang): decodes wait out every queued prefill.
+    assert!(v0_gap > 3.0 * v1_gap, "{v0_gap} vs {v1_gap}");
+    assert!(sg_gap > 3.0 * v1_gap, "{sg_gap} vs {v1_gap}");
+    // V0's CPU overhead around each step shows in TPOT.
+    assert!(v0_tpot > 1.2 * v1_tpot, "{v0_tpot} vs {v1_tpot}");
+    assert!(trt_tpot < v1_tpot, "{trt_tpot} vs {v1_tpot}");
+}

@@ -351,6 +351,11 @@ pub struct EngineArgs {
     /// Extra GPUs and models: a JSON file {"gpus": [...], "models": [...]}.
     #[arg(long)]
     pub catalogue: Option<PathBuf>,
+    /// Whose scheduling rules and per-step overhead: vllm (V1: chunked
+    /// prefill, mixed steps), vllm-v0 (whole prompts, prefill steps first),
+    /// sglang (chunked, prefill batches first), trtllm (whole prompts, mixed).
+    #[arg(long, default_value = "vllm")]
+    pub engine: tokenscope_sim::engine::preset::Preset,
 }
 
 /// What a series is judged by: shared by `sweep` and `sim plan --sweep`.
@@ -548,6 +553,9 @@ pub struct SizeArgs {
     /// Efficiency factors fitted by `sim calibrate` (applied to every shape).
     #[arg(long, value_name = "PROFILE")]
     pub profile: Option<PathBuf>,
+    /// Whose scheduling rules: vllm, vllm-v0, sglang or trtllm (as `sim plan --engine`).
+    #[arg(long, default_value = "vllm")]
+    pub engine: tokenscope_sim::engine::preset::Preset,
     #[command(flatten)]
     pub load: LoadArgs,
     /// The objectives every option must meet: ttft_p99=1s,tpot_p99=50ms.

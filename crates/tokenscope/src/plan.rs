@@ -40,6 +40,8 @@ pub fn engine_config(a: &EngineArgs) -> anyhow::Result<EngineConfig> {
     cfg.max_num_seqs = a.max_num_seqs;
     cfg.max_num_batched_tokens = a.max_num_batched_tokens;
     cfg.prefix_caching = !a.no_prefix_caching;
+    cfg.engine = a.engine;
+    cfg.efficiency.step_overhead_s = a.engine.step_overhead_s();
     cfg.kv_blocks().map_err(Exit::usage)?;
     Ok(cfg)
 }
@@ -51,7 +53,8 @@ fn deployment_json(
     summary: &EngineSummary,
 ) -> serde_json::Value {
     json!({
-        "engine": "tokenscope-sim (vLLM V1 scheduler model)",
+        "engine": format!("tokenscope-sim ({})", cfg.engine.describe()),
+        "engine_rules": cfg.engine.name(),
         "replicas": fleet.replicas,
         "router": (fleet.replicas > 1 || fleet.autoscale.is_some()).then(|| fleet.router.name()),
         "model": cfg.model.name,

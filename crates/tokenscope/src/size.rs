@@ -35,6 +35,8 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
             .collect::<Result<_, _>>()?
     };
     let mut template = EngineConfig::new(model, gpus[0].clone());
+    template.engine = args.engine;
+    template.efficiency.step_overhead_s = args.engine.step_overhead_s();
     if let Some(p) = &args.profile {
         template.efficiency = crate::plan::read_profile(p)?.efficiency;
     }
@@ -137,8 +139,9 @@ fn plan_command(args: &SizeArgs, o: &tokenscope_sim::size::Sized) -> String {
     let c = &o.candidate;
     let dtype = |d| format!("{d:?}").to_lowercase();
     format!(
-        "tokenscope sim plan --model {} --gpu {} --tp {} --dtype {} --kv-dtype {} --replicas {} --router {} {} --slo {}",
+        "tokenscope sim plan --model {} --engine {} --gpu {} --tp {} --dtype {} --kv-dtype {} --replicas {} --router {} {} --slo {}",
         args.model,
+        args.engine.name(),
         c.gpu,
         c.tp,
         dtype(c.weights),
@@ -152,7 +155,8 @@ fn plan_command(args: &SizeArgs, o: &tokenscope_sim::size::Sized) -> String {
 
 /// Flags `sim size` only reads: the command re-adds what `sim plan` needs of them.
 /// (`--profile`, `--catalogue` and the workload flags are `sim plan`'s too: kept.)
-const SIZE_ONLY: [&str; 11] = [
+const SIZE_ONLY: [&str; 12] = [
+    "--engine",
     "--model",
     "--gpu",
     "--tp",

@@ -6,6 +6,7 @@
 pub mod catalogue;
 pub mod cost;
 pub mod kv;
+pub mod preset;
 pub mod scheduler;
 
 use catalogue::{Gpu, Model};
@@ -33,6 +34,8 @@ pub struct EngineConfig {
     /// ([`EngineConfig::reserved_gib`]).
     pub reserved_gib: Option<f64>,
     pub efficiency: Efficiency,
+    /// Whose scheduling rules (`--engine`).
+    pub engine: preset::Preset,
 }
 
 impl EngineConfig {
@@ -51,6 +54,7 @@ impl EngineConfig {
             prefix_caching: true,
             reserved_gib: None,
             efficiency: Efficiency::default(),
+            engine: preset::Preset::default(),
         }
     }
 
@@ -60,15 +64,20 @@ impl EngineConfig {
     }
 
     pub fn limits(&self) -> Limits {
+        let (chunked_prefill, mixed_steps) = self.engine.rules();
+        // TensorRT-LLM's `max_num_tokens` is 8192 on every GPU.
+        let budget = match self.engine {
+            preset::Preset::Trtllm => 8192,
+            _ if self.big_gpu() => 8192,
+            _ => 2048,
+        };
         Limits {
             max_num_seqs: self
                 .max_num_seqs
                 .unwrap_or(if self.big_gpu() { 1024 } else { 256 }),
-            max_num_batched_tokens: self.max_num_batched_tokens.unwrap_or(if self.big_gpu() {
-                8192
-            } else {
-                2048
-            }),
+            max_num_batched_tokens: self.max_num_batched_tokens.unwrap_or(budget),
+            chunked_prefill,
+            mixed_steps,
         }
     }
 
@@ -125,8 +134,12 @@ impl EngineConfig {
 
     /// A one-line description for reports.
     pub fn describe(&self) -> String {
+        let engine = match self.engine {
+            preset::Preset::Vllm => String::new(),
+            e => format!(", {} rules", e.name()),
+        };
         format!(
-            "{} {} on {} × {} (TP {}), KV {}, {:.0} % memory",
+            "{} {} on {} × {} (TP {}), KV {}, {:.0} % memory{engine}",
             self.model.name,
             format!("{:?}", self.weights).to_lowercase(),
             self.tp,

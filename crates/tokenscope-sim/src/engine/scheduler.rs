@@ -68,13 +68,48 @@ impl Seq {
     fn tokens(&self) -> u32 {
         self.prompt + self.generated
     }
+
+    /// Its prompt (or, after a preemption, its prompt and answer so far) is
+    /// not all computed: its next tokens are a prefill, not one decode.
+    fn prefilling(&self) -> bool {
+        self.tokens() - self.computed > 1 || self.generated == 0
+    }
 }
 
-/// Scheduler limits (vLLM names).
+/// Scheduler limits (vLLM names) and the engine's step rules.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub max_num_seqs: u32,
     pub max_num_batched_tokens: u32,
+    /// A prompt may be split over steps (chunked prefill). Without it a
+    /// prompt is computed whole in one step: it waits for a step with room
+    /// for all of it, or, as the step's first prefill, goes whole however
+    /// long it is.
+    pub chunked_prefill: bool,
+    /// Prefill and decode tokens share one step. Without it a step is either
+    /// prefills (taken first, while a prompt can be admitted or is part
+    /// done) or decodes, and every running request waits out the prefills.
+    pub mixed_steps: bool,
+}
+
+impl Limits {
+    /// vLLM V1's rules: chunked prefill, prefill and decode in one step.
+    pub fn v1(max_num_seqs: u32, max_num_batched_tokens: u32) -> Limits {
+        Limits {
+            max_num_seqs,
+            max_num_batched_tokens,
+            chunked_prefill: true,
+            mixed_steps: true,
+        }
+    }
+}
+
+/// Which tokens a step takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StepKind {
+    Mixed,
+    Prefills,
+    Decodes,
 }
 
 /// One scheduled sequence: index into `running` and new tokens this step.
@@ -202,14 +237,56 @@ impl Scheduler {
     /// Plans the step that starts at `now`: which sequences get how many tokens.
     /// Returns the work for the cost model; [`Scheduler::finish_step`] applies it.
     pub fn plan(&mut self, now: f64) -> StepWork {
+        if self.limits.mixed_steps {
+            return self.plan_kind(now, StepKind::Mixed);
+        }
+        // Prefills first (SGLang, vLLM V0); decodes when no prompt can go.
+        let prefilling = self.running.iter().any(|s| s.prefilling());
+        let admissible =
+            !self.waiting.is_empty() && (self.running.len() as u32) < self.limits.max_num_seqs;
+        if prefilling || admissible {
+            let work = self.plan_kind(now, StepKind::Prefills);
+            if work.tokens > 0 {
+                return work;
+            }
+        }
+        self.plan_kind(now, StepKind::Decodes)
+    }
+
+    /// The tokens a sequence gets in a step with `budget` left, or `None`
+    /// when it takes none in this kind of step.
+    fn share(&self, seq: &Seq, kind: StepKind, budget: u32) -> Option<u32> {
+        let need = seq.tokens() - seq.computed;
+        match kind {
+            StepKind::Prefills if !seq.prefilling() => return None,
+            StepKind::Decodes if seq.prefilling() => return None,
+            _ => {}
+        }
+        let first_prefill = self.scheduled.iter().all(|s| s.new_tokens == 1);
+        if self.limits.chunked_prefill || need <= budget {
+            Some(need.min(budget))
+        } else if first_prefill {
+            // Without chunking the engines size their budget to the longest
+            // prompt (vLLM V0: max_model_len; TensorRT-LLM refuses a prompt
+            // over max_num_tokens): a long prompt goes whole, the step's
+            // first prefill.
+            Some(need)
+        } else {
+            None
+        }
+    }
+
+    fn plan_kind(&mut self, now: f64, kind: StepKind) -> StepWork {
         self.scheduled.clear();
         self.preempted_in_step = 0;
         let mut budget = self.limits.max_num_batched_tokens;
         let mut preempted_any = false;
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
-            let need = self.running[i].tokens() - self.running[i].computed;
-            let n = need.min(budget);
+            let Some(n) = self.share(&self.running[i], kind, budget) else {
+                i += 1;
+                continue;
+            };
             let target = self.running[i].computed + n;
             let mut scheduled_self = true;
             loop {
@@ -238,14 +315,14 @@ impl Scheduler {
             if !scheduled_self {
                 break;
             }
-            budget -= n;
+            budget = budget.saturating_sub(n);
             self.scheduled.push(Slot {
                 id: self.running[i].id,
                 new_tokens: n,
             });
             i += 1;
         }
-        if !preempted_any {
+        if !preempted_any && kind != StepKind::Decodes {
             while budget > 0 && (self.running.len() as u32) < self.limits.max_num_seqs {
                 let Some(mut seq) = self.waiting.pop_front() else {
                     break;
@@ -254,7 +331,14 @@ impl Scheduler {
                 if seq.computed == 0 {
                     Self::reuse(&mut self.kv, &mut seq);
                 }
-                let n = (seq.tokens() - seq.computed).min(budget);
+                let Some(n) = self.share(&seq, kind, budget) else {
+                    // A whole prompt that does not fit what is left waits for the next step.
+                    Self::unhold(&mut self.kv, &mut seq);
+                    seq.computed = 0;
+                    (self.kv.queries, self.kv.hits) = (queries, hits);
+                    self.waiting.push_front(seq);
+                    break;
+                };
                 let target = seq.computed + n;
                 if !Self::grow(&mut self.kv, &mut seq, target) {
                     // Head-of-line blocking: it stays first in the queue, and
@@ -268,7 +352,7 @@ impl Scheduler {
                 seq.cached_tokens.get_or_insert(seq.held_tokens);
                 seq.queue_time += (now - seq.queued_at).max(0.0);
                 seq.first_scheduled_at.get_or_insert(now);
-                budget -= n;
+                budget = budget.saturating_sub(n);
                 self.scheduled.push(Slot {
                     id: seq.id,
                     new_tokens: n,
@@ -343,10 +427,7 @@ mod tests {
 
     fn sched(blocks: u64, max_seqs: u32, budget: u32) -> Scheduler {
         Scheduler::new(
-            Limits {
-                max_num_seqs: max_seqs,
-                max_num_batched_tokens: budget,
-            },
+            Limits::v1(max_seqs, budget),
             KvCache::new(blocks, 16, false),
         )
     }
@@ -391,6 +472,53 @@ mod tests {
             steps += 1;
         }
         assert_eq!(steps, 4, "2000 prompt tokens in chunks of 511");
+    }
+
+    fn with_rules(chunked_prefill: bool, mixed_steps: bool) -> Scheduler {
+        let limits = Limits {
+            chunked_prefill,
+            mixed_steps,
+            ..Limits::v1(8, 512)
+        };
+        Scheduler::new(limits, KvCache::new(1000, 16, false))
+    }
+
+    #[test]
+    fn without_chunked_prefill_a_prompt_goes_whole_beside_the_decodes() {
+        let mut s = with_rules(false, true);
+        s.add(Seq::new(1, 10, 100, 0.0));
+        run_step(&mut s, 0.0);
+        s.add(Seq::new(2, 2000, 5, 0.0));
+        let r = run_step(&mut s, 0.01);
+        assert_eq!(r.work.tokens, 1 + 2000, "one decode and the whole prompt");
+        assert_eq!(
+            r.emitted.len(),
+            2,
+            "the prompt's first token in that same step"
+        );
+        // A second long prompt does not join a step that already has one.
+        s.add(Seq::new(3, 600, 5, 0.0));
+        s.add(Seq::new(4, 600, 5, 0.0));
+        let r = run_step(&mut s, 0.02);
+        assert_eq!(r.work.tokens, 2 + 600, "two decodes and one whole prompt");
+    }
+
+    #[test]
+    fn separate_steps_run_prefills_first_and_the_decodes_wait() {
+        let mut s = with_rules(true, false);
+        s.add(Seq::new(1, 10, 100, 0.0));
+        run_step(&mut s, 0.0);
+        s.add(Seq::new(2, 1000, 5, 0.0));
+        // 1000 prompt tokens in chunks of 512: two prefill steps, request 1 waits.
+        let r = run_step(&mut s, 0.01);
+        assert_eq!((r.work.tokens, r.emitted.len()), (512, 0));
+        let r = run_step(&mut s, 0.02);
+        assert_eq!(r.work.tokens, 488);
+        assert_eq!(r.emitted, vec![(2, 1, false)]);
+        // Then a decode step for both.
+        let r = run_step(&mut s, 0.03);
+        assert_eq!(r.work.tokens, 2);
+        assert_eq!(r.emitted.len(), 2);
     }
 
     #[test]
@@ -459,13 +587,7 @@ mod tests {
 
     #[test]
     fn shared_prefix_hits_the_cache() {
-        let mut s = Scheduler::new(
-            Limits {
-                max_num_seqs: 8,
-                max_num_batched_tokens: 8192,
-            },
-            KvCache::new(100, 16, true),
-        );
+        let mut s = Scheduler::new(Limits::v1(8, 8192), KvCache::new(100, 16, true));
         let units: Arc<[Unit]> = super::super::kv::shared_prefix_units(9, 64, 16).into();
         let mut a = Seq::new(1, 100, 2, 0.0);
         a.units = units.clone();
