@@ -94,6 +94,9 @@ pub struct AutoscaleSummary {
 /// One replica's share of the work.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReplicaSummary {
+    /// `prefill` or `decode` when serving is disaggregated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
     pub requests: u64,
     pub steps: u64,
     pub busy_s: f64,
@@ -168,9 +171,16 @@ pub fn simulate_into(
 ) -> Result<(Vec<Sample>, EngineSummary), String> {
     let n = load.fleet.replicas.max(1) as usize;
     let mut fleet: Vec<Replica> = Vec::with_capacity(n);
-    for _ in 0..n {
-        fleet.push(Replica::new(Engine::new(config.clone())?, 0.0));
+    for i in 0..n {
+        let mut r = Replica::new(Engine::new(config.clone())?, 0.0);
+        r.role = match load.fleet.disaggregate {
+            Some(d) if (i as u32) < d.prefill => Role::Prefill,
+            Some(_) => Role::Decode,
+            None => Role::Both,
+        };
+        fleet.push(r);
     }
+    let mut handoffs = Handoffs::default();
     let mut scaler = load.fleet.autoscale.map(crate::autoscale::Scaler::new);
     let mut events = Vec::new();
     let tag_replicas = n > 1 || scaler.is_some();
@@ -190,6 +200,7 @@ pub fn simulate_into(
     loop {
         let wire = traffic.next_time().map(|sent| (sent + delay) as f64 / 1e6);
         let through = front.next_time().map(|at| at as f64 / 1e6);
+        let handed = handoffs.next_time();
         let step = fleet
             .iter()
             .enumerate()
@@ -197,9 +208,9 @@ pub fn simulate_into(
             .map(|(i, r)| (r.t, i))
             .min_by(|a, b| a.0.total_cmp(&b.0));
         // The policy is evaluated while there is work left.
-        let working = wire.is_some() || through.is_some() || step.is_some();
+        let working = wire.is_some() || through.is_some() || step.is_some() || handed.is_some();
         let eval = scaler.as_ref().filter(|_| working).map(|s| s.next_eval_s);
-        let next = [wire, through, step.map(|s| s.0), eval]
+        let next = [wire, through, handed, step.map(|s| s.0), eval]
             .into_iter()
             .flatten()
             .min_by(f64::total_cmp);
@@ -217,10 +228,29 @@ pub fn simulate_into(
             (rec.session, rec.turn) = (a.turn.map(|t| t.0), a.turn.map(|t| t.1));
             records.insert(a.id, rec);
             front.receive(at, a);
+        } else if handed == Some(now) {
+            let seq = handoffs.due(now).expect("one is due");
+            let i = route(
+                &fleet,
+                now,
+                Role::Decode,
+                load.fleet.router,
+                &seq.units,
+                seq.prompt,
+                routed,
+            );
+            routed += 1;
+            let id = seq.id;
+            fleet[i].take(seq, now);
+            if tag_replicas {
+                if let Some(rec) = records.get_mut(&id) {
+                    rec.replica = Some(i as u32);
+                }
+            }
         } else if through == Some(now) {
             let (at, a) = front.due(us(now)).expect("one is due");
             let serving: Vec<usize> = (0..fleet.len())
-                .filter(|&i| fleet[i].serving(now))
+                .filter(|&i| fleet[i].serving(now) && fleet[i].role != Role::Decode)
                 .collect();
             let engines: Vec<&Engine> = serving.iter().map(|&i| &fleet[i].engine).collect();
             let i = serving[crate::router::pick(
@@ -231,14 +261,15 @@ pub fn simulate_into(
                 routed,
             )];
             routed += 1;
-            let r = &mut fleet[i];
-            if r.engine.is_idle() {
-                r.t = r.t.max(now);
+            // A prefill replica computes the prompt and the first token only.
+            let first_only = fleet[i].role == Role::Prefill && a.max_output > 1;
+            let asked = if first_only { 1 } else { a.max_output };
+            if first_only {
+                handoffs.wants.insert(a.id, a.max_output);
             }
-            r.requests += 1;
-            let mut seq = Seq::new(a.id, a.input as u32, a.max_output, at as f64 / 1e6);
+            let mut seq = Seq::new(a.id, a.input as u32, asked, at as f64 / 1e6);
             seq.units = a.units;
-            r.engine.add(seq);
+            fleet[i].take(seq, now);
             if tag_replicas {
                 if let Some(rec) = records.get_mut(&a.id) {
                     rec.replica = Some(i as u32);
@@ -249,6 +280,7 @@ pub fn simulate_into(
             scale(s, &mut fleet, now, &mut events, config)?;
         } else if let Some((t, i)) = step {
             let r = &mut fleet[i];
+            let prefill_pool = r.role == Role::Prefill;
             let (dt, work) = r.engine.begin_step(t);
             let t_end = t + jitter.step(dt).max(1e-6);
             let result = r.engine.end_step(work);
@@ -262,12 +294,25 @@ pub fn simulate_into(
                     .get_mut(&id)
                     .expect("emitting requests have records");
                 rec.chunks.push(Chunk(at, 1));
-                if done {
+                if done && !(prefill_pool && handoffs.wants.contains_key(&id)) {
                     rec.done_at_us = at;
                     traffic.done(id, at, rec.chunks.len() as u64);
                 }
             }
             for seq in result.finished {
+                if let Some(wants) = handoffs.wants.remove(&seq.id).filter(|_| prefill_pool) {
+                    // The KV leaves for a decode replica once the step has ended.
+                    let d = load
+                        .fleet
+                        .disaggregate
+                        .expect("a prefill pool is disaggregated");
+                    let bytes = seq.prompt as f64 * r.engine.cost.kv_bytes_per_token_per_gpu();
+                    let arrive = t_end
+                        + crate::router::KV_TRANSFER_LATENCY_S
+                        + bytes / (d.transfer_gbs * 1e9);
+                    handoffs.send(handed_over(&seq, wants, arrive), arrive);
+                    continue;
+                }
                 let mut rec = records
                     .remove(&seq.id)
                     .expect("finished requests have records");
@@ -312,9 +357,81 @@ pub fn simulate_into(
     Ok((samples, summary))
 }
 
+/// What a replica does: everything, or one side of disaggregated serving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Both,
+    Prefill,
+    Decode,
+}
+
+/// Requests between the pools: the KV of a computed prompt on its way to a
+/// decode replica, by arrival; and the output each prefilled request asked.
+#[derive(Default)]
+struct Handoffs {
+    heap: BinaryHeap<Reverse<(u64, u64)>>,
+    moving: std::collections::HashMap<u64, Seq, IdHash>,
+    wants: std::collections::HashMap<u64, u32, IdHash>,
+}
+
+impl Handoffs {
+    fn send(&mut self, seq: Seq, arrive: f64) {
+        self.heap.push(Reverse((us(arrive), seq.id)));
+        self.moving.insert(seq.id, seq);
+    }
+
+    fn next_time(&self) -> Option<f64> {
+        self.heap.peek().map(|Reverse((t, _))| *t as f64 / 1e6)
+    }
+
+    fn due(&mut self, now: f64) -> Option<Seq> {
+        let Reverse((t, id)) = *self.heap.peek()?;
+        if t > us(now) {
+            return None;
+        }
+        self.heap.pop();
+        self.moving.remove(&id)
+    }
+}
+
+/// The decode side's copy of a prefilled request: its prompt (and first
+/// token) computed, its blocks to be allocated when it is admitted; its
+/// queueing and cache figures carried over from the prefill side.
+fn handed_over(p: &Seq, max_output: u32, arrive: f64) -> Seq {
+    let mut s = Seq::new(p.id, p.prompt, max_output, p.arrived_at);
+    s.computed = p.prompt;
+    s.generated = 1;
+    s.cached_tokens = p.cached_tokens;
+    s.queue_time = p.queue_time;
+    s.queued_at = arrive;
+    s.first_scheduled_at = p.first_scheduled_at;
+    s.preemptions = p.preemptions;
+    s
+}
+
+/// The replica of `role` (or one that does both) the router picks at `now`.
+fn route(
+    fleet: &[Replica],
+    now: f64,
+    role: Role,
+    router: crate::router::Router,
+    units: &[crate::engine::kv::Unit],
+    prompt: u32,
+    turn: u64,
+) -> usize {
+    let serving: Vec<usize> = (0..fleet.len())
+        .filter(|&i| {
+            fleet[i].serving(now) && (fleet[i].role == role || fleet[i].role == Role::Both)
+        })
+        .collect();
+    let engines: Vec<&Engine> = serving.iter().map(|&i| &fleet[i].engine).collect();
+    serving[crate::router::pick(router, &engines, units, prompt, turn)]
+}
+
 /// One engine replica and its own clock: when its current step ends (a
 /// busy replica steps back to back; an idle one waits for a request).
 struct Replica {
+    role: Role,
     engine: Engine,
     t: f64,
     steps: u64,
@@ -331,6 +448,7 @@ struct Replica {
 impl Replica {
     fn new(engine: Engine, ready_at: f64) -> Replica {
         Replica {
+            role: Role::Both,
             engine,
             t: ready_at,
             steps: 0,
@@ -341,6 +459,15 @@ impl Replica {
             retiring: false,
             gone_at: None,
         }
+    }
+
+    /// Takes a request at `now` (an idle replica's clock catches up).
+    fn take(&mut self, seq: Seq, now: f64) {
+        if self.engine.is_idle() {
+            self.t = self.t.max(now);
+        }
+        self.requests += 1;
+        self.engine.add(seq);
     }
 
     /// Routed to at `now`: started, not retiring.
@@ -451,6 +578,11 @@ fn summarize(fleet: &[Replica]) -> EngineSummary {
     let per: Vec<ReplicaSummary> = fleet
         .iter()
         .map(|r| ReplicaSummary {
+            role: match r.role {
+                Role::Both => None,
+                Role::Prefill => Some("prefill"),
+                Role::Decode => Some("decode"),
+            },
             requests: r.requests,
             steps: r.steps,
             busy_s: r.busy,

@@ -59,7 +59,26 @@ pub struct Fleet {
     pub router: Router,
     /// Replicas added and removed by a policy.
     pub autoscale: Option<crate::autoscale::Policy>,
+    /// Prefill and decode on separate pools (`replicas` = prefill + decode).
+    pub disaggregate: Option<Disaggregation>,
 }
+
+/// Disaggregated serving (NVIDIA Dynamo, llm-d, DistServe, Splitwise): a
+/// request's prompt is computed on a prefill replica, which sends the
+/// first token; its KV cache then crosses to a decode replica, which
+/// generates the rest. Decode steps never carry a prefill.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Disaggregation {
+    pub prefill: u32,
+    pub decode: u32,
+    /// Each GPU's link for the KV transfer, GB/s (every GPU of a
+    /// tensor-parallel group sends its share at once).
+    pub transfer_gbs: f64,
+}
+
+/// Fixed cost of one KV handover (connection, registration, the decode
+/// side's allocation): an assumption, docs/simulator.md.
+pub const KV_TRANSFER_LATENCY_S: f64 = 0.001;
 
 impl Default for Fleet {
     fn default() -> Self {
@@ -67,6 +86,7 @@ impl Default for Fleet {
             replicas: 1,
             router: Router::RoundRobin,
             autoscale: None,
+            disaggregate: None,
         }
     }
 }

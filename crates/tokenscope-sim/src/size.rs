@@ -429,6 +429,7 @@ impl Searcher<'_> {
                 replicas,
                 router: self.search.router,
                 autoscale: None,
+                disaggregate: None,
             },
             ..self.search.load.clone()
         };

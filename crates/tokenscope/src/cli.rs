@@ -488,6 +488,15 @@ pub struct PlanArgs {
     /// describe); MIN..MAX with --autoscale.
     #[arg(long, default_value = "1", value_parser = replicas)]
     pub replicas: (u32, u32),
+    /// Disaggregated serving: P prefill replicas and D decode replicas (each
+    /// the deployment the engine flags describe); the KV cache of each
+    /// prompt crosses from one to the other (--kv-transfer-gbs).
+    #[arg(long, value_name = "P:D", value_parser = pools, conflicts_with_all = ["replicas", "autoscale"])]
+    pub disaggregate: Option<(u32, u32)>,
+    /// --disaggregate: each GPU's link for the KV transfer, GB/s (50: one
+    /// 400 Gb/s RDMA NIC per GPU, as in a DGX H100).
+    #[arg(long, default_value_t = 50.0, value_parser = positive_f64)]
+    pub kv_transfer_gbs: f64,
     /// Add and remove replicas by a policy, as KEDA or an HPA would:
     /// metric=running|waiting|in-server,target=X (per replica),delay=30s (how long
     /// it must want more before scaling up)[,interval=15s][,cooldown=5m].
@@ -570,6 +579,19 @@ pub struct SizeArgs {
     /// Print the sizing document alone on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `P:D`: prefill and decode replicas, at least one each.
+fn pools(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("`{s}`: prefill and decode replicas as P:D, e.g. 1:3");
+    let (p, d) = s.split_once(':').ok_or_else(bad)?;
+    let n = |v: &str| {
+        v.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&n| (1..=512).contains(&n))
+    };
+    Ok((n(p).ok_or_else(bad)?, n(d).ok_or_else(bad)?))
 }
 
 /// `N`, or `MIN..MAX` for an autoscaled fleet.

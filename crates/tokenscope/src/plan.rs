@@ -57,6 +57,11 @@ fn deployment_json(
         "engine_rules": cfg.engine.name(),
         "replicas": fleet.replicas,
         "router": (fleet.replicas > 1 || fleet.autoscale.is_some()).then(|| fleet.router.name()),
+        "disaggregate": fleet.disaggregate.map(|d| json!({
+            "prefill": d.prefill,
+            "decode": d.decode,
+            "kv_transfer_gbs": d.transfer_gbs,
+        })),
         "model": cfg.model.name,
         "gpu": cfg.gpu.name,
         "tp": cfg.tp,
@@ -252,10 +257,18 @@ fn fleet(cfg: &EngineConfig, args: &PlanArgs) -> anyhow::Result<tokenscope_sim::
             })
         }
     };
+    let disaggregate =
+        args.disaggregate
+            .map(|(prefill, decode)| tokenscope_sim::router::Disaggregation {
+                prefill,
+                decode,
+                transfer_gbs: args.kv_transfer_gbs,
+            });
     Ok(tokenscope_sim::router::Fleet {
-        replicas: min,
+        replicas: disaggregate.map_or(min, |d| d.prefill + d.decode),
         router: args.router,
         autoscale,
+        disaggregate,
     })
 }
 
@@ -354,10 +367,10 @@ pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
     let mut cfg = engine_config(&args.engine)?;
     // A fixed fleet's GPUs are all its replicas'; an autoscaled one is paid
     // by its GPU-seconds (pay_replica_seconds), per replica here.
-    let per_fleet = if args.autoscale.is_some() {
-        1
-    } else {
-        args.replicas.0
+    let per_fleet = match (args.autoscale.is_some(), args.disaggregate) {
+        (true, _) => 1,
+        (false, Some((prefill, decode))) => prefill + decode,
+        (false, None) => args.replicas.0,
     };
     outcome::price_known_gpu(&mut args.output, &cfg.gpu.name, cfg.tp * per_fleet);
     if let Some(p) = &args.profile {
