@@ -137,3 +137,53 @@ fn prefix_affinity_keeps_a_conversation_on_the_replica_that_holds_it() {
     // (3 times in 4); affinity sends it home.
     assert!(pa > rr + 0.25, "prefix-affinity {pa} vs round-robin {rr}");
 }
+
+/// A Mooncake-style trace (`hash_ids` of 512-token blocks): 800 requests at
+/// 20/s, each one of 40 documents of four blocks (a long shared context)
+/// followed by a block of its own.
+fn document_trace() -> std::path::PathBuf {
+    let mut next = 10_000u64;
+    let text: String = (0..800u64)
+        .map(|i| {
+            // A hash, so a document's requests do not line up with round-robin's turns.
+            let doc = (i.wrapping_mul(2_654_435_761) >> 11) % 40;
+            let mut ids: Vec<u64> = (0..4).map(|b| doc * 4 + b).collect();
+            ids.push(next);
+            next += 1;
+            format!(
+                "{{\"timestamp\": {}, \"input_length\": 2560, \"output_length\": 32, \"hash_ids\": {ids:?}}}\n",
+                i * 50
+            )
+        })
+        .collect();
+    write_file("fleet-mooncake", &text)
+}
+
+#[test]
+fn on_a_mooncake_trace_cache_aware_routing_finds_the_shared_documents() {
+    let trace = document_trace();
+    let trace = trace.to_str().unwrap();
+    let hit = |router: &str| {
+        let out = four_replicas(
+            "fleet-mooncake",
+            router,
+            &["--dataset", trace, "--replay-trace", "--seed", "1"],
+        );
+        let r = results(&out);
+        assert_eq!(r["counts"]["requests"], 800);
+        stat(&r, "tokens.prefix_cache.hit_rate")
+    };
+    let (rr, pa, kv) = (hit("round-robin"), hit("prefix-affinity"), hit("kv-aware"));
+    eprintln!(
+        "Mooncake trace hit rate: round-robin {rr:.3}, prefix-affinity {pa:.3}, kv-aware {kv:.3}"
+    );
+    // Each document's four blocks (80 % of a prompt) are computed once per
+    // replica that sees it: round-robin shows every document to every
+    // replica, affinity and the cache-aware router to one.
+    assert!(pa > rr + 0.05, "{pa} vs {rr}");
+    assert!(kv > rr + 0.05, "{kv} vs {rr}");
+    assert!(
+        kv <= 0.8 + 1e-9,
+        "at most the shared four blocks of five: {kv}"
+    );
+}
