@@ -63,18 +63,26 @@ fn le(b: f64) -> String {
     }
 }
 
-/// Accumulates one exposition document.
+/// Accumulates one exposition document. Every family is written once (one
+/// HELP and TYPE), with one series per label set — one per engine, as vLLM
+/// writes `engine="0"`, `engine="1"`… under data parallelism; the values of
+/// each call come in that order.
 pub struct Exposition {
     out: String,
-    labels: String,
+    labels: Vec<String>,
 }
 
 impl Exposition {
     /// `labels`: the labels every series carries, e.g. `model_name="m",engine="0"`.
     pub fn new(labels: &str) -> Self {
+        Exposition::each(vec![labels.to_string()])
+    }
+
+    /// One label set per engine.
+    pub fn each(labels: Vec<String>) -> Self {
         Exposition {
             out: String::new(),
-            labels: labels.to_string(),
+            labels,
         }
     }
 
@@ -82,55 +90,60 @@ impl Exposition {
         let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     }
 
-    pub fn gauge(&mut self, name: &str, help: &str, value: f64) {
+    pub fn gauge(&mut self, name: &str, help: &str, values: &[f64]) {
         self.head(name, "gauge", help);
-        let _ = writeln!(self.out, "{name}{{{}}} {value}", self.labels);
+        for (labels, v) in self.labels.iter().zip(values) {
+            let _ = writeln!(self.out, "{name}{{{labels}}} {v}");
+        }
     }
 
     /// A counter `name` exposed as `name_total`, as Python's client does.
-    pub fn counter(&mut self, name: &str, help: &str, value: f64) {
+    pub fn counter(&mut self, name: &str, help: &str, values: &[f64]) {
         self.head(&format!("{name}_total"), "counter", help);
-        let _ = writeln!(self.out, "{name}_total{{{}}} {value}", self.labels);
-    }
-
-    /// A counter with one extra label per value.
-    pub fn counter_by(&mut self, name: &str, help: &str, label: &str, values: &[(&str, f64)]) {
-        self.head(&format!("{name}_total"), "counter", help);
-        for (l, v) in values {
-            let _ = writeln!(
-                self.out,
-                "{name}_total{{{},{label}=\"{l}\"}} {v}",
-                self.labels
-            );
+        for (labels, v) in self.labels.iter().zip(values) {
+            let _ = writeln!(self.out, "{name}_total{{{labels}}} {v}");
         }
     }
 
-    /// An info-style gauge (value 1) whose labels carry the facts.
-    pub fn info(&mut self, name: &str, help: &str, facts: &[(&str, String)]) {
+    /// A counter with one extra label per value, per engine.
+    pub fn counter_by(&mut self, name: &str, help: &str, label: &str, values: &[Vec<(&str, f64)>]) {
+        self.head(&format!("{name}_total"), "counter", help);
+        for (labels, vs) in self.labels.iter().zip(values) {
+            for (l, v) in vs {
+                let _ = writeln!(self.out, "{name}_total{{{labels},{label}=\"{l}\"}} {v}");
+            }
+        }
+    }
+
+    /// An info-style gauge (value 1) whose labels carry the facts, per engine.
+    pub fn info(&mut self, name: &str, help: &str, facts: &[Vec<(&str, String)>]) {
         self.head(name, "gauge", help);
-        let facts: Vec<String> = facts.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
-        let _ = writeln!(self.out, "{name}{{{}}} 1.0", facts.join(","));
+        for f in facts {
+            let f: Vec<String> = f.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+            let _ = writeln!(self.out, "{name}{{{}}} 1.0", f.join(","));
+        }
     }
 
-    pub fn histogram(&mut self, name: &str, help: &str, h: &Histogram) {
+    pub fn histogram(&mut self, name: &str, help: &str, hs: &[&Histogram]) {
         self.head(name, "histogram", help);
-        let mut cumulative = 0;
-        for (i, b) in h.bounds.iter().enumerate() {
-            cumulative += h.counts[i];
+        for (labels, h) in self.labels.iter().zip(hs) {
+            let mut cumulative = 0;
+            for (i, b) in h.bounds.iter().enumerate() {
+                cumulative += h.counts[i];
+                let _ = writeln!(
+                    self.out,
+                    "{name}_bucket{{{labels},le=\"{}\"}} {cumulative}",
+                    le(*b)
+                );
+            }
             let _ = writeln!(
                 self.out,
-                "{name}_bucket{{{},le=\"{}\"}} {cumulative}",
-                self.labels,
-                le(*b)
+                "{name}_bucket{{{labels},le=\"+Inf\"}} {}",
+                h.count
             );
+            let _ = writeln!(self.out, "{name}_sum{{{labels}}} {}", h.sum);
+            let _ = writeln!(self.out, "{name}_count{{{labels}}} {}", h.count);
         }
-        let _ = writeln!(
-            self.out,
-            "{name}_bucket{{{},le=\"+Inf\"}} {}",
-            self.labels, h.count
-        );
-        let _ = writeln!(self.out, "{name}_sum{{{}}} {}", self.labels, h.sum);
-        let _ = writeln!(self.out, "{name}_count{{{}}} {}", self.labels, h.count);
     }
 
     pub fn finish(self) -> String {
@@ -149,7 +162,7 @@ mod tests {
             h.observe(v);
         }
         let mut e = Exposition::new("model_name=\"m\"");
-        e.histogram("vllm:x_seconds", "x", &h);
+        e.histogram("vllm:x_seconds", "x", &[&h]);
         let text = e.finish();
         assert!(text.contains("# TYPE vllm:x_seconds histogram"));
         assert!(text.contains("vllm:x_seconds_bucket{model_name=\"m\",le=\"0.1\"} 1\n"));
@@ -162,8 +175,21 @@ mod tests {
     #[test]
     fn counters_get_total() {
         let mut e = Exposition::new("model_name=\"m\"");
-        e.counter("vllm:num_preemptions", "p", 3.0);
+        e.counter("vllm:num_preemptions", "p", &[3.0]);
         let text = e.finish();
         assert!(text.contains("# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total{model_name=\"m\"} 3\n"));
+    }
+
+    #[test]
+    fn each_family_is_written_once_with_a_series_per_engine() {
+        let mut e = Exposition::each(vec!["engine=\"0\"".into(), "engine=\"1\"".into()]);
+        e.gauge("vllm:num_requests_running", "r", &[2.0, 5.0]);
+        let text = e.finish();
+        assert_eq!(
+            text.matches("# TYPE vllm:num_requests_running gauge")
+                .count(),
+            1
+        );
+        assert!(text.contains("vllm:num_requests_running{engine=\"0\"} 2\nvllm:num_requests_running{engine=\"1\"} 5\n"));
     }
 }

@@ -44,6 +44,12 @@ pub struct ServeOptions {
     /// passed, /health and the APIs answer 503 "loading model", as
     /// llama.cpp's server does.
     pub load_time: Duration,
+    /// Engines behind the one endpoint (vLLM's data parallelism: each its
+    /// own scheduler and KV cache, `/metrics` labelled `engine="i"`).
+    pub replicas: u32,
+    /// Which engine a request goes to (kv-aware is `sim plan`'s only: it
+    /// reads the engines' caches, which here live in their own tasks).
+    pub router: crate::router::Router,
 }
 
 impl ServeOptions {
@@ -55,6 +61,8 @@ impl ServeOptions {
             stall: Duration::from_secs(5),
             seed: 0,
             load_time: Duration::ZERO,
+            replicas: 1,
+            router: crate::router::Router::RoundRobin,
         }
     }
 }
@@ -119,10 +127,15 @@ impl Metrics {
     }
 }
 
-struct Shared {
+/// One engine behind the endpoint: where its requests go and what it shows.
+struct Replica {
     submit: mpsc::UnboundedSender<Submit>,
-    next_id: AtomicU64,
     metrics: Arc<Mutex<Metrics>>,
+}
+
+struct Shared {
+    replicas: Vec<Replica>,
+    next_id: AtomicU64,
     options: ServeOptions,
     config: EngineConfig,
     kv_blocks: u64,
@@ -148,13 +161,38 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// The engine a request of these cache units goes to.
+    fn pick(&self, id: u64, units: &[kv::Unit]) -> &Replica {
+        use crate::router::Router;
+        let n = self.replicas.len();
+        let i = match self.options.router {
+            Router::LeastOutstanding => (0..n)
+                .min_by_key(|&i| {
+                    let st = lock(&self.replicas[i].metrics).state;
+                    (st.running + st.waiting, (i + n - id as usize % n) % n)
+                })
+                .unwrap_or(0),
+            Router::PrefixAffinity => units
+                .first()
+                .map_or(id as usize % n, |u| (u.key % n as u64) as usize),
+            Router::RoundRobin | Router::KvAware => id as usize % n,
+        };
+        &self.replicas[i]
+    }
+}
+
+fn lock(m: &Mutex<Metrics>) -> std::sync::MutexGuard<'_, Metrics> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A running simulated server.
 pub struct EngineServer {
     pub addr: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
-    /// The engine's live state, for tests to compare with what `/metrics` said.
-    metrics: Arc<Mutex<Metrics>>,
+    /// The engines' live states, for tests to compare with what `/metrics` said.
+    metrics: Vec<Arc<Mutex<Metrics>>>,
 }
 
 impl EngineServer {
@@ -164,20 +202,28 @@ impl EngineServer {
         config: EngineConfig,
         options: ServeOptions,
     ) -> Result<EngineServer, String> {
-        let engine = Engine::new(config.clone())?;
-        let kv_blocks = engine.scheduler.kv.total_blocks;
-        let kv_block_size = engine.scheduler.kv.block_size;
+        if options.router == crate::router::Router::KvAware {
+            return Err("sim serve routes round-robin, least-outstanding or prefix-affinity; kv-aware is sim plan's (it reads the engines' caches)".into());
+        }
+        let mut replicas = Vec::new();
+        let (mut kv_blocks, mut kv_block_size) = (0, 16);
+        for _ in 0..options.replicas.max(1) {
+            let engine = Engine::new(config.clone())?;
+            kv_blocks = engine.scheduler.kv.total_blocks;
+            kv_block_size = engine.scheduler.kv.block_size;
+            let metrics = Arc::new(Mutex::new(Metrics::new()));
+            let (submit, submissions) = mpsc::unbounded_channel();
+            tokio::spawn(run_engine(engine, submissions, metrics.clone()));
+            replicas.push(Replica { submit, metrics });
+        }
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let metrics = Arc::new(Mutex::new(Metrics::new()));
-        let (submit, submissions) = mpsc::unbounded_channel();
-        tokio::spawn(run_engine(engine, submissions, metrics.clone()));
+        let metrics = replicas.iter().map(|r| r.metrics.clone()).collect();
         let shared = Arc::new(Shared {
-            submit,
+            replicas,
             next_id: AtomicU64::new(0),
-            metrics: metrics.clone(),
             model_json: serde_json::to_string(&options.model_name).expect("a string serializes"),
             ready_at: Instant::now() + options.load_time,
             options,
@@ -209,9 +255,14 @@ impl EngineServer {
         format!("http://{}", self.addr)
     }
 
-    /// The engine's state after its latest step.
+    /// The (first) engine's state after its latest step.
     pub fn state(&self) -> EngineState {
-        self.metrics.lock().unwrap_or_else(|p| p.into_inner()).state
+        lock(&self.metrics[0]).state
+    }
+
+    /// Each engine's state after its latest step.
+    pub fn states(&self) -> Vec<EngineState> {
+        self.metrics.iter().map(|m| lock(m).state).collect()
     }
 
     pub async fn shutdown(mut self) {
@@ -371,119 +422,115 @@ async fn models(State(s): State<Arc<Shared>>) -> Response {
 }
 
 async fn metrics_text(State(s): State<Arc<Shared>>) -> Response {
-    let labels = format!("model_name={},engine=\"0\"", s.model_json);
-    let mut e = Exposition::new(&labels);
-    let m = s.metrics.lock().unwrap_or_else(|p| p.into_inner());
+    let labels = (0..s.replicas.len())
+        .map(|i| format!("model_name={},engine=\"{i}\"", s.model_json))
+        .collect();
+    let mut e = Exposition::each(labels);
+    let ms: Vec<_> = s.replicas.iter().map(|r| lock(&r.metrics)).collect();
+    let each = |f: &dyn Fn(&Metrics) -> f64| -> Vec<f64> { ms.iter().map(|m| f(m)).collect() };
     e.gauge(
         "vllm:num_requests_running",
         "Number of requests in model execution batches.",
-        m.state.running as f64,
+        &each(&|m| m.state.running as f64),
     );
     e.gauge(
         "vllm:num_requests_waiting",
         "Number of requests waiting to be processed.",
-        m.state.waiting as f64,
+        &each(&|m| m.state.waiting as f64),
     );
     e.gauge(
         "vllm:kv_cache_usage_perc",
         "KV-cache usage. 1 means 100 percent usage.",
-        m.state.kv_usage,
+        &each(&|m| m.state.kv_usage),
     );
     e.counter(
         "vllm:num_preemptions",
         "Cumulative number of preemption from the engine.",
-        m.state.preemptions_total as f64,
+        &each(&|m| m.state.preemptions_total as f64),
     );
     e.counter(
         "vllm:prefix_cache_queries",
         "Prefix cache queries, in terms of number of queried tokens.",
-        m.prefix_queries as f64,
+        &each(&|m| m.prefix_queries as f64),
     );
     e.counter(
         "vllm:prefix_cache_hits",
         "Prefix cache hits, in terms of number of cached tokens.",
-        m.prefix_hits as f64,
+        &each(&|m| m.prefix_hits as f64),
     );
     e.counter(
         "vllm:prompt_tokens",
         "Number of prefill tokens processed.",
-        m.prompt_tokens as f64,
+        &each(&|m| m.prompt_tokens as f64),
     );
     e.counter(
         "vllm:generation_tokens",
         "Number of generation tokens processed.",
-        m.generation_tokens as f64,
+        &each(&|m| m.generation_tokens as f64),
     );
     e.counter_by(
         "vllm:request_success",
         "Count of successfully processed requests.",
         "finished_reason",
-        &[
-            ("stop", 0.0),
-            ("length", m.finished_length as f64),
-            ("abort", m.finished_abort as f64),
-        ],
+        &ms.iter()
+            .map(|m| {
+                vec![
+                    ("stop", 0.0),
+                    ("length", m.finished_length as f64),
+                    ("abort", m.finished_abort as f64),
+                ]
+            })
+            .collect::<Vec<_>>(),
     );
     e.histogram(
         "vllm:iteration_tokens_total",
         "Number of tokens per engine_step.",
-        &m.iteration_tokens,
+        &ms.iter().map(|m| &m.iteration_tokens).collect::<Vec<_>>(),
     );
     e.histogram(
         "vllm:time_to_first_token_seconds",
         "Histogram of time to first token in seconds.",
-        &m.ttft,
+        &ms.iter().map(|m| &m.ttft).collect::<Vec<_>>(),
     );
     e.histogram(
         "vllm:inter_token_latency_seconds",
         "Histogram of inter-token latency in seconds.",
-        &m.itl,
+        &ms.iter().map(|m| &m.itl).collect::<Vec<_>>(),
     );
     e.histogram(
         "vllm:request_time_per_output_token_seconds",
         "Histogram of time_per_output_token_seconds per request.",
-        &m.tpot,
+        &ms.iter().map(|m| &m.tpot).collect::<Vec<_>>(),
     );
     e.histogram(
         "vllm:e2e_request_latency_seconds",
         "Histogram of e2e request latency in seconds.",
-        &m.e2e,
+        &ms.iter().map(|m| &m.e2e).collect::<Vec<_>>(),
     );
     e.histogram(
         "vllm:request_queue_time_seconds",
         "Histogram of time spent in WAITING phase for request.",
-        &m.queue,
+        &ms.iter().map(|m| &m.queue).collect::<Vec<_>>(),
     );
     e.histogram(
         "vllm:request_prefill_time_seconds",
         "Histogram of time spent in PREFILL phase for request.",
-        &m.prefill,
+        &ms.iter().map(|m| &m.prefill).collect::<Vec<_>>(),
     );
     e.histogram(
         "vllm:request_decode_time_seconds",
         "Histogram of time spent in DECODE phase for request.",
-        &m.decode,
+        &ms.iter().map(|m| &m.decode).collect::<Vec<_>>(),
     );
     e.histogram(
         "vllm:request_inference_time_seconds",
         "Histogram of time spent in RUNNING phase for request.",
-        &m.inference,
+        &ms.iter().map(|m| &m.inference).collect::<Vec<_>>(),
     );
-    drop(m);
-    let c = &s.config;
-    e.info(
-        "tokenscope:engine_info",
-        "The simulated deployment behind this server (tokenscope sim serve).",
-        &[
-            ("model", c.model.name.clone()),
-            ("gpu", c.gpu.name.clone()),
-            ("tp", c.tp.to_string()),
-        ],
-    );
-    e.info(
-        "vllm:cache_config_info",
-        "Information of the LLMEngine CacheConfig",
-        &[
+    let facts = |i: usize| -> Vec<(&str, String)> {
+        let c = &s.config;
+        vec![
+            ("engine", i.to_string()),
             ("block_size", c.block_size.to_string()),
             ("cache_dtype", format!("{:?}", c.kv_dtype).to_lowercase()),
             (
@@ -495,7 +542,25 @@ async fn metrics_text(State(s): State<Arc<Shared>>) -> Response {
                 c.gpu_memory_utilization.to_string(),
             ),
             ("num_gpu_blocks", s.kv_blocks.to_string()),
-        ],
+        ]
+    };
+    let n = ms.len();
+    drop(ms);
+    let c = &s.config;
+    e.info(
+        "tokenscope:engine_info",
+        "The simulated deployment behind this server (tokenscope sim serve).",
+        &[vec![
+            ("model", c.model.name.clone()),
+            ("gpu", c.gpu.name.clone()),
+            ("tp", c.tp.to_string()),
+            ("replicas", n.to_string()),
+        ]],
+    );
+    e.info(
+        "vllm:cache_config_info",
+        "Information of the LLMEngine CacheConfig",
+        &(0..n).map(facts).collect::<Vec<_>>(),
     );
     (
         [(
@@ -565,7 +630,9 @@ async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
         let words = openai::prompt_words(&body, is_chat).chain(answer.split_whitespace());
         seq.units = kv::word_units(words, s.kv_block_size).into();
     }
-    if s.submit
+    let replica = s.pick(id, &seq.units);
+    if replica
+        .submit
         .send(Submit {
             seq,
             events,

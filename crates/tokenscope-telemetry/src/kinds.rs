@@ -137,12 +137,15 @@ fn first_of(e: &Exposition, names: &[&str]) -> Option<f64> {
     names.iter().find_map(|n| e.sum(n))
 }
 
-/// vLLM's `cache_config_info` labels: capacity = num_gpu_blocks × block_size.
+/// vLLM's `cache_config_info` labels: capacity = num_gpu_blocks × block_size,
+/// summed over the engines of a data-parallel server (one series each).
 fn vllm_capacity(e: &Exposition) -> Option<f64> {
-    let info = e.series("vllm:cache_config_info").next()?;
-    let blocks: f64 = info.label("num_gpu_blocks")?.parse().ok()?;
-    let size: f64 = info.label("block_size")?.parse().ok()?;
-    Some(blocks * size)
+    let per_engine = e.series("vllm:cache_config_info").filter_map(|info| {
+        let blocks: f64 = info.label("num_gpu_blocks")?.parse().ok()?;
+        let size: f64 = info.label("block_size")?.parse().ok()?;
+        Some(blocks * size)
+    });
+    per_engine.fold(None, |sum, c| Some(sum.unwrap_or(0.0) + c))
 }
 
 /// Maps one scrape of a `kind` server onto the common vocabulary.
@@ -152,10 +155,11 @@ pub fn concepts(kind: ServerKind, e: &Exposition) -> Concepts {
         ServerKind::Vllm | ServerKind::VllmV0 | ServerKind::TokenscopeSim => {
             c.running = e.sum("vllm:num_requests_running");
             c.waiting = e.sum("vllm:num_requests_waiting");
-            c.kv_usage = first_of(
-                e,
-                &["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"],
-            );
+            // Data parallelism: one series per engine (engine="i"), each
+            // with its own cache — usage is their mean, capacity their sum.
+            c.kv_usage = ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"]
+                .iter()
+                .find_map(|n| mean_of(e, n));
             c.kv_capacity_tokens = vllm_capacity(e);
             c.prompt_tokens = e.sum("vllm:prompt_tokens_total");
             c.generation_tokens = e.sum("vllm:generation_tokens_total");

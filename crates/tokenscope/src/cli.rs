@@ -1067,6 +1067,14 @@ pub struct ServeArgs {
     /// Serve with the efficiency factors fitted by `sim calibrate` (a profile.json).
     #[arg(long, value_name = "PROFILE")]
     pub profile: Option<PathBuf>,
+    /// Engines behind the one endpoint, as vLLM's data parallelism runs them:
+    /// each its own scheduler and KV cache, /metrics labelled engine="i".
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub replicas: u32,
+    /// Which engine a request goes to: round-robin, least-outstanding or
+    /// prefix-affinity (by the prompt's first cache block).
+    #[arg(long, default_value = "round-robin", value_parser = router)]
+    pub router: tokenscope_sim::router::Router,
     #[command(flatten)]
     pub faults: FaultArgs,
 }

@@ -57,6 +57,8 @@ pub fn engine(args: ServeArgs) -> anyhow::Result<Exit> {
     options.stall = args.faults.stall_for;
     options.seed = args.faults.fault_seed;
     options.load_time = args.load_time;
+    options.replicas = args.replicas;
+    options.router = args.router;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .thread_name("srv-engine")
         .enable_all()

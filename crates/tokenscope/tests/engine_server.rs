@@ -198,3 +198,102 @@ fn real_time_serving_agrees_with_the_virtual_clock() {
         );
     }
 }
+
+/// `sim serve --replicas 2`: two engines behind one endpoint, each with its
+/// own KV cache, `/metrics` labelled as vLLM's data parallelism labels them
+/// — and tokenscope's telemetry reads the pair as one server.
+#[test]
+fn two_engines_behind_one_endpoint_are_read_as_one_server() {
+    let port = free_port();
+    let mut child = tokenscope()
+        .args([
+            "sim",
+            "serve",
+            "--port",
+            &port.to_string(),
+            "--replicas",
+            "2",
+            "--router",
+            "least-outstanding",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sim serve did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = run_dir("engine-two-replicas");
+    let o = bench(
+        &url,
+        &out,
+        &[
+            "--api",
+            "openai-chat",
+            "--requests",
+            "40",
+            "--concurrency",
+            "8",
+            "--output-tokens",
+            "32",
+            "--scrape-interval",
+            "200ms",
+        ],
+    );
+    let text = http_get(&format!("{url}/metrics"));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_ok(&o);
+    // One family, one series per engine.
+    assert_eq!(
+        text.matches("# TYPE vllm:num_requests_running gauge")
+            .count(),
+        1,
+        "{text}"
+    );
+    let generated: Vec<f64> = ["0", "1"]
+        .iter()
+        .map(|i| {
+            let line = text
+                .lines()
+                .find(|l| {
+                    l.starts_with("vllm:generation_tokens_total")
+                        && l.contains(&format!("engine=\"{i}\""))
+                })
+                .unwrap_or_else(|| panic!("engine {i}: {text}"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        })
+        .collect();
+    // Least-outstanding shares the closed loop's eight streams between them.
+    assert!(generated.iter().all(|&g| g > 0.0), "{generated:?}");
+    assert_eq!(generated.iter().sum::<f64>(), 40.0 * 32.0);
+    let r = results(&out);
+    let blocks: f64 = text
+        .lines()
+        .find(|l| l.starts_with("vllm:cache_config_info"))
+        .and_then(|l| l.split("num_gpu_blocks=\"").nth(1))
+        .and_then(|v| v.split('"').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    let m = &r["server"]["metrics"];
+    assert_eq!(
+        m["kv_capacity_tokens"].as_f64(),
+        Some(2.0 * blocks * 16.0),
+        "capacity: both caches"
+    );
+    let usage_max = m["kv_usage"]["max"].as_f64().unwrap();
+    assert!(
+        usage_max > 0.0 && usage_max < 0.5,
+        "usage is the engines' mean, not their sum: {usage_max}"
+    );
+    assert!(
+        m["running"]["max"].as_f64().unwrap() > 4.0,
+        "running is summed over the engines: {m}"
+    );
+}
