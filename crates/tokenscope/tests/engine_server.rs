@@ -205,30 +205,8 @@ fn real_time_serving_agrees_with_the_virtual_clock() {
 #[test]
 fn two_engines_behind_one_endpoint_are_read_as_one_server() {
     let port = free_port();
-    let mut child = tokenscope()
-        .args([
-            "sim",
-            "serve",
-            "--port",
-            &port.to_string(),
-            "--replicas",
-            "2",
-            "--router",
-            "least-outstanding",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let server = SimServe::start(port, &["--replicas", "2", "--router", "least-outstanding"]);
     let url = format!("http://127.0.0.1:{port}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "sim serve did not start"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
     let out = run_dir("engine-two-replicas");
     let o = bench(
         &url,
@@ -247,8 +225,7 @@ fn two_engines_behind_one_endpoint_are_read_as_one_server() {
         ],
     );
     let text = http_get(&format!("{url}/metrics"));
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     assert_ok(&o);
     // One family, one series per engine.
     assert_eq!(

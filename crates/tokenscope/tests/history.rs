@@ -511,37 +511,6 @@ fn a_slower_decode_is_the_one_change_point_and_both_databases_agree() {
     );
 }
 
-/// `tokenscope sim serve` on `port` (real time), killed when dropped.
-struct Serve(std::process::Child);
-
-impl Serve {
-    fn start(port: u16, extra: &[&str]) -> Serve {
-        let child = tokenscope()
-            .args(["sim", "serve", "--port", &port.to_string()])
-            .args(extra)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "sim serve did not start"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        Serve(child)
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn in_real_time_ten_runs_of_the_engine_then_a_slower_decode_flag_that_run_alone() {
     // The built-in engine served in real time on one port (one target), ten
@@ -570,11 +539,11 @@ fn in_real_time_ten_runs_of_the_engine_then_a_slower_decode_flag_that_run_alone(
         assert_ok(&o);
         text(&o)
     };
-    let normal = Serve::start(port, &[]);
+    let normal = SimServe::start(port, &[]);
     let said: Vec<String> = (1..=10).map(run).collect();
     drop(normal);
     let profile = slow_decode_profile().display().to_string();
-    let _slow = Serve::start(port, &["--profile", &profile]);
+    let _slow = SimServe::start(port, &["--profile", &profile]);
     let last = run(11);
     for (i, s) in said.iter().enumerate() {
         assert!(

@@ -379,3 +379,34 @@ pub fn logging_server() -> (
     });
     (url, bodies)
 }
+
+/// `tokenscope sim serve` on `port` (real time), killed when dropped.
+pub struct SimServe(std::process::Child);
+
+impl SimServe {
+    pub fn start(port: u16, extra: &[&str]) -> SimServe {
+        let child = tokenscope()
+            .args(["sim", "serve", "--port", &port.to_string()])
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "sim serve did not start"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        SimServe(child)
+    }
+}
+
+impl Drop for SimServe {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
