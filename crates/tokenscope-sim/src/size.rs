@@ -28,7 +28,7 @@ use crate::engine::catalogue::Gpu;
 use crate::engine::cost::Dtype;
 use crate::engine::EngineConfig;
 use crate::plan::{simulate_into, EngineSummary, PlanLoad};
-use crate::router::{Fleet, Router};
+use crate::router::{Disaggregation, Fleet, Router};
 use serde::Serialize;
 use tokenscope_core::metrics::{Aggregator, Measured};
 use tokenscope_core::slo::{ObjectiveResult, Slo, SloMetric};
@@ -43,17 +43,25 @@ pub struct Candidate {
     pub kv_dtype: Dtype,
     /// $ per GPU-hour.
     pub usd_per_gpu_hour: f64,
+    /// Served disaggregated: prefill and decode pools of this shape.
+    #[serde(default)]
+    pub disaggregated: bool,
 }
 
 impl Candidate {
     pub fn label(&self) -> String {
         format!(
-            "{} × {} TP {} ({} weights, {} KV)",
+            "{} × {} TP {} ({} weights, {} KV){}",
             self.tp,
             self.gpu,
             self.tp,
             dtype(self.weights),
-            dtype(self.kv_dtype)
+            dtype(self.kv_dtype),
+            if self.disaggregated {
+                ", disaggregated"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -75,6 +83,10 @@ pub struct Search<'a> {
     pub load: &'a PlanLoad,
     pub slo: &'a Slo,
     pub router: Router,
+    /// Also size each shape served disaggregated (prefill and decode pools).
+    pub disaggregate: bool,
+    /// The KV transfer link of a disaggregated fleet, GB/s per GPU.
+    pub kv_transfer_gbs: f64,
     pub max_replicas: u32,
     /// How many options to list.
     pub top: usize,
@@ -85,6 +97,8 @@ pub struct Search<'a> {
 pub struct Sized {
     pub candidate: Candidate,
     pub replicas: u32,
+    /// Disaggregated: how many of the replicas prefill (the rest decode).
+    pub prefill_replicas: Option<u32>,
     pub gpus: u32,
     pub usd_per_hour: f64,
     /// At the target load's output tokens/s.
@@ -101,7 +115,8 @@ pub struct Sized {
     pub rate_per_replica: f64,
     /// The most the deployment holds within the SLO, req/s: its replicas ×
     /// the highest rate one replica was simulated to meet it at (bisected to
-    /// 2 %, from its share of the target up to its token throughput).
+    /// 2 %, from its share of the target up to its token throughput). For a
+    /// disaggregated option, the target rate it was shown to meet (a lower bound).
     pub slo_capacity_rps: f64,
 }
 
@@ -182,6 +197,14 @@ pub fn size(search: &Search, candidates: Vec<Candidate>) -> Result<Report, Strin
         }
     }
     let cost = |c: &Candidate, r: u32| c.usd_per_gpu_hour * (c.tp * r) as f64;
+    // Disaggregated shapes are bounded by two replicas (a pool each): one
+    // decode replica may carry more than a mixed one, so the mixed bound
+    // would not be safe to prune by.
+    for (c, b) in bounded.iter_mut() {
+        if c.disaggregated {
+            b.low = 2;
+        }
+    }
     bounded.sort_by(|a, b| cost(&a.0, a.1.low).total_cmp(&cost(&b.0, b.1.low)));
     let mut options: Vec<Sized> = Vec::new();
     let mut pruned = Vec::new();
@@ -191,9 +214,16 @@ pub fn size(search: &Search, candidates: Vec<Candidate>) -> Result<Report, Strin
             pruned.push(c.label());
             continue;
         }
-        match s.replicas(&c, &b, limit) {
+        let found = if c.disaggregated {
+            s.pools(&c, &b, limit)
+        } else {
+            s.replicas(&c, &b, limit)
+        };
+        match found {
             Ok(Some(mut sized)) => {
-                sized.slo_capacity_rps = s.capacity(&b, &sized)?;
+                if !c.disaggregated {
+                    sized.slo_capacity_rps = s.capacity(&b, &sized)?;
+                }
                 options.push(sized);
                 options.sort_by(|a, b| a.usd_per_hour.total_cmp(&b.usd_per_hour));
                 options.truncate(search.top);
@@ -340,6 +370,48 @@ impl Searcher<'_> {
         ))
     }
 
+    /// A disaggregated shape's pools, found by the fleet itself: from one
+    /// prefill and one decode replica, the pool behind each missed objective
+    /// grows (TTFT: prefill; TPOT, ITL, E2E: decode) until the fleet meets
+    /// the SLO. Greedy: the least replicas it finds, not proven the fewest.
+    fn pools(
+        &mut self,
+        c: &Candidate,
+        b: &Bound,
+        limit: Option<f64>,
+    ) -> Result<Option<Sized>, String> {
+        let (mut p, mut d) = (1u32, 1u32);
+        loop {
+            let n = p + d;
+            if limit.is_some_and(|l| c.usd_per_gpu_hour * (c.tp * n) as f64 > l) {
+                return Ok(None);
+            }
+            if n > self.search.max_replicas {
+                return Err(format!(
+                    "disaggregated, misses the SLO within {} replicas (--max-replicas)",
+                    self.search.max_replicas
+                ));
+            }
+            let e = self.eval_fleet(&b.cfg, Some((p, d)), n)?;
+            if e.met() {
+                let binding =
+                    format!("disaggregated {p}:{d} (pools grown for the objectives they missed)");
+                let mut sized = self.sized(c, n, &e, binding);
+                sized.prefill_replicas = Some(p);
+                sized.slo_capacity_rps = self.rate;
+                return Ok(Some(sized));
+            }
+            let objectives = e.objectives();
+            let missed = |metric: &str| objectives.iter().any(|o| !o.met && o.metric == metric);
+            let prefill_short = missed(SloMetric::Ttft.name());
+            let decode_short = objectives
+                .iter()
+                .any(|o| !o.met && o.metric != SloMetric::Ttft.name());
+            p += u32::from(prefill_short || !decode_short);
+            d += u32::from(decode_short);
+        }
+    }
+
     fn sized(&self, c: &Candidate, replicas: u32, e: &Eval, binding: String) -> Sized {
         let usd_per_hour = c.usd_per_gpu_hour * (c.tp * replicas) as f64;
         let tps = e.measured.throughput.output_tokens_per_s;
@@ -351,6 +423,7 @@ impl Searcher<'_> {
         Sized {
             candidate: c.clone(),
             replicas,
+            prefill_replicas: None,
             gpus: c.tp * replicas,
             usd_per_hour,
             usd_per_million_output_tokens: if tps > 0.0 {
@@ -411,7 +484,22 @@ impl Searcher<'_> {
     }
 
     fn fleet(&mut self, cfg: &EngineConfig, replicas: u32) -> Result<Eval, String> {
-        self.eval(cfg, self.search.load.pattern, replicas, None)
+        self.eval_fleet(cfg, None, replicas)
+    }
+
+    /// The fleet at the full rate, co-located or in (prefill, decode) pools.
+    fn eval_fleet(
+        &mut self,
+        cfg: &EngineConfig,
+        pools: Option<(u32, u32)>,
+        replicas: u32,
+    ) -> Result<Eval, String> {
+        let disaggregate = pools.map(|(prefill, decode)| Disaggregation {
+            prefill,
+            decode,
+            transfer_gbs: self.search.kv_transfer_gbs,
+        });
+        self.run(cfg, self.search.load.pattern, replicas, None, disaggregate)
     }
 
     fn eval(
@@ -421,6 +509,17 @@ impl Searcher<'_> {
         replicas: u32,
         requests: Option<u64>,
     ) -> Result<Eval, String> {
+        self.run(cfg, pattern, replicas, requests, None)
+    }
+
+    fn run(
+        &mut self,
+        cfg: &EngineConfig,
+        pattern: LoadPattern,
+        replicas: u32,
+        requests: Option<u64>,
+        disaggregate: Option<Disaggregation>,
+    ) -> Result<Eval, String> {
         self.simulations += 1;
         let load = PlanLoad {
             pattern,
@@ -429,7 +528,7 @@ impl Searcher<'_> {
                 replicas,
                 router: self.search.router,
                 autoscale: None,
-                disaggregate: None,
+                disaggregate,
             },
             ..self.search.load.clone()
         };
@@ -498,6 +597,7 @@ mod tests {
             weights: Dtype::Fp8,
             kv_dtype: Dtype::Fp8,
             usd_per_gpu_hour: 2.0,
+            disaggregated: false,
         };
         assert_eq!(c.label(), "4 × h100-sxm TP 4 (fp8 weights, fp8 KV)");
     }

@@ -550,6 +550,14 @@ pub struct SizeArgs {
     /// The most replicas of one deployment.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub max_replicas: u32,
+    /// Also size every shape served disaggregated: prefill and decode pools
+    /// (`sim plan --disaggregate P:D`), each pool grown for the objectives it
+    /// misses.
+    #[arg(long)]
+    pub disaggregate: bool,
+    /// --disaggregate: each GPU's link for the KV transfer, GB/s.
+    #[arg(long, default_value_t = 50.0, value_parser = positive_f64)]
+    pub kv_transfer_gbs: f64,
     /// How many options to list.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=50))]
     pub top: u64,

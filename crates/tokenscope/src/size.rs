@@ -48,6 +48,8 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
         load: &load,
         slo: &args.slo,
         router: args.router,
+        disaggregate: args.disaggregate,
+        kv_transfer_gbs: args.kv_transfer_gbs,
         max_replicas: args.max_replicas,
         top: args.top as usize,
     };
@@ -121,13 +123,19 @@ fn candidates(args: &SizeArgs, gpus: &[Gpu]) -> (Vec<Candidate>, Vec<String>) {
         };
         for &tp in &args.tp {
             for &d in &args.dtype {
-                out.push(Candidate {
-                    gpu: g.name.clone(),
-                    tp,
-                    weights: d,
-                    kv_dtype: d,
-                    usd_per_gpu_hour: price,
-                });
+                for disaggregated in [false, true] {
+                    if disaggregated && !args.disaggregate {
+                        continue;
+                    }
+                    out.push(Candidate {
+                        gpu: g.name.clone(),
+                        tp,
+                        weights: d,
+                        kv_dtype: d,
+                        usd_per_gpu_hour: price,
+                        disaggregated,
+                    });
+                }
             }
         }
     }
@@ -139,14 +147,21 @@ fn plan_command(args: &SizeArgs, o: &tokenscope_sim::size::Sized) -> String {
     let c = &o.candidate;
     let dtype = |d| format!("{d:?}").to_lowercase();
     format!(
-        "tokenscope sim plan --model {} --engine {} --gpu {} --tp {} --dtype {} --kv-dtype {} --replicas {} --router {} {} --slo {}",
+        "tokenscope sim plan --model {} --engine {} --gpu {} --tp {} --dtype {} --kv-dtype {} {} --router {} {} --slo {}",
         args.model,
         args.engine.name(),
         c.gpu,
         c.tp,
         dtype(c.weights),
         dtype(c.kv_dtype),
-        o.replicas,
+        match o.prefill_replicas {
+            Some(p) => format!(
+                "--disaggregate {p}:{} --kv-transfer-gbs {}",
+                o.replicas - p,
+                args.kv_transfer_gbs
+            ),
+            None => format!("--replicas {}", o.replicas),
+        },
         args.router.name(),
         workload_flags(args),
         slo_flag(&args.slo)
@@ -155,8 +170,10 @@ fn plan_command(args: &SizeArgs, o: &tokenscope_sim::size::Sized) -> String {
 
 /// Flags `sim size` only reads: the command re-adds what `sim plan` needs of them.
 /// (`--profile`, `--catalogue` and the workload flags are `sim plan`'s too: kept.)
-const SIZE_ONLY: [&str; 12] = [
+const SIZE_ONLY: [&str; 14] = [
     "--engine",
+    "--disaggregate",
+    "--kv-transfer-gbs",
     "--model",
     "--gpu",
     "--tp",
@@ -237,7 +254,7 @@ fn table(args: &SizeArgs, r: &Report, unpriced: &[String], seconds: f64) -> Stri
         out.push_str("No deployment meets the SLO at this load within the search.\n");
     } else {
         out.push_str(&format!(
-            "{:<40} {:>8} {:>5} {:>9} {:>12} {:>9} {:>9}  {:<34} binding\n",
+            "{:<54} {:>8} {:>5} {:>9} {:>12} {:>9} {:>9}  {:<34} binding\n",
             "deployment",
             "replicas",
             "GPUs",
@@ -263,7 +280,7 @@ fn table(args: &SizeArgs, r: &Report, unpriced: &[String], seconds: f64) -> Stri
             .collect::<Vec<_>>()
             .join(", ");
         out.push_str(&format!(
-            "{:<40} {:>8} {:>5} {:>9.2} {:>12.3} {:>5.1}/s {:>8.0} %  {:<34} {}\n",
+            "{:<54} {:>8} {:>5} {:>9.2} {:>12.3} {:>5.1}/s {:>8.0} %  {:<34} {}\n",
             o.candidate.label(),
             o.replicas,
             o.gpus,
