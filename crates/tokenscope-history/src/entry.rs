@@ -205,7 +205,7 @@ impl RunEntry {
             .series
             .iter()
             .map(|p| p.output_tps)
-            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))))
+            .reduce(f64::max)
         {
             e.figures
                 .push(metrics::fig("output_tokens_per_s", peak, None));

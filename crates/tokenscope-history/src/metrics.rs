@@ -4,23 +4,6 @@
 use tokenscope_core::results::RunResults;
 use tokenscope_core::stats::Summary;
 
-/// The summary's value at a quantile it keeps.
-trait AtQuantile {
-    fn get_q(&self, q: f64) -> f64;
-}
-
-impl AtQuantile for Summary {
-    fn get_q(&self, q: f64) -> f64 {
-        match q {
-            q if q >= 0.999 => self.p999,
-            q if q >= 0.99 => self.p99,
-            q if q >= 0.95 => self.p95,
-            q if q >= 0.9 => self.p90,
-            _ => self.p50,
-        }
-    }
-}
-
 /// One figure of a run.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Figure {
@@ -122,10 +105,11 @@ pub fn of_results(r: &RunResults) -> Vec<Figure> {
             for stat in stats {
                 let name = format!("{prefix}_{stat}");
                 let q = metric(&name).and_then(|m| m.quantile).unwrap_or(0.5);
+                let value = s.get(stat).unwrap_or(f64::NAN);
                 let (lo, hi) = quantile_interval(s, q);
                 out.push(Figure {
                     metric: name,
-                    value: s.get(stat).unwrap_or(f64::NAN),
+                    value,
                     samples: Some(s.count),
                     ci_low: Some(lo),
                     ci_high: Some(hi),
@@ -198,7 +182,9 @@ pub fn quantile_interval(s: &Summary, q: f64) -> (f64, f64) {
         let ((r0, v0), (r1, v1)) = (known[i - 1], known[i]);
         v0 + (v1 - v0) * (rank - r0) / (r1 - r0)
     };
-    (at(q - half).min(s.get_q(q)), at(q + half).max(s.get_q(q)))
+    // The interval holds the estimate itself (the linear read-off may not).
+    let value = at(q);
+    (at(q - half).min(value), at(q + half).max(value))
 }
 
 #[cfg(test)]

@@ -249,17 +249,8 @@ pub fn simulate_into(
             }
         } else if through == Some(now) {
             let (at, a) = front.due(us(now)).expect("one is due");
-            let serving: Vec<usize> = (0..fleet.len())
-                .filter(|&i| fleet[i].serving(now) && fleet[i].role != Role::Decode)
-                .collect();
-            let engines: Vec<&Engine> = serving.iter().map(|&i| &fleet[i].engine).collect();
-            let i = serving[crate::router::pick(
-                load.fleet.router,
-                &engines,
-                &a.units,
-                a.input as u32,
-                routed,
-            )];
+            let (router, input) = (load.fleet.router, a.input as u32);
+            let i = route(&fleet, now, Role::Prefill, router, &a.units, input, routed);
             routed += 1;
             // A prefill replica computes the prompt and the first token only.
             let first_only = fleet[i].role == Role::Prefill && a.max_output > 1;
@@ -409,7 +400,8 @@ fn handed_over(p: &Seq, max_output: u32, arrive: f64) -> Seq {
     s
 }
 
-/// The replica of `role` (or one that does both) the router picks at `now`.
+/// The replica of `role` (or one that does both) the router picks at `now`:
+/// a new request goes to a prefill replica, a handed-over one to a decode replica.
 fn route(
     fleet: &[Replica],
     now: f64,

@@ -262,10 +262,11 @@ impl Scheduler {
             StepKind::Decodes if seq.prefilling() => return None,
             _ => {}
         }
-        let first_prefill = self.scheduled.iter().all(|s| s.new_tokens == 1);
         if self.limits.chunked_prefill || need <= budget {
             Some(need.min(budget))
-        } else if first_prefill {
+        } else if self.scheduled.iter().all(|s| s.new_tokens == 1) {
+            // (Looked at only for a whole prompt over the budget: this runs
+            // for every running request of every step.)
             // Without chunking the engines size their budget to the longest
             // prompt (vLLM V0: max_model_len; TensorRT-LLM refuses a prompt
             // over max_num_tokens): a long prompt goes whole, the step's
