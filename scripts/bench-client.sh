@@ -35,10 +35,10 @@ start_server() { # args for `sim exact`
 stop_server() { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=""; }
 
 # `bench` on CPU 0, one client thread; peak RSS (KiB) and CPU seconds go to $work/time.
-client() { # out-dir, then bench args
+client() { # out-dir, then bench args; CLIENT_CPUS / CLIENT_THREADS override 0 / 1
   local out="$1"; shift
-  /usr/bin/time -f "%M %U %S" -o "$work/time" taskset -c 0 "$bin" bench --url "$url" --quiet \
-    --client-threads 1 --model tokenscope-exact --api openai-chat --input-tokens 16 --no-metrics \
+  /usr/bin/time -f "%M %U %S" -o "$work/time" taskset -c "${CLIENT_CPUS:-0}" "$bin" bench --url "$url" --quiet \
+    --client-threads "${CLIENT_THREADS:-1}" --model tokenscope-exact --api openai-chat --input-tokens 16 --no-metrics \
     --out "$out" "$@" > /dev/null
 }
 peak_mb() { awk '{printf "%.0f", $1 / 1024}' "$work/time"; }
@@ -50,17 +50,23 @@ figures() { python3 - "$1" <<'EOF'
 import json, sys
 run = sys.argv[1]
 r = json.load(open(f"{run}/results.json"))
-ttft, tpot = [], []
+origin = r["client"]["monotonic_origin_us"]
+ttft, tpot, read1, readn, queue = [], [], [], [], []
 for line in open(f"{run}/requests.jsonl"):
     q = json.loads(line)
     t = q.get("server_timings")
     if q.get("error_kind") or not t:
         continue
     ttft.append((q["first_token_at_us"] - q["sent_at_us"]) / 1e3 - t["ttft_ms"])
+    last = sum(q["chunks"]["at_us"])
     n = q["output_tokens"]
     if n >= 2:
-        last = sum(q["chunks"]["at_us"])
         tpot.append(abs((last - q["first_token_at_us"]) / 1e3 / (n - 1) - t["tpot_ms"]))
+    # On the host's shared clock: the client's read stamps − the server's sends,
+    # and the server's handler arrival − the client's send stamp.
+    read1.append((origin + q["first_token_at_us"] - t["first_sent_mono_us"]) / 1e3)
+    readn.append((origin + last - t["last_sent_mono_us"]) / 1e3)
+    queue.append((t["arrived_mono_us"] - origin - q["sent_at_us"]) / 1e3)
 def q(a, p):
     a = sorted(a)
     return a[min(len(a) - 1, int(p * len(a)))] if a else float("nan")
@@ -68,7 +74,9 @@ c, l = r["client"], r["latency"]
 tokens = r["tokens"]["output_total"]
 print(json.dumps({
     "ok": r["counts"]["succeeded"], "n": r["counts"]["requests"],
-    "ttft50": q(ttft, .5), "ttft99": q(ttft, .99), "tpot50": q(tpot, .5), "tpot99": q(tpot, .99),
+    "ttft50": q(ttft, .5), "ttft99": q(ttft, .99),
+    "read1_50": q(read1, .5), "read1_99": q(read1, .99), "readn_50": q(readn, .5), "readn_99": q(readn, .99),
+    "queue50": q(queue, .5), "queue99": q(queue, .99), "tpot50": q(tpot, .5), "tpot99": q(tpot, .99),
     "lag99": l["client_lag_ms"]["p99"], "loop99": c["loop_delay_ms"]["p99"],
     "cpu100k": c["cpu_seconds"] / tokens * 1e5 if tokens else float("nan"),
     "tps": r["throughput"]["output_tokens_per_s"], "cores": c["cpu_cores"],
@@ -97,6 +105,14 @@ if [[ $sections == *throughput* ]]; then
     printf '| %s | %s | %s | %s | %s | %s MB |\n' "$1" "$2" "$(get "$f" tps .0f)" \
       "$(get "$f" cores .2f)" "$(get "$f" cpu100k .3f)" "$(peak_mb)"
   done
+  # Scaling with cores: two client threads on both cores. The server keeps
+  # CPU 1, so tokens/s cannot double here; the CPU per token says whether the
+  # threads cost more together than apart (contention), i.e. whether a
+  # second free core would double the ingest.
+  CLIENT_CPUS=0,1 CLIENT_THREADS=2 client "$work/tp-2t" --concurrency 1024 --requests 2048 --output-tokens 2048
+  f=$(figures "$work/tp-2t")
+  printf '| 1024, two client threads on both cores (the server on CPU 1) | 2048 | %s | %s | %s | %s MB |\n' \
+    "$(get "$f" tps .0f)" "$(get "$f" cores .2f)" "$(get "$f" cpu100k .3f)" "$(peak_mb)"
   stop_server
 fi
 
@@ -104,19 +120,26 @@ if [[ $sections == *timing* ]]; then
   echo
   echo "## Error against the server's own send times (all streams started at once)"
   echo
-  echo "TTFT error = client TTFT − the server's (request arrival → first token handed to"
-  echo "the socket), per request; TPOT error likewise, by size. Lag = the burst's send"
+  echo "On the host's shared clock (CLOCK_MONOTONIC, stamped by both processes):"
+  echo "**first / last token read** = the client's read stamp − the server's send of that"
+  echo "token: the client's own error in TTFT and in E2E. **Server queue** = the server's"
+  echo "handler arrival − the client's send stamp: the kernel and the one-core server"
+  echo "accepting the burst, time a real server's TTFT contains too. **TTFT vs server's"
+  echo "own** = client TTFT − the server's (handler arrival → first token sent), which"
+  echo "holds both. TPOT error = client TPOT − the server's, by size. Lag = the send"
   echo "spread (actual send − intended start); loop delay = the client's 1 ms probe."
   echo
-  echo "| streams | server TTFT / ITL / tokens | TTFT error p50 / p99 | TPOT error p50 / p99 | lag p99 | loop delay p99 | client CPU-s per 100k tokens | tokens/s | peak RSS | findings |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
+  echo "| streams | server TTFT / ITL / tokens | first token read p50 / p99 | last token read p50 / p99 | server queue p50 / p99 | TTFT vs server's own p50 / p99 | TPOT error p50 / p99 | lag p99 | loop delay p99 | client CPU-s per 100k tokens | tokens/s | peak RSS | findings |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   for spec in "64 100ms 20ms 256" "1024 100ms 20ms 256" "10000 1000ms 500ms 32"; do
     set -- $spec
     start_server --ttft "$2" --itl "$3"
     client "$work/t-$1" --concurrency "$1" --requests "$1" --output-tokens "$4"
     f=$(figures "$work/t-$1")
-    printf '| %s | %s / %s / %s | %+.2f / %+.2f ms | %.3f / %.3f ms | %.1f ms | %.2f ms | %.2f | %.0f | %s MB | %s |\n' \
-      "$1" "$2" "$3" "$4" "$(get "$f" ttft50 f)" "$(get "$f" ttft99 f)" "$(get "$f" tpot50 f)" \
+    printf '| %s | %s / %s / %s | %+.2f / %+.2f ms | %+.2f / %+.2f ms | %.2f / %.2f ms | %+.2f / %+.2f ms | %.3f / %.3f ms | %.1f ms | %.2f ms | %.2f | %.0f | %s MB | %s |\n' \
+      "$1" "$2" "$3" "$4" "$(get "$f" read1_50 f)" "$(get "$f" read1_99 f)" \
+      "$(get "$f" readn_50 f)" "$(get "$f" readn_99 f)" "$(get "$f" queue50 f)" "$(get "$f" queue99 f)" \
+      "$(get "$f" ttft50 f)" "$(get "$f" ttft99 f)" "$(get "$f" tpot50 f)" \
       "$(get "$f" tpot99 f)" "$(get "$f" lag99 f)" "$(get "$f" loop99 f)" "$(get "$f" cpu100k f)" \
       "$(get "$f" tps f)" "$(peak_mb)" "$(get "$f" rules s)"
     stop_server

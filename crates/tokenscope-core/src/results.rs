@@ -385,6 +385,18 @@ pub struct ClientUsage {
     /// (a built-in server in the same process included).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peak_rss_mb: Option<f64>,
+    /// The run's clock origin (its 0 µs) on the host's `CLOCK_MONOTONIC`,
+    /// µs: a server on the same machine that stamps that clock (the exact
+    /// server's `timings.*_mono_us`) can be lined up with the records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monotonic_origin_us: Option<u64>,
+    /// Whether each read was stamped with the kernel's arrival time of its
+    /// bytes (plain http on Linux) rather than when the client read it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_read_stamps: Option<bool>,
+    /// How long an idle client thread gathered wake-ups (`--wake-batch`), µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_batch_us: Option<u64>,
     /// The error floor `bench --self-check` measured on this machine first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_check: Option<SelfCheck>,
@@ -408,6 +420,19 @@ pub struct SelfCheck {
     pub ttft_error_ms: Option<crate::stats::Summary>,
     /// Client TPOT − the server's, per request, ms.
     pub tpot_error_ms: Option<crate::stats::Summary>,
+    /// On the host's shared clock: the client's read stamp of the first
+    /// token − the server's send of it, ms. The client's own share of the
+    /// TTFT error; the rest is [`SelfCheck::server_queue_ms`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_read_delay_ms: Option<crate::stats::Summary>,
+    /// The same for the last token: the client's share of an E2E error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_read_delay_ms: Option<crate::stats::Summary>,
+    /// The server's handler arrival − the client's send stamp, ms: the
+    /// kernel and the server accepting and parsing the burst, which the
+    /// server's own TTFT does not count. A real server has this queue too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_queue_ms: Option<crate::stats::Summary>,
     /// The client's event-loop delay during the check, ms.
     pub loop_delay_ms: Option<crate::stats::Summary>,
     /// Requests that failed during the check (a floor with failures is suspect).
@@ -429,8 +454,16 @@ impl SelfCheck {
                 self.requests
             ),
         };
+        let split = match (&self.first_read_delay_ms, &self.server_queue_ms) {
+            (Some(_), Some(_)) => format!(
+                "; of that, the client read the first token {} after the server sent it, and the server's accept queue took {}",
+                pair(&self.first_read_delay_ms),
+                pair(&self.server_queue_ms)
+            ),
+            _ => String::new(),
+        };
         format!(
-            "at {} streams this machine measures TTFT within {} and TPOT within {} (p50 / p99) of the server's own send times{failed}",
+            "at {} streams this machine measures TTFT within {} and TPOT within {} (p50 / p99) of the server's own send times{split}{failed}",
             self.streams,
             pair(&self.ttft_error_ms),
             pair(&self.tpot_error_ms)

@@ -12,11 +12,13 @@
 //! close) hands the payload on as slices of that buffer. `httparse` parses
 //! the response head.
 
+use crate::rx_stamp;
 use reqwest::header::HeaderMap;
 use std::io;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -127,7 +129,7 @@ impl Endpoint {
         .map_err(connect_err)?;
         tcp.set_nodelay(true).map_err(connect_err)?;
         let io = match &self.tls {
-            None => Io::Plain(tcp),
+            None => Io::plain(tcp).map_err(connect_err)?,
             Some((config, name)) => {
                 let tls = tokio_rustls::TlsConnector::from(config.clone())
                     .connect(name.clone(), tcp)
@@ -293,14 +295,29 @@ impl Client {
 }
 
 enum Io {
-    Plain(TcpStream),
+    /// Plain TCP, read with the kernel's arrival stamps (`rx_stamp`).
+    Plain(AsyncFd<std::net::TcpStream>),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl Io {
+    fn plain(tcp: TcpStream) -> io::Result<Io> {
+        let tcp = tcp.into_std()?;
+        rx_stamp::enable(&tcp);
+        // SAFETY: the AsyncFd owns the std stream, whose descriptor stays
+        // open and the same until the AsyncFd is dropped.
+        let fd = unsafe { AsyncFd::register(tcp) }.map_err(io::Error::from)?;
+        Ok(Io::Plain(fd))
+    }
 }
 
 /// One connection and its read buffer.
 pub struct Conn {
     io: Io,
     rb: ReadBuf,
+    /// When the latest read's bytes reached the socket, as the kernel
+    /// stamped it (plain TCP on Linux); `None` when it did not.
+    arrived: Option<std::time::Instant>,
 }
 
 /// Bytes read and not yet consumed: `buf[start..end]`.
@@ -413,6 +430,7 @@ impl Conn {
         Conn {
             io,
             rb: ReadBuf::new(),
+            arrived: None,
         }
     }
 
@@ -420,18 +438,30 @@ impl Conn {
     /// the runtime has seen it readable. Reads at most one byte, which an
     /// idle HTTP/1.1 connection must not have.
     fn closed_while_idle(&self) -> bool {
-        let tcp = match &self.io {
-            Io::Plain(s) => s,
-            Io::Tls(s) => s.get_ref().0,
-        };
         let mut byte = [0u8; 1];
-        !matches!(tcp.try_read(&mut byte), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        let read = match &self.io {
+            Io::Plain(s) => std::io::Read::read(&mut s.get_ref(), &mut byte),
+            Io::Tls(s) => s.get_ref().0.try_read(&mut byte),
+        };
+        !matches!(read, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
     /// Writes a whole request.
     pub async fn send(&mut self, wire: &[u8]) -> io::Result<()> {
         match &mut self.io {
-            Io::Plain(s) => s.write_all(wire).await,
+            Io::Plain(s) => {
+                let mut rest = wire;
+                while !rest.is_empty() {
+                    let mut ready = s.writable().await?;
+                    match ready.try_io(|s| std::io::Write::write(&mut s.get_ref(), rest)) {
+                        Ok(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+                        Ok(Ok(n)) => rest = &rest[n..],
+                        Ok(Err(e)) => return Err(e),
+                        Err(_would_block) => {}
+                    }
+                }
+                Ok(())
+            }
             Io::Tls(s) => {
                 s.write_all(wire).await?;
                 s.flush().await
@@ -441,14 +471,24 @@ impl Conn {
 
     /// One read from the socket into the buffer: the bytes read, 0 at the
     /// end of the stream. Cancel-safe (nothing is read unless it completes).
+    /// [`Conn::arrived`] says when the bytes reached the socket.
     pub async fn fill(&mut self) -> io::Result<usize> {
+        self.arrived = None;
         let free = self.rb.free()?;
-        let n = match &mut self.io {
-            Io::Plain(s) => s.read(free).await?,
-            Io::Tls(s) => s.read(free).await?,
+        let (n, arrived) = match &mut self.io {
+            Io::Plain(s) => read_stamped(s, free).await?,
+            Io::Tls(s) => (s.read(free).await?, None),
         };
         self.rb.end += n;
+        self.arrived = arrived;
         Ok(n)
+    }
+
+    /// When the latest read's bytes reached the socket (the kernel's stamp),
+    /// `None` where the kernel does not stamp (TLS, another OS): then the
+    /// caller's own clock reading after the read is the best there is.
+    pub fn arrived(&self) -> Option<std::time::Instant> {
+        self.arrived
     }
 
     /// Reads the response head (skipping interim 1xx answers).
@@ -497,6 +537,28 @@ impl Conn {
             }
         }
         Ok(whole)
+    }
+}
+
+/// One kernel-stamped read once the socket is readable. A short read clears
+/// the readiness (as tokio's own reads do on edge-triggered epoll), so the
+/// next read waits for new data instead of costing a syscall that finds none.
+async fn read_stamped(
+    s: &AsyncFd<std::net::TcpStream>,
+    buf: &mut [u8],
+) -> io::Result<(usize, Option<std::time::Instant>)> {
+    loop {
+        let mut ready = s.readable().await?;
+        match ready.try_io(|s| rx_stamp::read(s.get_ref(), buf)) {
+            Ok(Ok((n, at))) => {
+                if n > 0 && n < buf.len() {
+                    ready.clear_ready();
+                }
+                return Ok((n, at));
+            }
+            Ok(Err(e)) => return Err(e),
+            Err(_would_block) => continue,
+        }
     }
 }
 

@@ -15,6 +15,8 @@ pub mod probe;
 pub mod recorder;
 pub mod request;
 pub mod runner;
+pub mod runtime;
+pub mod rx_stamp;
 pub mod session;
 pub mod sse;
 pub mod tokenizer;

@@ -196,7 +196,9 @@ pub async fn execute(
             Ok(Ok(answer)) => break answer,
         }
     };
-    let at = clock.now_us();
+    // The kernel's arrival stamp where it gives one: the instant the bytes
+    // reached the socket, however late this task woke to read them.
+    let at = clock.us(conn.arrived().unwrap_or_else(std::time::Instant::now));
     rec.first_byte_at_us = Some(at);
     rec.status = Some(head.status);
     let mut body = head.body;
@@ -298,7 +300,7 @@ pub async fn execute(
             r = conn.fill() => r,
         };
         let now = std::time::Instant::now();
-        let at = clock.us(now);
+        let at = clock.us(conn.arrived().unwrap_or(now));
         last_read = now.into();
         let before = stream.chunks.len();
         let decoded = match read {

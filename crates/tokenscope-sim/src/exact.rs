@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
+use tokenscope_core::stats::Distribution;
 use tokio::net::TcpListener;
 
 #[derive(Debug, Clone)]
@@ -301,9 +302,16 @@ impl Plan {
                 // `timings`: a loaded machine can make it differ from the config.
                 let first = self.first_sent.unwrap_or(self.arrival);
                 let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+                let mono = tokenscope_load::clock::monotonic_us;
                 let timings = json!({
                     "ttft_ms": ms(first - self.arrival),
                     "tpot_ms": ms(self.last_sent - first) / (self.tokens.max(2) - 1) as f64,
+                    // The same instants on the host's shared clock, so a
+                    // client on this machine can tell its own delay (reading)
+                    // from the server's (accepting, queueing) per request.
+                    "arrived_mono_us": mono(self.arrival),
+                    "first_sent_mono_us": mono(first),
+                    "last_sent_mono_us": mono(self.last_sent),
                 });
                 Some(Ok(self.writer.finish(&timings)))
             }
@@ -329,33 +337,67 @@ impl Plan {
     }
 }
 
-/// The client's error against this server's own times, per request: client
-/// TTFT − the server's `timings.ttft_ms`, client TPOT − its `timings.tpot_ms`
-/// (µs, by size). Requests without the server's timings (failed, or another server)
+/// The client's error against this server's own times, per request (µs, by
+/// size). Requests without the server's timings (failed, or another server)
 /// are skipped.
+#[derive(Debug, Default)]
+pub struct ServerErrors {
+    /// Client TTFT − the server's `timings.ttft_ms` (arrival at its handler →
+    /// first token handed to the socket): the client's delays plus the
+    /// server's own accept queue, which its TTFT does not count.
+    pub ttft: Distribution,
+    /// Client TPOT − the server's `timings.tpot_ms`.
+    pub tpot: Distribution,
+    /// On the host's shared clock (a client on the server's machine):
+    /// the client's read stamp of the first token − the server's send of it.
+    /// This is the client's own share of its TTFT error.
+    pub first_read_delay: Distribution,
+    /// The same for the last token: the client's share of its E2E error.
+    pub last_read_delay: Distribution,
+    /// The server's handler arrival − the client's send stamp: the kernel
+    /// and the server's accept/parse queue, i.e. the server's time, inside
+    /// TTFT but outside the server's own `ttft_ms`.
+    pub server_queue: Distribution,
+}
+
+/// [`ServerErrors`] of a run's records; `origin_mono_us` is the run's clock
+/// origin on the host's `CLOCK_MONOTONIC` (`client.monotonic_origin_us`),
+/// without which only the TTFT and TPOT differences are measured.
 pub fn errors_against_server<'a>(
     records: impl IntoIterator<Item = &'a tokenscope_core::record::RequestRecord>,
-) -> (
-    tokenscope_core::stats::Distribution,
-    tokenscope_core::stats::Distribution,
-) {
-    let (mut ttft, mut tpot) = Default::default();
+    origin_mono_us: Option<u64>,
+) -> ServerErrors {
+    let mut e = ServerErrors::default();
     let ms = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64);
     for r in records.into_iter().filter(|r| r.succeeded()) {
         let Some(t) = &r.server_timings else { continue };
         if let (Some(client), Some(server)) = (r.ttft_us(), ms(t, "ttft_ms")) {
-            record_size(&mut ttft, client as f64 - server * 1e3);
+            record_size(&mut e.ttft, client as f64 - server * 1e3);
         }
         if let (Some(client), Some(server)) = (r.tpot_us(), ms(t, "tpot_ms")) {
-            record_size(&mut tpot, client - server * 1e3);
+            record_size(&mut e.tpot, client - server * 1e3);
+        }
+        let Some(origin) = origin_mono_us else {
+            continue;
+        };
+        let shared = |k: &str| ms(t, k).map(|us| us - origin as f64);
+        if let (Some(read), Some(sent)) = (r.first_token_at_us, shared("first_sent_mono_us")) {
+            record_size(&mut e.first_read_delay, read as f64 - sent);
+        }
+        if let (Some(read), Some(sent)) = (r.last_token_at_us(), shared("last_sent_mono_us")) {
+            record_size(&mut e.last_read_delay, read as f64 - sent);
+        }
+        if let Some(arrived) = shared("arrived_mono_us") {
+            record_size(&mut e.server_queue, arrived - r.sent_at_us as f64);
         }
     }
-    (ttft, tpot)
+    e
 }
 
 /// The size of an error. TTFT's cannot be below zero (the client stamps
-/// before the server receives and after it sends); TPOT's can (a first token
-/// read late shortens the client's span), and counts by its size.
-fn record_size(d: &mut tokenscope_core::stats::Distribution, us: f64) {
+/// before the server receives and after it sends), nor can a read delay or
+/// the queue, but the two clocks' readings are µs apart; TPOT's can (a first
+/// token read late shortens the client's span), and counts by its size.
+fn record_size(d: &mut Distribution, us: f64) {
     d.record(us.abs());
 }

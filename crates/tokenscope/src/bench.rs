@@ -27,6 +27,7 @@ use tokenscope_load::probe::{self, ProbeError};
 use tokenscope_load::recorder::Recorder;
 use tokenscope_load::request::Target;
 use tokenscope_load::runner::{Progress, Runner};
+use tokenscope_load::runtime;
 use tokenscope_sim::engine::catalogue::Catalogue;
 use tokenscope_sim::engine::EngineConfig;
 use tokenscope_sim::exact::{ExactConfig, ExactServer};
@@ -98,16 +99,12 @@ where
         Some(_) => None,
         None => Some(Builtin::start(args.builtin)?),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .thread_name("ts-client")
-        .enable_all()
-        .build()?;
     let url = args
         .url
         .clone()
         .or_else(|| builtin.as_ref().map(|b| b.url.clone()))
         .unwrap_or_default();
+    let rt = runtime::client(threads, wake_batch(args, &url))?;
     let result = rt.block_on(body(
         url,
         builtin.as_ref().map(|b| b.description.clone()),
@@ -118,6 +115,11 @@ where
         b.rt.shutdown_background();
     }
     result
+}
+
+/// How long an idle client thread gathers wake-ups against `url` (`--wake-batch`).
+pub(crate) fn wake_batch(args: &BenchArgs, url: &str) -> Duration {
+    args.wake_batch.resolve(runtime::kernel_stamps(url))
 }
 
 /// Client worker threads: as asked, else one per core.
@@ -659,6 +661,9 @@ pub(crate) async fn bench(
         client: ClientUsage {
             self_check,
             peak_rss_mb: tokenscope_load::cpu::peak_rss_bytes().map(|b| b as f64 / 1e6),
+            monotonic_origin_us: tokenscope_load::clock::monotonic_us(clock.origin()),
+            kernel_read_stamps: Some(runtime::kernel_stamps(&base)),
+            wake_batch_us: Some(wake_batch(&args, &base).as_micros() as u64),
             ..client_side(&loop_delay, warmed.as_ref(), file_limit)
         },
         extra_findings: notes,

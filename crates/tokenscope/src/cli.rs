@@ -794,6 +794,13 @@ pub struct BenchArgs {
     /// Client worker threads (default: all cores).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub client_threads: Option<u64>,
+    /// How long an idle client thread gathers wake-ups before it sleeps, so
+    /// one wake-up serves every socket read that became ready meanwhile (at
+    /// one token per read most of the client's CPU is wake-ups). `auto`:
+    /// 200us where the kernel stamps each read's arrival (plain http on
+    /// Linux), so no stamp moves; none elsewhere. `0` wakes for every read.
+    #[arg(long, default_value = "auto", value_name = "DURATION|auto")]
+    pub wake_batch: tokenscope_load::runtime::WakeBatch,
     /// Open no connections ahead of the load: each stream's first request
     /// connects inside the measured window (its TTFT includes the connect, as a
     /// new user's would). By default one connection per stream is opened before

@@ -49,11 +49,9 @@ pub fn run(args: SelftestArgs) -> anyhow::Result<Exit> {
         client_threads: args.client_threads,
     };
     let threads = crate::bench::client_threads(load.client_threads);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .thread_name("ts-client")
-        .enable_all()
-        .build()?;
+    // The built-in server is plain http on loopback: `auto`, as a bench of it would.
+    let wake_batch = tokenscope_load::runtime::WakeBatch::Auto;
+    let rt = tokenscope_load::runtime::client(threads, wake_batch.resolve(true))?;
     if !args.json {
         eprintln!(
             "tokenscope selftest: {} requests at {} streams, all at once, against the built-in exact server (TTFT {} ms, {} ms between tokens, {} tokens)…",
@@ -88,6 +86,9 @@ fn print(c: &SelfCheck) {
     println!("\nError (ms)                  p50      p90      p99      max");
     row("TTFT", &c.ttft_error_ms);
     row("TPOT", &c.tpot_error_ms);
+    row("  first token read", &c.first_read_delay_ms);
+    row("  last token read", &c.last_read_delay_ms);
+    row("  server's queue", &c.server_queue_ms);
     row("client loop delay", &c.loop_delay_ms);
 }
 
@@ -118,7 +119,7 @@ pub async fn measure(load: Load) -> anyhow::Result<SelfCheck> {
     let records = tokenscope_report::run_dir::Run::read_records(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     let records = records.context("reading the self-check's requests")?;
-    let (ttft, tpot) = errors_against_server(&records);
+    let e = errors_against_server(&records, results.client.monotonic_origin_us);
     const MS: f64 = 1e-3;
     Ok(SelfCheck {
         streams: load.streams,
@@ -126,8 +127,11 @@ pub async fn measure(load: Load) -> anyhow::Result<SelfCheck> {
         server_ttft_ms: load.ttft.as_secs_f64() * 1e3,
         server_itl_ms: load.itl.as_secs_f64() * 1e3,
         output_tokens: load.output_tokens,
-        ttft_error_ms: ttft.summary(MS),
-        tpot_error_ms: tpot.summary(MS),
+        ttft_error_ms: e.ttft.summary(MS),
+        tpot_error_ms: e.tpot.summary(MS),
+        first_read_delay_ms: e.first_read_delay.summary(MS),
+        last_read_delay_ms: e.last_read_delay.summary(MS),
+        server_queue_ms: e.server_queue.summary(MS),
         loop_delay_ms: results.client.loop_delay_ms,
         failed: results.counts.failed,
     })

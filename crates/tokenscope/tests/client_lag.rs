@@ -201,3 +201,98 @@ fn selftest_prints_the_floor_a_bench_against_the_exact_server_measures() {
     assert_eq!(r["client"]["self_check"]["streams"], 32);
     assert!(stat(&r, "client.self_check.ttft_error_ms.p50") < 20.0);
 }
+
+/// Two processes on one host stamp one clock (CLOCK_MONOTONIC): the exact
+/// server's `timings.*_mono_us` and the client's `monotonic_origin_us` line up.
+/// If either side mapped its clock wrongly, a read would precede its send or
+/// a request reach the server before the client sent it.
+#[test]
+fn a_client_and_a_server_process_on_one_host_share_a_clock_that_splits_the_ttft_error() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let port = free_port();
+    let _server = SimServe::start_as("exact", port, &["--ttft", "50ms", "--itl", "5ms"]);
+    let out = run_dir("shared-clock");
+    let o = bench(
+        &format!("http://127.0.0.1:{port}"),
+        &out,
+        &[
+            "--api",
+            "openai-chat",
+            "--concurrency",
+            "64",
+            "--requests",
+            "128",
+            "--output-tokens",
+            "16",
+        ],
+    );
+    assert_ok(&o);
+    let origin = results(&out)["client"]["monotonic_origin_us"]
+        .as_f64()
+        .expect("the run's origin on the shared clock");
+    let (mut read1, mut queue) = (vec![], vec![]);
+    for r in records(&out) {
+        let t = &r["server_timings"];
+        let at = |k: &str| origin + r[k].as_f64().unwrap();
+        let mono = |k: &str| t[k].as_f64().unwrap_or_else(|| panic!("{k} in {t}"));
+        // µs readings of two clocks taken apart: allow a few µs below zero.
+        let slack = 20.0;
+        let read = at("first_token_at_us") - mono("first_sent_mono_us");
+        let arrived = mono("arrived_mono_us") - at("sent_at_us");
+        let head = at("first_byte_at_us") - mono("arrived_mono_us");
+        let last = origin + chunk_times(&r).last().copied().unwrap() as f64;
+        let read_last = last - mono("last_sent_mono_us");
+        for (what, us) in [
+            ("first read", read),
+            ("arrival", arrived),
+            ("head", head),
+            ("last read", read_last),
+        ] {
+            assert!(
+                us > -slack,
+                "{what} {us} µs before its cause: the clocks do not line up ({r})"
+            );
+        }
+        read1.push(read / 1e3);
+        queue.push(arrived / 1e3);
+    }
+    assert_eq!(read1.len(), 128);
+    read1.sort_by(f64::total_cmp);
+    // On a quiet machine the client reads a token ~0.05 ms after it is sent;
+    // a loaded 2-core machine can make it a few ms, not hundreds.
+    assert!(
+        read1[64] < 20.0,
+        "first-token read delay p50 {} ms",
+        read1[64]
+    );
+    // The self-check reports the same split.
+    let o = tokenscope()
+        .args([
+            "selftest",
+            "--concurrency",
+            "16",
+            "--output-tokens",
+            "8",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let check: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    for k in [
+        "first_read_delay_ms",
+        "last_read_delay_ms",
+        "server_queue_ms",
+    ] {
+        assert!(check[k]["p50"].as_f64().is_some(), "{k} in {check}");
+    }
+    let o = tokenscope()
+        .args(["selftest", "--concurrency", "16", "--output-tokens", "8"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("read the first token") && text.contains("accept queue"),
+        "{text}"
+    );
+}

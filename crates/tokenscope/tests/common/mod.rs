@@ -380,13 +380,19 @@ pub fn logging_server() -> (
     (url, bodies)
 }
 
-/// `tokenscope sim serve` on `port` (real time), killed when dropped.
+/// `tokenscope sim serve` (or another built-in server) on `port`, in a
+/// process of its own, killed when dropped.
 pub struct SimServe(std::process::Child);
 
 impl SimServe {
     pub fn start(port: u16, extra: &[&str]) -> SimServe {
+        SimServe::start_as("serve", port, extra)
+    }
+
+    /// `tokenscope sim <server> --port <port> <extra…>` (`serve`, `exact`).
+    pub fn start_as(server: &str, port: u16, extra: &[&str]) -> SimServe {
         let child = tokenscope()
-            .args(["sim", "serve", "--port", &port.to_string()])
+            .args(["sim", server, "--port", &port.to_string()])
             .args(extra)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -396,7 +402,7 @@ impl SimServe {
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(
                 std::time::Instant::now() < deadline,
-                "sim serve did not start"
+                "sim {server} did not start"
             );
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
