@@ -394,6 +394,11 @@ pub struct ClientUsage {
     /// bytes (plain http on Linux) rather than when the client read it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_read_stamps: Option<bool>,
+    /// Where they were: reads that still came without the kernel's stamp
+    /// (the kernel turns stamping on a moment after it is first asked), each
+    /// stamped when read instead, up to `wake_batch_us` late.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unstamped_reads: Option<u64>,
     /// How long an idle client thread gathered wake-ups (`--wake-batch`), µs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake_batch_us: Option<u64>,

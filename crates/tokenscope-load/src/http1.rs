@@ -16,6 +16,7 @@ use crate::rx_stamp;
 use reqwest::header::HeaderMap;
 use std::io;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
@@ -78,6 +79,9 @@ struct Endpoint {
     )>,
     /// `host[:port]`, as the `Host` header carries it.
     authority: String,
+    /// Reads of plain TCP that came without the kernel's stamp (before the
+    /// kernel turned stamping on, or where it will not): stamped late.
+    unstamped: Arc<AtomicU64>,
 }
 
 #[derive(Clone)]
@@ -117,6 +121,7 @@ impl Endpoint {
             port,
             tls,
             authority,
+            unstamped: Arc::default(),
         })
     }
 
@@ -129,7 +134,7 @@ impl Endpoint {
         .map_err(connect_err)?;
         tcp.set_nodelay(true).map_err(connect_err)?;
         let io = match &self.tls {
-            None => Io::plain(tcp).map_err(connect_err)?,
+            None => Io::plain(tcp, self.unstamped.clone()).map_err(connect_err)?,
             Some((config, name)) => {
                 let tls = tokio_rustls::TlsConnector::from(config.clone())
                     .connect(name.clone(), tcp)
@@ -287,6 +292,12 @@ impl Client {
         }
     }
 
+    /// Reads of plain TCP that came without the kernel's arrival stamp, so
+    /// far: they were stamped when read, up to `--wake-batch` late.
+    pub fn unstamped_reads(&self) -> u64 {
+        self.endpoint.unstamped.load(Ordering::Relaxed)
+    }
+
     /// Connections now idle.
     #[cfg(test)]
     fn idle(&self) -> usize {
@@ -295,19 +306,20 @@ impl Client {
 }
 
 enum Io {
-    /// Plain TCP, read with the kernel's arrival stamps (`rx_stamp`).
-    Plain(AsyncFd<std::net::TcpStream>),
+    /// Plain TCP, read with the kernel's arrival stamps (`rx_stamp`), and
+    /// the endpoint's count of reads that came without one.
+    Plain(AsyncFd<std::net::TcpStream>, Arc<AtomicU64>),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
 
 impl Io {
-    fn plain(tcp: TcpStream) -> io::Result<Io> {
+    fn plain(tcp: TcpStream, unstamped: Arc<AtomicU64>) -> io::Result<Io> {
         let tcp = tcp.into_std()?;
         rx_stamp::enable(&tcp);
         // SAFETY: the AsyncFd owns the std stream, whose descriptor stays
         // open and the same until the AsyncFd is dropped.
         let fd = unsafe { AsyncFd::register(tcp) }.map_err(io::Error::from)?;
-        Ok(Io::Plain(fd))
+        Ok(Io::Plain(fd, unstamped))
     }
 }
 
@@ -440,7 +452,7 @@ impl Conn {
     fn closed_while_idle(&self) -> bool {
         let mut byte = [0u8; 1];
         let read = match &self.io {
-            Io::Plain(s) => std::io::Read::read(&mut s.get_ref(), &mut byte),
+            Io::Plain(s, _) => std::io::Read::read(&mut s.get_ref(), &mut byte),
             Io::Tls(s) => s.get_ref().0.try_read(&mut byte),
         };
         !matches!(read, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
@@ -449,7 +461,7 @@ impl Conn {
     /// Writes a whole request.
     pub async fn send(&mut self, wire: &[u8]) -> io::Result<()> {
         match &mut self.io {
-            Io::Plain(s) => {
+            Io::Plain(s, _) => {
                 let mut rest = wire;
                 while !rest.is_empty() {
                     let mut ready = s.writable().await?;
@@ -476,7 +488,13 @@ impl Conn {
         self.arrived = None;
         let free = self.rb.free()?;
         let (n, arrived) = match &mut self.io {
-            Io::Plain(s) => read_stamped(s, free).await?,
+            Io::Plain(s, unstamped) => {
+                let (n, at) = read_stamped(s, free).await?;
+                if n > 0 && at.is_none() {
+                    unstamped.fetch_add(1, Ordering::Relaxed);
+                }
+                (n, at)
+            }
             Io::Tls(s) => (s.read(free).await?, None),
         };
         self.rb.end += n;

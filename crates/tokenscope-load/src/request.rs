@@ -198,7 +198,11 @@ pub async fn execute(
     };
     // The kernel's arrival stamp where it gives one: the instant the bytes
     // reached the socket, however late this task woke to read them.
-    let at = clock.us(conn.arrived().unwrap_or_else(std::time::Instant::now));
+    // Never before the send: a step of the wall clock between a stamp and
+    // its read would misplace the kernel's stamp by the step.
+    let at = clock
+        .us(conn.arrived().unwrap_or_else(std::time::Instant::now))
+        .max(rec.sent_at_us);
     rec.first_byte_at_us = Some(at);
     rec.status = Some(head.status);
     let mut body = head.body;
@@ -279,6 +283,7 @@ pub async fn execute(
     let watchdog = tokio::time::sleep_until(next_deadline());
     tokio::pin!(watchdog);
     let mut last_read = Instant::now();
+    let mut last_at = at;
     while !ended && !stream.done && stream.failure.is_none() {
         let read = tokio::select! {
             biased;
@@ -300,7 +305,8 @@ pub async fn execute(
             r = conn.fill() => r,
         };
         let now = std::time::Instant::now();
-        let at = clock.us(conn.arrived().unwrap_or(now));
+        let at = clock.us(conn.arrived().unwrap_or(now)).max(last_at);
+        last_at = at;
         last_read = now.into();
         let before = stream.chunks.len();
         let decoded = match read {
@@ -322,7 +328,12 @@ pub async fn execute(
         }
         count_new(streamed, stream.chunks.len() - before);
     }
-    rec.done_at_us = clock.now_us();
+    // The end of the stream is the arrival of the read that ended it (the
+    // kernel's stamp where there is one); a failure ends when it is seen.
+    rec.done_at_us = match stream.failure {
+        None => last_at,
+        Some(_) => clock.now_us(),
+    };
     if stream.done && !ended {
         // Read the body to its end (the chunked terminator usually follows
         // `[DONE]` at once) so the connection can carry the next request.

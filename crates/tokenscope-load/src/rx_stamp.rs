@@ -92,22 +92,18 @@ fn stamp_of(msg: &libc::msghdr) -> Option<Instant> {
     None
 }
 
-/// A `CLOCK_REALTIME` stamp as an `Instant`, by its age now. A stamp from
-/// the future (a clock step between the two readings) reads as now; one
-/// older than a minute is not believed.
+/// A `CLOCK_REALTIME` stamp as an `Instant`, by its age now (the realtime
+/// clock read beside an `Instant`). A stamp from the future (a clock step
+/// between the two readings) reads as now; one older than a minute is not
+/// believed.
 #[cfg(target_os = "linux")]
-#[allow(clippy::useless_conversion)] // time_t is i64 here, i32 on 32-bit targets
 fn from_realtime(sec: i64, nsec: i64) -> Option<Instant> {
-    let now = Instant::now();
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) } != 0 || sec == 0 {
+    use crate::clock::{beside_instant, clock_ns, CLOCK_REALTIME};
+    if sec == 0 {
         return None;
     }
-    let age_ns = (i64::from(ts.tv_sec) - sec) * 1_000_000_000 + (i64::from(ts.tv_nsec) - nsec);
+    let (now, real_ns) = beside_instant(|| clock_ns(CLOCK_REALTIME))?;
+    let age_ns = real_ns - (i128::from(sec) * 1_000_000_000 + i128::from(nsec));
     match age_ns {
         ..0 => Some(now),
         0..60_000_000_000 => now.checked_sub(Duration::from_nanos(age_ns as u64)),
@@ -125,14 +121,27 @@ mod tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (rx, _) = listener.accept().unwrap();
+        rx.set_nonblocking(true).unwrap();
         assert!(enable(&rx));
+        let mut buf = [0u8; 64];
+        // The kernel turns stamping on system-wide a moment after the first
+        // socket asks (a deferred static-key switch): until then reads come
+        // unstamped, which callers handle by stamping them themselves.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            tx.write_all(b"x").unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+            if read(&rx, &mut buf).unwrap().1.is_some() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the kernel never stamped a read");
+        }
         let before = Instant::now();
         tx.write_all(b"token").unwrap();
         std::thread::sleep(Duration::from_millis(30));
-        let mut buf = [0u8; 64];
         let (n, at) = read(&rx, &mut buf).unwrap();
         assert_eq!(&buf[..n], b"token");
-        let at = at.expect("the kernel stamps loopback TCP");
+        let at = at.expect("stamped once stamping is on");
         // Read 30 ms after it arrived, stamped when it arrived.
         let age = at.duration_since(before);
         assert!(

@@ -552,6 +552,7 @@ pub(crate) async fn bench(
         s.run_from(clock.origin());
     }
     let loop_probe = loop_delay::Probe::start(clock);
+    let http = target.http.clone();
     let runner = Arc::new(Runner {
         target,
         clock,
@@ -663,6 +664,7 @@ pub(crate) async fn bench(
             peak_rss_mb: tokenscope_load::cpu::peak_rss_bytes().map(|b| b as f64 / 1e6),
             monotonic_origin_us: tokenscope_load::clock::monotonic_us(clock.origin()),
             kernel_read_stamps: Some(runtime::kernel_stamps(&base)),
+            unstamped_reads: runtime::kernel_stamps(&base).then(|| http.unstamped_reads()),
             wake_batch_us: Some(wake_batch(&args, &base).as_micros() as u64),
             ..client_side(&loop_delay, warmed.as_ref(), file_limit)
         },

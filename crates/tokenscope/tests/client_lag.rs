@@ -25,7 +25,10 @@ fn pin_to_cpu0() -> std::io::Result<()> {
 }
 
 /// `bench` pinned to CPU 0 with one client thread, a closed loop of 8 streams.
-fn closed_loop_on_cpu0(url: &str, name: &str) -> (std::process::Output, serde_json::Value) {
+fn closed_loop_on_cpu0(
+    url: &str,
+    name: &str,
+) -> (std::process::Output, serde_json::Value, std::path::PathBuf) {
     use std::os::unix::process::CommandExt;
     let out = run_dir(name);
     let mut cmd = tokenscope();
@@ -51,7 +54,8 @@ fn closed_loop_on_cpu0(url: &str, name: &str) -> (std::process::Output, serde_js
     unsafe { cmd.pre_exec(pin_to_cpu0) };
     let o = cmd.output().unwrap();
     assert_ok(&o);
-    (o, results(&out))
+    let r = results(&out);
+    (o, r, out)
 }
 
 #[test]
@@ -72,7 +76,7 @@ fn a_client_starved_of_cpu_says_so_and_names_the_tainted_figures() {
             })
         })
         .collect();
-    let (o, r) = closed_loop_on_cpu0(&server.url, "lag-starved");
+    let (o, r, out) = closed_loop_on_cpu0(&server.url, "lag-starved");
     stop.store(true, Ordering::Relaxed);
     hogs.into_iter().for_each(|h| h.join().unwrap());
 
@@ -93,6 +97,38 @@ fn a_client_starved_of_cpu_says_so_and_names_the_tainted_figures() {
     let summary = String::from_utf8_lossy(&o.stdout);
     assert!(summary.contains("ITL ‡"), "{summary}");
     assert!(summary.contains("the client read late"), "{summary}");
+    // Yet the kernel stamped each read when its bytes arrived: the first
+    // token's stamp lies within a fraction of a ms of the server's send of
+    // it, though the client read it up to the loop delay later. (The taint
+    // stands: a read late by more than a token gap gathers tokens, which
+    // then share the last one's stamp.)
+    assert_eq!(r["client"]["kernel_read_stamps"], true);
+    let delays = first_read_delays_ms(&out);
+    assert_eq!(delays.len(), 96);
+    assert!(
+        delays[48] < 1.0,
+        "first-token read delay p50 {:.3} ms with loop delay p99 {:.1} ms",
+        delays[48],
+        stat(&r, "client.loop_delay_ms.p99")
+    );
+}
+
+/// Per request, the client's stamp of its first token − the exact server's
+/// send of it, on the host's shared clock, ms, sorted.
+fn first_read_delays_ms(out: &std::path::Path) -> Vec<f64> {
+    let origin = results(out)["client"]["monotonic_origin_us"]
+        .as_f64()
+        .expect("the run's origin on the shared clock");
+    let mut d: Vec<f64> = records(out)
+        .iter()
+        .filter(|r| r["error_kind"].is_null())
+        .map(|r| {
+            let sent = r["server_timings"]["first_sent_mono_us"].as_f64().unwrap();
+            (origin + r["first_token_at_us"].as_f64().unwrap() - sent) / 1e3
+        })
+        .collect();
+    d.sort_by(f64::total_cmp);
+    d
 }
 
 #[test]
@@ -105,7 +141,7 @@ fn a_client_with_its_cpu_says_nothing_of_lag() {
     // unstarved run fails all five.
     let mut attempts = Vec::new();
     let (o, r) = loop {
-        let (o, r) = closed_loop_on_cpu0(&server.url, &format!("lag-quiet-{}", attempts.len()));
+        let (o, r, _) = closed_loop_on_cpu0(&server.url, &format!("lag-quiet-{}", attempts.len()));
         if !has_rule(&r, "client_lag") {
             break (o, r);
         }
@@ -227,9 +263,12 @@ fn a_client_and_a_server_process_on_one_host_share_a_clock_that_splits_the_ttft_
         ],
     );
     assert_ok(&o);
-    let origin = results(&out)["client"]["monotonic_origin_us"]
+    let client = &results(&out)["client"];
+    let origin = client["monotonic_origin_us"]
         .as_f64()
         .expect("the run's origin on the shared clock");
+    assert_eq!(client["kernel_read_stamps"], true, "{client}");
+    assert!(client["unstamped_reads"].is_u64(), "{client}");
     let (mut read1, mut queue) = (vec![], vec![]);
     for r in records(&out) {
         let t = &r["server_timings"];
