@@ -39,7 +39,7 @@ client() { # out-dir, then bench args; CLIENT_CPUS / CLIENT_THREADS override 0 /
   local out="$1"; shift
   /usr/bin/time -f "%M %U %S" -o "$work/time" taskset -c "${CLIENT_CPUS:-0}" "$bin" bench --url "$url" --quiet \
     --client-threads "${CLIENT_THREADS:-1}" --model tokenscope-exact --api openai-chat --input-tokens 16 --no-metrics \
-    --out "$out" "$@" > /dev/null
+    --db "$work/history.db" --out "$out" "$@" > /dev/null
 }
 peak_mb() { awk '{printf "%.0f", $1 / 1024}' "$work/time"; }
 cpu_s() { awk '{printf "%.2f", $2 + $3}' "$work/time"; }
@@ -78,6 +78,7 @@ print(json.dumps({
     "read1_50": q(read1, .5), "read1_99": q(read1, .99), "readn_50": q(readn, .5), "readn_99": q(readn, .99),
     "queue50": q(queue, .5), "queue99": q(queue, .99), "tpot50": q(tpot, .5), "tpot99": q(tpot, .99),
     "lag99": l["client_lag_ms"]["p99"], "loop99": c["loop_delay_ms"]["p99"],
+    "unstamped": c.get("unstamped_reads", float("nan")),
     "cpu100k": c["cpu_seconds"] / tokens * 1e5 if tokens else float("nan"),
     "tps": r["throughput"]["output_tokens_per_s"], "cores": c["cpu_cores"],
     "rules": sorted({f["rule"] for f in r["diagnosis"]}),
@@ -129,19 +130,19 @@ if [[ $sections == *timing* ]]; then
   echo "holds both. TPOT error = client TPOT − the server's, by size. Lag = the send"
   echo "spread (actual send − intended start); loop delay = the client's 1 ms probe."
   echo
-  echo "| streams | server TTFT / ITL / tokens | first token read p50 / p99 | last token read p50 / p99 | server queue p50 / p99 | TTFT vs server's own p50 / p99 | TPOT error p50 / p99 | lag p99 | loop delay p99 | client CPU-s per 100k tokens | tokens/s | peak RSS | findings |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| streams | server TTFT / ITL / tokens | first token read p50 / p99 | last token read p50 / p99 | server queue p50 / p99 | TTFT vs server's own p50 / p99 | TPOT error p50 / p99 | lag p99 | loop delay p99 | unstamped reads | client CPU-s per 100k tokens | tokens/s | peak RSS | findings |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   for spec in "64 100ms 20ms 256" "1024 100ms 20ms 256" "10000 1000ms 500ms 32"; do
     set -- $spec
     start_server --ttft "$2" --itl "$3"
     client "$work/t-$1" --concurrency "$1" --requests "$1" --output-tokens "$4"
     f=$(figures "$work/t-$1")
-    printf '| %s | %s / %s / %s | %+.2f / %+.2f ms | %+.2f / %+.2f ms | %.2f / %.2f ms | %+.2f / %+.2f ms | %.3f / %.3f ms | %.1f ms | %.2f ms | %.2f | %.0f | %s MB | %s |\n' \
+    printf '| %s | %s / %s / %s | %+.2f / %+.2f ms | %+.2f / %+.2f ms | %.2f / %.2f ms | %+.2f / %+.2f ms | %.3f / %.3f ms | %.1f ms | %.2f ms | %.0f | %.2f | %.0f | %s MB | %s |\n' \
       "$1" "$2" "$3" "$4" "$(get "$f" read1_50 f)" "$(get "$f" read1_99 f)" \
       "$(get "$f" readn_50 f)" "$(get "$f" readn_99 f)" "$(get "$f" queue50 f)" "$(get "$f" queue99 f)" \
       "$(get "$f" ttft50 f)" "$(get "$f" ttft99 f)" "$(get "$f" tpot50 f)" \
-      "$(get "$f" tpot99 f)" "$(get "$f" lag99 f)" "$(get "$f" loop99 f)" "$(get "$f" cpu100k f)" \
-      "$(get "$f" tps f)" "$(peak_mb)" "$(get "$f" rules s)"
+      "$(get "$f" tpot99 f)" "$(get "$f" lag99 f)" "$(get "$f" loop99 f)" "$(get "$f" unstamped f)" \
+      "$(get "$f" cpu100k f)" "$(get "$f" tps f)" "$(peak_mb)" "$(get "$f" rules s)"
     stop_server
   done
 fi
@@ -169,7 +170,8 @@ if [[ $sections == *plan* ]]; then
   echo "| command | CPU-s | peak RSS | run directory |"
   echo "|---|---|---|---|"
   /usr/bin/time -f "%M %U %S" -o "$work/time" "$bin" sim plan --model llama-3.1-8b --gpu h100-sxm \
-    --rate 20 --duration 1h --input-tokens 512 --output-tokens 256 --quiet --out "$work/plan" > /dev/null
+    --rate 20 --duration 1h --input-tokens 512 --output-tokens 256 --quiet --out "$work/plan" \
+    --db "$work/history.db" > /dev/null
   printf '| sim plan --rate 20 --duration 1h (with its report) | %s | %s MB | %s |\n' "$(cpu_s)" "$(peak_mb)" \
     "$(du -sh "$work/plan" | cut -f1)"
   /usr/bin/time -f "%M %U %S" -o "$work/time" "$bin" report "$work/plan" > /dev/null

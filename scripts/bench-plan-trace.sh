@@ -34,7 +34,7 @@ awk -v n="$n" 'BEGIN {
 }' > "$work/trace.jsonl"
 
 TIMEFORMAT='%U %S'
-{ time "$bin" sim plan --dataset "$work/trace.jsonl" --replay-trace --quiet --out "$work/run" > /dev/null ; } 2> "$work/time"
+{ time "$bin" sim plan --dataset "$work/trace.jsonl" --replay-trace --quiet --db "$work/history.db" --out "$work/run" > /dev/null ; } 2> "$work/time"
 read -r user sys < "$work/time"
 cpu=$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')
 engine=$(grep -o '"prefix_cache_hits_tokens": *[0-9]*\|"prefix_cache_queries_tokens": *[0-9]*' "$work/run/results.json" | sort -u | tr -d ' "' | tr '\n' ' ')

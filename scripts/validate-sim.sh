@@ -27,7 +27,7 @@ points=0
 point() {
   points=$((points + 1))
   local gpu=$1 model=$2 tp=$3 rate=$4 n=$5 label=$9 engine=${VALIDATE_ENGINE:-${10:-vllm}} r="$work/point-$points.json"
-  "$bin" sim plan --engine "$engine" --gpu "$gpu" --model "$model" --tp "$tp" --rate "$rate" --requests "$n" "${shape[@]}" --out "${r%.json}" > "$r"
+  "$bin" sim plan --engine "$engine" --gpu "$gpu" --model "$model" --tp "$tp" --rate "$rate" --requests "$n" "${shape[@]}" --db "$work/history.db" --out "${r%.json}" > "$r"
   for m in "E2E p50 (ms):e2e_ms:$6" "TTFT p50 (ms):ttft_ms:$7" "TPOT p50 (ms):tpot_ms:$8"; do
     IFS=: read -r metric key pub <<< "$m"
     sim=$(q "$r" "round(d['latency']['$key']['p50'], 2)")
@@ -42,10 +42,10 @@ point a100-80gb llama-3.1-8b 1 4 1200 1564.17 31.98 13.17 "Llama-3.1-8B, 1×A100
 point a100-80gb llama-3.1-8b 1 8 2400 2175.02 35.68 17.85 "Llama-3.1-8B, 1×A100 80GB, SGLang 0.3.0" sglang
 point h100-sxm llama-3.1-70b 4 4 1200 3005.24 53.94 25.03 "Llama-3.1-70B, 4×H100 SXM, SGLang 0.3.0" sglang
 point h100-sxm llama-3.1-70b 4 8 2400 4064.98 58.11 33.07 "Llama-3.1-70B, 4×H100 SXM, SGLang 0.3.0" sglang
-"$bin" sim plan --gpu a100-80gb --rate 100000 --requests 5000 "${shape[@]}" --out "$work/a100-off" > "$work/a100-off.json"
+"$bin" sim plan --gpu a100-80gb --rate 100000 --requests 5000 "${shape[@]}" --db "$work/history.db" --out "$work/a100-off" > "$work/a100-off.json"
 sim=$(q "$work/a100-off.json" "round(d['throughput']['output_tokens_per_s'])")
 echo "| Llama-3.1-8B, 1×A100 80GB, vLLM 0.6.0, 5000 prompts at once | output tok/s | 4132.37 | $sim | $(err "$sim" 4132.37) |"
-"$bin" sim plan --gpu h100-sxm --max-num-seqs 256 --rate 100000 --requests 5000 "${shape[@]}" --out "$work/h100" > "$work/h100.json"
+"$bin" sim plan --gpu h100-sxm --max-num-seqs 256 --rate 100000 --requests 5000 "${shape[@]}" --db "$work/history.db" --out "$work/h100" > "$work/h100.json"
 sim=$(q "$work/h100.json" "round(d['throughput']['output_tokens_per_s'])")
 tpot=$(q "$work/h100.json" "round(d['latency']['tpot_ms']['p50'], 2)")
 echo "| Llama-3.1-8B, 1×H100 SXM, max-num-seqs 256, 5000 prompts (Lambda, vLLM 0.6.0 multi-step 10) | output tok/s | 8088.35 | $sim | $(err "$sim" 8088.35) |"
@@ -58,7 +58,7 @@ echo "Planner speed: one hour at 20 req/s (Llama-3.1-8B, 1×H100 SXM), one core:
 echo
 echo '```'
 start=$(date +%s.%N)
-taskset -c 0 "$bin" sim plan --rate 20 --duration 1h --quiet --out "$work/hour" > /dev/null
+taskset -c 0 "$bin" sim plan --rate 20 --duration 1h --quiet --db "$work/history.db" --out "$work/hour" > /dev/null
 end=$(date +%s.%N)
 n=$(wc -l < "$work/hour/requests.jsonl")
 python3 -c "print(f'{$n} requests simulated and written in {$end - $start:.2f} s')"

@@ -265,6 +265,27 @@ impl RunValues {
         }
     }
 
+    /// Only the rate's slices, from output tokens already summed by arrival
+    /// (`(at_us, tokens)` in any order and grain, e.g. per 10 ms slot) and
+    /// scaled so they total `total` (the run's counted output tokens): what
+    /// [`interval`] of `output_tokens_per_s` needs, without the records.
+    pub fn of_rate(
+        window_us: (u64, u64),
+        tokens_at: impl IntoIterator<Item = (u64, f64)>,
+        total: f64,
+    ) -> RunValues {
+        let mut v = RunValues::new(window_us);
+        for (at, tokens) in tokens_at {
+            let i = v.slice(at);
+            v.slices[i] += tokens;
+        }
+        let sum: f64 = v.slices.iter().sum();
+        if sum > 0.0 {
+            v.slices.iter_mut().for_each(|x| *x *= total / sum);
+        }
+        v
+    }
+
     /// Both passes over records at hand.
     pub fn of(records: &[RequestRecord]) -> RunValues {
         let mut v = RunValues::new(RunValues::window_of(records));

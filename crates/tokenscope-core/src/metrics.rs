@@ -1,5 +1,6 @@
 //! From records to numbers, exactly as `DESIGN.md` defines them.
 
+use crate::compare::{self, RunValues};
 use crate::cost::Cost;
 use crate::cost::GpuPrice;
 use crate::record::{RequestRecord, TokenSource};
@@ -379,6 +380,7 @@ impl Aggregator {
             goodput_output_tokens_per_s: judged.then(|| rate(self.good_tokens as f64)),
             per_user_output_tokens_per_s: self.per_user.summary(1e-3),
             concurrency: concurrency(&self.spans, window.start_s, window.end_s),
+            output_tokens_per_s_ci95: self.rate_interval(tokens.output_total),
         };
         let slo = self.slo.as_ref().map(|s| {
             let samples = |m: SloMetric| match m {
@@ -407,6 +409,23 @@ impl Aggregator {
             slo,
             cost,
         }
+    }
+
+    /// tokens/s's 95 % interval, as `compare` bootstraps it, from the
+    /// per-10 ms token totals (each slot placed at its middle).
+    fn rate_interval(&self, output_total: u64) -> Option<(f64, f64)> {
+        let start = self.spans.iter().map(|s| s.0).min()?;
+        let end = self.spans.iter().map(|s| s.1).max()?;
+        let slots = self.tokens_per_slot.iter().enumerate();
+        let tokens_at = slots
+            .filter(|(_, &t)| t > 0)
+            .map(|(i, &t)| (i as u64 * GRID_US + GRID_US / 2, t as f64));
+        let values = RunValues::of_rate((start, end), tokens_at, output_total as f64);
+        compare::interval(
+            &values,
+            "output_tokens_per_s",
+            &compare::Settings::default(),
+        )
     }
 
     fn window(&self) -> Window {

@@ -255,6 +255,11 @@ pub struct Latency {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Throughput {
     pub output_tokens_per_s: f64,
+    /// Its 95 % interval: the bootstrap `compare` uses, over the output
+    /// tokens in 20 equal slices of the window (how much the rate varies
+    /// over the run), from the run's per-10 ms token totals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens_per_s_ci95: Option<(f64, f64)>,
     pub total_tokens_per_s: f64,
     pub requests_per_s: f64,
     /// Requests meeting every SLO ÷ window (`None` without `--slo`).

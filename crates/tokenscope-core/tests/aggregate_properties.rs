@@ -5,6 +5,7 @@
 //! the records come in (the recorder gets them in finishing order, roughly).
 
 use proptest::prelude::*;
+use tokenscope_core::compare::{interval, RunValues, Settings};
 use tokenscope_core::metrics::{measure, GRID_US};
 use tokenscope_core::record::{Chunk, ErrorKind, RequestRecord, TokenSource};
 
@@ -129,5 +130,24 @@ proptest! {
         );
         prop_assert_eq!(again.throughput.concurrency.max, m.throughput.concurrency.max);
         prop_assert_eq!(again.latency.ttft_ms.map(|t| t.p99), m.latency.ttft_ms.map(|t| t.p99));
+    }
+
+    /// The rate's interval results.json carries (from per-10 ms token totals)
+    /// is the one `compare` bootstraps from the records themselves, up to
+    /// where a 10 ms slot falls among the window's 20 slices.
+    #[test]
+    fn the_rate_interval_from_slots_is_compares_from_records(specs in specs()) {
+        let records: Vec<RequestRecord> =
+            specs.iter().enumerate().map(|(i, s)| record(i as u64, *s)).collect();
+        let m = measure(&records, None, None);
+        let ok = records.iter().filter(|r| !r.warmup && r.succeeded()).count();
+        prop_assume!(ok >= 20 && m.tokens.output_total > 0);
+        let (lo, hi) = m.throughput.output_tokens_per_s_ci95.expect("an interval");
+        let plain = RunValues::of(&records);
+        let (plo, phi) = interval(&plain, "output_tokens_per_s", &Settings::default()).unwrap();
+        let rate = m.throughput.output_tokens_per_s;
+        prop_assert!(lo <= hi);
+        prop_assert!((lo - plo).abs() <= 0.05 * rate && (hi - phi).abs() <= 0.05 * rate,
+            "slots [{lo:.1}, {hi:.1}] vs records [{plo:.1}, {phi:.1}] at {rate:.1}");
     }
 }

@@ -75,12 +75,13 @@ pub fn record_sweep(
 }
 
 /// A run's entry, its tokens/s with the interval `compare`'s bootstrap gives
-/// it from the run's requests (streamed from `requests.jsonl`).
+/// it: as results.json carries it, else (a run directory written before it
+/// did) from the run's requests, streamed from `requests.jsonl`.
 pub fn entry_of(kind: Kind, results: &RunResults, dir: &Path, tags: &[String]) -> RunEntry {
     let mut e = RunEntry::of_results(kind, results, &absolute(dir), tags);
-    let values = crate::compare::values_of(dir).ok();
-    let ci = values.and_then(|v| {
-        tokenscope_core::compare::interval(&v, "output_tokens_per_s", &Settings::default())
+    let ci = results.throughput.output_tokens_per_s_ci95.or_else(|| {
+        let values = crate::compare::values_of(dir).ok()?;
+        tokenscope_core::compare::interval(&values, "output_tokens_per_s", &Settings::default())
     });
     if let (Some((lo, hi)), Some(f)) = (
         ci,
