@@ -16,6 +16,38 @@ const US: f64 = 1e-6;
 /// Distributions hold microseconds; summaries report milliseconds.
 const US_TO_MS: f64 = 1e-3;
 
+/// A measured request's send and end instants, whether it succeeded in the
+/// end's top bit: 16 bytes a request.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    sent: u64,
+    done_ok: u64,
+}
+
+impl Span {
+    const OK: u64 = 1 << 63;
+
+    fn new(sent: u64, done: u64, ok: bool) -> Span {
+        let ok = if ok { Span::OK } else { 0 };
+        Span {
+            sent,
+            done_ok: (done & !Span::OK) | ok,
+        }
+    }
+
+    fn sent(&self) -> u64 {
+        self.sent
+    }
+
+    fn done(&self) -> u64 {
+        self.done_ok & !Span::OK
+    }
+
+    fn succeeded(&self) -> bool {
+        self.done_ok & Span::OK != 0
+    }
+}
+
 /// Everything computed from the records alone.
 #[derive(Debug, Clone)]
 pub struct Measured {
@@ -85,7 +117,8 @@ const MAX_MESSAGES: usize = 10_000;
 /// The run's figures from its records one at a time, in memory that does not
 /// grow with the run's tokens: distributions are HDR histograms, tokens are
 /// summed per 10 ms slot of the run's clock, and each request keeps only
-/// its send and end instants (24 bytes: the exact concurrency needs them).
+/// its send and end instants and its intended start (24 bytes: the exact
+/// concurrency and the arrival statistics need them).
 /// Records may come in any order.
 #[derive(Debug, Clone)]
 pub struct Aggregator {
@@ -94,8 +127,8 @@ pub struct Aggregator {
     warmup: u64,
     counts: Counts,
     messages: BTreeMap<(String, String), u64>,
-    /// (sent, done, succeeded) of every measured request.
-    spans: Vec<(u64, u64, bool)>,
+    /// Every measured request's send and end instants.
+    spans: Vec<Span>,
     /// When each measured request was meant to leave (µs).
     scheduled: Vec<u64>,
     /// Lengths asked and delivered (see [`Fidelity`]).
@@ -163,7 +196,8 @@ impl Aggregator {
             return;
         }
         self.count(r);
-        self.spans.push((r.sent_at_us, r.done_at_us, r.succeeded()));
+        self.spans
+            .push(Span::new(r.sent_at_us, r.done_at_us, r.succeeded()));
         self.scheduled.push(r.scheduled_at_us);
         self.lag.record(r.lag_us() as f64);
         if !r.succeeded() {
@@ -282,10 +316,10 @@ impl Aggregator {
         self.output_delivered.record(r.output_tokens as f64);
     }
 
-    fn fidelity(&self) -> Fidelity {
-        let mut sent: Vec<u64> = self.spans.iter().map(|s| s.0).collect();
-        let mut intended = self.scheduled.clone();
-        sent.sort_unstable();
+    /// Needs the spans in send order ([`Aggregator::finish`] sorts them).
+    fn fidelity(&mut self) -> Fidelity {
+        let sent: Vec<u64> = self.spans.iter().map(Span::sent).collect();
+        let intended = &mut self.scheduled;
         intended.sort_unstable();
         let arrivals = (sent.len() >= 2).then(|| {
             let (ri, ci, di) = arrival_stats(&intended);
@@ -320,7 +354,7 @@ impl Aggregator {
 
     /// The (sent, done) instants of every measured request, µs.
     pub fn spans(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.spans.iter().map(|&(s, d, _)| (s, d))
+        self.spans.iter().map(|s| (s.sent(), s.done()))
     }
 
     /// The latency distributions, µs (for charts): TTFT, TPOT, ITL, E2E.
@@ -340,7 +374,10 @@ impl Aggregator {
     }
 
     /// The figures.
-    pub fn finish(&self) -> Measured {
+    /// The figures. Sorts what it keeps per request in place (no copy of
+    /// it is made, so the run's peak memory stays that of the aggregator).
+    pub fn finish(&mut self) -> Measured {
+        self.spans.sort_unstable_by_key(Span::sent);
         let itl = self.merged_itl();
         let mut icl = self.single_token_gaps.clone();
         icl.merge(&self.icl_multi);
@@ -379,7 +416,7 @@ impl Aggregator {
             goodput_requests_per_s: judged.then(|| rate(self.good_requests as f64)),
             goodput_output_tokens_per_s: judged.then(|| rate(self.good_tokens as f64)),
             per_user_output_tokens_per_s: self.per_user.summary(1e-3),
-            concurrency: concurrency(&self.spans, window.start_s, window.end_s),
+            concurrency: self.concurrency(window.start_s, window.end_s),
             output_tokens_per_s_ci95: self.rate_interval(tokens.output_total),
         };
         let slo = self.slo.as_ref().map(|s| {
@@ -414,8 +451,8 @@ impl Aggregator {
     /// tokens/s's 95 % interval, as `compare` bootstraps it, from the
     /// per-10 ms token totals (each slot placed at its middle).
     fn rate_interval(&self, output_total: u64) -> Option<(f64, f64)> {
-        let start = self.spans.iter().map(|s| s.0).min()?;
-        let end = self.spans.iter().map(|s| s.1).max()?;
+        let start = self.spans.iter().map(Span::sent).min()?;
+        let end = self.spans.iter().map(Span::done).max()?;
         let slots = self.tokens_per_slot.iter().enumerate();
         let tokens_at = slots
             .filter(|(_, &t)| t > 0)
@@ -428,17 +465,52 @@ impl Aggregator {
         )
     }
 
+    /// In-flight requests (sent, not yet done): time-weighted mean over
+    /// [from, to] and max, by a sweep of the sends (the spans, in send
+    /// order) merged with the ends (sorted apart: 8 bytes a request, for the
+    /// moment of the sweep).
+    fn concurrency(&self, from_s: f64, to_s: f64) -> Concurrency {
+        let mut ends: Vec<u64> = self.spans.iter().map(|s| s.done().max(s.sent())).collect();
+        ends.sort_unstable();
+        let (from, to) = ((from_s / US).round() as u64, (to_s / US).round() as u64);
+        let (mut level, mut max, mut area, mut last) = (0i64, 0i64, 0f64, from);
+        let mut sends = self.spans.iter().map(Span::sent).peekable();
+        let mut ends = ends.into_iter().peekable();
+        loop {
+            // Ends before sends at the same instant: a closed loop's
+            // hand-over is not 2 in flight.
+            let (t, d) = match (sends.peek(), ends.peek()) {
+                (Some(&s), Some(&e)) if e <= s => (ends.next().unwrap_or(e), -1),
+                (Some(&s), _) => (sends.next().unwrap_or(s), 1),
+                (None, Some(&e)) => (ends.next().unwrap_or(e), -1),
+                (None, None) => break,
+            };
+            let t_clamped = t.clamp(from, to);
+            area += level as f64 * (t_clamped - last.min(t_clamped)) as f64;
+            last = last.max(t_clamped);
+            level += d;
+            if t >= from && t <= to {
+                max = max.max(level);
+            }
+        }
+        let span = to.saturating_sub(from) as f64;
+        Concurrency {
+            mean: if span > 0.0 { area / span } else { 0.0 },
+            max: max.max(0) as u64,
+        }
+    }
+
     fn window(&self) -> Window {
-        let Some(start) = self.spans.iter().map(|s| s.0).min() else {
+        let Some(start) = self.spans.iter().map(Span::sent).min() else {
             return Window::default();
         };
-        let end = self.spans.iter().map(|s| s.1).max().unwrap_or(start);
+        let end = self.spans.iter().map(Span::done).max().unwrap_or(start);
         let (start_s, end_s) = (start as f64 * US, end as f64 * US);
         // Steady state: from the first completion (the pipeline is full) to
         // the last send (after it the load only drains), rounded inward to
         // the 10 ms grid.
-        let first_done = self.spans.iter().map(|s| s.1).min().unwrap_or(end);
-        let last_sent = self.spans.iter().map(|s| s.0).max().unwrap_or(start);
+        let first_done = self.spans.iter().map(Span::done).min().unwrap_or(end);
+        let last_sent = self.spans.iter().map(Span::sent).max().unwrap_or(start);
         let (a, b) = (first_done.div_ceil(GRID_US), last_sent / GRID_US);
         let steady = (b > a).then(|| {
             let (from, to) = (a * GRID_US, b * GRID_US);
@@ -450,7 +522,7 @@ impl Aggregator {
             let done = self
                 .spans
                 .iter()
-                .filter(|&&(_, d, ok)| ok && d >= from && d < to)
+                .filter(|s| s.succeeded() && s.done() >= from && s.done() < to)
                 .count();
             SteadyWindow {
                 start_s: from as f64 * US,
@@ -458,7 +530,7 @@ impl Aggregator {
                 duration_s: span_s,
                 output_tokens_per_s: tokens as f64 / span_s,
                 requests_per_s: done as f64 / span_s,
-                concurrency_mean: concurrency(&self.spans, from as f64 * US, to as f64 * US).mean,
+                concurrency_mean: self.concurrency(from as f64 * US, to as f64 * US).mean,
             }
         });
         Window {
@@ -467,33 +539,6 @@ impl Aggregator {
             duration_s: end_s - start_s,
             steady,
         }
-    }
-}
-
-/// In-flight requests (sent, not yet done): time-weighted mean over [from, to] and max.
-fn concurrency(spans: &[(u64, u64, bool)], from_s: f64, to_s: f64) -> Concurrency {
-    let mut events: Vec<(u64, i64)> = Vec::with_capacity(spans.len() * 2);
-    for &(sent, done, _) in spans {
-        events.push((sent, 1));
-        events.push((done.max(sent), -1));
-    }
-    // Ends before starts at the same instant: a closed loop's hand-over is not 2 in flight.
-    events.sort_unstable_by_key(|&(t, d)| (t, d));
-    let (from, to) = ((from_s / US).round() as u64, (to_s / US).round() as u64);
-    let (mut level, mut max, mut area, mut last) = (0i64, 0i64, 0f64, from);
-    for (t, d) in events {
-        let t_clamped = t.clamp(from, to);
-        area += level as f64 * (t_clamped - last.min(t_clamped)) as f64;
-        last = last.max(t_clamped);
-        level += d;
-        if t >= from && t <= to {
-            max = max.max(level);
-        }
-    }
-    let span = to.saturating_sub(from) as f64;
-    Concurrency {
-        mean: if span > 0.0 { area / span } else { 0.0 },
-        max: max.max(0) as u64,
     }
 }
 

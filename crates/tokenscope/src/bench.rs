@@ -631,7 +631,7 @@ pub(crate) async fn bench(
         });
     }
     let recorded = recorder.finish();
-    let figures = recorded.figures;
+    let mut figures = recorded.figures;
     let cold_start = match cold.as_mut() {
         None => None,
         Some(server) => {
