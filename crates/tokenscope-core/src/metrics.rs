@@ -74,23 +74,31 @@ pub const MAX_TURN_KEPT: u32 = 32;
 
 /// Rate (per s), squared coefficient of variation of the gaps, and the
 /// index of dispersion of counts in 1 s windows (from 5 windows on) of
-/// sorted arrival instants (µs).
-fn arrival_stats(at: &[u64]) -> (f64, f64, Option<f64>) {
-    let (first, last) = (at[0], at[at.len() - 1]);
+/// sorted arrival instants (µs), walked without a copy (it runs once per
+/// run over every request).
+fn arrival_stats<I: Iterator<Item = u64> + Clone>(at: I) -> (f64, f64, Option<f64>) {
+    let n = at.clone().count();
+    let first = at.clone().next().unwrap_or(0);
+    let last = at.clone().last().unwrap_or(first);
     let span_s = (last - first) as f64 * US;
     let rate = if span_s > 0.0 {
-        (at.len() - 1) as f64 / span_s
+        (n - 1) as f64 / span_s
     } else {
         0.0
     };
-    let gaps: Vec<f64> = at.windows(2).map(|w| (w[1] - w[0]) as f64).collect();
-    let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
-    let var = gaps.iter().map(|g| (g - mean).powi(2)).sum::<f64>() / gaps.len() as f64;
+    let gaps = || {
+        at.clone()
+            .zip(at.clone().skip(1))
+            .map(|(a, b)| (b - a) as f64)
+    };
+    let count = n.saturating_sub(1).max(1) as f64;
+    let mean = gaps().sum::<f64>() / count;
+    let var = gaps().map(|g| (g - mean).powi(2)).sum::<f64>() / count;
     let cv2 = if mean > 0.0 { var / (mean * mean) } else { 0.0 };
     let windows = ((last - first) / 1_000_000) as usize;
     let dispersion = (windows >= 5).then(|| {
         let mut counts = vec![0u64; windows];
-        for &t in at {
+        for t in at.clone() {
             if let Some(c) = counts.get_mut(((t - first) / 1_000_000) as usize) {
                 *c += 1;
             }
@@ -318,12 +326,10 @@ impl Aggregator {
 
     /// Needs the spans in send order ([`Aggregator::finish`] sorts them).
     fn fidelity(&mut self) -> Fidelity {
-        let sent: Vec<u64> = self.spans.iter().map(Span::sent).collect();
-        let intended = &mut self.scheduled;
-        intended.sort_unstable();
-        let arrivals = (sent.len() >= 2).then(|| {
-            let (ri, ci, di) = arrival_stats(&intended);
-            let (rs, cs, ds) = arrival_stats(&sent);
+        self.scheduled.sort_unstable();
+        let arrivals = (self.spans.len() >= 2).then(|| {
+            let (ri, ci, di) = arrival_stats(self.scheduled.iter().copied());
+            let (rs, cs, ds) = arrival_stats(self.spans.iter().map(Span::sent));
             ArrivalFidelity {
                 intended_per_s: ri,
                 sent_per_s: rs,
@@ -603,16 +609,16 @@ mod tests {
     #[test]
     fn arrival_stats_tell_constant_from_bursty() {
         let constant: Vec<u64> = (0..100).map(|i| i * 100_000).collect();
-        let (rate, cv2, disp) = super::arrival_stats(&constant);
+        let (rate, cv2, disp) = super::arrival_stats(constant.iter().copied());
         assert!((rate - 10.0).abs() < 1e-9 && cv2 == 0.0, "{rate} {cv2}");
         assert_eq!(disp, Some(0.0), "ten every second, exactly");
         // Pairs 1 ms apart every 200 ms: the same rate, gaps far more spread.
         let bursty: Vec<u64> = (0..100)
             .map(|i| (i / 2) * 200_000 + (i % 2) * 1_000)
             .collect();
-        let (_, cv2, _) = super::arrival_stats(&bursty);
+        let (_, cv2, _) = super::arrival_stats(bursty.iter().copied());
         assert!(cv2 > 0.9, "{cv2}");
-        let (_, _, short) = super::arrival_stats(&[0, 1_000_000, 2_000_000]);
+        let (_, _, short) = super::arrival_stats([0u64, 1_000_000, 2_000_000].into_iter());
         assert_eq!(short, None, "too few windows to say");
     }
     use super::*;

@@ -160,7 +160,7 @@ mod tests {
             tx.send(RequestRecord::sent(id, 0, 0)).unwrap();
         }
         drop(tx);
-        let done = write_all(
+        let mut done = write_all(
             file,
             Path::new("/dev/full"),
             rx,
