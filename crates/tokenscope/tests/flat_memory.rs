@@ -73,7 +73,7 @@ fn a_simulated_hour_costs_the_memory_of_five_minutes() {
     let short = stat(&plan("5m", "plan-5m"), "client.peak_rss_mb");
     let r = plan("1h", "plan-1h");
     let hour = stat(&r, "client.peak_rss_mb");
-    // What grows is 24 bytes of span per request and 4 bytes per 10 ms of
+    // What grows is 24 bytes per request (send, end, intended start) and 4 bytes per 10 ms of
     // tokens-per-slot (~4 MB over the hour); the records were ~330 MB.
     assert!(
         hour < short + 16.0 && hour < 64.0,
