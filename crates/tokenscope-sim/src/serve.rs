@@ -47,8 +47,8 @@ pub struct ServeOptions {
     /// Engines behind the one endpoint (vLLM's data parallelism: each its
     /// own scheduler and KV cache, `/metrics` labelled `engine="i"`).
     pub replicas: u32,
-    /// Which engine a request goes to (kv-aware is `sim plan`'s only: it
-    /// reads the engines' caches, which here live in their own tasks).
+    /// Which engine a request goes to (kv-aware reads every engine's cache
+    /// as the request arrives).
     pub router: crate::router::Router,
 }
 
@@ -131,6 +131,11 @@ impl Metrics {
 struct Replica {
     submit: mpsc::UnboundedSender<Submit>,
     metrics: Arc<Mutex<Metrics>>,
+    /// The engine, locked by its task for each step's bookkeeping (never
+    /// across a step's sleep) and by the kv-aware router to read its cache:
+    /// the global, up-to-date index of cached blocks that KV-aware routers
+    /// (NVIDIA Dynamo's, llm-d's) build from the engines' KV events.
+    engine: Arc<Mutex<Engine>>,
 }
 
 struct Shared {
@@ -163,7 +168,7 @@ impl Shared {
 
 impl Shared {
     /// The engine a request of these cache units goes to.
-    fn pick(&self, id: u64, units: &[kv::Unit]) -> &Replica {
+    fn pick(&self, id: u64, units: &[kv::Unit], prompt: u32) -> &Replica {
         use crate::router::Router;
         let n = self.replicas.len();
         let i = match self.options.router {
@@ -176,13 +181,20 @@ impl Shared {
             Router::PrefixAffinity => units
                 .first()
                 .map_or(id as usize % n, |u| (u.key % n as u64) as usize),
-            Router::RoundRobin | Router::KvAware => id as usize % n,
+            Router::KvAware => {
+                // Every engine locked at once, in index order (the engine
+                // tasks lock only their own), so the choice sees one moment.
+                let engines: Vec<_> = self.replicas.iter().map(|r| lock(&r.engine)).collect();
+                let refs: Vec<&Engine> = engines.iter().map(|e| &**e).collect();
+                crate::router::pick(Router::KvAware, &refs, units, prompt, id)
+            }
+            Router::RoundRobin => id as usize % n,
         };
         &self.replicas[i]
     }
 }
 
-fn lock(m: &Mutex<Metrics>) -> std::sync::MutexGuard<'_, Metrics> {
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -202,19 +214,21 @@ impl EngineServer {
         config: EngineConfig,
         options: ServeOptions,
     ) -> Result<EngineServer, String> {
-        if options.router == crate::router::Router::KvAware {
-            return Err("sim serve routes round-robin, least-outstanding or prefix-affinity; kv-aware is sim plan's (it reads the engines' caches)".into());
-        }
         let mut replicas = Vec::new();
         let (mut kv_blocks, mut kv_block_size) = (0, 16);
         for _ in 0..options.replicas.max(1) {
             let engine = Engine::new(config.clone())?;
             kv_blocks = engine.scheduler.kv.total_blocks;
             kv_block_size = engine.scheduler.kv.block_size;
+            let engine = Arc::new(Mutex::new(engine));
             let metrics = Arc::new(Mutex::new(Metrics::new()));
             let (submit, submissions) = mpsc::unbounded_channel();
-            tokio::spawn(run_engine(engine, submissions, metrics.clone()));
-            replicas.push(Replica { submit, metrics });
+            tokio::spawn(run_engine(engine.clone(), submissions, metrics.clone()));
+            replicas.push(Replica {
+                submit,
+                metrics,
+                engine,
+            });
         }
         let listener = TcpListener::bind(addr)
             .await
@@ -283,7 +297,7 @@ struct Live {
 
 /// The engine task: steps in real time while there is work.
 async fn run_engine(
-    mut engine: Engine,
+    shared: Arc<Mutex<Engine>>,
     mut submissions: mpsc::UnboundedReceiver<Submit>,
     metrics: Arc<Mutex<Metrics>>,
 ) {
@@ -311,23 +325,31 @@ async fn run_engine(
     // loop gets round to them, so bookkeeping time does not stretch the clock.
     let mut previous_end: Option<Instant> = None;
     loop {
-        while let Ok(s) = submissions.try_recv() {
-            add(&mut engine, &mut live, s);
-        }
-        if engine.is_idle() {
+        let step = {
+            let mut engine = lock(&shared);
+            while let Ok(s) = submissions.try_recv() {
+                add(&mut engine, &mut live, s);
+            }
+            (!engine.is_idle()).then(|| {
+                let start = previous_end.unwrap_or_else(Instant::now);
+                let (dt, work) = engine.begin_step(secs(start));
+                (start, dt, work)
+            })
+        };
+        let Some((start, dt, work)) = step else {
             previous_end = None;
             match submissions.recv().await {
-                Some(s) => add(&mut engine, &mut live, s),
+                Some(s) => add(&mut lock(&shared), &mut live, s),
                 None => return,
             }
             continue;
-        }
-        let start = previous_end.unwrap_or_else(Instant::now);
-        let (dt, work) = engine.begin_step(secs(start));
+        };
+        // The step runs unlocked: the router may read the cache meanwhile.
         let end = start + Duration::from_secs_f64(dt);
         timer::sleep_until(end).await;
         previous_end = Some(end);
         let now = Instant::now();
+        let mut engine = lock(&shared);
         let result = engine.end_step(work);
 
         let mut m = metrics.lock().unwrap_or_else(|p| p.into_inner());
@@ -630,7 +652,7 @@ async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
         let words = openai::prompt_words(&body, is_chat).chain(answer.split_whitespace());
         seq.units = kv::word_units(words, s.kv_block_size).into();
     }
-    let replica = s.pick(id, &seq.units);
+    let replica = s.pick(id, &seq.units, seq.prompt);
     if replica
         .submit
         .send(Submit {

@@ -274,3 +274,105 @@ fn two_engines_behind_one_endpoint_are_read_as_one_server() {
         "running is summed over the engines: {m}"
     );
 }
+
+/// `sim serve --replicas 2 --router kv-aware` reads the engines' caches as
+/// requests arrive: every later turn of a session goes to the engine that
+/// holds its conversation and finds all of it cached, while both engines
+/// serve. Round-robin, one request at a time, alternates engines: each
+/// session's second turn lands on the engine that has never seen it.
+#[test]
+fn kv_aware_routing_in_real_time_sends_each_turn_to_the_engine_holding_its_conversation() {
+    let run = |router: &str, concurrency: &str| {
+        let port = free_port();
+        let server = SimServe::start(port, &["--replicas", "2", "--router", router]);
+        let url = format!("http://127.0.0.1:{port}");
+        let out = run_dir(&format!("engine-router-{router}"));
+        let o = bench(
+            &url,
+            &out,
+            &[
+                "--api",
+                "openai-chat",
+                "--multi-turn",
+                "--turns",
+                "4",
+                "--concurrency",
+                concurrency,
+                "--requests",
+                "32",
+                "--input-tokens",
+                "64",
+                "--output-tokens",
+                "16",
+                "--seed",
+                "7",
+            ],
+        );
+        let metrics = http_get(&format!("{url}/metrics"));
+        drop(server);
+        assert_ok(&o);
+        (records(&out), metrics)
+    };
+    // Per later turn (session, turn): cached tokens, and what the engine
+    // could have cached (every full 16-token block of the last prompt and its
+    // answer but the answer's last token, as the one-engine session test finds).
+    let later_turns = |recs: &[serde_json::Value]| -> Vec<((u64, u64), u64, u64)> {
+        let by: std::collections::BTreeMap<(u64, u64), &serde_json::Value> = recs
+            .iter()
+            .map(|r| {
+                (
+                    (r["session"].as_u64().unwrap(), r["turn"].as_u64().unwrap()),
+                    r,
+                )
+            })
+            .collect();
+        by.iter()
+            .filter(|((_, k), _)| *k > 0)
+            .map(|(&(s, k), r)| {
+                let prev = by[&(s, k - 1)];
+                let context = prev["input_tokens"].as_u64().unwrap()
+                    + prev["output_tokens"].as_u64().unwrap();
+                (
+                    (s, k),
+                    r["cached_tokens"].as_u64().unwrap(),
+                    (context - 1) / 16 * 16,
+                )
+            })
+            .collect()
+    };
+    let (recs, metrics) = run("kv-aware", "4");
+    let kv = later_turns(&recs);
+    assert_eq!(kv.len(), 24, "8 sessions × 3 later turns");
+    assert!(
+        kv.iter().all(|&(_, cached, could)| cached == could),
+        "kv-aware: every later turn finds its whole conversation: {kv:?}"
+    );
+    let served = |i: &str| {
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("vllm:generation_tokens_total")
+                    && l.contains(&format!("engine=\"{i}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(
+        served("0") > 0.0 && served("1") > 0.0,
+        "both engines serve: {metrics}"
+    );
+
+    let (recs, _) = run("round-robin", "1");
+    let rr = later_turns(&recs);
+    let missed: Vec<(u64, u64)> = rr
+        .iter()
+        .filter(|&&(_, cached, _)| cached == 0)
+        .map(|&(turn, ..)| turn)
+        .collect();
+    assert_eq!(
+        missed.len(),
+        8,
+        "each session's second turn, on the other engine: {rr:?}"
+    );
+    assert!(missed.iter().all(|&(_, k)| k == 1), "{missed:?}");
+}
