@@ -26,6 +26,7 @@
 
 use crate::engine::catalogue::Gpu;
 use crate::engine::cost::Dtype;
+use crate::engine::preset::Preset;
 use crate::engine::EngineConfig;
 use crate::plan::{simulate_into, EngineSummary, PlanLoad};
 use crate::router::{Disaggregation, Fleet, Router};
@@ -46,6 +47,8 @@ pub struct Candidate {
     /// Served disaggregated: prefill and decode pools of this shape.
     #[serde(default)]
     pub disaggregated: bool,
+    /// Whose scheduling rules (and, uncalibrated, per-step overhead).
+    pub engine: Preset,
 }
 
 impl Candidate {
@@ -62,7 +65,10 @@ impl Candidate {
             } else {
                 ""
             }
-        )
+        ) + &match self.engine {
+            Preset::Vllm => String::new(),
+            other => format!(" on {}", other.name()),
+        }
     }
 }
 
@@ -76,8 +82,11 @@ fn dtype(d: Dtype) -> &'static str {
 /// What to size for.
 pub struct Search<'a> {
     /// Model, efficiency, memory utilisation, prefix caching: every
-    /// candidate is this with its own GPU, TP and dtypes.
+    /// candidate is this with its own GPU, TP, dtypes and engine rules.
     pub template: &'a EngineConfig,
+    /// The template's efficiency was fitted (`--profile`): keep its step
+    /// overhead rather than each engine's default.
+    pub calibrated: bool,
     pub gpus: &'a [Gpu],
     /// The target: an open loop at the full rate, its workload and requests.
     pub load: &'a PlanLoad,
@@ -259,6 +268,10 @@ impl Searcher<'_> {
         cfg.tp = c.tp;
         cfg.weights = c.weights;
         cfg.kv_dtype = c.kv_dtype;
+        cfg.engine = c.engine;
+        if !self.search.calibrated {
+            cfg.efficiency.step_overhead_s = c.engine.step_overhead_s();
+        }
         cfg.kv_blocks().map_err(|e| format!("does not fit: {e}"))?;
         let alone = self.eval(&cfg, LoadPattern::Closed { concurrency: 1 }, 1, Some(16))?;
         if let Some(o) = alone
@@ -598,7 +611,17 @@ mod tests {
             kv_dtype: Dtype::Fp8,
             usd_per_gpu_hour: 2.0,
             disaggregated: false,
+            engine: Preset::Vllm,
         };
         assert_eq!(c.label(), "4 × h100-sxm TP 4 (fp8 weights, fp8 KV)");
+        let on_sglang = Candidate {
+            engine: Preset::Sglang,
+            disaggregated: true,
+            ..c
+        };
+        assert_eq!(
+            on_sglang.label(),
+            "4 × h100-sxm TP 4 (fp8 weights, fp8 KV), disaggregated on sglang"
+        );
     }
 }

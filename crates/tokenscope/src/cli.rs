@@ -525,6 +525,15 @@ fn gpu_price(s: &str) -> Result<(String, f64), String> {
     Ok((gpu.trim().to_string(), positive_f64(price.trim())?))
 }
 
+/// An engine preset, or `all` of them.
+fn engines(s: &str) -> Result<Vec<tokenscope_sim::engine::preset::Preset>, String> {
+    use tokenscope_sim::engine::preset::Preset;
+    match s {
+        "all" => Ok(Preset::ALL.to_vec()),
+        one => Ok(vec![one.parse::<Preset>()?]),
+    }
+}
+
 fn router(s: &str) -> Result<tokenscope_sim::router::Router, String> {
     s.parse()
 }
@@ -570,9 +579,11 @@ pub struct SizeArgs {
     /// Efficiency factors fitted by `sim calibrate` (applied to every shape).
     #[arg(long, value_name = "PROFILE")]
     pub profile: Option<PathBuf>,
-    /// Whose scheduling rules: vllm, vllm-v0, sglang or trtllm (as `sim plan --engine`).
-    #[arg(long, default_value = "vllm")]
-    pub engine: tokenscope_sim::engine::preset::Preset,
+    /// Whose scheduling rules to size under (as `sim plan --engine`): one or
+    /// more of vllm, vllm-v0, sglang, trtllm, or `all`; every shape is tried
+    /// under each.
+    #[arg(long, value_delimiter = ',', default_value = "vllm", value_parser = engines)]
+    pub engine: Vec<Vec<tokenscope_sim::engine::preset::Preset>>,
     #[command(flatten)]
     pub load: LoadArgs,
     /// The objectives every option must meet: ttft_p99=1s,tpot_p99=50ms.

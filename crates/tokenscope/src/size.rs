@@ -8,6 +8,7 @@ use crate::outcome::to_stdout;
 use anyhow::Context;
 use std::path::Path;
 use tokenscope_sim::engine::catalogue::Gpu;
+use tokenscope_sim::engine::preset::Preset;
 use tokenscope_sim::engine::EngineConfig;
 use tokenscope_sim::size::{size, Candidate, Report, Search};
 
@@ -34,16 +35,16 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
             .map(|g| cat.gpu(g).map_err(|e| Exit::usage(format!("--gpu: {e}"))))
             .collect::<Result<_, _>>()?
     };
+    let engines = engines(&args);
     let mut template = EngineConfig::new(model, gpus[0].clone());
-    template.engine = args.engine;
-    template.efficiency.step_overhead_s = args.engine.step_overhead_s();
     if let Some(p) = &args.profile {
         template.efficiency = crate::plan::read_profile(p)?.efficiency;
     }
     let load = crate::plan::plan_load(&args.load, args.network_delay);
-    let (candidates, unpriced) = candidates(&args, &gpus);
+    let (candidates, unpriced) = candidates(&args, &gpus, &engines);
     let search = Search {
         template: &template,
+        calibrated: args.profile.is_some(),
         gpus: &gpus,
         load: &load,
         slo: &args.slo,
@@ -55,7 +56,7 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
     };
     if !args.json {
         eprintln!(
-            "tokenscope: sizing {} for {} at {} req/s: {} deployment shapes ({} GPU types × TP {:?} × {})",
+            "tokenscope: sizing {} for {} at {} req/s: {} deployment shapes ({} GPU types × TP {:?} × {} × {})",
             template.model.name,
             args.slo.describe(),
             args.load.rate[0],
@@ -65,6 +66,11 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
             args.dtype
                 .iter()
                 .map(|d| format!("{d:?}").to_lowercase())
+                .collect::<Vec<_>>()
+                .join("/"),
+            engines
+                .iter()
+                .map(|e| e.name())
                 .collect::<Vec<_>>()
                 .join("/")
         );
@@ -102,8 +108,19 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
     })
 }
 
-/// Every (GPU, TP, dtype) shape with its price; GPUs without one are named.
-fn candidates(args: &SizeArgs, gpus: &[Gpu]) -> (Vec<Candidate>, Vec<String>) {
+/// The engines asked for, each once, in the order given (`all` is every preset).
+fn engines(args: &SizeArgs) -> Vec<Preset> {
+    let mut out: Vec<Preset> = Vec::new();
+    for e in args.engine.iter().flatten() {
+        if !out.contains(e) {
+            out.push(*e);
+        }
+    }
+    out
+}
+
+/// Every (GPU, TP, dtype, engine) shape with its price; GPUs without one are named.
+fn candidates(args: &SizeArgs, gpus: &[Gpu], engines: &[Preset]) -> (Vec<Candidate>, Vec<String>) {
     let mut out = Vec::new();
     let mut unpriced = Vec::new();
     for g in gpus {
@@ -123,18 +140,21 @@ fn candidates(args: &SizeArgs, gpus: &[Gpu]) -> (Vec<Candidate>, Vec<String>) {
         };
         for &tp in &args.tp {
             for &d in &args.dtype {
-                for disaggregated in [false, true] {
-                    if disaggregated && !args.disaggregate {
-                        continue;
+                for &engine in engines {
+                    for disaggregated in [false, true] {
+                        if disaggregated && !args.disaggregate {
+                            continue;
+                        }
+                        out.push(Candidate {
+                            gpu: g.name.clone(),
+                            tp,
+                            weights: d,
+                            kv_dtype: d,
+                            usd_per_gpu_hour: price,
+                            disaggregated,
+                            engine,
+                        });
                     }
-                    out.push(Candidate {
-                        gpu: g.name.clone(),
-                        tp,
-                        weights: d,
-                        kv_dtype: d,
-                        usd_per_gpu_hour: price,
-                        disaggregated,
-                    });
                 }
             }
         }
@@ -149,7 +169,7 @@ fn plan_command(args: &SizeArgs, o: &tokenscope_sim::size::Sized) -> String {
     format!(
         "tokenscope sim plan --model {} --engine {} --gpu {} --tp {} --dtype {} --kv-dtype {} {} --router {} {} --slo {}",
         args.model,
-        args.engine.name(),
+        c.engine.name(),
         c.gpu,
         c.tp,
         dtype(c.weights),
@@ -312,7 +332,14 @@ fn table(args: &SizeArgs, r: &Report, unpriced: &[String], seconds: f64) -> Stri
         .iter()
         .partition(|x| x.why.starts_with("does not fit"));
     if !no_fit.is_empty() {
-        let shapes: Vec<&str> = no_fit.iter().map(|x| x.candidate.as_str()).collect();
+        // Memory does not depend on the engine's rules: each shape once.
+        let mut shapes: Vec<&str> = Vec::new();
+        for x in &no_fit {
+            let shape = x.candidate.split(" on ").next().unwrap_or(&x.candidate);
+            if !shapes.contains(&shape) {
+                shapes.push(shape);
+            }
+        }
         out.push_str(&format!(
             "  the weights do not fit in memory: {}\n",
             shapes.join("; ")

@@ -132,6 +132,40 @@ fn disaggregated_shapes_are_sized_and_re_run_as_listed() {
     rerun_every_option(&doc, "size-rerun-split");
 }
 
+/// `--engine all` sizes every shape under each engine's scheduling rules:
+/// the list mixes engines, each option names its engine, and its re-run
+/// under that engine meets the SLO with the same figures.
+#[test]
+fn every_engine_is_searched_and_each_option_re_runs_under_its_own() {
+    let (code, doc, err) = size(
+        &[
+            &SEVENTY_B[..],
+            &["--gpu", "h100-sxm,mi300x", "--engine", "all", "--top", "8"],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let options = doc["report"]["options"].as_array().unwrap();
+    let engines: std::collections::BTreeSet<&str> = options
+        .iter()
+        .map(|o| o["candidate"]["engine"].as_str().unwrap())
+        .collect();
+    assert!(
+        engines.len() >= 2,
+        "options from several engines: {engines:?}"
+    );
+    for (o, cmd) in options.iter().zip(doc["commands"].as_array().unwrap()) {
+        let engine = o["candidate"]["engine"].as_str().unwrap();
+        assert!(
+            cmd.as_str()
+                .unwrap()
+                .contains(&format!("--engine {engine} ")),
+            "{cmd}"
+        );
+    }
+    rerun_every_option(&doc, "size-rerun-engines");
+}
+
 fn stat_of(r: &Value, key: &str, stat: &str) -> f64 {
     r["latency"][key][stat]
         .as_f64()

@@ -82,3 +82,9 @@ impl FromStr for Preset {
             .ok_or_else(|| format!("`{s}`: expected vllm, vllm-v0, sglang or trtllm"))
     }
 }
+
+impl serde::Serialize for Preset {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
