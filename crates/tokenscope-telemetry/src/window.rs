@@ -71,22 +71,30 @@ fn gauge(scrapes: &[Scrape], f: impl Fn(&Concepts) -> Option<f64>) -> Option<Gau
         .iter()
         .filter_map(|s| f(&s.concepts).map(|v| (s.t_s, v)))
         .collect();
-    if pts.is_empty() {
-        return None;
+    GaugeSummary::of(&pts)
+}
+
+impl GaugeSummary {
+    /// The summary of a gauge's `(t_s, value)` samples in time order; `None`
+    /// without any.
+    pub fn of(pts: &[(f64, f64)]) -> Option<GaugeSummary> {
+        if pts.is_empty() {
+            return None;
+        }
+        let n = pts.len() as f64;
+        let mean = pts.iter().map(|p| p.1).sum::<f64>() / n;
+        let mt = pts.iter().map(|p| p.0).sum::<f64>() / n;
+        let var_t: f64 = pts.iter().map(|p| (p.0 - mt).powi(2)).sum();
+        let cov: f64 = pts.iter().map(|p| (p.0 - mt) * (p.1 - mean)).sum();
+        Some(GaugeSummary {
+            mean,
+            min: pts.iter().map(|p| p.1).fold(f64::INFINITY, f64::min),
+            max: pts.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max),
+            first: pts[0].1,
+            last: pts[pts.len() - 1].1,
+            slope_per_s: if var_t > 0.0 { cov / var_t } else { 0.0 },
+        })
     }
-    let n = pts.len() as f64;
-    let mean = pts.iter().map(|p| p.1).sum::<f64>() / n;
-    let mt = pts.iter().map(|p| p.0).sum::<f64>() / n;
-    let var_t: f64 = pts.iter().map(|p| (p.0 - mt).powi(2)).sum();
-    let cov: f64 = pts.iter().map(|p| (p.0 - mt) * (p.1 - mean)).sum();
-    Some(GaugeSummary {
-        mean,
-        min: pts.iter().map(|p| p.1).fold(f64::INFINITY, f64::min),
-        max: pts.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max),
-        first: pts[0].1,
-        last: pts[pts.len() - 1].1,
-        slope_per_s: if var_t > 0.0 { cov / var_t } else { 0.0 },
-    })
 }
 
 fn endpoints<T>(scrapes: &[Scrape], f: impl Fn(&Concepts) -> Option<T>) -> Option<(T, T)> {

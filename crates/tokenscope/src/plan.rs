@@ -80,30 +80,56 @@ fn queue_us(r: &RequestRecord) -> Option<f64> {
     ms.filter(|_| !r.warmup).map(|q| q * 1e3)
 }
 
-/// The engine's own metrics over the run, as a server's telemetry would give them.
+/// The engine's own metrics over the run in the shape a real server's
+/// telemetry gives them (`ServerSummary`: `running`, `waiting`, `kv_usage`,
+/// `queue_time`, …), so every reader of `server.metrics` reads a plan as it
+/// reads a measured run; plus the engine's `steps` and `busy_s`.
 fn server_metrics(
     queue: &Distribution,
     s: &[Sample],
     summary: &EngineSummary,
 ) -> serde_json::Value {
-    let mean = |f: &dyn Fn(&Sample) -> f64| {
-        if s.is_empty() {
-            0.0
-        } else {
-            s.iter().map(f).sum::<f64>() / s.len() as f64
-        }
+    use tokenscope_telemetry::window::{GaugeSummary, HistSummary, ServerSummary};
+    let gauge = |f: &dyn Fn(&Sample) -> f64| {
+        GaugeSummary::of(&s.iter().map(|x| (x.t_s, f(x))).collect::<Vec<_>>())
     };
-    json!({
-        "queue_time_ms": queue.summary(1e-3),
-        "num_requests_running": {"mean": mean(&|x| x.state.running as f64), "max": s.iter().map(|x| x.state.running).max()},
-        "num_requests_waiting": {"mean": mean(&|x| x.state.waiting as f64), "max": s.iter().map(|x| x.state.waiting).max()},
-        "kv_cache_usage": {"mean": mean(&|x| x.state.kv_usage), "max": s.iter().map(|x| x.state.kv_usage).fold(0.0, f64::max)},
-        "num_preemptions": summary.preemptions_total,
-        "prefix_cache_hit_rate": (summary.prefix_cache_queries_tokens > 0)
-            .then(|| summary.prefix_cache_hits_tokens as f64 / summary.prefix_cache_queries_tokens as f64),
-        "steps": summary.steps,
-        "busy_s": summary.busy_s,
-    })
+    let (first, last) = (s.first(), s.last());
+    let window_s = match (first, last) {
+        (Some(a), Some(b)) => b.t_s - a.t_s,
+        _ => 0.0,
+    };
+    let generated = match (first, last) {
+        (Some(a), Some(b)) => Some((b.output_tokens_total - a.output_tokens_total) as f64),
+        _ => None,
+    };
+    let m = ServerSummary {
+        scrapes: s.len(),
+        window_s,
+        running: gauge(&|x| x.state.running as f64),
+        waiting: gauge(&|x| x.state.waiting as f64),
+        kv_usage: gauge(&|x| x.state.kv_usage),
+        kv_capacity_tokens: Some(summary.kv_capacity_tokens as f64),
+        generation_tokens: generated,
+        generation_tokens_per_s: generated.filter(|_| window_s > 0.0).map(|g| g / window_s),
+        prefix_cache_hit_rate: (summary.prefix_cache_queries_tokens > 0).then(|| {
+            summary.prefix_cache_hits_tokens as f64 / summary.prefix_cache_queries_tokens as f64
+        }),
+        preemptions: Some(summary.preemptions_total as f64),
+        // The engine's own queue times, exact (no buckets).
+        queue_time: queue.summary(1e-3).map(|q| HistSummary {
+            count: q.count as f64,
+            mean_ms: q.mean,
+            first_bucket_ms: 0.0,
+            p50_ms: q.p50,
+            p90_ms: q.p90,
+            p99_ms: q.p99,
+        }),
+        ..ServerSummary::default()
+    };
+    let mut v = serde_json::to_value(m).expect("a summary serializes");
+    v["steps"] = json!(summary.steps);
+    v["busy_s"] = json!(summary.busy_s);
+    v
 }
 
 fn write_jsonl<T: serde::Serialize>(path: &Path, items: &[T]) -> anyhow::Result<()> {
@@ -319,8 +345,8 @@ fn one_point(
     let kv = json!({
         "capacity_tokens": summary.kv_capacity_tokens,
         "block_size": summary.block_size,
-        "usage_mean": metrics["kv_cache_usage"]["mean"],
-        "usage_max": metrics["kv_cache_usage"]["max"],
+        "usage_mean": metrics["kv_usage"]["mean"],
+        "usage_max": metrics["kv_usage"]["max"],
         "preemptions": summary.preemptions_total,
     });
     let facts = RunFacts {

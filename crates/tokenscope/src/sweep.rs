@@ -577,15 +577,10 @@ const GAUGE_SCRAPES: u64 = 10;
 fn scale_points(points: &[Done]) -> (Vec<ScalePoint>, &'static str) {
     let gauges = |d: &Done| {
         let m = d.results.server.metrics.as_ref()?;
-        // A real run's summary names them `running`/`waiting`; a plan's, vLLM's way.
-        let mean = |real: &str, plan: &str| {
-            m[real]["mean"]
-                .as_f64()
-                .or_else(|| m[plan]["mean"].as_f64())
-        };
-        let running = mean("running", "num_requests_running")?;
+        let mean = |k: &str| m[k]["mean"].as_f64();
+        let running = mean("running")?;
         let enough = m["scrapes"].as_u64().is_some_and(|n| n >= GAUGE_SCRAPES);
-        enough.then(|| running + mean("waiting", "num_requests_waiting").unwrap_or(0.0))
+        enough.then(|| running + mean("waiting").unwrap_or(0.0))
     };
     let server = points.iter().all(|d| gauges(d).is_some());
     let from = match server {
