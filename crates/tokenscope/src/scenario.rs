@@ -26,6 +26,17 @@ const NOT_STORED: [&str; 7] = ["out", "force", "config", "header", "json", "quie
 /// (the first one the command claimed), once both are known.
 static RESOLVED: Mutex<(Option<String>, Option<PathBuf>)> = Mutex::new((None, None));
 
+/// The flags given (on the command line or by `--config`, which expands to
+/// it), each with its raw values (none for a switch), the stored kinds only.
+static GIVEN: Mutex<Vec<(String, Vec<String>)>> = Mutex::new(Vec::new());
+
+/// The flags this command was given — from the command line or a `--config`
+/// file alike — as `(long name, raw values)`, in the command's order; the
+/// ones `config.toml` leaves out (`--out`, `--header`, `--db`, …) are not here.
+pub fn given() -> Vec<(String, Vec<String>)> {
+    GIVEN.lock().map(|g| g.clone()).unwrap_or_default()
+}
+
 /// The command line with the `--config` file's flags put in after the
 /// subcommand (so the user's own flags, after them, win). Errors name the
 /// file and the key.
@@ -163,6 +174,7 @@ pub fn record(cmd: &Command, matches: &ArgMatches) {
         cur = sub;
     }
     let mut table = toml::Table::new();
+    let mut given = Vec::new();
     let mut headers = Vec::new();
     for arg in cur_cmd.get_arguments() {
         let (Some(long), id) = (arg.get_long(), arg.get_id().as_str()) else {
@@ -181,7 +193,16 @@ pub fn record(cmd: &Command, matches: &ArgMatches) {
         if NOT_STORED.contains(&long) {
             continue;
         }
-        let value = match arg.get_action().takes_values() {
+        let takes_values = arg.get_action().takes_values();
+        given.push((
+            long.to_string(),
+            if takes_values {
+                raw(cur, id)
+            } else {
+                Vec::new()
+            },
+        ));
+        let value = match takes_values {
             false => toml::Value::Boolean(true),
             true => {
                 let mut values: Vec<toml::Value> = raw(cur, id).into_iter().map(typed).collect();
@@ -205,6 +226,9 @@ pub fn record(cmd: &Command, matches: &ArgMatches) {
         ));
     }
     text.push_str(&toml::to_string(&table).unwrap_or_default());
+    if let Ok(mut g) = GIVEN.lock() {
+        *g = given;
+    }
     if let Ok(mut r) = RESOLVED.lock() {
         r.0 = Some(text);
     }

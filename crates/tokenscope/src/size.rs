@@ -207,41 +207,25 @@ const SIZE_ONLY: [&str; 14] = [
     "--slo",
 ];
 
-/// The workload and load flags as given on this command line (a run of
-/// `sim plan` with them draws the same requests), and the request count
-/// when it was defaulted.
+/// The workload and load flags as given (on the command line or by
+/// `--config`: a run of `sim plan` with them draws the same requests), and
+/// the request count when it was defaulted.
 fn workload_flags(args: &SizeArgs) -> String {
-    let given: Vec<String> = std::env::args().collect();
-    let start = given
-        .iter()
-        .position(|a| a == "size")
-        .map_or(given.len(), |i| i + 1);
+    let given = crate::scenario::given();
     let mut out: Vec<String> = Vec::new();
-    let mut i = start;
-    while i < given.len() {
-        let a = &given[i];
-        let name = a.split('=').next().unwrap_or(a);
-        let skip = SIZE_ONLY.contains(&name);
-        let takes_value = !a.contains('=') && name != "--json";
-        if !skip {
-            out.push(shell_word(a));
-            if takes_value
-                && a.starts_with("--")
-                && i + 1 < given.len()
-                && !given[i + 1].starts_with("--")
-            {
-                out.push(shell_word(&given[i + 1]));
-            }
+    for (long, values) in &given {
+        let flag = format!("--{long}");
+        if SIZE_ONLY.contains(&flag.as_str()) {
+            continue;
         }
-        i += if takes_value && i + 1 < given.len() && !given[i + 1].starts_with("--") {
-            2
-        } else {
-            1
-        };
+        out.push(flag);
+        if !values.is_empty() {
+            out.push(shell_word(&values.join(",")));
+        }
     }
     if !given
         .iter()
-        .any(|a| a.starts_with("--requests") || a.starts_with("--duration"))
+        .any(|(long, _)| long == "requests" || long == "duration")
     {
         out.push(format!("--requests {}", args.load.requests.unwrap_or(1500)));
     }
