@@ -75,6 +75,10 @@ pub const TIMER_GRANULARITY_MS: f64 = 1.0;
 ///   smallest delay seen, the probe's phase to the timer) and the timer's
 ///   1 ms granularity, over 1 ms and over 2 % of a figure's p50. It taints each such figure
 ///   (TTFT, ITL, TPOT, E2E): a read can wait that long before it is stamped.
+///   Where every read carried the kernel's arrival stamp, a late read moves
+///   no stamp unless it gathers tokens that arrived apart (they then share
+///   the last one's stamp): the delay taints only when it also exceeds the
+///   gap between a stream's tokens (ITL p50).
 fn client_lag(latency: &Latency, client: &ClientUsage, open_loop: bool) -> Vec<Finding> {
     let mut out = Vec::new();
     let material = |ms: f64, of: Option<f64>| ms > 1.0 && of.is_none_or(|p50| ms > 0.02 * p50);
@@ -106,6 +110,12 @@ fn client_lag(latency: &Latency, client: &ClientUsage, open_loop: bool) -> Vec<F
         // The probe's ticks sit at a fixed phase to the timer's: its idle
         // floor is the smallest delay seen (up to 1 ms), plus the granularity.
         let excess = (delay.p99 - delay.min - TIMER_GRANULARITY_MS).max(0.0);
+        let kernel_stamped =
+            client.kernel_read_stamps == Some(true) && client.unstamped_reads == Some(0);
+        let gathers = latency.itl_ms.is_some_and(|itl| excess > itl.p50);
+        if kernel_stamped && !gathers {
+            return out;
+        }
         let figures = [
             ("ttft", latency.ttft_ms),
             ("itl", latency.itl_ms),
