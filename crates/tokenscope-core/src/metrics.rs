@@ -457,8 +457,7 @@ impl Aggregator {
     /// tokens/s's 95 % interval, as `compare` bootstraps it, from the
     /// per-10 ms token totals (each slot placed at its middle).
     fn rate_interval(&self, output_total: u64) -> Option<(f64, f64)> {
-        let start = self.spans.iter().map(Span::sent).min()?;
-        let end = self.spans.iter().map(Span::done).max()?;
+        let (start, end) = self.span_us()?;
         let slots = self.tokens_per_slot.iter().enumerate();
         let tokens_at = slots
             .filter(|(_, &t)| t > 0)
@@ -506,11 +505,17 @@ impl Aggregator {
         }
     }
 
+    /// First send and last end of the measured requests, µs.
+    fn span_us(&self) -> Option<(u64, u64)> {
+        let start = self.spans.iter().map(Span::sent).min()?;
+        let end = self.spans.iter().map(Span::done).max()?;
+        Some((start, end))
+    }
+
     fn window(&self) -> Window {
-        let Some(start) = self.spans.iter().map(Span::sent).min() else {
+        let Some((start, end)) = self.span_us() else {
             return Window::default();
         };
-        let end = self.spans.iter().map(Span::done).max().unwrap_or(start);
         let (start_s, end_s) = (start as f64 * US, end as f64 * US);
         // Steady state: from the first completion (the pipeline is full) to
         // the last send (after it the load only drains), rounded inward to

@@ -642,6 +642,7 @@ pub(crate) async fn bench(
     let cpu = thread_cpu(CLIENT_THREADS);
 
     let config = run_config(&args, &args.load);
+    let stamped = runtime::kernel_stamps(&base);
     let version = probe::server_version(&client, &base, &headers).await;
     let facts = RunFacts {
         started_at,
@@ -663,8 +664,8 @@ pub(crate) async fn bench(
             self_check,
             peak_rss_mb: tokenscope_load::cpu::peak_rss_bytes().map(|b| b as f64 / 1e6),
             monotonic_origin_us: tokenscope_load::clock::monotonic_us(clock.origin()),
-            kernel_read_stamps: Some(runtime::kernel_stamps(&base)),
-            unstamped_reads: runtime::kernel_stamps(&base).then(|| http.unstamped_reads()),
+            kernel_read_stamps: Some(stamped),
+            unstamped_reads: stamped.then(|| http.unstamped_reads()),
             wake_batch_us: Some(wake_batch(&args, &base).as_micros() as u64),
             ..client_side(&loop_delay, warmed.as_ref(), file_limit)
         },
