@@ -279,15 +279,19 @@ pub fn simulate_into(
             r.busy += t_end - t;
             r.t = t_end;
             let at = us(t_end) + delay; // when the client has it
-            for &(id, _generated, done) in &result.emitted {
+            for &(id, generated, done) in &result.emitted {
                 tokens_total += 1;
                 let rec = records
                     .get_mut(&id)
                     .expect("emitting requests have records");
-                rec.chunks.push(Chunk(at, 1));
+                // Tokens a multi-step block hands over together are one chunk.
+                match rec.chunks.last_mut() {
+                    Some(Chunk(last, n)) if *last == at => *n += 1,
+                    _ => rec.chunks.push(Chunk(at, 1)),
+                }
                 if done && !(prefill_pool && handoffs.wants.contains_key(&id)) {
                     rec.done_at_us = at;
-                    traffic.done(id, at, rec.chunks.len() as u64);
+                    traffic.done(id, at, generated as u64);
                 }
             }
             for seq in result.finished {
@@ -687,7 +691,7 @@ fn new_record(id: u64, warmup: bool, at_us: u64, input: u64, max_output: u32) ->
 /// The engine's own view of a finished request, kept beside the client view.
 fn settle(rec: &mut RequestRecord, seq: &Seq, delay_us: u64) {
     rec.first_token_at_us = rec.chunks.first().map(Chunk::at_us);
-    rec.output_tokens = rec.chunks.len() as u64;
+    rec.output_tokens = rec.chunks.iter().map(|c| c.tokens() as u64).sum();
     rec.cached_tokens = seq.cached_tokens.map(u64::from);
     let first_scheduled = seq.first_scheduled_at.unwrap_or(seq.arrived_at);
     rec.server_timings = Some(serde_json::json!({

@@ -356,6 +356,12 @@ pub struct EngineArgs {
     /// sglang (chunked, prefill batches first), trtllm (whole prompts, mixed).
     #[arg(long, default_value = "vllm")]
     pub engine: tokenscope_sim::engine::preset::Preset,
+    /// Multi-step scheduling, as vLLM 0.6's --num-scheduler-steps: a step of
+    /// decodes alone starts a block of N decode steps scheduled once; no
+    /// request is admitted until it ends, and its tokens reach the clients
+    /// together at its end (TTFT waits out the block; ITL comes in bursts).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub num_scheduler_steps: u32,
 }
 
 /// What a series is judged by: shared by `sweep` and `sim plan --sweep`.

@@ -42,6 +42,7 @@ pub fn engine_config(a: &EngineArgs) -> anyhow::Result<EngineConfig> {
     cfg.prefix_caching = !a.no_prefix_caching;
     cfg.engine = a.engine;
     cfg.efficiency.step_overhead_s = a.engine.step_overhead_s();
+    cfg.num_scheduler_steps = a.num_scheduler_steps;
     cfg.kv_blocks().map_err(Exit::usage)?;
     Ok(cfg)
 }
@@ -55,6 +56,7 @@ fn deployment_json(
     json!({
         "engine": format!("tokenscope-sim ({})", cfg.engine.describe()),
         "engine_rules": cfg.engine.name(),
+        "num_scheduler_steps": cfg.num_scheduler_steps,
         "replicas": fleet.replicas,
         "router": (fleet.replicas > 1 || fleet.autoscale.is_some()).then(|| fleet.router.name()),
         "disaggregate": fleet.disaggregate.map(|d| json!({

@@ -80,6 +80,9 @@ pub struct StepWork {
     pub kv_read_tokens: f64,
     /// Sequences that need logits (decodes and prefills that finish).
     pub logits: u32,
+    /// A multi-step block's later step: scheduled with the block's first,
+    /// so it pays no step overhead.
+    pub in_block: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -135,10 +138,8 @@ impl CostModel {
         // Two all-reduces per layer of tokens × hidden activations.
         let msg = w.tokens as f64 * m.hidden as f64 * 2.0;
         let allreduce_s = 2.0 * m.layers as f64 * self.allreduce_s(msg);
-        compute_s.max(memory_s)
-            + allreduce_s
-            + e.step_overhead_s
-            + e.per_sequence_s * w.sequences as f64
+        let overhead_s = if w.in_block { 0.0 } else { e.step_overhead_s };
+        compute_s.max(memory_s) + allreduce_s + overhead_s + e.per_sequence_s * w.sequences as f64
     }
 }
 
@@ -195,6 +196,7 @@ mod tests {
             attended: 64.0 * 1024.0,
             kv_read_tokens: 64.0 * 1024.0,
             logits: 64,
+            ..Default::default()
         };
         let t = c.step_time(&w);
         assert!((t - 7.4e-3).abs() < 0.2e-3, "{t}");
@@ -212,6 +214,7 @@ mod tests {
             attended: 2000.0 * 2000.0 / 2.0,
             kv_read_tokens: 0.0,
             logits: 1,
+            ..Default::default()
         };
         let t = c.step_time(&w);
         assert!((0.028..0.035).contains(&t), "{t}");
@@ -231,6 +234,7 @@ mod tests {
             attended: 8000.0,
             kv_read_tokens: 8000.0,
             logits: 8,
+            ..Default::default()
         };
         let mut fp8 = base.clone();
         fp8.weights = Dtype::Fp8;

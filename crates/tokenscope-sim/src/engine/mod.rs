@@ -36,6 +36,8 @@ pub struct EngineConfig {
     pub efficiency: Efficiency,
     /// Whose scheduling rules (`--engine`).
     pub engine: preset::Preset,
+    /// Decode steps scheduled at once (vLLM 0.6's `--num-scheduler-steps`; 1: off).
+    pub num_scheduler_steps: u32,
 }
 
 impl EngineConfig {
@@ -55,6 +57,7 @@ impl EngineConfig {
             reserved_gib: None,
             efficiency: Efficiency::default(),
             engine: preset::Preset::default(),
+            num_scheduler_steps: 1,
         }
     }
 
@@ -71,13 +74,18 @@ impl EngineConfig {
             _ if self.big_gpu() => 8192,
             _ => 2048,
         };
+        // V0's default was 256 on every GPU; V1 raised it on large ones.
+        let seqs = match self.engine {
+            preset::Preset::VllmV0 => 256,
+            _ if self.big_gpu() => 1024,
+            _ => 256,
+        };
         Limits {
-            max_num_seqs: self
-                .max_num_seqs
-                .unwrap_or(if self.big_gpu() { 1024 } else { 256 }),
+            max_num_seqs: self.max_num_seqs.unwrap_or(seqs),
             max_num_batched_tokens: self.max_num_batched_tokens.unwrap_or(budget),
             chunked_prefill,
             mixed_steps,
+            multi_step: self.num_scheduler_steps.max(1),
         }
     }
 
@@ -134,10 +142,13 @@ impl EngineConfig {
 
     /// A one-line description for reports.
     pub fn describe(&self) -> String {
-        let engine = match self.engine {
+        let mut engine = match self.engine {
             preset::Preset::Vllm => String::new(),
             e => format!(", {} rules", e.name()),
         };
+        if self.num_scheduler_steps > 1 {
+            engine += &format!(", {} scheduler steps", self.num_scheduler_steps);
+        }
         format!(
             "{} {} on {} × {} (TP {}), KV {}, {:.0} % memory{engine}",
             self.model.name,

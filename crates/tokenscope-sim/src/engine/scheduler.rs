@@ -90,6 +90,11 @@ pub struct Limits {
     /// prefills (taken first, while a prompt can be admitted or is part
     /// done) or decodes, and every running request waits out the prefills.
     pub mixed_steps: bool,
+    /// vLLM 0.6's multi-step scheduling (`--num-scheduler-steps`): a step of
+    /// decodes alone starts a block of this many decode steps, scheduled
+    /// once. No request is admitted until the block ends, and the block's
+    /// tokens reach the clients together at its end (1: off).
+    pub multi_step: u32,
 }
 
 impl Limits {
@@ -100,6 +105,7 @@ impl Limits {
             max_num_batched_tokens,
             chunked_prefill: true,
             mixed_steps: true,
+            multi_step: 1,
         }
     }
 }
@@ -139,6 +145,10 @@ pub struct Scheduler {
     pub preemptions_total: u64,
     scheduled: Vec<Slot>,
     preempted_in_step: u32,
+    /// Steps taken of the current multi-step block (0: none open).
+    block_steps: u32,
+    /// The open block's tokens and finished requests, released at its end.
+    held: StepResult,
 }
 
 impl Scheduler {
@@ -151,6 +161,8 @@ impl Scheduler {
             preemptions_total: 0,
             scheduled: Vec::new(),
             preempted_in_step: 0,
+            block_steps: 0,
+            held: StepResult::default(),
         }
     }
 
@@ -237,6 +249,30 @@ impl Scheduler {
     /// Plans the step that starts at `now`: which sequences get how many tokens.
     /// Returns the work for the cost model; [`Scheduler::finish_step`] applies it.
     pub fn plan(&mut self, now: f64) -> StepWork {
+        if self.block_steps > 0 {
+            // Inside a multi-step block: its decodes again, scheduled with
+            // the block, so the step pays no scheduling overhead.
+            let mut work = self.plan_kind(now, StepKind::Decodes);
+            work.in_block = true;
+            return work;
+        }
+        let work = self.plan_rules(now);
+        if self.limits.multi_step > 1 && work.tokens > 0 && self.decodes_only() {
+            self.block_steps = 1;
+        }
+        work
+    }
+
+    /// Every sequence scheduled in the planned step is decoding.
+    fn decodes_only(&self) -> bool {
+        let mut slots = self.scheduled.iter().peekable();
+        self.running
+            .iter()
+            .all(|seq| slots.next_if(|s| s.id == seq.id).is_none() || !seq.prefilling())
+    }
+
+    /// A step by the engine's rules (no block open).
+    fn plan_rules(&mut self, now: f64) -> StepWork {
         if self.limits.mixed_steps {
             return self.plan_kind(now, StepKind::Mixed);
         }
@@ -418,6 +454,28 @@ impl Scheduler {
             }
             i += 1;
         }
+        self.close_block(result)
+    }
+
+    /// Inside a multi-step block the step's tokens and finished requests
+    /// wait for the block's last step (or for it to run out of decodes),
+    /// which hands over the whole block's.
+    fn close_block(&mut self, mut result: StepResult) -> StepResult {
+        if self.block_steps == 0 {
+            return result;
+        }
+        let ends = self.block_steps >= self.limits.multi_step
+            || result.work.tokens == 0
+            || !self.running.iter().any(|s| !s.prefilling());
+        self.held.emitted.append(&mut result.emitted);
+        self.held.finished.append(&mut result.finished);
+        if !ends {
+            self.block_steps += 1;
+            return result;
+        }
+        self.block_steps = 0;
+        result.emitted = std::mem::take(&mut self.held.emitted);
+        result.finished = std::mem::take(&mut self.held.finished);
         result
     }
 }
@@ -608,5 +666,64 @@ mod tests {
             Some(0),
             "request 1 found nothing"
         );
+    }
+
+    #[test]
+    fn a_multi_step_block_admits_nobody_and_hands_its_tokens_over_at_its_end() {
+        let limits = Limits {
+            chunked_prefill: false,
+            mixed_steps: false,
+            multi_step: 4,
+            ..Limits::v1(8, 4096)
+        };
+        let mut s = Scheduler::new(limits, KvCache::new(1000, 16, false));
+        s.add(Seq::new(1, 10, 100, 0.0));
+        let r = run_step(&mut s, 0.0);
+        assert_eq!(
+            r.emitted,
+            vec![(1, 1, false)],
+            "a prefill step hands over at once"
+        );
+        // Decodes alone: a block of four starts.
+        let w = s.plan(0.01);
+        assert!(
+            !w.in_block,
+            "the block's first step is scheduled (pays the overhead)"
+        );
+        assert!(
+            s.finish_step(w).emitted.is_empty(),
+            "held for the block's end"
+        );
+        s.add(Seq::new(2, 10, 5, 0.015));
+        for step in 2..=3 {
+            let w = s.plan(0.01 * step as f64);
+            assert!(w.in_block, "step {step} of the block is scheduled with it");
+            assert_eq!(w.sequences, 1, "request 2 is not admitted inside the block");
+            assert!(s.finish_step(w).emitted.is_empty());
+        }
+        let r = run_step(&mut s, 0.04);
+        assert_eq!(
+            r.emitted,
+            vec![(1, 2, false), (1, 3, false), (1, 4, false), (1, 5, false)],
+            "the block's four tokens, together"
+        );
+        let w = s.plan(0.05);
+        assert_eq!(w.tokens, 10, "after the block, request 2's prefill");
+    }
+
+    #[test]
+    fn a_block_ends_early_when_its_last_request_finishes() {
+        let limits = Limits {
+            multi_step: 8,
+            ..Limits::v1(8, 4096)
+        };
+        let mut s = Scheduler::new(limits, KvCache::new(1000, 16, false));
+        s.add(Seq::new(1, 10, 3, 0.0));
+        run_step(&mut s, 0.0);
+        assert!(run_step(&mut s, 0.01).emitted.is_empty());
+        let r = run_step(&mut s, 0.02);
+        assert_eq!(r.emitted, vec![(1, 2, false), (1, 3, true)]);
+        assert_eq!(r.finished.len(), 1, "finished with its last token");
+        assert!(s.is_idle());
     }
 }

@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Replays published serving measurements in `tokenscope sim plan` and prints
+the error table (Markdown) with each metric's median and worst error.
+
+    scripts/validate-sim.sh > /tmp/validation.md        (builds, then runs this)
+    scripts/validate_sim.py BIN [--rules-off]
+
+--rules-off runs every point without engine presets or multi-step scheduling
+(vLLM V1's rules), e.g. for a binary that predates them. The sources are
+cited per scenario; docs/simulator.md says what each one's set-up was.
+
+ShareGPT-like lengths for the ShareGPT runs: lognormal prompts of mean 230
+(std 250) tokens and outputs of mean 194 (std 200): the SGLang team's offline
+runs imply a mean output of 194 tokens (4132 tok/s / 21.27 req/s).
+"""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+SHAREGPT = ["--input-tokens", "lognormal:230,250", "--output-tokens", "lognormal:194,200"]
+SGLANG_README = "SGLang team, sgl-project/sglang benchmark/benchmark_vllm_060/README.md"
+LAMBDA = "Lambda, LambdaLabsML/vllm-benchmark benchmark_v0.md (Sept 2024)"
+NIM = "NVIDIA NIM LLM benchmarking, docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance (NIM 1.8.0)"
+NIGHTLY_H200 = "vLLM nightly benchmark, buildkite.com/vllm/performance-benchmark/builds/9513 (H200)"
+NIGHTLY_A100 = "vLLM nightly benchmark, buildkite.com/vllm/performance-benchmark/builds/9523 (A100)"
+
+VLLM_060 = ["--engine", "vllm-v0", "--num-scheduler-steps", "10"]
+SGLANG = ["--engine", "sglang"]
+TRTLLM_FP8 = ["--engine", "trtllm", "--dtype", "fp8", "--kv-dtype", "fp8"]
+
+# What each metric reads in results.json, and the group it is summarised in.
+METRICS = {
+    "E2E p50 (ms)": (("latency", "e2e_ms", "p50"), "E2E"),
+    "TTFT p50 (ms)": (("latency", "ttft_ms", "p50"), "TTFT"),
+    "TTFT mean (ms)": (("latency", "ttft_ms", "mean"), "TTFT"),
+    "TPOT p50 (ms)": (("latency", "tpot_ms", "p50"), "TPOT / ITL"),
+    "TPOT mean (ms)": (("latency", "tpot_ms", "mean"), "TPOT / ITL"),
+    # Serving benchmarks time the gaps between streamed chunks: tokenscope's ICL.
+    "ITL p50 (ms)": (("latency", "icl_ms", "p50"), "TPOT / ITL"),
+    "output tok/s": (("throughput", "output_tokens_per_s"), "throughput"),
+    "req/s": (("throughput", "requests_per_s"), "throughput"),
+}
+
+
+def scenarios():
+    """(label, source, flags, {metric: published}, in the summary)."""
+    s = []
+    for model, gpu, tp, rows in [
+        ("llama-3.1-8b", "a100-80gb", 1, [
+            (4, 1200, "vLLM 0.6.0", VLLM_060, 1691.97, 100.48, 14.14, 129.32),
+            (8, 2400, "vLLM 0.6.0", VLLM_060, 2137.16, 120.39, 17.09, 158.63),
+            (4, 1200, "SGLang 0.3.0", SGLANG, 1564.17, 31.98, 13.17, 11.93),
+            (8, 2400, "SGLang 0.3.0", SGLANG, 2175.02, 35.68, 17.85, 14.41),
+        ]),
+        ("llama-3.1-70b", "h100-sxm", 4, [
+            (4, 1200, "vLLM 0.6.0", VLLM_060, 2915.60, 179.15, 23.58, 231.23),
+            (8, 2400, "vLLM 0.6.0", VLLM_060, 3752.38, 207.12, 29.15, 275.32),
+            (4, 1200, "SGLang 0.3.0", SGLANG, 3005.24, 53.94, 25.03, 21.67),
+            (8, 2400, "SGLang 0.3.0", SGLANG, 4064.98, 58.11, 33.07, 24.45),
+        ]),
+    ]:
+        name = f"{model}, {tp}×{gpu}"
+        for rate, n, engine, flags, e2e, ttft, tpot, itl in rows:
+            s.append((f"{name}, {engine}, {rate} req/s", SGLANG_README,
+                      ["--model", model, "--gpu", gpu, "--tp", str(tp), "--rate", str(rate),
+                       "--requests", str(n), *SHAREGPT, *flags],
+                      {"E2E p50 (ms)": e2e, "TTFT p50 (ms)": ttft, "TPOT p50 (ms)": tpot,
+                       "ITL p50 (ms)": itl}, True))
+    for model, gpu, tp, engine, flags, tok_s in [
+        ("llama-3.1-8b", "a100-80gb", 1, "vLLM 0.6.0", VLLM_060, 4132.37),
+        ("llama-3.1-8b", "a100-80gb", 1, "SGLang 0.3.0", SGLANG, 4281.51),
+        ("llama-3.1-70b", "h100-sxm", 4, "vLLM 0.6.0", VLLM_060, 3700.64),
+        ("llama-3.1-70b", "h100-sxm", 4, "SGLang 0.3.0", SGLANG + ["--gpu-memory-utilization", "0.88"], 3856.01),
+    ]:
+        s.append((f"{model}, {tp}×{gpu}, {engine}, 5000 prompts at once", SGLANG_README,
+                  ["--model", model, "--gpu", gpu, "--tp", str(tp), "--rate", "100000",
+                   "--requests", "5000", *SHAREGPT, *flags],
+                  {"output tok/s": tok_s}, True))
+    lam = ["--rate", "100000", "--requests", "5000", "--max-num-seqs", "256", *SHAREGPT]
+    s += [
+        ("llama-3.1-8b, 1×h100-sxm, vLLM 0.6.0 10 steps, 5000 prompts at once", LAMBDA,
+         [*lam, *VLLM_060], {"output tok/s": 8088.35, "TPOT p50 (ms)": 25.57, "ITL p50 (ms)": 243.76}, True),
+        ("llama-3.1-8b, 1×h100-sxm, vLLM 0.6.0 1 step, 5000 prompts at once", LAMBDA,
+         [*lam, "--engine", "vllm-v0"], {"output tok/s": 3958.40, "TPOT p50 (ms)": 196.24, "ITL p50 (ms)": 179.17}, True),
+        ("llama-3.1-70b, 4×h100-sxm, vLLM 0.6.0 10 steps, 5000 prompts at once", LAMBDA,
+         ["--model", "llama-3.1-70b", "--tp", "4", *lam, *VLLM_060],
+         {"output tok/s": 3542.88, "TPOT p50 (ms)": 61.10, "ITL p50 (ms)": 574.07}, True),
+        # vLLM 0.5.4's per-sequence Python costs are not modelled by any preset.
+        ("llama-3.1-8b, 1×h100-sxm, vLLM 0.5.4 (not modelled)", LAMBDA,
+         [*lam, "--engine", "vllm-v0"], {"output tok/s": 3032.04, "TPOT p50 (ms)": 64.06}, False),
+        ("llama-3.1-70b, 4×h100-sxm, vLLM 0.5.4 (not modelled)", LAMBDA,
+         ["--model", "llama-3.1-70b", "--tp", "4", *lam, "--engine", "vllm-v0"],
+         {"output tok/s": 1491.93, "TPOT p50 (ms)": 125.78}, False),
+    ]
+    nim = ["--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "2", *TRTLLM_FP8]
+    for c, ttft, itl, tok_s in [(1, 406.77, 18.58, 51.67), (5, 546.7, 21.83, 218.48),
+                                (25, 688.69, 38.75, 623.4), (50, 834.51, 59.73, 814.37)]:
+        s.append((f"llama-3.3-70b FP8, 2×h100-sxm, NIM, 5000 in / 500 out, concurrency {c}", NIM,
+                  # Steady state: the first wave (all C prompts at once) is warm-up.
+                  [*nim, "--concurrency", str(c), "--requests", str(10 * c), "--warmup", str(c),
+                   "--input-tokens", "5000", "--output-tokens", "500"],
+                  {"TTFT mean (ms)": ttft, "TPOT mean (ms)": itl, "output tok/s": tok_s}, True))
+    s.append(("llama-3.3-70b FP8, 2×h100-sxm, NIM, 500 in / 2000 out, concurrency 1", NIM,
+              [*nim, "--concurrency", "1", "--requests", "6", "--input-tokens", "500", "--output-tokens", "2000"],
+              {"TTFT mean (ms)": 47.77, "TPOT mean (ms)": 18.91, "output tok/s": 52.85}, True))
+    s.append(("llama-3.3-70b FP8, 2×h100-sxm, NIM, 500 in / 2000 out, concurrency 5", NIM,
+              [*nim, "--concurrency", "5", "--requests", "50", "--warmup", "5", "--input-tokens", "500",
+               "--output-tokens", "2000"],
+              {"TTFT mean (ms)": 126.53}, True))
+    for src, gpu, lat8, lat70, tput8, tput70 in [
+        (NIGHTLY_H200, "h200", 834.01, 2075.36, 21.8334, 9.74671),
+        (NIGHTLY_A100, "a100-80gb", 1579.34, 3990.39, 11.0567, 4.78859),
+    ]:
+        for model, tp, lat, tput in [("llama-3.1-8b", 1, lat8, tput8), ("llama-3.1-70b", 4, lat70, tput70)]:
+            base = ["--model", model, "--gpu", gpu, "--tp", str(tp)]
+            s.append((f"{model}, {tp}×{gpu}, vLLM nightly, batch of 8, 32 in / 128 out", src,
+                      [*base, "--concurrency", "8", "--requests", "8", "--input-tokens", "32",
+                       "--output-tokens", "128"], {"E2E p50 (ms)": lat}, True))
+            s.append((f"{model}, {tp}×{gpu}, vLLM nightly, 200 ShareGPT prompts at once", src,
+                      [*base, "--rate", "100000", "--requests", "200", *SHAREGPT], {"req/s": tput}, True))
+    s.append(("llama-3.1-70b, 4×h200, vLLM nightly, 1 req/s", NIGHTLY_H200,
+              ["--model", "llama-3.1-70b", "--gpu", "h200", "--tp", "4", "--rate", "1",
+               "--requests", "200", *SHAREGPT], {"TTFT p50 (ms)": 58.6838, "ITL p50 (ms)": 15.9126}, True))
+    return s
+
+
+def without_rules(flags):
+    """The flags with engine presets and multi-step scheduling left out."""
+    out, skip = [], 0
+    for f in flags:
+        if skip:
+            skip -= 1
+        elif f in ("--engine", "--num-scheduler-steps"):
+            skip = 1
+        else:
+            out.append(f)
+    return out
+
+
+def get(doc, path):
+    for key in path:
+        doc = doc[key]
+    return doc
+
+
+def main():
+    binary = sys.argv[1] if len(sys.argv) > 1 else "target/release/tokenscope"
+    rules_off = "--rules-off" in sys.argv
+    work = tempfile.mkdtemp()
+    try:
+        run_all(binary, rules_off, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_all(binary, rules_off, work):
+    # A binary from before the results history has no --db.
+    help_text = subprocess.run([binary, "sim", "plan", "--help"], capture_output=True, text=True).stdout
+    db = ["--db", os.path.join(work, "history.db")] if "--db" in help_text else []
+    errors = {}
+    print("| scenario | source | metric | published | simulated | error |")
+    print("|---|---|---|---|---|---|")
+    for i, (label, source, flags, published, counted) in enumerate(scenarios()):
+        if rules_off:
+            flags = without_rules(flags)
+        cmd = [binary, "sim", "plan", *flags, "--seed", "1", "--quiet", "--json", *db,
+               "--out", os.path.join(work, f"p{i}")]
+        doc = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        for metric, pub in published.items():
+            path, group = METRICS[metric]
+            sim = get(doc, path)
+            err = (sim - pub) / pub * 100
+            if counted:
+                errors.setdefault(group, []).append(abs(err))
+            print(f"| {label} | {source.split(',')[0]} | {metric} | {pub:g} | {sim:.2f} | {err:+.0f} % |")
+    print()
+    print("| metric | points | median error | worst error |")
+    print("|---|---|---|---|")
+    for group in ["TTFT", "TPOT / ITL", "E2E", "throughput"]:
+        e = errors.get(group, [])
+        if e:
+            print(f"| {group} | {len(e)} | {statistics.median(e):.0f} % | {max(e):.0f} % |")
+    all_e = [x for e in errors.values() for x in e]
+    print(f"| all | {len(all_e)} | {statistics.median(all_e):.0f} % | {max(all_e):.0f} % |")
+
+
+if __name__ == "__main__":
+    main()
