@@ -383,10 +383,13 @@ impl Searcher<'_> {
         ))
     }
 
-    /// A disaggregated shape's pools, found by the fleet itself: from one
-    /// prefill and one decode replica, the pool behind each missed objective
-    /// grows (TTFT: prefill; TPOT, ITL, E2E: decode) until the fleet meets
-    /// the SLO. Greedy: the least replicas it finds, not proven the fewest.
+    /// A disaggregated shape's pools: the fewest replicas in all whose best
+    /// split meets the SLO. Greedy first, from one prefill and one decode
+    /// replica, growing the pool behind each missed objective (TTFT:
+    /// prefill; TPOT, ITL, E2E: decode) until the fleet meets it; then each
+    /// smaller fleet is tried at its best split ([`Searcher::split`]) until
+    /// one has none. More replicas never hurt, so the first fleet without a
+    /// split proves the one above it the fewest.
     fn pools(
         &mut self,
         c: &Candidate,
@@ -394,7 +397,7 @@ impl Searcher<'_> {
         limit: Option<f64>,
     ) -> Result<Option<Sized>, String> {
         let (mut p, mut d) = (1u32, 1u32);
-        loop {
+        let mut found = loop {
             let n = p + d;
             if limit.is_some_and(|l| c.usd_per_gpu_hour * (c.tp * n) as f64 > l) {
                 return Ok(None);
@@ -407,22 +410,55 @@ impl Searcher<'_> {
             }
             let e = self.eval_fleet(&b.cfg, Some((p, d)), n)?;
             if e.met() {
-                let binding =
-                    format!("disaggregated {p}:{d} (pools grown for the objectives they missed)");
-                let mut sized = self.sized(c, n, &e, binding);
-                sized.prefill_replicas = Some(p);
-                sized.slo_capacity_rps = self.rate;
-                return Ok(Some(sized));
+                break (p, d, e);
             }
-            let objectives = e.objectives();
-            let missed = |metric: &str| objectives.iter().any(|o| !o.met && o.metric == metric);
-            let prefill_short = missed(SloMetric::Ttft.name());
-            let decode_short = objectives
-                .iter()
-                .any(|o| !o.met && o.metric != SloMetric::Ttft.name());
+            let (prefill_short, decode_short) = shortfalls(&e);
             p += u32::from(prefill_short || !decode_short);
             d += u32::from(decode_short);
+        };
+        while found.0 + found.1 > 2 {
+            match self.split(&b.cfg, found.0 + found.1 - 1)? {
+                Some(smaller) => found = smaller,
+                None => break,
+            }
         }
+        let (p, d, e) = found;
+        let binding = if p + d == 2 {
+            format!("disaggregated {p}:{d} (the fewest possible)")
+        } else {
+            format!(
+                "disaggregated {p}:{d} (the fewest replicas: no split of {} meets the SLO)",
+                p + d - 1
+            )
+        };
+        let mut sized = self.sized(c, p + d, &e, binding);
+        sized.prefill_replicas = Some(p);
+        sized.slo_capacity_rps = self.rate;
+        Ok(Some(sized))
+    }
+
+    /// The split of `n` replicas that meets the SLO, if one does. TTFT only
+    /// improves with prefill replicas and the decode objectives with decode
+    /// replicas, so the fewest prefill replicas that meet TTFT (bisected)
+    /// leave the most for decode: if that split misses, every split does.
+    fn split(&mut self, cfg: &EngineConfig, n: u32) -> Result<Option<(u32, u32, Eval)>, String> {
+        let (mut lo, mut hi) = (1u32, n - 1);
+        let mut at_hi: Option<Eval> = None;
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            let e = self.eval_fleet(cfg, Some((mid, n - mid)), n)?;
+            if shortfalls(&e).0 {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+                at_hi = Some(e);
+            }
+        }
+        let e = match at_hi {
+            Some(e) => e,
+            None => self.eval_fleet(cfg, Some((lo, n - lo)), n)?,
+        };
+        Ok(e.met().then(|| (lo, n - lo, e)))
     }
 
     fn sized(&self, c: &Candidate, replicas: u32, e: &Eval, binding: String) -> Sized {
@@ -554,6 +590,16 @@ impl Searcher<'_> {
             kv_usage_max,
         })
     }
+}
+
+/// Which pool a missed SLO asks for more of: (prefill: TTFT, decode: the rest).
+fn shortfalls(e: &Eval) -> (bool, bool) {
+    let objectives = e.objectives();
+    let ttft = SloMetric::Ttft.name();
+    (
+        objectives.iter().any(|o| !o.met && o.metric == ttft),
+        objectives.iter().any(|o| !o.met && o.metric != ttft),
+    )
 }
 
 /// The objectives a failed evaluation missed, in words.

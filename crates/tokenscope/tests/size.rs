@@ -130,6 +130,49 @@ fn disaggregated_shapes_are_sized_and_re_run_as_listed() {
         .iter()
         .any(|c| c.as_str().unwrap().contains("--disaggregate ")));
     rerun_every_option(&doc, "size-rerun-split");
+    fewer_replicas_miss_at_every_split(&doc);
+}
+
+/// A disaggregated option of n replicas is the fewest: every split of n − 1
+/// replicas, re-run as `sim plan --disaggregate P:D`, misses the SLO (exit
+/// 5). This checks the search's claim without its assumption (that more
+/// prefill replicas never hurt TTFT, nor more decode ones the rest).
+fn fewer_replicas_miss_at_every_split(doc: &Value) {
+    let options = doc["report"]["options"].as_array().unwrap();
+    let commands = doc["commands"].as_array().unwrap();
+    let dir = run_dir("size-fewer");
+    let mut checked = 0;
+    for (i, (o, cmd)) in options.iter().zip(commands).enumerate() {
+        let n = o["replicas"].as_u64().unwrap();
+        if !o["prefill_replicas"].is_u64() || n <= 2 {
+            continue;
+        }
+        let words: Vec<&str> = cmd.as_str().unwrap().split_whitespace().collect();
+        let at = words.iter().position(|w| *w == "--disaggregate").unwrap() + 1;
+        for p in 1..n - 1 {
+            let split = format!("{p}:{}", n - 1 - p);
+            let mut args: Vec<&str> = words[1..].to_vec();
+            args[at - 1] = &split;
+            let out = dir.join(format!("option-{i}-{split}"));
+            let run = tokenscope()
+                .args(&args)
+                .args(["--quiet", "--no-history", "--out"])
+                .arg(&out)
+                .output()
+                .unwrap();
+            assert_eq!(
+                run.status.code(),
+                Some(5),
+                "{split} instead of {cmd}: {}",
+                String::from_utf8_lossy(&run.stderr)
+            );
+            checked += 1;
+        }
+    }
+    assert!(
+        checked > 0,
+        "no option of more than two replicas to check: {doc:#}"
+    );
 }
 
 /// `--engine all` sizes every shape under each engine's scheduling rules:
