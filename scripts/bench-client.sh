@@ -13,13 +13,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
+cargo build --release --quiet -p tokenscope-load --example kernel_floor
 bin=target/release/tokenscope
 work="$(mktemp -d)"
 server_pid=""
 cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-sections="${SECTIONS:-throughput timing memory plan}"
+sections="${SECTIONS:-throughput timing floor memory plan}"
 
 start_server() { # args for `sim exact`
   local port
@@ -51,9 +52,10 @@ import json, sys
 run = sys.argv[1]
 r = json.load(open(f"{run}/results.json"))
 origin = r["client"]["monotonic_origin_us"]
-ttft, tpot, read1, readn, queue = [], [], [], [], []
+ttft, tpot, read1, readn, queue, sent = [], [], [], [], [], []
 for line in open(f"{run}/requests.jsonl"):
     q = json.loads(line)
+    sent.append(q["sent_at_us"])
     t = q.get("server_timings")
     if q.get("error_kind") or not t:
         continue
@@ -77,6 +79,7 @@ print(json.dumps({
     "ttft50": q(ttft, .5), "ttft99": q(ttft, .99),
     "read1_50": q(read1, .5), "read1_99": q(read1, .99), "readn_50": q(readn, .5), "readn_99": q(readn, .99),
     "queue50": q(queue, .5), "queue99": q(queue, .99), "tpot50": q(tpot, .5), "tpot99": q(tpot, .99),
+    "spread": (max(sent) - min(sent)) / 1e3 if sent else float("nan"),
     "lag99": l["client_lag_ms"]["p99"], "loop99": c["loop_delay_ms"]["p99"],
     "unstamped": c.get("unstamped_reads", float("nan")),
     "cpu100k": c["cpu_seconds"] / tokens * 1e5 if tokens else float("nan"),
@@ -145,6 +148,33 @@ if [[ $sections == *timing* ]]; then
       "$(get "$f" cpu100k f)" "$(get "$f" tps f)" "$(peak_mb)" "$(get "$f" rules s)"
     stop_server
   done
+fi
+
+if [[ $sections == *floor* ]]; then
+  echo
+  echo "## The kernel's floor on this host (one core, TTFT 100 ms, ITL 20 ms, 256 tokens)"
+  echo
+  echo "\`examples/kernel_floor.rs\` is the least a client can do: N requests written in a"
+  echo "tight loop on open connections, then every stream read with epoll and one"
+  echo "\`recv\` per ready socket, counting SSE events (no parsing, no stamps, no runtime)."
+  echo "tokenscope's row is the same load through \`bench\` (one client thread)."
+  echo
+  echo "| streams | client | burst: all requests sent in | CPU per send | CPU per output token |"
+  echo "|---|---|---|---|---|"
+  start_server --ttft 100ms --itl 20ms
+  for n in 64 1024; do
+    fl=$(taskset -c 0 target/release/examples/kernel_floor "${url##*:}" "$n" 256)
+    python3 -c "
+import json, sys
+f = json.loads(sys.argv[1])
+per_token = f['cpu_us_per_event'] * f['events'] / (f['streams'] * 256)
+print(f\"| {f['streams']} | kernel floor | {f['burst_ms']:.1f} ms | {f['cpu_us_per_send']:.1f} µs | {per_token:.1f} µs |\")" "$fl"
+    client "$work/f-$n" --concurrency "$n" --requests "$n" --output-tokens 256
+    f=$(figures "$work/f-$n")
+    printf '| %s | tokenscope bench | %.1f ms | | %.1f µs |\n' "$n" "$(get "$f" spread f)" \
+      "$(python3 -c "print($(get "$f" cpu100k f) * 10)")"
+  done
+  stop_server
 fi
 
 if [[ $sections == *memory* ]]; then

@@ -446,13 +446,34 @@ impl Conn {
         }
     }
 
-    /// The server closed (or wrote to) this connection while it sat idle:
-    /// the runtime has seen it readable. Reads at most one byte, which an
-    /// idle HTTP/1.1 connection must not have.
+    /// This end's port: which connection it is, for tests.
+    #[cfg(test)]
+    fn local_port(&self) -> u16 {
+        match &self.io {
+            Io::Plain(s, _) => s.get_ref().local_addr().unwrap().port(),
+            Io::Tls(s) => s.get_ref().0.local_addr().unwrap().port(),
+        }
+    }
+
+    /// The server closed (or wrote to) this connection while it sat idle.
+    /// Reads at most one byte, which an idle HTTP/1.1 connection must not
+    /// have — and over plain TCP only when the runtime has seen the socket
+    /// readable since its last empty read, so a burst of requests on idle
+    /// connections costs no read syscall each.
     fn closed_while_idle(&self) -> bool {
         let mut byte = [0u8; 1];
         let read = match &self.io {
-            Io::Plain(s, _) => std::io::Read::read(&mut s.get_ref(), &mut byte),
+            Io::Plain(s, _) => {
+                let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                match s.poll_read_ready(&mut cx) {
+                    std::task::Poll::Pending => return false,
+                    std::task::Poll::Ready(Err(_)) => return true,
+                    // A WouldBlock clears the readiness for the next request's read.
+                    std::task::Poll::Ready(Ok(mut ready)) => ready
+                        .try_io(|s| std::io::Read::read(&mut s.get_ref(), &mut byte))
+                        .unwrap_or_else(|_| Err(io::ErrorKind::WouldBlock.into())),
+                }
+            }
             Io::Tls(s) => s.get_ref().0.try_read(&mut byte),
         };
         !matches!(read, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
@@ -977,6 +998,74 @@ mod tests {
             "{wire}"
         );
         assert!(!format!("{client:?}").contains("Bearer"));
+    }
+
+    /// The pool's check for a connection the server closed while it sat
+    /// idle: closed ones are passed over (a new connection is made), open
+    /// ones are handed out.
+    #[tokio::test]
+    async fn a_connection_closed_while_idle_is_not_handed_out() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (closed_tx, closed_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+            let mut buf = vec![0u8; 4096];
+            // The first connection answers once, then closes while idle.
+            let (mut s, _) = listener.accept().await.unwrap();
+            let _ = s.read(&mut buf).await.unwrap();
+            s.write_all(answer).await.unwrap();
+            drop(s);
+            closed_tx.send(()).unwrap();
+            // The second is kept open and answers twice.
+            let (mut s, _) = listener.accept().await.unwrap();
+            for _ in 0..2 {
+                let _ = s.read(&mut buf).await.unwrap();
+                s.write_all(answer).await.unwrap();
+            }
+        });
+        let url = reqwest::Url::parse(&format!("http://{addr}/v1/completions")).unwrap();
+        let client = Client::new(&url, &HeaderMap::new(), Duration::from_secs(5), None).unwrap();
+        let wire = client.post(b"{}");
+        let ask = |mut conn: Conn| {
+            let wire = wire.clone();
+            async move {
+                conn.send(&wire).await.unwrap();
+                let mut head = conn.head().await.unwrap();
+                conn.read_to_end(&mut head.body, 1 << 10).await.unwrap();
+                conn
+            }
+        };
+        let first = ask(client.checkout().await.unwrap()).await;
+        let first_port = first.local_port();
+        client.checkin(first);
+        closed_rx.await.unwrap();
+        // Until the runtime has seen the FIN the connection looks idle.
+        let mut waited = 0;
+        let second = loop {
+            let conn = client.checkout().await.unwrap();
+            if conn.local_port() != first_port || waited >= 100 {
+                break conn;
+            }
+            client.checkin(conn);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            waited += 1;
+        };
+        assert_ne!(
+            second.local_port(),
+            first_port,
+            "the closed connection was handed out"
+        );
+        let second_port = second.local_port();
+        client.checkin(ask(second).await);
+        let third = client.checkout().await.unwrap();
+        assert_eq!(
+            third.local_port(),
+            second_port,
+            "an open idle connection is reused"
+        );
+        ask(third).await;
     }
 
     #[tokio::test]
