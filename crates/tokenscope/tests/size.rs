@@ -58,6 +58,16 @@ fn seventy_b_at_twenty_per_second_every_option_meets_the_slo_when_re_run() {
     rerun_every_option(&doc, "size-rerun");
 }
 
+/// Runs a listed `sim plan` command (its words after `tokenscope`) into `out`.
+fn plan(words: &[&str], out: &std::path::Path) -> std::process::Output {
+    tokenscope()
+        .args(words)
+        .args(["--quiet", "--no-history", "--out"])
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
 /// Re-runs each listed option's `sim plan` command: it meets the SLO with
 /// the figures `sim size` printed.
 fn rerun_every_option(doc: &Value, name: &str) {
@@ -75,12 +85,7 @@ fn rerun_every_option(doc: &Value, name: &str) {
         let words: Vec<&str> = cmd.as_str().unwrap().split_whitespace().collect();
         assert_eq!(&words[..3], ["tokenscope", "sim", "plan"]);
         let out = dir.join(format!("option-{i}"));
-        let run = tokenscope()
-            .args(&words[1..])
-            .args(["--quiet", "--no-history", "--out"])
-            .arg(&out)
-            .output()
-            .unwrap();
+        let run = plan(&words[1..], &out);
         // Exit 0: the SLO is met (5 would be not met, 7 not judged).
         assert_eq!(
             run.status.code(),
@@ -153,13 +158,7 @@ fn fewer_replicas_miss_at_every_split(doc: &Value) {
             let split = format!("{p}:{}", n - 1 - p);
             let mut args: Vec<&str> = words[1..].to_vec();
             args[at - 1] = &split;
-            let out = dir.join(format!("option-{i}-{split}"));
-            let run = tokenscope()
-                .args(&args)
-                .args(["--quiet", "--no-history", "--out"])
-                .arg(&out)
-                .output()
-                .unwrap();
+            let run = plan(&args, &dir.join(format!("option-{i}-{split}")));
             assert_eq!(
                 run.status.code(),
                 Some(5),
