@@ -717,6 +717,23 @@ struct StreamState {
 }
 
 impl StreamState {
+    /// The next token and any the engine handed over with it (a multi-step
+    /// block's, or a step's that this stream fell behind on), with their
+    /// count: they go out as one event, as vLLM sends the tokens it has
+    /// when the stream is written. A stream with a fault to inject takes
+    /// them one at a time, so the fault falls where it should.
+    async fn take_tokens(&mut self) -> Option<(Event, u64)> {
+        let mut ev = self.rx.recv().await?;
+        let mut n = 1;
+        while matches!(self.fault, Fault::None) && matches!(ev, Event::Token) {
+            match self.rx.try_recv() {
+                Ok(next) => (ev, n) = (next, n + 1),
+                Err(_) => break,
+            }
+        }
+        Some((ev, n))
+    }
+
     async fn next(&mut self) -> Option<Result<Bytes, std::io::Error>> {
         loop {
             match self.phase {
@@ -727,8 +744,8 @@ impl StreamState {
                     }
                 }
                 Phase::Tokens => {
-                    let ev = self.rx.recv().await?;
-                    if self.sent == self.half {
+                    let (ev, n) = self.take_tokens().await?;
+                    if (self.sent..self.sent + n).contains(&self.half) {
                         match self.fault {
                             Fault::Disconnect => {
                                 return Some(Err(std::io::Error::other("injected disconnect")))
@@ -740,8 +757,8 @@ impl StreamState {
                     }
                     let token = self
                         .writer
-                        .content(&openai::text(self.sent, self.sent + 1), None);
-                    self.sent += 1;
+                        .content(&openai::text(self.sent, self.sent + n), None);
+                    self.sent += n;
                     if let Event::Done(timings) = ev {
                         self.phase = Phase::Usage;
                         if let Some(cached) = timings["cache_n"].as_u64() {

@@ -199,6 +199,61 @@ fn real_time_serving_agrees_with_the_virtual_clock() {
     }
 }
 
+/// Multi-step scheduling (`--num-scheduler-steps`, vLLM 0.6) in real time:
+/// a block's tokens reach the client as one chunk, so the gaps between
+/// chunks are a block of steps while ITL split over a chunk stays a step —
+/// as `sim plan` predicts on its virtual clock.
+#[test]
+fn multi_step_blocks_arrive_as_bursts_in_real_time_as_planned() {
+    let port = free_port();
+    let engine = ["--engine", "vllm-v0", "--num-scheduler-steps", "8"];
+    let _server = SimServe::start(port, &engine);
+    let load = [
+        "--concurrency",
+        "4",
+        "--requests",
+        "24",
+        "--warmup",
+        "4",
+        "--input-tokens",
+        "256",
+        "--output-tokens",
+        "uniform:48..80",
+        "--seed",
+        "3",
+    ];
+    let served = run_dir("multi-step-served");
+    let url = format!("http://127.0.0.1:{port}");
+    assert_ok(&bench(&url, &served, &load));
+    let planned = run_dir("multi-step-planned");
+    let o = tokenscope()
+        .args(["sim", "plan", "--quiet", "--out"])
+        .arg(&planned)
+        .args(engine)
+        .args(load)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let (s, p) = (results(&served), results(&planned));
+    for r in [&s, &p] {
+        assert_eq!(r["tokens"]["multi_token_chunks"], true, "{}", r["tokens"]);
+        let (icl, itl) = (stat(r, "latency.icl_ms.p50"), stat(r, "latency.itl_ms.p50"));
+        assert!(
+            icl > 5.0 * itl,
+            "chunks a block apart: ICL {icl} vs ITL {itl}"
+        );
+    }
+    // Generous: the served engine's steps stretch on a loaded machine.
+    for (metric, tolerance) in [("latency.icl_ms.p50", 0.3), ("latency.tpot_ms.p50", 0.3)] {
+        let (a, b) = (stat(&s, metric), stat(&p, metric));
+        eprintln!("{metric}: served {a:.2}, planned {b:.2}");
+        assert!(
+            (a - b).abs() / b <= tolerance,
+            "{metric}: served {a} vs planned {b}"
+        );
+    }
+}
+
 /// `sim serve --replicas 2`: two engines behind one endpoint, each with its
 /// own KV cache, `/metrics` labelled as vLLM's data parallelism labels them
 /// — and tokenscope's telemetry reads the pair as one server.
