@@ -40,6 +40,43 @@ pub fn enable(socket: &TcpStream) -> bool {
     }
 }
 
+/// Kernel stamping held on for as long as this lives (a loopback pair of
+/// sockets that asked for it).
+pub struct StampingOn {
+    _rx: TcpStream,
+    _tx: TcpStream,
+}
+
+/// Waits until the kernel stamps reads, and keeps it so. Linux switches
+/// stamping on system-wide a moment after the first socket asks, and off a
+/// moment after the last one closes (a deferred static-key switch); reads
+/// in between come unstamped. Probing a loopback pair of its own before a
+/// run's connections open makes the run's first reads stamped too. `None`
+/// when it did not come on within `limit` (reads are then counted as
+/// unstamped, and stamped when read).
+pub fn wait_until_on(limit: Duration) -> Option<StampingOn> {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
+    let mut tx = TcpStream::connect(listener.local_addr().ok()?).ok()?;
+    let (rx, _) = listener.accept().ok()?;
+    rx.set_nonblocking(true).ok()?;
+    if !enable(&rx) {
+        return None;
+    }
+    let deadline = Instant::now() + limit;
+    let mut buf = [0u8; 64];
+    loop {
+        tx.write_all(b"x").ok()?;
+        std::thread::sleep(Duration::from_millis(1));
+        if let Ok((_, Some(_))) = read(&rx, &mut buf) {
+            return Some(StampingOn { _rx: rx, _tx: tx });
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+    }
+}
+
 /// One non-blocking read into `buf`: the bytes read and, when the kernel
 /// stamped them, the arrival of the last of them.
 #[cfg(target_os = "linux")]
@@ -118,24 +155,15 @@ mod tests {
 
     #[test]
     fn a_read_carries_the_instant_its_bytes_arrived_not_when_it_was_read() {
+        // The kernel turns stamping on system-wide a moment after the first
+        // socket asks: until then reads come unstamped.
+        let _on = wait_until_on(Duration::from_secs(5)).expect("the kernel never stamped a read");
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut tx = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (rx, _) = listener.accept().unwrap();
         rx.set_nonblocking(true).unwrap();
         assert!(enable(&rx));
         let mut buf = [0u8; 64];
-        // The kernel turns stamping on system-wide a moment after the first
-        // socket asks (a deferred static-key switch): until then reads come
-        // unstamped, which callers handle by stamping them themselves.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            tx.write_all(b"x").unwrap();
-            std::thread::sleep(Duration::from_millis(5));
-            if read(&rx, &mut buf).unwrap().1.is_some() {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the kernel never stamped a read");
-        }
         let before = Instant::now();
         tx.write_all(b"token").unwrap();
         std::thread::sleep(Duration::from_millis(30));

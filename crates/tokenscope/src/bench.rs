@@ -104,6 +104,10 @@ where
         .clone()
         .or_else(|| builtin.as_ref().map(|b| b.url.clone()))
         .unwrap_or_default();
+    // Kernel stamping on before the first connection, held for the run.
+    let _stamping = runtime::kernel_stamps(&url)
+        .then(|| tokenscope_load::rx_stamp::wait_until_on(STAMPING_WAIT))
+        .flatten();
     let rt = runtime::client(threads, wake_batch(args, &url))?;
     let result = rt.block_on(body(
         url,
@@ -116,6 +120,10 @@ where
     }
     result
 }
+
+/// The most a run waits for the kernel to switch read stamping on (a few
+/// ms when it was off; at once when it is on).
+pub(crate) const STAMPING_WAIT: Duration = Duration::from_millis(500);
 
 /// How long an idle client thread gathers wake-ups against `url` (`--wake-batch`).
 pub(crate) fn wake_batch(args: &BenchArgs, url: &str) -> Duration {

@@ -51,6 +51,7 @@ pub fn run(args: SelftestArgs) -> anyhow::Result<Exit> {
     let threads = crate::bench::client_threads(load.client_threads);
     // The built-in server is plain http on loopback: `auto`, as a bench of it would.
     let wake_batch = tokenscope_load::runtime::WakeBatch::Auto;
+    let _stamping = tokenscope_load::rx_stamp::wait_until_on(crate::bench::STAMPING_WAIT);
     let rt = tokenscope_load::runtime::client(threads, wake_batch.resolve(true))?;
     if !args.json {
         eprintln!(

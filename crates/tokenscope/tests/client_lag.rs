@@ -309,8 +309,9 @@ fn a_client_and_a_server_process_on_one_host_share_a_clock_that_splits_the_ttft_
     // the server between its stamp and its write.
     assert!(
         read1[115] < 1.5,
-        "first-token read delay p90 {} ms with 5 ms wake batches",
-        read1[115]
+        "first-token read delay p90 {} ms with 5 ms wake batches ({} reads unstamped)",
+        read1[115],
+        client["unstamped_reads"]
     );
     // The self-check reports the same split.
     let o = tokenscope()
