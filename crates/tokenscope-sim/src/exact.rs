@@ -26,7 +26,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 use tokenscope_core::stats::Distribution;
-use tokio::net::TcpListener;
 
 #[derive(Debug, Clone)]
 pub struct ExactConfig {
@@ -115,7 +114,7 @@ pub struct ExactServer {
 impl ExactServer {
     /// Binds `addr` (port 0 for a free one) and serves on the current runtime.
     pub async fn start(addr: SocketAddr, config: ExactConfig) -> std::io::Result<ExactServer> {
-        let listener = TcpListener::bind(addr).await?;
+        let listener = crate::http::listen(addr)?;
         let addr = listener.local_addr()?;
         let stats = Arc::new(ServerStats::default());
         let shared = Arc::new(Shared {

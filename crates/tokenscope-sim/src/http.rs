@@ -1,9 +1,27 @@
 //! What both built-in servers need from HTTP: a lenient JSON body and a
-//! listener that sends small writes at once.
+//! listener that takes a burst of connections and sends small writes at once.
 
 use axum::serve::ListenerExt;
 use axum::Router;
-use tokio::net::TcpListener;
+use std::net::SocketAddr;
+use tokio::net::{TcpListener, TcpSocket};
+
+/// Connections a listener holds before it accepts them. tokio's default,
+/// 1,024, is overrun when a client opens 1,024 or more at once (the
+/// client's connections ahead of a burst): the rest wait for a SYN
+/// retransmit, a second or more. Linux caps it at `net.core.somaxconn`.
+pub const BACKLOG: u32 = 16_384;
+
+/// Binds `addr` with a backlog of [`BACKLOG`].
+pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
 
 /// A request body as JSON, whatever its Content-Type; the error says why not.
 pub fn parse_body(body: &[u8]) -> Result<serde_json::Value, String> {

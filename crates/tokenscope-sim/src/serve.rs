@@ -28,7 +28,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 #[derive(Debug, Clone)]
@@ -230,9 +229,8 @@ impl EngineServer {
                 engine,
             });
         }
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        let listener =
+            crate::http::listen(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
         let metrics = replicas.iter().map(|r| r.metrics.clone()).collect();
         let shared = Arc::new(Shared {
