@@ -379,7 +379,6 @@ impl Aggregator {
         itl
     }
 
-    /// The figures.
     /// The figures. Sorts what it keeps per request in place (no copy of
     /// it is made, so the run's peak memory stays that of the aggregator).
     pub fn finish(&mut self) -> Measured {

@@ -350,7 +350,7 @@ async fn run_engine(
         let mut engine = lock(&shared);
         let result = engine.end_step(work);
 
-        let mut m = metrics.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = lock(&metrics);
         m.iteration_tokens.observe(work.tokens as f64);
         let mut gone = Vec::new();
         for &(id, _, done) in &result.emitted {
@@ -743,7 +743,8 @@ impl StreamState {
                 }
                 Phase::Tokens => {
                     let (ev, n) = self.take_tokens().await?;
-                    if (self.sent..self.sent + n).contains(&self.half) {
+                    // A stream with a fault takes its tokens one at a time.
+                    if self.sent == self.half {
                         match self.fault {
                             Fault::Disconnect => {
                                 return Some(Err(std::io::Error::other("injected disconnect")))

@@ -52,7 +52,8 @@ pub struct Candidate {
 }
 
 impl Candidate {
-    pub fn label(&self) -> String {
+    /// GPU, TP, dtypes and serving: the shape, whatever the engine's rules.
+    pub fn shape(&self) -> String {
         format!(
             "{} × {} TP {} ({} weights, {} KV){}",
             self.tp,
@@ -65,9 +66,14 @@ impl Candidate {
             } else {
                 ""
             }
-        ) + &match self.engine {
-            Preset::Vllm => String::new(),
-            other => format!(" on {}", other.name()),
+        )
+    }
+
+    /// The shape, and the engine's rules where they are not vLLM's.
+    pub fn label(&self) -> String {
+        match self.engine {
+            Preset::Vllm => self.shape(),
+            other => format!("{} on {}", self.shape(), other.name()),
         }
     }
 }
@@ -133,6 +139,8 @@ pub struct Sized {
 #[derive(Debug, Clone, Serialize)]
 pub struct Rejected {
     pub candidate: String,
+    /// The candidate's shape ([`Candidate::shape`]), for grouping its engines.
+    pub shape: String,
     pub why: String,
 }
 
@@ -201,6 +209,7 @@ pub fn size(search: &Search, candidates: Vec<Candidate>) -> Result<Report, Strin
             Ok(b) => bounded.push((c, b)),
             Err(why) => rejected.push(Rejected {
                 candidate: c.label(),
+                shape: c.shape(),
                 why,
             }),
         }
@@ -240,6 +249,7 @@ pub fn size(search: &Search, candidates: Vec<Candidate>) -> Result<Report, Strin
             Ok(None) => pruned.push(c.label()),
             Err(why) => rejected.push(Rejected {
                 candidate: c.label(),
+                shape: c.shape(),
                 why,
             }),
         }

@@ -95,14 +95,12 @@ fn server_metrics(
     let gauge = |f: &dyn Fn(&Sample) -> f64| {
         GaugeSummary::of(&s.iter().map(|x| (x.t_s, f(x))).collect::<Vec<_>>())
     };
-    let (first, last) = (s.first(), s.last());
-    let window_s = match (first, last) {
-        (Some(a), Some(b)) => b.t_s - a.t_s,
-        _ => 0.0,
-    };
-    let generated = match (first, last) {
-        (Some(a), Some(b)) => Some((b.output_tokens_total - a.output_tokens_total) as f64),
-        _ => None,
+    let (window_s, generated) = match (s.first(), s.last()) {
+        (Some(a), Some(b)) => (
+            b.t_s - a.t_s,
+            Some((b.output_tokens_total - a.output_tokens_total) as f64),
+        ),
+        _ => (0.0, None),
     };
     let m = ServerSummary {
         scrapes: s.len(),

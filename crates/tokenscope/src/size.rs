@@ -108,6 +108,25 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
     })
 }
 
+/// The shapes that fit under none of the engines searched, each once; a
+/// shape that fits under some engines (their memory reserves differ with
+/// their token budgets) is named with each engine it did not fit under.
+fn no_fit_shapes(no_fit: &[&tokenscope_sim::size::Rejected], engines: usize) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for x in no_fit {
+        let under = no_fit.iter().filter(|y| y.shape == x.shape).count();
+        let name = if under == engines {
+            &x.shape
+        } else {
+            &x.candidate
+        };
+        if !out.contains(name) {
+            out.push(name.clone());
+        }
+    }
+    out
+}
+
 /// The engines asked for, each once, in the order given (`all` is every preset).
 fn engines(args: &SizeArgs) -> Vec<Preset> {
     let mut out: Vec<Preset> = Vec::new();
@@ -316,17 +335,9 @@ fn table(args: &SizeArgs, r: &Report, unpriced: &[String], seconds: f64) -> Stri
         .iter()
         .partition(|x| x.why.starts_with("does not fit"));
     if !no_fit.is_empty() {
-        // Memory does not depend on the engine's rules: each shape once.
-        let mut shapes: Vec<&str> = Vec::new();
-        for x in &no_fit {
-            let shape = x.candidate.split(" on ").next().unwrap_or(&x.candidate);
-            if !shapes.contains(&shape) {
-                shapes.push(shape);
-            }
-        }
         out.push_str(&format!(
             "  the weights do not fit in memory: {}\n",
-            shapes.join("; ")
+            no_fit_shapes(&no_fit, engines(args).len()).join("; ")
         ));
     }
     for x in other {
@@ -413,4 +424,29 @@ fn page_of(doc: &serde_json::Value, r: &Report) -> String {
         esc(doc["router"].as_str().unwrap_or("")),
     );
     page("tokenscope sim size", &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokenscope_sim::size::Rejected;
+
+    #[test]
+    fn a_shape_that_fits_under_no_engine_is_named_once_else_per_engine() {
+        let no_fit = |shape: &str, engine: &str| Rejected {
+            candidate: format!("{shape} on {engine}"),
+            shape: shape.into(),
+            why: "does not fit: …".into(),
+        };
+        let rejected = [
+            no_fit("1 × l4 TP 1", "vllm"),
+            no_fit("1 × l4 TP 1", "sglang"),
+            no_fit("1 × a100 TP 1", "trtllm"),
+        ];
+        let refs: Vec<&Rejected> = rejected.iter().collect();
+        assert_eq!(
+            no_fit_shapes(&refs, 2),
+            ["1 × l4 TP 1", "1 × a100 TP 1 on trtllm"]
+        );
+    }
 }

@@ -175,14 +175,7 @@ fn real_time_serving_agrees_with_the_virtual_clock() {
     let o = bench(&engine.url, &served, &[&load[..], &shape[..]].concat());
     assert_ok(&o);
     let planned = run_dir("engine-planned");
-    let o = tokenscope()
-        .args(["sim", "plan", "--quiet", "--out"])
-        .arg(&planned)
-        .args(load)
-        .args(shape)
-        .output()
-        .unwrap();
-    assert_ok(&o);
+    assert_ok(&sim_plan(&planned, &[&load[..], &shape[..]].concat()));
     let (s, p) = (results(&served), results(&planned));
     assert_eq!(p["simulated"]["model"], "llama-3.1-8b");
     for (metric, tolerance) in [
@@ -226,14 +219,7 @@ fn multi_step_blocks_arrive_as_bursts_in_real_time_as_planned() {
     let url = format!("http://127.0.0.1:{port}");
     assert_ok(&bench(&url, &served, &load));
     let planned = run_dir("multi-step-planned");
-    let o = tokenscope()
-        .args(["sim", "plan", "--quiet", "--out"])
-        .arg(&planned)
-        .args(engine)
-        .args(load)
-        .output()
-        .unwrap();
-    assert_ok(&o);
+    assert_ok(&sim_plan(&planned, &[&engine[..], &load[..]].concat()));
     let (s, p) = (results(&served), results(&planned));
     for r in [&s, &p] {
         assert_eq!(r["tokens"]["multi_token_chunks"], true, "{}", r["tokens"]);

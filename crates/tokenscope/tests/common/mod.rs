@@ -117,6 +117,16 @@ pub fn bench(url: &str, out: &Path, args: &[&str]) -> Output {
         .expect("running tokenscope")
 }
 
+/// Runs `tokenscope sim plan --quiet --out DIR ARGS…`; returns the output.
+pub fn sim_plan(out: &Path, args: &[&str]) -> Output {
+    tokenscope()
+        .args(["sim", "plan", "--quiet", "--out"])
+        .arg(out)
+        .args(args)
+        .output()
+        .expect("running tokenscope")
+}
+
 pub fn results(out: &Path) -> Value {
     let text = std::fs::read_to_string(out.join("results.json")).expect("results.json exists");
     serde_json::from_str(&text).expect("results.json is JSON")
