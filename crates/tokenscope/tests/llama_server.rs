@@ -794,8 +794,8 @@ fn cold_start_times_llama_to_ready_and_stops_it() {
 /// step (a wave finishes in one engine step and comes back whole:
 /// docs/simulator.md, tests/physics.rs). A real engine does the same:
 /// llama.cpp with four slots, four users started at once with 64-token
-/// prompts and 32-token answers (`--ignore-eos`), ends each wave within
-/// about a token's time; ramped over 2 s the users stay apart.
+/// prompts and 32-token answers (`--ignore-eos`), ends its waves within
+/// a few tokens' time, mostly; ramped over 2 s the users stay apart.
 #[test]
 fn fixed_lengths_started_together_stay_in_step_on_a_real_engine() {
     let llama = Llama::start_with("LLAMA_MODEL_50M", 4, 2, &["--cache-ram", "0"]);
@@ -805,7 +805,7 @@ fn fixed_lengths_started_together_stay_in_step_on_a_real_engine() {
             &llama.url,
             &out,
             &[
-                &["--concurrency", "4", "--requests", "24"][..],
+                &["--concurrency", "4", "--requests", "40"][..],
                 &[
                     "--input-tokens",
                     "64",
@@ -838,19 +838,30 @@ fn fixed_lengths_started_together_stay_in_step_on_a_real_engine() {
         "wave spreads: together {together:.1?} ms, ramped {ramped:.1?} ms; TPOT {tpot:.1} ms; TTFT p50 {ttft_together:.0} vs {ttft_ramped:.0} ms"
     );
     // Measured 2026-12-04: together every wave 8–24 ms first to last in
-    // most runs, against a TPOT of 11–21 ms; ramped 490–1,040 ms. Now and
-    // then llama.cpp starts part of a wave a batch late and the wave ends
-    // in two groups ~130 ms apart for a few waves (2 full runs in ~10 read
-    // a median of 134–137 ms), so the test holds half the waves, not all.
-    let half_in_step = together[together.len() / 2 - 1];
-    let ramped_median = ramped[ramped.len() / 2];
+    // most runs here, against a TPOT of 11–21 ms; ramped 490–1,040 ms. Now
+    // and then llama.cpp starts part of a wave a batch late (a request that
+    // lands during a step waits for the next) and the wave ends in groups
+    // for the rest of the run: two full runs here read a median of 134–137
+    // ms, and CI's slower machine (TPOT 24 ms, six waves) read [32, 117,
+    // 118, 297, 319, 351] against ramped [293, 804, 818, 822, 835, 1448].
+    // With a busy loop beside it (TPOT 44–54 ms) one run in three read eight
+    // waves within 30 ms and two at 760–960 ms. So the test holds what
+    // survives all of that: the tightest wave ends within a few steps, and
+    // the median wave started together is tighter than the median ramped
+    // one (over three loaded runs here, 24–781 ms against 668–2,468 ms;
+    // CI's run above, 118–297 against 818). It breaks only when the CPU is
+    // starved outright: with two busy loops on the two cores, TPOT 62 ms,
+    // the waves end at random (together 557 ms, ramped 379 ms).
+    assert_eq!((together.len(), ramped.len()), (10, 10), "ten waves each");
+    let tightest = together[0];
+    let median = |v: &[f64]| (v[4] + v[5]) / 2.0;
     assert!(
-        half_in_step < 3.0 * tpot,
-        "together, half the waves end within about a step: {together:?} ms, TPOT {tpot}"
+        tightest < 5.0 * tpot,
+        "together, a wave ends within a few steps: {together:?} ms, TPOT {tpot}"
     );
     assert!(
-        ramped_median > 5.0 * half_in_step.max(tpot),
-        "ramped, the users stay apart: {ramped:?} vs {together:?} ms"
+        median(&ramped) > median(&together),
+        "ramped, the users stay apart, together closer: {ramped:?} vs {together:?} ms"
     );
     // TTFT is printed, not held: on this CPU server a ramped user's prefill
     // shares steps with three decoding slots on two cores, and TTFT together
