@@ -100,9 +100,9 @@ fn b_overload_queues_grow_while_throughput_plateaus() {
     };
     // Answers of one length would finish in cohorts: a cohort admitted
     // together frees its KV together 256 steps later and the next is
-    // admitted at once, so tokens/s swings ~6× over a ~24 s cycle (2.5k ↔
-    // 15k a second in 5 s windows) and two 15 s windows compare phases, not
-    // levels. Lengths of 128–384 spread the cohorts (±15 % in 5 s windows).
+    // admitted at once, so tokens/s swings ~6× over a ~15 s cycle (2.5k ↔
+    // 15.8k a second in 5 s windows) and two 15 s windows compare phases,
+    // not levels. Lengths of 128–384 spread the cohorts.
     l.workload = Workload::new(
         LengthSpec::Fixed(512),
         Some(LengthSpec::Uniform(128, 384)),
@@ -132,7 +132,7 @@ fn b_overload_queues_grow_while_throughput_plateaus() {
     // While requests arrive (60 s), waiting requests grow, and tokens/s holds
     // a level far below what arrives (150/s × 256 tokens = 38.4k/s): every
     // 10 s window of the last 40 s within 30 % of their mean. It swings about
-    // that level (seeds 1–4: −15…+22 %) as preemptions and admissions take
+    // that level (seeds 1–4: −12…+11 %) as preemptions and admissions take
     // turns: the engine fills its KV cache, preempts, drains, admits again.
     let s: Vec<_> = out.samples.iter().filter(|s| s.t_s <= 60.0).collect();
     assert!(
