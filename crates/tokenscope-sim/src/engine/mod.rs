@@ -235,7 +235,8 @@ impl Engine {
 mod tests {
     use super::*;
 
-    fn llama70b_fp8_on_h200(engine: preset::Preset, utilisation: f64) -> f64 {
+    /// GiB of KV cache, or why the deployment does not fit.
+    fn llama70b_fp8_on_h200(engine: preset::Preset, utilisation: f64) -> Result<f64, String> {
         let cat = catalogue::Catalogue::builtin();
         let mut cfg = EngineConfig::new(
             cat.model("llama-3.1-70b").unwrap(),
@@ -244,23 +245,23 @@ mod tests {
         (cfg.weights, cfg.kv_dtype, cfg.engine) = (Dtype::Fp8, Dtype::Fp8, engine);
         cfg.gpu_memory_utilization = utilisation;
         let block = cfg.cost_model().kv_bytes_per_token_per_gpu() * cfg.block_size as f64;
-        cfg.kv_blocks().unwrap() as f64 * block / 1024f64.powi(3)
+        Ok(cfg.kv_blocks()? as f64 * block / 1024f64.powi(3))
     }
 
     #[test]
     fn tensorrt_llm_sizes_its_kv_cache_from_the_memory_left_free() {
+        use preset::Preset::{Trtllm, Vllm};
         // At 0.9, TensorRT-LLM keeps 10 % of the free memory back and vLLM
         // 10 % of the whole GPU: 131 GiB, 65.7 GiB of FP8 weights.
-        let (trtllm, vllm) = (
-            llama70b_fp8_on_h200(preset::Preset::Trtllm, 0.9),
-            llama70b_fp8_on_h200(preset::Preset::Vllm, 0.9),
-        );
+        let trtllm = llama70b_fp8_on_h200(Trtllm, 0.9).unwrap();
+        let vllm = llama70b_fp8_on_h200(Vllm, 0.9).unwrap();
         assert!((55.0..58.0).contains(&trtllm), "{trtllm} GiB");
         assert!((48.0..51.0).contains(&vllm), "{vllm} GiB");
         // Half the fraction, half the cache under TensorRT-LLM; under vLLM
-        // the cut is half the GPU, more than the whole cache.
-        let half = llama70b_fp8_on_h200(preset::Preset::Trtllm, 0.45);
+        // the cut is half the GPU, more than the weights leave.
+        let half = llama70b_fp8_on_h200(Trtllm, 0.45).unwrap();
         assert!((half / trtllm - 0.5).abs() < 0.01, "{half} vs {trtllm}");
-        assert!(llama70b_fp8_on_h200(preset::Preset::Trtllm, 1.0) > trtllm);
+        let err = llama70b_fp8_on_h200(Vllm, 0.45).unwrap_err();
+        assert!(err.contains("does not fit"), "{err}");
     }
 }
