@@ -337,10 +337,7 @@ pub struct EngineArgs {
     /// KV-cache type: bf16 or fp8.
     #[arg(long, default_value = "bf16")]
     pub kv_dtype: Dtype,
-    /// Share of GPU memory the engine may use (vLLM's --gpu-memory-utilization,
-    /// SGLang's --mem-fraction-static); under --engine trtllm, the share of the
-    /// memory left once the model is loaded that the KV cache takes
-    /// (TensorRT-LLM's kv_cache_free_gpu_mem_fraction).
+    /// Share of GPU memory the engine may use (vLLM's --gpu-memory-utilization).
     #[arg(long, default_value_t = 0.9, value_parser = probability)]
     pub gpu_memory_utilization: f64,
     /// Running sequences at most (default: vLLM's for the GPU).

@@ -118,33 +118,23 @@ impl EngineConfig {
         1.0 + (activations + logits) / tp / 1024f64.powi(3)
     }
 
-    /// KV blocks per GPU: (memory × utilisation − weights − reserved) ÷ block
-    /// bytes; under TensorRT-LLM's rules (memory − weights − reserved) ×
-    /// utilisation ([`preset::Preset::kv_share_of_free`]).
+    /// KV blocks per GPU: (memory × utilisation − weights − reserved) ÷ block bytes.
     pub fn kv_blocks(&self) -> Result<u64, String> {
         let cost = self.cost_model();
         let gib = 1024f64.powi(3);
-        let (memory, weights) = (self.gpu.memory_gib * gib, cost.weight_bytes_per_gpu());
-        let free = memory - weights - self.reserved_gib() * gib;
-        let available = if self.engine.kv_share_of_free() {
-            free * self.gpu_memory_utilization
-        } else {
-            free - memory * (1.0 - self.gpu_memory_utilization)
-        };
+        let available = self.gpu.memory_gib * gib * self.gpu_memory_utilization
+            - cost.weight_bytes_per_gpu()
+            - self.reserved_gib() * gib;
         let block_bytes = cost.kv_bytes_per_token_per_gpu() * self.block_size as f64;
         if available < block_bytes {
-            let usable = match self.engine.kv_share_of_free() {
-                true => self.gpu.memory_gib - self.reserved_gib(),
-                false => self.gpu.memory_gib * self.gpu_memory_utilization - self.reserved_gib(),
-            };
             return Err(format!(
                 "{} does not fit on {} × {} at {:.0} % memory: weights need {:.1} GiB per GPU of {:.1} GiB usable",
                 self.model.name,
                 self.tp,
                 self.gpu.name,
                 self.gpu_memory_utilization * 100.0,
-                weights / gib,
-                usable
+                cost.weight_bytes_per_gpu() / gib,
+                self.gpu.memory_gib * self.gpu_memory_utilization - self.reserved_gib()
             ));
         }
         Ok((available / block_bytes).floor() as u64)
@@ -228,40 +218,5 @@ impl Engine {
     /// Completes the step begun with [`Engine::begin_step`], once it has ended.
     pub fn end_step(&mut self, work: cost::StepWork) -> StepResult {
         self.scheduler.finish_step(work)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// GiB of KV cache, or why the deployment does not fit.
-    fn llama70b_fp8_on_h200(engine: preset::Preset, utilisation: f64) -> Result<f64, String> {
-        let cat = catalogue::Catalogue::builtin();
-        let mut cfg = EngineConfig::new(
-            cat.model("llama-3.1-70b").unwrap(),
-            cat.gpu("h200").unwrap(),
-        );
-        (cfg.weights, cfg.kv_dtype, cfg.engine) = (Dtype::Fp8, Dtype::Fp8, engine);
-        cfg.gpu_memory_utilization = utilisation;
-        let block = cfg.cost_model().kv_bytes_per_token_per_gpu() * cfg.block_size as f64;
-        Ok(cfg.kv_blocks()? as f64 * block / 1024f64.powi(3))
-    }
-
-    #[test]
-    fn tensorrt_llm_sizes_its_kv_cache_from_the_memory_left_free() {
-        use preset::Preset::{Trtllm, Vllm};
-        // At 0.9, TensorRT-LLM keeps 10 % of the free memory back and vLLM
-        // 10 % of the whole GPU: 131 GiB, 65.7 GiB of FP8 weights.
-        let trtllm = llama70b_fp8_on_h200(Trtllm, 0.9).unwrap();
-        let vllm = llama70b_fp8_on_h200(Vllm, 0.9).unwrap();
-        assert!((55.0..58.0).contains(&trtllm), "{trtllm} GiB");
-        assert!((48.0..51.0).contains(&vllm), "{vllm} GiB");
-        // Half the fraction, half the cache under TensorRT-LLM; under vLLM
-        // the cut is half the GPU, more than the weights leave.
-        let half = llama70b_fp8_on_h200(Trtllm, 0.45).unwrap();
-        assert!((half / trtllm - 0.5).abs() < 0.01, "{half} vs {trtllm}");
-        let err = llama70b_fp8_on_h200(Vllm, 0.45).unwrap_err();
-        assert!(err.contains("does not fit"), "{err}");
     }
 }

@@ -63,17 +63,6 @@ impl Preset {
         }
     }
 
-    /// Whether `--gpu-memory-utilization` is a share of the memory left free
-    /// once the model is loaded (TensorRT-LLM's `kv_cache_free_gpu_mem_fraction`,
-    /// 0.9 by default) rather than of the whole GPU (vLLM's
-    /// `gpu_memory_utilization`, SGLang's `mem_fraction_static`). At 0.9 the
-    /// first leaves the KV cache 10 % of the free memory short; the second,
-    /// 10 % of the whole GPU: for Llama-3.1-70B FP8 on one H200, 56 GiB of
-    /// KV against 49.
-    pub fn kv_share_of_free(self) -> bool {
-        matches!(self, Preset::Trtllm)
-    }
-
     pub fn describe(self) -> &'static str {
         match self {
             Preset::Vllm => "vLLM V1 scheduler model: chunked prefill, mixed steps",
