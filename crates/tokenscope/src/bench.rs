@@ -105,10 +105,11 @@ where
         .or_else(|| builtin.as_ref().map(|b| b.url.clone()))
         .unwrap_or_default();
     // Kernel stamping on before the first connection, held for the run.
-    let _stamping = runtime::kernel_stamps(&url)
+    let stamps = runtime::kernel_stamps(&url);
+    let _stamping = stamps
         .then(|| tokenscope_load::rx_stamp::wait_until_on(STAMPING_WAIT))
         .flatten();
-    let rt = runtime::client(threads, wake_batch(args, &url))?;
+    let rt = runtime::client(threads, args.wake_batch.resolve(stamps))?;
     let result = rt.block_on(body(
         url,
         builtin.as_ref().map(|b| b.description.clone()),

@@ -58,14 +58,10 @@ fn seventy_b_at_twenty_per_second_every_option_meets_the_slo_when_re_run() {
     rerun_every_option(&doc, "size-rerun");
 }
 
-/// Runs a listed `sim plan` command (its words after `tokenscope`) into `out`.
-fn plan(words: &[&str], out: &std::path::Path) -> std::process::Output {
-    tokenscope()
-        .args(words)
-        .args(["--quiet", "--no-history", "--out"])
-        .arg(out)
-        .output()
-        .unwrap()
+/// Runs a listed `sim plan` command's flags (its words after `tokenscope
+/// sim plan`) into `out`.
+fn plan(flags: &[&str], out: &std::path::Path) -> std::process::Output {
+    sim_plan(out, &[flags, &["--no-history"]].concat())
 }
 
 /// Re-runs each listed option's `sim plan` command: it meets the SLO with
@@ -85,7 +81,7 @@ fn rerun_every_option(doc: &Value, name: &str) {
         let words: Vec<&str> = cmd.as_str().unwrap().split_whitespace().collect();
         assert_eq!(&words[..3], ["tokenscope", "sim", "plan"]);
         let out = dir.join(format!("option-{i}"));
-        let run = plan(&words[1..], &out);
+        let run = plan(&words[3..], &out);
         // Exit 0: the SLO is met (5 would be not met, 7 not judged).
         assert_eq!(
             run.status.code(),
@@ -153,11 +149,12 @@ fn fewer_replicas_miss_at_every_split(doc: &Value) {
             continue;
         }
         let words: Vec<&str> = cmd.as_str().unwrap().split_whitespace().collect();
-        let at = words.iter().position(|w| *w == "--disaggregate").unwrap() + 1;
+        let flags = &words[3..];
+        let at = flags.iter().position(|w| *w == "--disaggregate").unwrap() + 1;
         for p in 1..n - 1 {
             let split = format!("{p}:{}", n - 1 - p);
-            let mut args: Vec<&str> = words[1..].to_vec();
-            args[at - 1] = &split;
+            let mut args = flags.to_vec();
+            args[at] = &split;
             let run = plan(&args, &dir.join(format!("option-{i}-{split}")));
             assert_eq!(
                 run.status.code(),
