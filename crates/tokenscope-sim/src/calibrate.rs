@@ -79,8 +79,9 @@ const BOUNDS: [(&str, f64, f64); 5] = [
 ];
 
 /// Parameters live in log space: compute, memory, step overhead,
-/// per-sequence cost, per-request overhead.
-fn efficiency_at(x: &[f64; 5]) -> Efficiency {
+/// per-sequence cost, per-request overhead. The per-layer time stays
+/// `base`'s: for one model it moves every step as the step overhead does.
+fn efficiency_at(x: &[f64; 5], base: &Efficiency) -> Efficiency {
     let f = |i: usize| x[i].exp().clamp(BOUNDS[i].1, BOUNDS[i].2);
     Efficiency {
         compute: f(0),
@@ -88,6 +89,7 @@ fn efficiency_at(x: &[f64; 5]) -> Efficiency {
         step_overhead_s: f(2),
         per_sequence_s: f(3),
         request_overhead_s: f(4),
+        per_layer_s: base.per_layer_s,
     }
 }
 
@@ -128,7 +130,8 @@ pub fn calibrate(
     let cost = |x: &[f64; 5]| -> f64 {
         runs.iter()
             .map(|(load, measured)| {
-                predict(config, load, efficiency_at(x)).map_or(f64::INFINITY, |t| t.error(measured))
+                predict(config, load, efficiency_at(x, &start))
+                    .map_or(f64::INFINITY, |t| t.error(measured))
             })
             .sum()
     };
@@ -140,7 +143,7 @@ pub fn calibrate(
         start.request_overhead_s.max(1e-4).ln(),
     ];
     let best = nelder_mead(cost, x0, 1.0, 500);
-    let eff = efficiency_at(&best);
+    let eff = efficiency_at(&best, &start);
     let predicted = runs
         .iter()
         .map(|(load, _)| predict(config, load, eff))
@@ -227,6 +230,7 @@ mod tests {
             step_overhead_s: 1e-3,
             per_sequence_s: 1e-5,
             request_overhead_s: 0.01,
+            per_layer_s: 25e-6,
         };
         assert!(at_bounds(&ok).is_empty());
         let pinned = Efficiency {

@@ -276,6 +276,7 @@ fn calibration_recovers_a_known_deployment() {
         step_overhead_s: 0.006,
         per_sequence_s: 10e-6,
         request_overhead_s: 0.02,
+        per_layer_s: 25e-6,
     };
     let mut l = load(closed(8), 64, 0, 0);
     l.workload.input = LengthSpec::Uniform(64, 2048);
@@ -356,9 +357,10 @@ fn tensor_parallel_decode_pays_a_collective_that_grows_with_the_ring() {
     let msg = 32.0 * 8192.0 * 2.0;
     let layers = 2.0 * 80.0;
     let e = cfg.efficiency;
-    // Everything else halves from TP 2 to TP 4; the collective does not.
+    // Everything else halves from TP 2 to TP 4; the collective and the fixed
+    // costs (CPU, per sequence, each layer's kernels) do not.
     let expected = layers * (c4.allreduce_s(msg) - c2.allreduce_s(msg) / 2.0)
-        + (e.step_overhead_s + 32.0 * e.per_sequence_s) / 2.0;
+        + (e.step_overhead_s + 32.0 * e.per_sequence_s + 80.0 * e.per_layer_s) / 2.0;
     assert!(
         (four - two / 2.0 - expected).abs() < 1e-9,
         "TP4 {four} s vs TP2 {two} s: {expected} expected beyond half"

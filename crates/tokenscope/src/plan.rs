@@ -533,11 +533,12 @@ pub fn calibrate(args: CalibrateArgs) -> anyhow::Result<Exit> {
         }
     }
     println!(
-        "fitted: compute efficiency {:.3}, memory efficiency {:.3}, step overhead {:.2} ms, per sequence {:.3} ms",
+        "fitted: compute efficiency {:.3}, memory efficiency {:.3}, step overhead {:.2} ms, per sequence {:.3} ms (each layer's kernels {:.0} µs a step, not fitted)",
         efficiency.compute,
         efficiency.memory,
         efficiency.step_overhead_s * 1e3,
-        efficiency.per_sequence_s * 1e3
+        efficiency.per_sequence_s * 1e3,
+        efficiency.per_layer_s * 1e6
     );
     println!("profile: {}", path.display());
     let pinned = tokenscope_sim::calibrate::at_bounds(&efficiency);

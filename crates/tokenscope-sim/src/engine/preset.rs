@@ -45,8 +45,10 @@ impl Preset {
         }
     }
 
-    /// CPU time around each GPU step, s (before calibration):
-    /// - vLLM V1: 2 ms, the simulator's fitted default.
+    /// CPU time around each GPU step, s (before calibration; the layers'
+    /// fixed GPU time, `cost::PER_LAYER_S`, comes on top):
+    /// - vLLM V1: 1.4 ms, fitted with the per-layer time to the vLLM
+    ///   nightly benchmark's batch-of-8 runs (2 ms before that term existed).
     /// - vLLM V0: 5 ms. Before 0.6.0 the CPU work around each step was
     ///   vLLM's main cost: the 0.6.0 release cut it for 2.7× the throughput
     ///   on Llama-8B/H100, and GPU power rose from ~60 % to ~95 % of its
@@ -57,7 +59,7 @@ impl Preset {
     ///   Python in the loop.
     pub fn step_overhead_s(self) -> f64 {
         match self {
-            Preset::Vllm => 0.002,
+            Preset::Vllm => 0.0014,
             Preset::VllmV0 => 0.005,
             Preset::Sglang | Preset::Trtllm => 0.001,
         }
