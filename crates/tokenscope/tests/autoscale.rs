@@ -71,6 +71,7 @@ fn the_real_time_sweep_and_the_plan_agree_on_the_threshold() {
         stat(&b, "capacity_load.high"),
     );
     let step = hi - lo;
+    eprintln!("capacity: real {}, plan {}", cap(&a), cap(&b));
     assert!(
         (cap(&a) - cap(&b)).abs() <= step,
         "real {} vs plan {} (step {step})",
@@ -81,6 +82,7 @@ fn the_real_time_sweep_and_the_plan_agree_on_the_threshold() {
     // slows on a loaded machine; the step rule above is the bound).
     for axis in ["requests_per_s.value", "in_server.value"] {
         let (x, y) = (stat(&a, axis), stat(&b, axis));
+        eprintln!("{axis}: real {x:.2}, plan {y:.2}");
         assert!((x / y - 1.0).abs() < 0.4, "{axis}: real {x} vs plan {y}");
     }
     assert_eq!(a["metric"], "vllm:num_requests_running");
@@ -215,6 +217,7 @@ fn a_rate_step_is_served_later_with_a_slower_autoscaler_and_replicas_follow_the_
     let (fast, fast_recs, series) = autoscaled("autoscale-10s", &trace, &policy("10s"));
     let (slow, slow_recs, _) = autoscaled("autoscale-60s", &trace, &policy("60s"));
     let (a, b) = (step_ttft_p99(&fast_recs), step_ttft_p99(&slow_recs));
+    eprintln!("TTFT p99 in the step: delay 10 s {a:.0} ms, 60 s {b:.0} ms");
     assert!(
         b > a * 1.5,
         "TTFT p99 in the step: delay 60 s {b} ms vs 10 s {a} ms"
@@ -266,7 +269,9 @@ fn a_rate_step_is_served_later_with_a_slower_autoscaler_and_replicas_follow_the_
         "{paid} replica-seconds over {window} s"
     );
     // The slower policy's replicas came later, so it paid for fewer of them.
-    assert!(stat(&scaling(&slow), "replica_seconds") < paid);
+    let slow_paid = stat(&scaling(&slow), "replica_seconds");
+    eprintln!("replica-seconds: delay 10 s {paid:.0}, 60 s {slow_paid:.0}");
+    assert!(slow_paid < paid);
 }
 
 #[test]

@@ -108,8 +108,9 @@ fn slow_decode_profile() -> PathBuf {
     write_file(
         "slow-decode-profile",
         r#"{"model": "llama-3.1-8b", "gpu": "h100-sxm", "tp": 1,
-            "efficiency": {"compute": 0.55, "memory": 0.64, "step_overhead_s": 0.002,
-                           "per_sequence_s": 0.00001, "request_overhead_s": 0.010},
+            "efficiency": {"compute": 0.55, "memory": 0.64, "step_overhead_s": 0.0014,
+                           "per_sequence_s": 0.00001, "request_overhead_s": 0.010,
+                           "per_layer_s": 0.000025},
             "runs": [], "residual": 0.0}"#,
     )
 }
