@@ -39,7 +39,9 @@ impl std::str::FromStr for Dtype {
 }
 
 /// The factors a calibration fits. Defaults are assumptions from the
-/// reference (η_m 0.7–0.85, η_c 0.4–0.7, 1–5 ms per step), not measurements.
+/// reference (η_m 0.7–0.85, η_c 0.4–0.7, 1–5 ms per step), not
+/// measurements — but for the step overhead and each layer's time, fitted
+/// together to four published runs ([`PER_LAYER_S`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Efficiency {
     /// Share of peak FLOPS reached (η_c).
@@ -70,7 +72,7 @@ pub struct Efficiency {
 /// write, attention, the activation, the all-reduces — and each pays a few
 /// microseconds to launch, fill the GPU and drain, even inside a CUDA graph.
 /// The roofline sees only bytes and FLOPs, so without this term a deep
-/// model's small-batch step was too fast: Llama-3.1-70B's TPOT read 14–29 %
+/// model's small-batch step was too fast: Llama-3.1-70B's TPOT read 6–29 %
 /// short of every published small-batch figure (SGLang's and vLLM's
 /// online runs, NIM at concurrency 1–50).
 ///
@@ -86,7 +88,7 @@ impl Default for Efficiency {
         Efficiency {
             compute: 0.55,
             memory: 0.8,
-            step_overhead_s: 0.0014,
+            step_overhead_s: super::preset::Preset::Vllm.step_overhead_s(),
             per_sequence_s: 10e-6,
             request_overhead_s: 0.010,
             per_layer_s: PER_LAYER_S,
