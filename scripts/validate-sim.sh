@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Validates the simulated engine against 71 published measurements (the
 # SGLang team's, Lambda's, NVIDIA NIM's and vLLM's nightly benchmarks; the
-# list with its sources is scripts/validate_sim.py), then against 30 held
-# out (TensorRT-LLM's own throughput table), and times the planner.
+# list with its sources is scripts/validate_sim.py), then against 38 held
+# out (TensorRT-LLM's own throughput table, NIM's rows past saturation),
+# and times the planner.
 # Prints Markdown.
 #
 #   scripts/validate-sim.sh > /tmp/validation.md

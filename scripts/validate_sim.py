@@ -6,6 +6,11 @@ TensorRT-LLM's throughput table) that nothing in the engine was fitted to.
 
     scripts/validate-sim.sh > /tmp/validation.md        (builds, then runs this)
     scripts/validate_sim.py BIN [--rules-off]
+    scripts/validate_sim.py BIN --fit-kernel-time
+
+--fit-kernel-time prints the fit behind vLLM V1's step overhead and each
+layer's kernel time (cost::PER_LAYER_S): the vLLM nightly benchmark's four
+batch-of-8 runs over a grid of both, every other factor the binary's own.
 
 --rules-off runs every point without engine presets or multi-step scheduling
 (vLLM V1's rules), e.g. for a binary that predates them. The sources are
@@ -52,6 +57,19 @@ METRICS = {
     "output tok/s": (("throughput", "output_tokens_per_s"), "throughput"),
     "req/s": (("throughput", "requests_per_s"), "throughput"),
 }
+
+
+# NIM's deployment: Llama-3.3-70B (Llama-3.1-70B's architecture) FP8 on two H100s.
+NIM_DEPLOYMENT = ["--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "2", *TRTLLM_FP8]
+
+
+def nim_5000_in(c, ttft, itl, tok_s):
+    """One row of NIM's 5,000 in / 500 out table: a closed loop of c users."""
+    return (f"llama-3.3-70b FP8, 2×h100-sxm, NIM, 5000 in / 500 out, concurrency {c}", NIM,
+            # Steady state: the first wave (all c prompts at once) is warm-up.
+            [*NIM_DEPLOYMENT, "--concurrency", str(c), "--requests", str(10 * c), "--warmup", str(c),
+             "--input-tokens", "5000", "--output-tokens", "500"],
+            {"TTFT mean (ms)": ttft, "TPOT mean (ms)": itl, "output tok/s": tok_s}, True)
 
 
 def scenarios():
@@ -104,14 +122,9 @@ def scenarios():
          ["--model", "llama-3.1-70b", "--tp", "4", *lam, "--engine", "vllm-v0"],
          {"output tok/s": 1491.93, "TPOT p50 (ms)": 125.78}, False),
     ]
-    nim = ["--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "2", *TRTLLM_FP8]
-    for c, ttft, itl, tok_s in [(1, 406.77, 18.58, 51.67), (5, 546.7, 21.83, 218.48),
-                                (25, 688.69, 38.75, 623.4), (50, 834.51, 59.73, 814.37)]:
-        s.append((f"llama-3.3-70b FP8, 2×h100-sxm, NIM, 5000 in / 500 out, concurrency {c}", NIM,
-                  # Steady state: the first wave (all C prompts at once) is warm-up.
-                  [*nim, "--concurrency", str(c), "--requests", str(10 * c), "--warmup", str(c),
-                   "--input-tokens", "5000", "--output-tokens", "500"],
-                  {"TTFT mean (ms)": ttft, "TPOT mean (ms)": itl, "output tok/s": tok_s}, True))
+    s += [nim_5000_in(*row) for row in [(1, 406.77, 18.58, 51.67), (5, 546.7, 21.83, 218.48),
+                                        (25, 688.69, 38.75, 623.4), (50, 834.51, 59.73, 814.37)]]
+    nim = NIM_DEPLOYMENT
     s.append(("llama-3.3-70b FP8, 2×h100-sxm, NIM, 500 in / 2000 out, concurrency 1", NIM,
               [*nim, "--concurrency", "1", "--requests", "6", "--input-tokens", "500", "--output-tokens", "2000"],
               {"TTFT mean (ms)": 47.77, "TPOT mean (ms)": 18.91, "output tok/s": 52.85}, True))
@@ -166,13 +179,7 @@ NIM_SATURATED = [(100, 7996.25, 92.91, 917.26), (150, 34794.22, 92.86, 920.9),
 
 def held_out():
     """The held-out points, in scenarios()'s form."""
-    s = []
-    nim = ["--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "2", *TRTLLM_FP8]
-    for c, ttft, itl, tok_s in NIM_SATURATED:
-        s.append((f"llama-3.3-70b FP8, 2×h100-sxm, NIM, 5000 in / 500 out, concurrency {c}", NIM,
-                  [*nim, "--concurrency", str(c), "--requests", str(10 * c), "--warmup", str(c),
-                   "--input-tokens", "5000", "--output-tokens", "500"],
-                  {"TTFT mean (ms)": ttft, "TPOT mean (ms)": itl, "output tok/s": tok_s}, True))
+    s = [nim_5000_in(*row) for row in NIM_SATURATED]
     for (isl, osl), (n, t8, t70_h100, t70_h200) in TRTLLM_TABLE.items():
         for model, gpu, tp, tok_s in [("llama-3.1-8b", "h100-sxm", 1, t8),
                                       ("llama-3.1-70b", "h100-sxm", 2, t70_h100),
@@ -209,9 +216,46 @@ def main():
     rules_off = "--rules-off" in sys.argv
     work = tempfile.mkdtemp()
     try:
-        run_all(binary, rules_off, work)
+        if "--fit-kernel-time" in sys.argv:
+            fit_kernel_time(binary, work)
+        else:
+            run_all(binary, rules_off, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def plan(binary, flags, out, seed=1):
+    """`sim plan --json` of flags, its results (out is removed after)."""
+    cmd = [binary, "sim", "plan", *flags, "--seed", str(seed), "--quiet", "--json", "--out", out]
+    doc = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    shutil.rmtree(out, ignore_errors=True)
+    return doc
+
+
+def fit_kernel_time(binary, work):
+    """The four batch-of-8 runs over a grid of (per-layer time, step
+    overhead), each as a profile that keeps every other factor the binary's;
+    prints each cell's errors, least squares first."""
+    points = [p for p in scenarios() if "batch of 8" in p[0]]
+    plan_flags = lambda flags: [*flags, "--no-history"]
+    base = plan(binary, plan_flags(points[0][2]), os.path.join(work, "base"))["simulated"]["efficiency"]
+    cells = []
+    for layer_us in [0, 10, 15, 20, 25, 30, 40]:
+        for step_ms in [0.6, 0.8, 1.0, 1.2, 1.4, 1.6, 1.8, 2.0]:
+            profile = os.path.join(work, "profile.json")
+            eff = {**base, "per_layer_s": layer_us * 1e-6, "step_overhead_s": step_ms * 1e-3}
+            with open(profile, "w") as f:
+                json.dump({"model": "", "gpu": "", "tp": 1, "efficiency": eff, "runs": [], "residual": 0}, f)
+            errs = []
+            for label, _, flags, published, _ in points:
+                doc = plan(binary, plan_flags([*flags, "--profile", profile]), os.path.join(work, "cell"))
+                errs += [(get(doc, METRICS[m][0]) - pub) / pub * 100 for m, pub in published.items()]
+            cells.append((sum(e * e for e in errs), layer_us, step_ms, errs))
+    print("| per layer (µs) | step overhead (ms) | " + " | ".join(p[0] for p in points) + " | Σ error² |")
+    print("|---|---|" + "---|" * len(points) + "---|")
+    for sq, layer_us, step_ms, errs in sorted(cells):
+        row = " | ".join(f"{e:+.1f} %" for e in errs)
+        print(f"| {layer_us} | {step_ms:.1f} | {row} | {sq:.0f} |")
 
 
 def run_all(binary, rules_off, work):
@@ -235,12 +279,8 @@ def table(binary, rules_off, work, db, points, tag):
     for i, (label, source, flags, published, counted) in enumerate(points):
         if rules_off:
             flags = without_rules(flags)
-        docs = []
-        for seed in SEEDS:
-            cmd = [binary, "sim", "plan", *flags, "--seed", str(seed), "--quiet", "--json", *db,
-                   "--out", os.path.join(work, f"{tag}{i}-{seed}")]
-            docs.append(json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout))
-            shutil.rmtree(os.path.join(work, f"{tag}{i}-{seed}"), ignore_errors=True)
+        docs = [plan(binary, [*flags, *db], os.path.join(work, f"{tag}{i}-{seed}"), seed)
+                for seed in SEEDS]
         for metric, pub in published.items():
             path, group = METRICS[metric]
             sims = sorted(get(doc, path) for doc in docs)

@@ -291,6 +291,9 @@ fn calibration_recovers_a_known_deployment() {
         (fitted.request_overhead_s - 0.02).abs() < 0.005,
         "the per-request overhead is learnt: {fitted:?}"
     );
+    // Each layer's kernel time is the engine's, not fitted: for one model it
+    // moves every step as the step overhead does.
+    assert_eq!(fitted.per_layer_s, default_engine().efficiency.per_layer_s);
     for (a, b) in [
         (predicted.ttft_p50_ms, measured.ttft_p50_ms),
         (predicted.tpot_p50_ms, measured.tpot_p50_ms),

@@ -102,19 +102,6 @@ fn plan(db: &str, out: &Path, extra: &[&str]) -> Output {
     o
 }
 
-/// A calibrated profile whose memory efficiency is 0.64 instead of 0.8:
-/// every decode step reads the weights 25 % slower, about 20 % on TPOT.
-fn slow_decode_profile() -> PathBuf {
-    write_file(
-        "slow-decode-profile",
-        r#"{"model": "llama-3.1-8b", "gpu": "h100-sxm", "tp": 1,
-            "efficiency": {"compute": 0.55, "memory": 0.64, "step_overhead_s": 0.0014,
-                           "per_sequence_s": 0.00001, "request_overhead_s": 0.010,
-                           "per_layer_s": 0.000025},
-            "runs": [], "residual": 0.0}"#,
-    )
-}
-
 fn ids(v: &Value) -> Vec<i64> {
     v.as_array()
         .unwrap()
@@ -380,7 +367,7 @@ fn ten_then_slow(db: &str, name: &str) -> (Vec<PathBuf>, Vec<String>) {
     let dir = run_dir(name);
     let mut dirs = Vec::new();
     let mut outputs = Vec::new();
-    let profile = slow_decode_profile();
+    let profile = slow_decode_profile("slow-decode-profile");
     for seed in 1..=11 {
         let out = dir.join(format!("run-{seed:02}"));
         let seed_text = seed.to_string();
@@ -543,7 +530,9 @@ fn in_real_time_ten_runs_of_the_engine_then_a_slower_decode_flag_that_run_alone(
     let normal = SimServe::start(port, &[]);
     let said: Vec<String> = (1..=10).map(run).collect();
     drop(normal);
-    let profile = slow_decode_profile().display().to_string();
+    let profile = slow_decode_profile("slow-decode-profile")
+        .display()
+        .to_string();
     let _slow = SimServe::start(port, &["--profile", &profile]);
     let last = run(11);
     // A loaded machine can move a calm run's figures by a few percent for

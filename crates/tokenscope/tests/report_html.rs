@@ -439,14 +439,7 @@ fn report_of_a_sweep_renders_offline_with_its_recommendations() {
 fn history_trend_page_renders_offline_with_the_change_point_marked() {
     let dir = run_dir("report-history");
     let db = dir.join("history.db").display().to_string();
-    let profile = write_file(
-        "report-history-profile",
-        r#"{"model": "llama-3.1-8b", "gpu": "h100-sxm", "tp": 1,
-            "efficiency": {"compute": 0.55, "memory": 0.64, "step_overhead_s": 0.0014,
-                           "per_sequence_s": 0.00001, "request_overhead_s": 0.010,
-                           "per_layer_s": 0.000025},
-            "runs": [], "residual": 0.0}"#,
-    );
+    let profile = slow_decode_profile("report-history-profile");
     for seed in 1..=7 {
         let mut cmd = tokenscope();
         cmd.args(["sim", "plan", "--rate", "8", "--requests", "200", "--quiet"])

@@ -79,8 +79,9 @@ pub struct Efficiency {
 /// 25 µs per layer is fitted, with vLLM V1's CPU step overhead (1.4 ms), to
 /// the vLLM nightly benchmark's four batch-of-8 latency runs (8B and 70B,
 /// A100 and H200), which separate the per-layer term from the per-step one
-/// because the models have 32 and 80 layers. docs/simulator.md gives the fit
-/// and what it moved elsewhere.
+/// because the models have 32 and 80 layers (`scripts/validate_sim.py BIN
+/// --fit-kernel-time` prints the grid). docs/simulator.md says what it moved
+/// elsewhere.
 pub const PER_LAYER_S: f64 = 25e-6;
 
 impl Default for Efficiency {
