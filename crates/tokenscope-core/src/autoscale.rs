@@ -14,7 +14,7 @@
 //! threshold is given with the interval it could lie in: from the heaviest
 //! load that met the SLO to the lightest that did not.
 
-use crate::analysis::SloCapacity;
+use crate::capacity::SloCapacity;
 use serde::{Deserialize, Serialize};
 
 /// One sweep point as the autoscaler sees it.

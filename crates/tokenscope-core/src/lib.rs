@@ -8,6 +8,8 @@
 
 pub mod analysis;
 pub mod autoscale;
+pub mod capacity;
+pub mod clock;
 pub mod compare;
 pub mod cost;
 pub mod diagnosis;

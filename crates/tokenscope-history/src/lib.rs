@@ -13,10 +13,12 @@
 //!   engines behind one small interface);
 //! - [`changes`]: which runs differ from their configuration's recent
 //!   history (the change-point rule);
-//! - [`export`]: the history as CSV or JSON.
+//! - [`export`]: the history as CSV or JSON;
+//! - `error`: what can go wrong, naming the database and the step.
 
 pub mod changes;
 pub mod entry;
+mod error;
 pub mod export;
 pub mod location;
 pub mod metrics;
@@ -29,26 +31,4 @@ pub use entry::{Kind, RunEntry, StoredRun};
 pub use location::Location;
 pub use store::{Filter, Store};
 
-/// What went wrong with the history. Each names the database (credentials
-/// removed) and what was being done.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{db}: {doing}: {source}")]
-    Sqlite {
-        db: String,
-        doing: &'static str,
-        source: rusqlite::Error,
-    },
-    /// The PostgreSQL client's error with its causes (`error connecting to
-    /// server: Connection refused`): its own message alone says too little.
-    #[error("{db}: {doing}: {message}")]
-    Postgres {
-        db: String,
-        doing: &'static str,
-        message: String,
-    },
-    #[error("{db}: {0}", db = .1)]
-    Invalid(String, String),
-}
-
-pub type Result<T> = std::result::Result<T, Error>;
+pub use error::{Error, Result};

@@ -99,9 +99,14 @@ fn apply(db: &mut Db, loc: &Location) -> Result<()> {
         db.batch(&sql).map_err(|e| at(e, "applying a migration"))?;
         db.query(
             "INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
-            &[Value::Int(*version), Value::Text(crate::store::now())],
+            &[Value::Int(*version), Value::Text(now())],
         )
         .map_err(|e| at(e, "recording a migration"))?;
     }
     Ok(())
+}
+
+/// Now, RFC 3339 UTC to the millisecond.
+pub fn now() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }

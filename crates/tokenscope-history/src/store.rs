@@ -94,7 +94,7 @@ impl Store {
 
     fn insert(&mut self, e: &RunEntry, parent: Option<i64>) -> Result<i64> {
         let values: Vec<Value> = vec![
-            now().as_str().into(),
+            schema::now().as_str().into(),
             e.started_at.as_str().into(),
             e.kind.name().into(),
             parent.into(),
@@ -338,9 +338,4 @@ fn escape_like(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('%', "\\%")
         .replace('_', "\\_")
-}
-
-/// Now, RFC 3339 UTC to the millisecond.
-pub fn now() -> String {
-    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }

@@ -3,11 +3,8 @@
 //! [`openai`] over [`sse`] (one streaming request, timed per chunk, in
 //! [`request`]) → [`runner`] (the load loop) → [`recorder`] (`requests.jsonl`).
 
-pub mod arrival;
-pub mod clock;
 pub mod connections;
 pub mod cpu;
-pub mod dataset;
 pub mod http1;
 pub mod loop_delay;
 pub mod openai;
@@ -17,7 +14,4 @@ pub mod request;
 pub mod runner;
 pub mod runtime;
 pub mod rx_stamp;
-pub mod session;
 pub mod sse;
-pub mod tokenizer;
-pub mod workload;

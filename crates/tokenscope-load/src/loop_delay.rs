@@ -14,9 +14,9 @@
 //! here by construction. The rule that judges the delay
 //! (`tokenscope_core::diagnosis`) subtracts that granularity.
 
-use crate::clock::Clock;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokenscope_core::clock::Clock;
 use tokenscope_core::stats::Distribution;
 use tokio_util::sync::CancellationToken;
 

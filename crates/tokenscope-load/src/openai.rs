@@ -43,7 +43,7 @@ pub struct RequestParams<'a> {
     pub ignore_eos: bool,
     pub shape: &'a Shape,
     /// Multi-turn: the session's earlier turns, sent before `prompt`.
-    pub history: &'a [crate::session::Exchange],
+    pub history: &'a [tokenscope_workload::session::Exchange],
     /// `false`: ask for the whole answer at once (`--no-stream`).
     pub stream: bool,
 }
@@ -559,7 +559,7 @@ mod tests {
 
     #[test]
     fn a_later_turn_carries_the_history_and_extends_the_last_prompt() {
-        use crate::session::Exchange;
+        use tokenscope_workload::session::Exchange;
         let shape = Shape {
             system_prompt: Some("S".into()),
             ..Default::default()

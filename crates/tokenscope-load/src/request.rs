@@ -4,16 +4,16 @@
 //! the chunk JSON → push `(instant, bytes)`. Token counts per chunk are settled
 //! once the stream ends, from the server's usage when it has one.
 
-use crate::clock::Clock;
 use crate::http1::{Body, Conn, HttpError};
 use crate::openai::{self, Api, RequestParams, Usage};
-use crate::session::Exchange;
 use crate::sse::SseParser;
-use crate::tokenizer;
-use crate::workload::PromptSpec;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use tokenscope_core::clock::Clock;
 use tokenscope_core::record::{Chunk, ErrorKind, RequestRecord, TokenSource};
+use tokenscope_workload::session::Exchange;
+use tokenscope_workload::tokenizer;
+use tokenscope_workload::workload::PromptSpec;
 use tokio::time::{timeout_at, Instant};
 use tokio_util::sync::CancellationToken;
 

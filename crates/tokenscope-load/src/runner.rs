@@ -3,17 +3,17 @@
 //! schedule (tokio's timer has 1 ms resolution; a thread's sleep is finer) and
 //! the runtime sends each request when its time comes, whatever the server does.
 
-use crate::arrival::{LoadPattern, Schedule};
-use crate::clock::Clock;
 use crate::recorder::RecordSink;
 use crate::request::{execute, Target, Ticket};
-use crate::session::Exchange;
-use crate::workload::{PromptSpec, Workload};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokenscope_core::clock::Clock;
 use tokenscope_core::record::ErrorKind;
 use tokenscope_core::record::RequestRecord;
+use tokenscope_workload::arrival::{LoadPattern, Schedule};
+use tokenscope_workload::session::Exchange;
+use tokenscope_workload::workload::{PromptSpec, Workload};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;

@@ -136,7 +136,7 @@ fn stamp_of(msg: &libc::msghdr) -> Option<Instant> {
 /// believed.
 #[cfg(target_os = "linux")]
 fn from_realtime(sec: i64, nsec: i64) -> Option<Instant> {
-    use crate::clock::{beside_instant, clock_ns, CLOCK_REALTIME};
+    use tokenscope_core::clock::{beside_instant, clock_ns, CLOCK_REALTIME};
     if sec == 0 {
         return None;
     }

@@ -301,7 +301,7 @@ impl Plan {
                 // `timings`: a loaded machine can make it differ from the config.
                 let first = self.first_sent.unwrap_or(self.arrival);
                 let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-                let mono = tokenscope_load::clock::monotonic_us;
+                let mono = tokenscope_core::clock::monotonic_us;
                 let timings = json!({
                     "ttft_ms": ms(first - self.arrival),
                     "tpot_ms": ms(self.last_sent - first) / (self.tokens.max(2) - 1) as f64,

@@ -2,7 +2,8 @@
 //! GPU and the tests have ground truth: [`exact`] streams with exactly the
 //! timing it is given; [`engine`] models a vLLM-like engine (continuous
 //! batching, paged KV cache, preemption) on a hardware cost model, and
-//! [`plan`] runs it on a virtual clock, fed by [`traffic`].
+//! [`plan`] runs it on a virtual clock, fed by [`traffic`] with the
+//! [`load`] it is given.
 
 pub mod autoscale;
 pub mod calibrate;
@@ -10,6 +11,7 @@ pub mod engine;
 pub mod exact;
 pub mod faults;
 pub mod http;
+pub mod load;
 pub mod openai;
 pub mod plan;
 pub mod prom;

@@ -4,42 +4,13 @@
 
 use crate::engine::scheduler::Seq;
 use crate::engine::{Engine, EngineConfig, EngineState};
+use crate::load::{us, IdHash};
+pub use crate::load::{PlanLoad, DEFAULT_NETWORK_DELAY_S};
 use crate::traffic::{Arrival, Traffic};
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use tokenscope_core::record::{Chunk, RequestRecord, TokenSource};
-use tokenscope_load::arrival::LoadPattern;
-use tokenscope_load::workload::Workload;
-
-/// The load to simulate (the same notions as `bench`).
-#[derive(Debug, Clone)]
-pub struct PlanLoad {
-    pub pattern: LoadPattern,
-    /// Measured requests (`None`: until `duration_s`).
-    pub requests: Option<u64>,
-    pub duration_s: Option<f64>,
-    pub warmup: u64,
-    /// Closed loop: spread the clients' first requests over this long.
-    pub ramp_up_s: Option<f64>,
-    pub workload: Workload,
-    pub seed: u64,
-    /// One-way network delay between client and server (request and every
-    /// token). A closed-loop client's next request therefore reaches the
-    /// engine after its next step has begun, and waits for it, as in real life.
-    pub network_delay_s: f64,
-    /// Multi-turn: start at most this many sessions (a dataset's, each once).
-    pub sessions: Option<u64>,
-    /// Engine replicas behind one endpoint and how requests are routed to them.
-    pub fleet: crate::router::Fleet,
-    /// Replay: request `id` gets these (input, output) lengths instead of the
-    /// workload's draw (from a measured run's records). Requests past its end
-    /// fall back to the workload.
-    pub trace: Option<Vec<(u64, u64)>>,
-}
-
-/// One-way delay `sim plan` assumes: a client in the same data centre.
-pub const DEFAULT_NETWORK_DELAY_S: f64 = 0.0005;
 
 /// One sample of the engine's state (virtual seconds since the start).
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -109,33 +80,6 @@ pub struct PlanOutput {
     pub records: Vec<RequestRecord>,
     pub samples: Vec<Sample>,
     pub summary: EngineSummary,
-}
-
-/// Request ids are already well spread: hashing them is wasted work on the
-/// per-token path (the map is looked up once per generated token).
-pub(crate) type IdHash = std::hash::BuildHasherDefault<IdHasher>;
-
-#[derive(Default)]
-pub(crate) struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        // Spread sequential ids over the table's buckets (Fibonacci hashing).
-        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | b as u64;
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-/// Virtual seconds as whole µs (the records' unit).
-pub(crate) fn us(t: f64) -> u64 {
-    (t * 1e6).round() as u64
 }
 
 /// Runs the plan to its end. Errors only when the deployment does not fit.

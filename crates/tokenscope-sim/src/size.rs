@@ -33,7 +33,7 @@ use crate::router::{Disaggregation, Fleet, Router};
 use serde::Serialize;
 use tokenscope_core::metrics::{Aggregator, Measured};
 use tokenscope_core::slo::{ObjectiveResult, Slo, SloMetric};
-use tokenscope_load::arrival::LoadPattern;
+use tokenscope_workload::arrival::LoadPattern;
 
 /// One deployment shape to price.
 #[derive(Debug, Clone, Serialize)]

@@ -6,14 +6,14 @@
 //! its prompt is the last prompt, the answer and a new message.
 
 use crate::engine::kv::{self, Unit};
-use crate::plan::{us, IdHash, PlanLoad};
+use crate::load::{us, IdHash, PlanLoad};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
-use tokenscope_load::arrival::{LoadPattern, Schedule};
-use tokenscope_load::workload::Workload;
+use tokenscope_workload::arrival::{LoadPattern, Schedule};
+use tokenscope_workload::workload::Workload;
 
 /// One request as it leaves the client.
 pub struct Arrival {
@@ -291,7 +291,7 @@ fn session_units(w: &Workload, session: u64, tokens: u64, block_size: u32) -> Ve
 
 /// The Mooncake `hash_ids` of request `id`, when the workload is such a trace.
 fn trace_blocks(workload: &Workload, id: u64) -> Option<&[u64]> {
-    use tokenscope_load::dataset::Prompt;
+    use tokenscope_workload::dataset::Prompt;
     match &workload.dataset.as_ref()?.entry(id).prompt {
         Prompt::Blocks { hash_ids, .. } => Some(hash_ids),
         _ => None,
@@ -305,7 +305,7 @@ fn trace_blocks(workload: &Workload, id: u64) -> Option<&[u64]> {
 /// block where the engine finds it per 16-token block; the two differ only
 /// for a partial block met again whole (counted a miss here).
 pub fn mooncake_units(hash_ids: &[u64], input: u64, block_size: u32) -> Vec<Unit> {
-    use tokenscope_load::dataset::MOONCAKE_BLOCK;
+    use tokenscope_workload::dataset::MOONCAKE_BLOCK;
     let mut units = Vec::with_capacity(hash_ids.len());
     let (mut key, mut left) = (0u64, input);
     for &h in hash_ids {

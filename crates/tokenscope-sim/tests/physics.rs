@@ -3,12 +3,12 @@
 
 use tokenscope_core::metrics::measure;
 use tokenscope_core::record::RequestRecord;
-use tokenscope_load::arrival::{LoadPattern, Process};
-use tokenscope_load::workload::{LengthSpec, Workload};
 use tokenscope_sim::engine::catalogue::Catalogue;
 use tokenscope_sim::engine::scheduler::Seq;
 use tokenscope_sim::engine::{Engine, EngineConfig};
 use tokenscope_sim::plan::{simulate, PlanLoad, PlanOutput, DEFAULT_NETWORK_DELAY_S};
+use tokenscope_workload::arrival::{LoadPattern, Process};
+use tokenscope_workload::workload::{LengthSpec, Workload};
 
 fn default_engine() -> EngineConfig {
     let cat = Catalogue::builtin();

@@ -13,11 +13,10 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
+use tokenscope_core::clock::Clock;
 use tokenscope_core::results::Finding;
 use tokenscope_core::results::{self, ClientUsage, RunResults, Server};
 use tokenscope_history::Kind;
-use tokenscope_load::arrival::LoadPattern;
-use tokenscope_load::clock::Clock;
 use tokenscope_load::connections::{self, FileLimit};
 use tokenscope_load::cpu::thread_cpu;
 use tokenscope_load::http1;
@@ -34,6 +33,7 @@ use tokenscope_sim::exact::{ExactConfig, ExactServer};
 use tokenscope_sim::serve::{EngineServer, ServeOptions};
 use tokenscope_telemetry::gpu::LocalGpu;
 use tokenscope_telemetry::scraper::{Endpoint, ScrapeConfig, Scraper};
+use tokenscope_workload::arrival::LoadPattern;
 use tokio_util::sync::CancellationToken;
 
 /// Client threads are named with this prefix so their CPU time can be told
@@ -672,7 +672,7 @@ pub(crate) async fn bench(
         client: ClientUsage {
             self_check,
             peak_rss_mb: tokenscope_load::cpu::peak_rss_bytes().map(|b| b as f64 / 1e6),
-            monotonic_origin_us: tokenscope_load::clock::monotonic_us(clock.origin()),
+            monotonic_origin_us: tokenscope_core::clock::monotonic_us(clock.origin()),
             kernel_read_stamps: Some(stamped),
             unstamped_reads: stamped.then(|| http.unstamped_reads()),
             wake_batch_us: Some(wake_batch(&args, &base).as_micros() as u64),
@@ -756,7 +756,7 @@ pub(crate) fn take_shard(args: &mut BenchArgs) -> anyhow::Result<()> {
     let whole = run_config(args, &args.load);
     let poisson = matches!(
         args.load.arrival,
-        tokenscope_load::arrival::Process::Poisson
+        tokenscope_workload::arrival::Process::Poisson
     );
     if !args.load.rate.is_empty() && !poisson && !args.output.quiet {
         eprintln!(

@@ -6,9 +6,9 @@ use std::time::Duration;
 use tokenscope_core::analysis::Objectives;
 use tokenscope_core::duration::parse_duration;
 use tokenscope_core::slo::Slo;
-use tokenscope_load::arrival::Process;
-use tokenscope_load::workload::LengthSpec;
 use tokenscope_sim::engine::cost::Dtype;
+use tokenscope_workload::arrival::Process;
+use tokenscope_workload::workload::LengthSpec;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -929,7 +929,7 @@ pub struct LoadArgs {
         default_value = "0",
         requires = "multi_turn"
     )]
-    pub think_time: tokenscope_load::session::ThinkTime,
+    pub think_time: tokenscope_workload::session::ThinkTime,
     /// Seed for prompts, lengths and arrivals.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -973,7 +973,7 @@ pub struct LoadArgs {
     pub tokenizer_check: Option<serde_json::Value>,
     /// The loaded dataset (filled once by `outcome::load_workload_files`).
     #[arg(skip)]
-    pub dataset_loaded: Option<std::sync::Arc<tokenscope_load::dataset::Dataset>>,
+    pub dataset_loaded: Option<std::sync::Arc<tokenscope_workload::dataset::Dataset>>,
 }
 
 fn non_negative_f64(s: &str) -> Result<f64, String> {

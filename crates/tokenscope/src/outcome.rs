@@ -14,11 +14,11 @@ use tokenscope_core::metrics::{Aggregator, Measured};
 use tokenscope_core::record::ErrorKind;
 use tokenscope_core::results::{self, ClientUsage, Efficiency, Finding, RunResults, Server, Tool};
 use tokenscope_core::slo::Verdict;
-use tokenscope_load::arrival::{LoadPattern, Process};
 use tokenscope_load::runner::RunPlan;
-use tokenscope_load::workload::Workload;
 use tokenscope_telemetry::scraper::ScrapeLog;
 use tokenscope_telemetry::window::{summarize, ServerSummary};
+use tokenscope_workload::arrival::{LoadPattern, Process};
+use tokenscope_workload::workload::Workload;
 
 pub fn pattern(load: &LoadArgs) -> LoadPattern {
     if let Some(d) = load.dataset_loaded.as_ref().filter(|_| load.replay) {
@@ -72,7 +72,7 @@ pub fn plan(load: &LoadArgs) -> RunPlan {
             prefix_zipf: load.prefix_zipf,
             multi_turn: load
                 .multi_turn
-                .then_some(tokenscope_load::session::MultiTurn {
+                .then_some(tokenscope_workload::session::MultiTurn {
                     turns: load.turns,
                     think_time: load.think_time,
                 }),
@@ -99,7 +99,7 @@ pub fn load_workload_files(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<(
 /// synthetic prompts their words; a sample of prompts is counted with it
 /// at once, so the summary can say whether their lengths are exact.
 fn load_tokenizer(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<()> {
-    use tokenscope_load::tokenizer::{self, ModelTokenizer};
+    use tokenscope_workload::tokenizer::{self, ModelTokenizer};
     let Some(path) = &load.tokenizer else {
         return Ok(());
     };
@@ -147,7 +147,7 @@ const SAMPLE_PROMPTS: u64 = 20;
 /// naming the line. Says how many entries it holds and what a
 /// `--requests` past its end does.
 pub fn load_dataset(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<()> {
-    use tokenscope_load::dataset::{Dataset, Load};
+    use tokenscope_workload::dataset::{Dataset, Load};
     let Some(path) = &load.dataset else {
         return Ok(());
     };
@@ -223,7 +223,7 @@ pub fn config_json(load: &LoadArgs, plan: &RunPlan, output: &OutputArgs) -> serd
         "input_tokens": load.input_tokens.to_string(),
         "output_tokens": load.output_tokens.to_string(),
         "shared_prefix": load.shared_prefix,
-        "tokenizer": load.tokenizer_check.clone().unwrap_or_else(|| json!({"name": tokenscope_load::tokenizer::name()})),
+        "tokenizer": load.tokenizer_check.clone().unwrap_or_else(|| json!({"name": tokenscope_workload::tokenizer::name()})),
         "prefix_groups": (load.prefix_groups > 1).then(|| json!({"groups": load.prefix_groups, "zipf": load.prefix_zipf})),
         "multi_turn": load.multi_turn.then(|| json!({
             "turns": load.dataset_loaded.as_ref().filter(|d| !d.sessions.is_empty())

@@ -103,7 +103,7 @@ fn synthetic_prompts_are_exact_in_the_models_tokenizer() {
         assert_eq!(n, prompt.split_whitespace().count(), "one token a word");
         lengths.insert(n);
         // cl100k would count these words as several tokens each.
-        let cl = tokenscope_load::tokenizer::count_tokens(prompt).unwrap() as usize;
+        let cl = tokenscope_workload::tokenizer::count_tokens(prompt).unwrap() as usize;
         assert!(cl > n, "cl100k {cl} vs the model's {n}");
     }
     assert!(lengths.len() > 1, "lengths follow the distribution");

@@ -1,0 +1,22 @@
+//! What tokenscope sends, apart from how it is sent: the client
+//! (`tokenscope-load`) and the simulator (`tokenscope-sim`) both draw their
+//! requests from here, so a `sim plan` and a `bench` of one workload see the
+//! same prompts, lengths and arrival times.
+//!
+//! In the order a workload is built:
+//! - [`lengths`]: length distributions (`256`, `uniform:128..512`, …);
+//! - [`tokenizer`]: token counts, cl100k built in or a local `tokenizer.json`;
+//! - [`dataset`]: prompts and recorded lengths from files (ShareGPT, JSONL,
+//!   Azure, BurstGPT and Mooncake traces);
+//! - [`session`]: multi-turn conversations and the user's think time;
+//! - [`workload`]: what every request asks for (synthetic prompts, shared
+//!   prefixes, the dataset entry it sends);
+//! - [`arrival`]: when each request leaves (closed loop, Poisson, constant,
+//!   gamma, a trace's own times).
+
+pub mod arrival;
+pub mod dataset;
+pub mod lengths;
+pub mod session;
+pub mod tokenizer;
+pub mod workload;
