@@ -54,6 +54,20 @@ pub struct RunResults {
     /// `bench --cold-start`: the server's start and its first requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cold_start: Option<ColdStart>,
+    /// Doubts about how the run was set up, raised before or while it ran
+    /// (too few requests to judge an SLO, an arrival process split over
+    /// shards), each with what to do about it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<RunWarning>,
+}
+
+/// One doubt about a run's set-up, as `results.json` keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunWarning {
+    /// Its kind, stable for scripts (`slo_sample_size`, `arrival_split`, …).
+    pub kind: String,
+    /// What is in doubt and what to do, as printed.
+    pub message: String,
 }
 
 /// `bench --cold-start`: the server started by tokenscope, its time to

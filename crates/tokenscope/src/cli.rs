@@ -3,6 +3,7 @@
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
+use std::time::SystemTime;
 use tokenscope_core::analysis::Objectives;
 use tokenscope_core::duration::parse_duration;
 use tokenscope_core::slo::Slo;
@@ -744,6 +745,30 @@ tokenscope bench --url http://localhost:8000 --model meta-llama/Llama-3.1-8B-Ins
 tokenscope bench --url http://localhost:8080 --rate 4 --arrival gamma:0.5 --duration 2m --input-tokens normal:1024,128 --output-tokens 256\n  \
 tokenscope bench --url http://localhost:8000 --slo ttft_p99=500ms,tpot_p99=50ms --gpu-price 2.50 --gpus 1 --json > results.json")]
 pub struct BenchArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    #[command(flatten)]
+    pub load: LoadArgs,
+    #[command(flatten)]
+    pub request: RequestArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub client: ClientArgs,
+    #[command(flatten)]
+    pub shard: ShardArgs,
+    /// Without --url: which built-in server to test. `engine` simulates Llama-3.1-8B on
+    /// one H100 SXM (vLLM-like batching and KV cache); `exact` streams with exactly
+    /// 100 ms TTFT and 20 ms between tokens (ground truth).
+    #[arg(long, value_enum, default_value = "engine", conflicts_with = "url")]
+    pub builtin: BuiltinChoice,
+}
+
+/// The server a run is sent to: `bench` and `sweep`.
+#[derive(Args, Debug, Clone)]
+pub struct TargetArgs {
     /// Server base URL (http or https). Without it a built-in server (--builtin) is started on 127.0.0.1.
     #[arg(long)]
     pub url: Option<String>,
@@ -753,8 +778,12 @@ pub struct BenchArgs {
     /// Model name; default: the first one the server lists at /v1/models.
     #[arg(long)]
     pub model: Option<String>,
-    #[command(flatten)]
-    pub load: LoadArgs,
+}
+
+/// How every request of a run is made: its body's options, credentials,
+/// TLS and time limits.
+#[derive(Args, Debug, Clone)]
+pub struct RequestArgs {
     /// Ask for exact output lengths (ignore_eos and min_tokens) where the server supports it.
     #[arg(long)]
     pub ignore_eos: bool,
@@ -789,6 +818,11 @@ pub struct BenchArgs {
     /// Longest to wait for the response head or the next bytes of a stream.
     #[arg(long, default_value = "120s", value_parser = positive_duration)]
     pub idle_timeout: Duration,
+}
+
+/// What is read beside the load: the server's metrics and the GPUs.
+#[derive(Args, Debug, Clone)]
+pub struct MetricsArgs {
     /// Prometheus endpoint(s) to sample during the run, repeatable (a DCGM exporter, a
     /// second replica). Default: the server's own /metrics. The API key and
     /// --header go only to an endpoint on the target's own origin.
@@ -806,8 +840,12 @@ pub struct BenchArgs {
     /// `local`: read this machine's GPUs through NVML during the run (loaded at run time).
     #[arg(long, value_enum, default_value = "none")]
     pub gpu: GpuSource,
-    #[command(flatten)]
-    pub output: OutputArgs,
+}
+
+/// The client itself: its threads, connections, self-check and a server it
+/// starts cold.
+#[derive(Args, Debug, Clone)]
+pub struct ClientArgs {
     /// Client worker threads (default: all cores).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub client_threads: Option<u64>,
@@ -840,13 +878,6 @@ pub struct BenchArgs {
     /// --cold-start: the longest to wait for the server to answer /health.
     #[arg(long, default_value = "10m", value_parser = positive_duration, requires = "cold_start")]
     pub ready_timeout: Duration,
-    #[command(flatten)]
-    pub shard: crate::shard::ShardArgs,
-    /// Without --url: which built-in server to test. `engine` simulates Llama-3.1-8B on
-    /// one H100 SXM (vLLM-like batching and KV cache); `exact` streams with exactly
-    /// 100 ms TTFT and 20 ms between tokens (ground truth).
-    #[arg(long, value_enum, default_value = "engine", conflicts_with = "url")]
-    pub builtin: BuiltinChoice,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -971,7 +1002,7 @@ pub struct LoadArgs {
     /// What `--tokenizer` measured of the synthetic prompts (filled at load).
     #[arg(skip)]
     pub tokenizer_check: Option<serde_json::Value>,
-    /// The loaded dataset (filled once by `outcome::load_workload_files`).
+    /// The loaded dataset (filled once by `crate::spec::workload::load_workload_files`).
     #[arg(skip)]
     pub dataset_loaded: Option<std::sync::Arc<tokenscope_workload::dataset::Dataset>>,
 }
@@ -1267,4 +1298,71 @@ pub struct HistoryExportArgs {
 pub enum HistoryFormat {
     Csv,
     Json,
+}
+
+/// Which part of a sharded run this process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shard {
+    pub index: u32,
+    pub count: u32,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct ShardArgs {
+    /// Run shard I of N of one run (0-based): this process sends its part of
+    /// the load the other flags give for the whole run (--concurrency 4096
+    /// --shard 3/16 runs 256 streams). Merge the shards' directories with
+    /// `tokenscope merge`.
+    #[arg(long, value_name = "I/N", value_parser = parse_shard, conflicts_with = "shards")]
+    pub shard: Option<Shard>,
+    /// As --shard, the index read from JOB_COMPLETION_INDEX (set by a
+    /// Kubernetes Indexed Job), so every pod runs the same arguments.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub shards: Option<u32>,
+    /// Start the load at this instant: RFC 3339 UTC (2026-12-03T10:00:00Z), or
+    /// +30s from now. Give every shard the same absolute instant (resolve +90s
+    /// once, in the script that starts them); connections are opened before it.
+    #[arg(long, value_name = "WHEN", value_parser = parse_start_at)]
+    pub start_at: Option<StartAt>,
+}
+
+/// A start instant, as given and as resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartAt {
+    pub at: SystemTime,
+    /// RFC 3339 UTC, to the second or finer as given.
+    pub text: String,
+}
+
+impl StartAt {
+    pub fn at(at: SystemTime) -> StartAt {
+        StartAt {
+            at,
+            text: humantime::format_rfc3339_millis(at).to_string(),
+        }
+    }
+}
+
+pub(crate) fn parse_shard(s: &str) -> Result<Shard, String> {
+    let bad = || format!("`{s}`: expected I/N with 0 ≤ I < N, e.g. 3/16");
+    let (i, n) = s.split_once('/').ok_or_else(bad)?;
+    let index: u32 = i.trim().parse().map_err(|_| bad())?;
+    let count: u32 = n.trim().parse().map_err(|_| bad())?;
+    if count == 0 || index >= count || count > 10_000 {
+        return Err(bad());
+    }
+    Ok(Shard { index, count })
+}
+
+pub(crate) fn parse_start_at(s: &str) -> Result<StartAt, String> {
+    let at = match s.strip_prefix('+') {
+        Some(rel) => {
+            let d = humantime::parse_duration(rel).map_err(|e| format!("`{s}`: {e}"))?;
+            SystemTime::now() + d
+        }
+        None => humantime::parse_rfc3339_weak(s).map_err(|e| {
+            format!("`{s}`: {e} (expected RFC 3339 UTC like 2026-12-03T10:00:00Z, or +30s)")
+        })?,
+    };
+    Ok(StartAt::at(at))
 }

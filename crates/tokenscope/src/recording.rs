@@ -1,18 +1,14 @@
-//! The results history from the binary's side: every finished run recorded
-//! (this module), and the `history` command ([`commands`]).
+//! The results history from the runs' side: every finished run and series
+//! recorded in the database, with the change points it raised (the
+//! `history` command itself is `commands::history`).
 //!
 //! Recording never fails a run: the run directory is already written, and
 //! a database that is unreachable, locked past its timeout or read-only only
 //! costs a line in the summary saying the history was not updated, and why.
 
-mod commands;
-mod page;
-
-pub use commands::run;
-
 use crate::cli::{HistoryArgs, RunFilterArgs};
 use crate::exit::Exit;
-use crate::sweep::Done;
+use crate::run_dir::Done;
 use std::path::Path;
 use tokenscope_core::analysis::Analysis;
 use tokenscope_core::compare::Settings;
@@ -80,7 +76,7 @@ pub fn record_sweep(
 pub fn entry_of(kind: Kind, results: &RunResults, dir: &Path, tags: &[String]) -> RunEntry {
     let mut e = RunEntry::of_results(kind, results, &absolute(dir), tags);
     let ci = results.throughput.output_tokens_per_s_ci95.or_else(|| {
-        let values = crate::compare::values_of(dir).ok()?;
+        let values = crate::run_dir::values_of(dir).ok()?;
         tokenscope_core::compare::interval(&values, "output_tokens_per_s", &Settings::default())
     });
     if let (Some((lo, hi)), Some(f)) = (
@@ -135,14 +131,14 @@ fn say(outcome: tokenscope_history::Result<Recorded>, loc: &Location, json: bool
             if !changes.is_empty() {
                 text.push_str(&format!("history: rule: {}\n", Rule::default().describe()));
             }
-            crate::outcome::to_stdout(&text);
+            crate::output::to_stdout(&text);
         }
         Err(e) => {
             let line = format!("not updated (the run directory is complete): {e}");
             if json {
                 eprintln!("tokenscope: warning: history {line}");
             } else {
-                crate::outcome::to_stdout(&format!("history: {line}\n"));
+                crate::output::to_stdout(&format!("history: {line}\n"));
             }
         }
     }

@@ -1,8 +1,8 @@
 //! `history trend --html`: one configuration's figures over time, one chart
 //! per figure, change points marked.
 
-use super::commands::describe_config;
 use tokenscope_history::metrics::METRICS;
+use tokenscope_history::RunEntry;
 use tokenscope_history::{judge, Rule, StoredRun, Verdict};
 use tokenscope_report::charts::{self, Axes, Mark, Series};
 use tokenscope_report::html::{esc, page};
@@ -61,4 +61,28 @@ pub fn trend_page(runs: &[StoredRun], key: &str) -> String {
         }
     }
     page(&format!("tokenscope history: {key}"), &body)
+}
+
+/// `bench · built-in: … · llama-3.1-8b · closed loop, concurrency 4 · input 256, output 128`.
+pub fn describe_config(e: &RunEntry) -> String {
+    let c = &e.config;
+    let load = &c["load"];
+    let load_text = match (load["mode"].as_str(), &load["series"]) {
+        (Some(mode), serde_json::Value::Array(s)) => format!("{mode}-loop series {s:?}"),
+        (Some("closed"), _) => format!("closed loop, concurrency {}", load["concurrency"]),
+        (Some("open"), _) => format!(
+            "open loop, {} req/s {}",
+            load["rate"],
+            load["arrival"].as_str().unwrap_or("")
+        ),
+        _ => load.to_string(),
+    };
+    format!(
+        "{} · {} · {} · {load_text} · input {}, output {}",
+        e.kind.name(),
+        e.target,
+        e.model,
+        c["input_tokens"].as_str().unwrap_or("-"),
+        c["output_tokens"].as_str().unwrap_or("-"),
+    )
 }

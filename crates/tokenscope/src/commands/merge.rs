@@ -12,7 +12,7 @@
 
 use crate::cli::MergeArgs;
 use crate::exit::Exit;
-use crate::outcome::{self, RunFacts};
+use crate::run::collect::RunFacts;
 use anyhow::Context;
 use std::collections::BTreeSet;
 use std::io::{BufRead, Write};
@@ -52,21 +52,21 @@ pub fn run(args: MergeArgs) -> anyhow::Result<Exit> {
         )),
     }
     let parts = read_parts(&args.shards)?;
-    outcome::claim_out_dir(&args.out, args.force)?;
+    crate::run_dir::claim_out_dir(&args.out, args.force)?;
     let results = merge_into(&parts, &args.out)?;
     if !args.quiet {
-        outcome::to_stdout(&tokenscope_report::terminal::summary(&results));
-        outcome::to_stdout(&format!(
+        crate::output::to_stdout(&tokenscope_report::terminal::summary(&results));
+        crate::output::to_stdout(&format!(
             "\nmerged {} shards into {} (clock origins {:.1} ms apart)\n",
             parts.len(),
             args.out.display(),
             results.merged.as_ref().map_or(0.0, |m| m.origin_spread_ms)
         ));
     }
-    crate::report::write_html_after_run(&args.out, args.quiet);
+    crate::run_dir::write_html_after_run(&args.out, args.quiet);
     let history = &args.history;
-    crate::history::record_run(Kind::Merge, &results, &args.out, history, args.quiet);
-    Ok(outcome::exit_code(&results))
+    crate::recording::record_run(Kind::Merge, &results, &args.out, history, args.quiet);
+    Ok(crate::run::finish::exit_code(&results))
 }
 
 fn read_parts(dirs: &[PathBuf]) -> anyhow::Result<Vec<Part>> {
@@ -84,7 +84,7 @@ fn merge_into(parts: &[Part], out: &Path) -> anyhow::Result<RunResults> {
     std::fs::create_dir_all(out)
         .with_context(|| format!("creating the run directory {}", out.display()))?;
     let results = merge(parts, out)?;
-    outcome::write_results(out, &results)?;
+    crate::run_dir::write_results(out, &results)?;
     Ok(results)
 }
 
@@ -115,7 +115,7 @@ fn merge_sweeps(args: &MergeArgs) -> anyhow::Result<Exit> {
             )));
         }
     }
-    outcome::claim_out_dir(&args.out, args.force)?;
+    crate::run_dir::claim_out_dir(&args.out, args.force)?;
     let mut whole = serde_json::Value::Null;
     for name in &first {
         let dirs: Vec<PathBuf> = args.shards.iter().map(|d| d.join(name)).collect();
@@ -129,8 +129,8 @@ fn merge_sweeps(args: &MergeArgs) -> anyhow::Result<Exit> {
     defaults.output.gpus = whole["gpus"].as_u64().unwrap_or(1) as u32;
     defaults.output.quiet = args.quiet;
     defaults.output.history = args.history.clone();
-    let points = crate::sweep::read_series(&args.out)?;
-    crate::sweep::finish_series(&args.out, points, &defaults.output, &defaults.series)
+    let points = crate::run_dir::read_series(&args.out)?;
+    crate::series::finish_series(&args.out, points, &defaults.output, &defaults.series)
 }
 
 /// The output and series settings a merged sweep is analysed with: the
@@ -304,7 +304,7 @@ fn merge(parts: &[Part], out: &Path) -> anyhow::Result<RunResults> {
         .with_context(|| format!("writing {}", path.display()))?;
     copy_timeseries(&parts[0], origin, out)?;
     let facts = facts(parts);
-    let mut results = outcome::assemble(figures.finish(), facts);
+    let mut results = crate::run::collect::assemble(figures.finish(), facts);
     carry_findings(parts, &mut results.diagnosis);
     results.efficiency.gpu = parts[0].results.efficiency.gpu.clone();
     let spread = parts

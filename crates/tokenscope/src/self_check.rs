@@ -3,14 +3,51 @@
 //! TPOT compared per request with the server's own send times. The result is
 //! the error floor of this machine's measurements at that load — what a
 //! reader needs to know before trusting a difference of a few milliseconds.
+//!
+//! A self-check is itself a run through the pipeline, so it sits above
+//! [`crate::run`]: [`then_run`] measures the floor a spec asks for, then
+//! runs the spec with it.
 
-use crate::cli::{BenchArgs, SelftestArgs};
+use crate::cli::BenchArgs;
 use crate::exit::Exit;
+use crate::run::Site;
+use crate::spec::RunSpec;
 use anyhow::Context;
 use clap::Parser;
+use std::path::PathBuf;
 use std::time::Duration;
+use tokenscope_core::results::RunResults;
 use tokenscope_core::results::SelfCheck;
 use tokenscope_sim::exact::{errors_against_server, ExactConfig, ExactServer};
+
+/// A run as `bench` and a `sweep` point make it: with `--self-check`, the
+/// error floor at its concurrency measured first (after the flags that can
+/// be checked without the network are), then the run.
+pub async fn then_run(spec: &RunSpec, site: &Site) -> anyhow::Result<(RunResults, PathBuf)> {
+    let floor = match spec.client.self_check {
+        false => None,
+        true => {
+            crate::run::probe::validate(spec, site)?;
+            Some(before_run(spec, site.threads).await?)
+        }
+    };
+    crate::run::run(spec, site, floor).await
+}
+
+/// `--self-check`: the error floor at this run's concurrency, measured
+/// before the run (its client threads as the run's).
+async fn before_run(spec: &RunSpec, threads: usize) -> anyhow::Result<SelfCheck> {
+    let streams = crate::run::probe::streams_ahead(&spec.plan.pattern) as u64;
+    let load = Load::for_bench(streams, Some(threads as u64));
+    if !spec.output.quiet {
+        eprintln!("tokenscope: self-check at {streams} streams against the built-in exact server…");
+    }
+    let check = Box::pin(measure(load)).await?;
+    if !spec.output.quiet {
+        eprintln!("tokenscope: self-check: {}", check.sentence());
+    }
+    Ok(check)
+}
 
 /// The load a self-check runs.
 #[derive(Debug, Clone, Copy)]
@@ -38,61 +75,6 @@ impl Load {
     }
 }
 
-/// `tokenscope selftest`.
-pub fn run(args: SelftestArgs) -> anyhow::Result<Exit> {
-    let load = Load {
-        streams: args.concurrency,
-        requests: args.requests.unwrap_or(args.concurrency),
-        ttft: args.ttft,
-        itl: args.itl,
-        output_tokens: args.output_tokens,
-        client_threads: args.client_threads,
-    };
-    let threads = crate::bench::client_threads(load.client_threads);
-    // The built-in server is plain http on loopback: `auto`, as a bench of it would.
-    let wake_batch = tokenscope_load::runtime::WakeBatch::Auto;
-    let _stamping = tokenscope_load::rx_stamp::wait_until_on(crate::bench::STAMPING_WAIT);
-    let rt = tokenscope_load::runtime::client(threads, wake_batch.resolve(true))?;
-    if !args.json {
-        eprintln!(
-            "tokenscope selftest: {} requests at {} streams, all at once, against the built-in exact server (TTFT {} ms, {} ms between tokens, {} tokens)…",
-            load.requests,
-            load.streams,
-            load.ttft.as_millis(),
-            load.itl.as_millis(),
-            load.output_tokens
-        );
-    }
-    let check = rt.block_on(measure(load));
-    rt.shutdown_timeout(Duration::from_secs(1));
-    let check = check?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&check)?);
-    } else {
-        print(&check);
-    }
-    Ok(Exit::Success)
-}
-
-fn print(c: &SelfCheck) {
-    println!("{}", c.sentence());
-    let row = |name: &str, s: &Option<tokenscope_core::stats::Summary>| {
-        if let Some(s) = s {
-            println!(
-                "  {name:<22}{:>9.3}{:>9.3}{:>9.3}{:>9.3}",
-                s.p50, s.p90, s.p99, s.max
-            );
-        }
-    };
-    println!("\nError (ms)                  p50      p90      p99      max");
-    row("TTFT", &c.ttft_error_ms);
-    row("TPOT", &c.tpot_error_ms);
-    row("  first token read", &c.first_read_delay_ms);
-    row("  last token read", &c.last_read_delay_ms);
-    row("  server's queue", &c.server_queue_ms);
-    row("client loop delay", &c.loop_delay_ms);
-}
-
 /// Runs the check on the current (client) runtime; the exact server gets a
 /// runtime of its own (threads `srv-selftest`), as a built-in server does.
 pub async fn measure(load: Load) -> anyhow::Result<SelfCheck> {
@@ -113,8 +95,15 @@ pub async fn measure(load: Load) -> anyhow::Result<SelfCheck> {
     let dir = std::env::temp_dir().join(format!("tokenscope-selftest-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let args = bench_args(&url, &dir, &load)?;
-    let threads = crate::bench::client_threads(load.client_threads);
-    let outcome = crate::bench::bench(args, url, None, threads).await;
+    let site = Site {
+        url: url.clone(),
+        builtin: None,
+        threads: crate::run::builtin::client_threads(load.client_threads),
+    };
+    let outcome = match RunSpec::build(args) {
+        Ok(spec) => crate::run::run(&spec, &site, None).await,
+        Err(e) => Err(e),
+    };
     srv.shutdown_background();
     let (results, _) = outcome.context("the self-check's run")?;
     let records = tokenscope_report::run_dir::Run::read_records(&dir);

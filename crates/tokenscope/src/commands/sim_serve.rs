@@ -47,9 +47,9 @@ pub fn engine(args: ServeArgs) -> anyhow::Result<Exit> {
     if let Some(code) = check_faults(&f) {
         return Ok(code);
     }
-    let mut config = crate::plan::engine_config(&args.engine)?;
+    let mut config = crate::engine::engine_config(&args.engine)?;
     if let Some(p) = &args.profile {
-        config.efficiency = crate::plan::read_profile(p)?.efficiency;
+        config.efficiency = crate::engine::read_profile(p)?.efficiency;
     }
     let mut options = ServeOptions::for_config(&config);
     options.default_max_tokens = args.default_max_tokens;

@@ -1,12 +1,13 @@
 //! `tokenscope history list | trend | changes | import | export`.
 
-use super::{change_line, filter_of, num, open, page};
+use super::history_page::{self as page, describe_config};
 use crate::cli::{
     HistoryAction, HistoryChangesArgs, HistoryCommand, HistoryExportArgs, HistoryFormat,
     HistoryImportArgs, HistoryListArgs, HistoryTrendArgs,
 };
 use crate::exit::Exit;
-use crate::outcome::to_stdout;
+use crate::output::to_stdout;
+use crate::recording::{change_line, filter_of, num, open};
 use anyhow::Context;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -287,30 +288,6 @@ fn trend_text(runs: &[StoredRun], m: &Metric, judged: &[Judgement], key: &str) -
     out
 }
 
-/// `bench · built-in: … · llama-3.1-8b · closed loop, concurrency 4 · input 256, output 128`.
-pub fn describe_config(e: &RunEntry) -> String {
-    let c = &e.config;
-    let load = &c["load"];
-    let load_text = match (load["mode"].as_str(), &load["series"]) {
-        (Some(mode), serde_json::Value::Array(s)) => format!("{mode}-loop series {s:?}"),
-        (Some("closed"), _) => format!("closed loop, concurrency {}", load["concurrency"]),
-        (Some("open"), _) => format!(
-            "open loop, {} req/s {}",
-            load["rate"],
-            load["arrival"].as_str().unwrap_or("")
-        ),
-        _ => load.to_string(),
-    };
-    format!(
-        "{} · {} · {} · {load_text} · input {}, output {}",
-        e.kind.name(),
-        e.target,
-        e.model,
-        c["input_tokens"].as_str().unwrap_or("-"),
-        c["output_tokens"].as_str().unwrap_or("-"),
-    )
-}
-
 /// The configuration a trend is of: `--run`'s, `--config`'s, or the filters' only one.
 fn configuration(store: &mut Store, a: &HistoryTrendArgs) -> anyhow::Result<String> {
     if let Some(id) = a.run {
@@ -394,7 +371,7 @@ fn import(store: &mut Store, a: HistoryImportArgs) -> anyhow::Result<Exit> {
 
 /// Records one run or sweep directory; `None` when it is already recorded.
 fn import_one(store: &mut Store, dir: &Path, tags: &[String]) -> anyhow::Result<Option<String>> {
-    let path = super::absolute(dir);
+    let path = crate::recording::absolute(dir);
     if dir.join("sweep.json").exists() {
         let sweep =
             tokenscope_report::run_dir::Sweep::read(dir).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -410,7 +387,7 @@ fn import_one(store: &mut Store, dir: &Path, tags: &[String]) -> anyhow::Result<
             .zip(&sweep.point_dirs)
             .map(|(p, d)| {
                 let mut e = match d.as_deref() {
-                    Some(d) => super::entry_of(Kind::SweepPoint, &p.results, d, tags),
+                    Some(d) => crate::recording::entry_of(Kind::SweepPoint, &p.results, d, tags),
                     None => RunEntry::of_results(Kind::SweepPoint, &p.results, "", tags),
                 };
                 e.point = Some(p.point.clone());
@@ -435,7 +412,7 @@ fn import_one(store: &mut Store, dir: &Path, tags: &[String]) -> anyhow::Result<
     } else {
         Kind::Bench
     };
-    let id = db(store.record(&super::entry_of(kind, r, dir, tags)))?;
+    let id = db(store.record(&crate::recording::entry_of(kind, r, dir, tags)))?;
     Ok(Some(format!("#{id} {}: {path}", kind.name())))
 }
 

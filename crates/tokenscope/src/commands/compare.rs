@@ -6,14 +6,14 @@
 
 use crate::cli::CompareArgs;
 use crate::exit::Exit;
-use crate::report::read_run;
+use crate::run_dir::read_run;
+use crate::run_dir::values_of;
 use serde_json::json;
 use std::path::Path;
 use tokenscope_core::compare::{
     compare_values, within_resolution, MetricChange, RunValues, Settings,
 };
 use tokenscope_core::results::RunResults;
-use tokenscope_report::run_dir::for_each_record;
 
 /// What makes two runs measure different things, one line each.
 pub fn unlike(a: &RunResults, b: &RunResults) -> Vec<String> {
@@ -55,7 +55,7 @@ pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
     for side in [&mut args.a, &mut args.b] {
         if !side.exists() {
             if let Some(dir) =
-                crate::history::run_dir_of(&side.to_string_lossy(), args.db.as_deref())?
+                crate::recording::run_dir_of(&side.to_string_lossy(), args.db.as_deref())?
             {
                 *side = dir;
             }
@@ -153,8 +153,11 @@ fn header(pa: &Path, a: &RunResults, pb: &Path, b: &RunResults) {
 
 /// Two sweeps, point by point at the loads both have.
 fn sweep_pairs(a: &Path, b: &Path, settings: &Settings) -> anyhow::Result<(Vec<Pair>, String)> {
-    let (sa, sb) = (crate::sweep::read_series(a)?, crate::sweep::read_series(b)?);
-    let values = |d: &crate::sweep::Done| -> RunValues {
+    let (sa, sb) = (
+        crate::run_dir::read_series(a)?,
+        crate::run_dir::read_series(b)?,
+    );
+    let values = |d: &crate::run_dir::Done| -> RunValues {
         d.dir
             .as_ref()
             .and_then(|dir| values_of(dir).ok())
@@ -284,15 +287,4 @@ fn changes(
     let mut out = compare_values(va, vb, settings);
     within_resolution(&mut out, delay(a).max(delay(b)));
     out
-}
-
-/// What the bootstrap resamples of a run, read from its `requests.jsonl` in
-/// two streaming passes (its window, then its values): never every record.
-pub fn values_of(dir: &std::path::Path) -> anyhow::Result<RunValues> {
-    let bad = |e: tokenscope_report::run_dir::ReadError| Exit::usage(e.to_string());
-    let mut window = None;
-    for_each_record(dir, |r| window = RunValues::widen(window, &r)).map_err(bad)?;
-    let mut values = RunValues::new(window.unwrap_or((0, 0)));
-    for_each_record(dir, |r| values.add(&r)).map_err(bad)?;
-    Ok(values)
 }

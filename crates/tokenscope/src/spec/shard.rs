@@ -7,85 +7,19 @@
 //! processes at rate/N superpose to one at the whole rate); a dataset dealt
 //! out without overlap. Only shard 0 reads the server's metrics and GPUs.
 
-use crate::cli::LoadArgs;
-use clap::Args;
+use crate::cli::{parse_shard, LoadArgs, Shard, ShardArgs, StartAt};
 use std::time::{Duration, SystemTime};
 
-/// Which part of a sharded run this process is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shard {
-    pub index: u32,
-    pub count: u32,
-}
-
-#[derive(Args, Debug, Clone, Default)]
-pub struct ShardArgs {
-    /// Run shard I of N of one run (0-based): this process sends its part of
-    /// the load the other flags give for the whole run (--concurrency 4096
-    /// --shard 3/16 runs 256 streams). Merge the shards' directories with
-    /// `tokenscope merge`.
-    #[arg(long, value_name = "I/N", value_parser = parse_shard, conflicts_with = "shards")]
-    pub shard: Option<Shard>,
-    /// As --shard, the index read from JOB_COMPLETION_INDEX (set by a
-    /// Kubernetes Indexed Job), so every pod runs the same arguments.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub shards: Option<u32>,
-    /// Start the load at this instant: RFC 3339 UTC (2026-12-03T10:00:00Z), or
-    /// +30s from now. Give every shard the same absolute instant (resolve +90s
-    /// once, in the script that starts them); connections are opened before it.
-    #[arg(long, value_name = "WHEN", value_parser = parse_start_at)]
-    pub start_at: Option<StartAt>,
-    /// Set once the flags are read: the shard and the whole run's settings.
-    #[arg(skip)]
-    pub resolved: Option<Resolved>,
-}
-
-/// A shard, and the settings of the whole run it is part of.
+/// A shard of a run, as the spec holds it: which part this process sends,
+/// the whole run's settings (for the merge), and the shared start instant.
 #[derive(Debug, Clone)]
-pub struct Resolved {
+pub struct ShardSpec {
     pub shard: Shard,
     pub whole: serde_json::Value,
-}
-
-/// A start instant, as given and as resolved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StartAt {
-    pub at: SystemTime,
-    /// RFC 3339 UTC, to the second or finer as given.
-    pub text: String,
-}
-
-impl StartAt {
-    pub fn at(at: SystemTime) -> StartAt {
-        StartAt {
-            at,
-            text: humantime::format_rfc3339_millis(at).to_string(),
-        }
-    }
-}
-
-fn parse_shard(s: &str) -> Result<Shard, String> {
-    let bad = || format!("`{s}`: expected I/N with 0 ≤ I < N, e.g. 3/16");
-    let (i, n) = s.split_once('/').ok_or_else(bad)?;
-    let index: u32 = i.trim().parse().map_err(|_| bad())?;
-    let count: u32 = n.trim().parse().map_err(|_| bad())?;
-    if count == 0 || index >= count || count > 10_000 {
-        return Err(bad());
-    }
-    Ok(Shard { index, count })
-}
-
-fn parse_start_at(s: &str) -> Result<StartAt, String> {
-    let at = match s.strip_prefix('+') {
-        Some(rel) => {
-            let d = humantime::parse_duration(rel).map_err(|e| format!("`{s}`: {e}"))?;
-            SystemTime::now() + d
-        }
-        None => humantime::parse_rfc3339_weak(s).map_err(|e| {
-            format!("`{s}`: {e} (expected RFC 3339 UTC like 2026-12-03T10:00:00Z, or +30s)")
-        })?,
-    };
-    Ok(StartAt::at(at))
+    pub start_at: Option<StartAt>,
+    /// A non-Poisson `--arrival` split over the shards (its name): the
+    /// shards' arrivals do not add up to that process.
+    pub split_arrival: Option<String>,
 }
 
 impl ShardArgs {
@@ -207,6 +141,7 @@ pub async fn wait_until(start: &StartAt, ahead: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::parse_start_at;
 
     #[test]
     fn parts_sum_to_the_whole_and_differ_by_at_most_one() {

@@ -4,57 +4,18 @@
 
 use crate::cli::{ReportArgs, ReportFormat};
 use crate::exit::Exit;
-use crate::sweep;
+use crate::run_dir::write_file;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
-use tokenscope_core::metrics::Aggregator;
-use tokenscope_core::results::RunResults;
 use tokenscope_report::run_dir::{for_each_record, Report, Run, Sweep};
 use tokenscope_report::{export, html, markdown, terminal};
-
-fn write(path: PathBuf, text: &str) -> anyhow::Result<PathBuf> {
-    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-    Ok(path)
-}
-
-/// Writes `DIR/report.html` for a run or sweep directory.
-pub fn write_html(dir: &Path) -> anyhow::Result<PathBuf> {
-    let page = match Report::read(dir)? {
-        Report::Run(run) => html::run_page(&run),
-        Report::Sweep(s) => html::sweep_page(&s),
-    };
-    write(dir.join("report.html"), &page)
-}
-
-/// `report.html` at the end of a run: a failure to render is a warning, never
-/// a lost run.
-pub fn write_html_after_run(dir: &Path, quiet: bool) {
-    said_html(write_html(dir), quiet)
-}
-
-/// `report.html` of a run whose requests' figures are at hand: written
-/// without reading `requests.jsonl` back.
-pub fn write_html_of(dir: &Path, results: RunResults, requests: Aggregator, quiet: bool) {
-    let page = Run::from_parts(dir, results, requests)
-        .map_err(anyhow::Error::from)
-        .and_then(|run| write(dir.join("report.html"), &html::run_page(&run)));
-    said_html(page, quiet)
-}
-
-fn said_html(written: anyhow::Result<PathBuf>, quiet: bool) {
-    match written {
-        Ok(path) if !quiet => eprintln!("tokenscope: report {}", path.display()),
-        Ok(_) => {}
-        Err(e) => eprintln!("tokenscope: warning: no report.html: {e:#}"),
-    }
-}
 
 /// A run killed before it wrote `results.json` (SIGKILL, a crash): its
 /// figures rebuilt from the requests on disk, marked partial.
 fn rebuild_killed_run(dir: &Path, output: &crate::cli::OutputArgs) -> anyhow::Result<Run> {
-    let mut requests = crate::outcome::aggregator(output);
+    let mut requests = crate::spec::pricing::aggregator(output);
     let n = for_each_record(dir, |r| requests.add(&r)).map_err(|e| Exit::usage(e.to_string()))?;
-    let facts = crate::outcome::RunFacts {
+    let facts = crate::run::collect::RunFacts {
         started_at: "unknown (the run was killed before it wrote results.json)".into(),
         partial: true,
         target: tokenscope_core::results::Target {
@@ -72,7 +33,7 @@ fn rebuild_killed_run(dir: &Path, output: &crate::cli::OutputArgs) -> anyhow::Re
         simulated: None,
         telemetry: None,
     };
-    let results = crate::outcome::assemble(requests.finish(), facts);
+    let results = crate::run::collect::assemble(requests.finish(), facts);
     eprintln!(
         "tokenscope report: {} has no results.json (the run was killed): {n} requests rebuilt from requests.jsonl, marked partial; server metrics and settings are not known",
         dir.display(),
@@ -98,8 +59,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<Exit> {
     // A sweep re-reported against other objectives or another SLO.
     if let Report::Sweep(s) = &mut report {
         if args.slo.is_some() || args.series.target_load.is_some() || args.objectives_given() {
-            let points = sweep::read_series(dir)?;
-            s.analysis = sweep::analyse(&points, &args.output(), &args.series);
+            let points = crate::run_dir::read_series(dir)?;
+            s.analysis = crate::series::analyse(&points, &args.output(), &args.series);
             if let Some(slo) = &args.slo {
                 eprintln!(
                     "tokenscope report: re-judged against --slo {} from each point's requests (sweep.json is unchanged)",
@@ -124,10 +85,10 @@ pub fn run(args: ReportArgs) -> anyhow::Result<Exit> {
     }
     match (args.format, &report) {
         (ReportFormat::Html, Report::Run(run)) => {
-            done(write(out(&args, "report.html"), &html::run_page(run))?)
+            done(write_file(out(&args, "report.html"), &html::run_page(run))?)
         }
         (ReportFormat::Html, Report::Sweep(s)) => {
-            done(write(out(&args, "report.html"), &html::sweep_page(s))?)
+            done(write_file(out(&args, "report.html"), &html::sweep_page(s))?)
         }
         (ReportFormat::Md, _) => {
             let text = match &report {
@@ -135,8 +96,8 @@ pub fn run(args: ReportArgs) -> anyhow::Result<Exit> {
                 Report::Sweep(s) => markdown::sweep(s),
             };
             match &args.out {
-                Some(path) => done(write(path.clone(), &text)?),
-                None => crate::outcome::to_stdout(&text),
+                Some(path) => done(write_file(path.clone(), &text)?),
+                None => crate::output::to_stdout(&text),
             }
         }
         (ReportFormat::Csv, Report::Run(run)) => {
@@ -148,10 +109,10 @@ pub fn run(args: ReportArgs) -> anyhow::Result<Exit> {
             done(path)
         }
         (ReportFormat::Csv, Report::Sweep(s)) => {
-            done(write(out(&args, "sweep.csv"), &export::sweep_csv(s)?)?)
+            done(write_file(out(&args, "sweep.csv"), &export::sweep_csv(s)?)?)
         }
         (ReportFormat::Terminal, Report::Run(run)) => {
-            crate::outcome::to_stdout(&terminal::summary(&run.results))
+            crate::output::to_stdout(&terminal::summary(&run.results))
         }
         (ReportFormat::Terminal, Report::Sweep(s)) => print_sweep(s),
         (ReportFormat::Vllm | ReportFormat::Aiperf | ReportFormat::Guidellm, Report::Run(run)) => {
@@ -178,7 +139,7 @@ fn write_dialect(args: &ReportArgs, run: &Run) -> anyhow::Result<PathBuf> {
         ReportFormat::Aiperf => ("profile_export_aiperf.json", aiperf::export(&run.results)),
         _ => ("benchmarks.json", guidellm::export(&run.results, &per()?)),
     };
-    write(
+    write_file(
         out(args, name),
         &(serde_json::to_string_pretty(&doc)? + "\n"),
     )
@@ -189,7 +150,7 @@ fn out(args: &ReportArgs, name: &str) -> PathBuf {
 }
 
 fn done(path: PathBuf) {
-    crate::outcome::to_stdout(&format!("{}\n", path.display()));
+    crate::output::to_stdout(&format!("{}\n", path.display()));
 }
 
 fn print_sweep(s: &Sweep) {
@@ -198,11 +159,6 @@ fn print_sweep(s: &Sweep) {
         .iter()
         .map(|p| (p.point.clone(), p.results.clone()))
         .collect();
-    crate::outcome::to_stdout(&terminal::series_table(&labelled));
-    crate::outcome::to_stdout(&terminal::analysis(&s.analysis));
-}
-
-/// Reads a run directory for `compare`.
-pub fn read_run(dir: &Path) -> anyhow::Result<Run> {
-    Run::read(dir).map_err(|e| Exit::usage(e.to_string()))
+    crate::output::to_stdout(&terminal::series_table(&labelled));
+    crate::output::to_stdout(&terminal::analysis(&s.analysis));
 }

@@ -107,9 +107,10 @@ pub fn run(args: WatchArgs) -> anyhow::Result<Exit> {
         let client = reqwest::Client::builder()
             .build()
             .context("building the metrics client")?;
-        let target = crate::bench::target_headers(args.api_key_env.as_deref(), &args.headers)?;
+        let target =
+            crate::run::target::target_headers(args.api_key_env.as_deref(), &args.headers)?;
         let config = ScrapeConfig {
-            endpoints: crate::bench::metrics_endpoints(
+            endpoints: crate::run::target::metrics_endpoints(
                 &args.url,
                 &urls,
                 &target,

@@ -4,7 +4,7 @@
 
 use crate::cli::SizeArgs;
 use crate::exit::Exit;
-use crate::outcome::to_stdout;
+use crate::output::to_stdout;
 use anyhow::Context;
 use std::path::Path;
 use tokenscope_sim::engine::catalogue::Gpu;
@@ -22,8 +22,8 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
         // Enough for a p99 to be judged by the estimate (1,000 needed).
         args.load.requests = Some(1500);
     }
-    crate::outcome::load_workload_files(&mut args.load, args.json)?;
-    let cat = crate::plan::catalogue(args.catalogue.as_deref())?;
+    crate::spec::workload::load_workload_files(&mut args.load, args.json)?;
+    let cat = crate::engine::catalogue(args.catalogue.as_deref())?;
     let model = cat
         .model(&args.model)
         .map_err(|e| Exit::usage(format!("--model: {e}")))?;
@@ -38,9 +38,9 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
     let engines = engines(&args);
     let mut template = EngineConfig::new(model, gpus[0].clone());
     if let Some(p) = &args.profile {
-        template.efficiency = crate::plan::read_profile(p)?.efficiency;
+        template.efficiency = crate::engine::read_profile(p)?.efficiency;
     }
-    let load = crate::plan::plan_load(&args.load, args.network_delay);
+    let load = crate::engine::plan_load(&args.load, args.network_delay);
     let (candidates, unpriced) = candidates(&args, &gpus, &engines);
     let search = Search {
         template: &template,
@@ -230,7 +230,7 @@ const SIZE_ONLY: [&str; 14] = [
 /// `--config`: a run of `sim plan` with them draws the same requests), and
 /// the request count when it was defaulted.
 fn workload_flags(args: &SizeArgs) -> String {
-    let given = crate::scenario::given();
+    let given = crate::config_file::given();
     let mut out: Vec<String> = Vec::new();
     for (long, values) in &given {
         let flag = format!("--{long}");

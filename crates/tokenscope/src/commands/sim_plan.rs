@@ -1,0 +1,329 @@
+//! `tokenscope sim plan` and `sim list`: the engine on a virtual clock.
+
+use crate::cli::{PlanArgs, Sweep};
+use crate::engine::{engine_config, plan_load, read_profile, read_replay};
+use crate::exit::Exit;
+use crate::run::collect::RunFacts;
+use anyhow::Context;
+use serde_json::json;
+use std::io::Write;
+use std::path::Path;
+use tokenscope_core::record::RequestRecord;
+use tokenscope_core::results::{self, RunResults, Server};
+use tokenscope_core::stats::Distribution;
+use tokenscope_history::Kind;
+use tokenscope_sim::engine::EngineConfig;
+use tokenscope_sim::plan::{simulate_into, EngineSummary, PlanLoad, Sample};
+
+/// What the simulated engine was, for `results.json`.
+fn deployment_json(
+    cfg: &EngineConfig,
+    fleet: tokenscope_sim::router::Fleet,
+    summary: &EngineSummary,
+) -> serde_json::Value {
+    json!({
+        "engine": format!("tokenscope-sim ({})", cfg.engine.describe()),
+        "engine_rules": cfg.engine.name(),
+        "num_scheduler_steps": cfg.num_scheduler_steps,
+        "replicas": fleet.replicas,
+        "router": (fleet.replicas > 1 || fleet.autoscale.is_some()).then(|| fleet.router.name()),
+        "disaggregate": fleet.disaggregate.map(|d| json!({
+            "prefill": d.prefill,
+            "decode": d.decode,
+            "kv_transfer_gbs": d.transfer_gbs,
+        })),
+        "model": cfg.model.name,
+        "gpu": cfg.gpu.name,
+        "tp": cfg.tp,
+        "weights": cfg.weights,
+        "kv_dtype": cfg.kv_dtype,
+        "gpu_memory_utilization": cfg.gpu_memory_utilization,
+        "prefix_caching": cfg.prefix_caching,
+        "efficiency": cfg.efficiency,
+        "engine_summary": summary,
+    })
+}
+
+/// The engine's queue time of a measured request, µs.
+fn queue_us(r: &RequestRecord) -> Option<f64> {
+    let ms = r.server_timings.as_ref()?["queue_ms"].as_f64();
+    ms.filter(|_| !r.warmup).map(|q| q * 1e3)
+}
+
+/// The engine's own metrics over the run in the shape a real server's
+/// telemetry gives them (`ServerSummary`: `running`, `waiting`, `kv_usage`,
+/// `queue_time`, …), so every reader of `server.metrics` reads a plan as it
+/// reads a measured run; plus the engine's `steps` and `busy_s`.
+fn server_metrics(
+    queue: &Distribution,
+    s: &[Sample],
+    summary: &EngineSummary,
+) -> serde_json::Value {
+    use tokenscope_telemetry::window::{GaugeSummary, HistSummary, ServerSummary};
+    let gauge = |f: &dyn Fn(&Sample) -> f64| {
+        GaugeSummary::of(&s.iter().map(|x| (x.t_s, f(x))).collect::<Vec<_>>())
+    };
+    let (window_s, generated) = match (s.first(), s.last()) {
+        (Some(a), Some(b)) => (
+            b.t_s - a.t_s,
+            Some((b.output_tokens_total - a.output_tokens_total) as f64),
+        ),
+        _ => (0.0, None),
+    };
+    let m = ServerSummary {
+        scrapes: s.len(),
+        window_s,
+        running: gauge(&|x| x.state.running as f64),
+        waiting: gauge(&|x| x.state.waiting as f64),
+        kv_usage: gauge(&|x| x.state.kv_usage),
+        kv_capacity_tokens: Some(summary.kv_capacity_tokens as f64),
+        generation_tokens: generated,
+        generation_tokens_per_s: generated.filter(|_| window_s > 0.0).map(|g| g / window_s),
+        prefix_cache_hit_rate: (summary.prefix_cache_queries_tokens > 0).then(|| {
+            summary.prefix_cache_hits_tokens as f64 / summary.prefix_cache_queries_tokens as f64
+        }),
+        preemptions: Some(summary.preemptions_total as f64),
+        // The engine's own queue times, exact (no buckets).
+        queue_time: queue.summary(1e-3).map(|q| HistSummary {
+            count: q.count as f64,
+            mean_ms: q.mean,
+            first_bucket_ms: 0.0,
+            p50_ms: q.p50,
+            p90_ms: q.p90,
+            p99_ms: q.p99,
+        }),
+        ..ServerSummary::default()
+    };
+    let mut v = serde_json::to_value(m).expect("a summary serializes");
+    v["steps"] = json!(summary.steps);
+    v["busy_s"] = json!(summary.busy_s);
+    v
+}
+
+fn write_jsonl<T: serde::Serialize>(path: &Path, items: &[T]) -> anyhow::Result<()> {
+    let file =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    for item in items {
+        serde_json::to_writer(&mut w, item)?;
+        w.write_all(b"\n")?;
+    }
+    w.flush()
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// An autoscaled fleet is paid for by its GPU-seconds (each replica from
+/// its start, loading included, to its retirement), not by a fixed count
+/// over the window: the cost's dollars scale to them.
+fn pay_replica_seconds(c: &mut tokenscope_core::cost::Cost, gpu_seconds: f64, window_s: f64) {
+    let counted = c.gpus as f64 * window_s;
+    if counted <= 0.0 {
+        return;
+    }
+    let k = gpu_seconds / counted;
+    c.window_usd *= k;
+    for v in [
+        &mut c.usd_per_1k_output_tokens,
+        &mut c.usd_per_1m_output_tokens,
+        &mut c.usd_per_1k_total_tokens,
+        &mut c.usd_per_1k_good_output_tokens,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        *v *= k;
+    }
+}
+
+/// The replicas, their routing and, with `--autoscale`, the policy with the
+/// fleet's bounds and a new replica's start-up.
+fn fleet(cfg: &EngineConfig, args: &PlanArgs) -> anyhow::Result<tokenscope_sim::router::Fleet> {
+    let (min, max) = args.replicas;
+    let autoscale = match args.autoscale {
+        None if min != max => {
+            return Err(Exit::usage(format!(
+                "--replicas {min}..{max} is a range for --autoscale; without it give a count"
+            )))
+        }
+        None => None,
+        Some(policy) => {
+            let startup_s = match args.startup.as_str() {
+                "auto" => tokenscope_sim::autoscale::startup_s(cfg, args.load_bandwidth, 40.0),
+                d => humantime::parse_duration(d)
+                    .map_err(|e| Exit::usage(format!("--startup `{d}`: {e} (auto or a duration)")))?
+                    .as_secs_f64(),
+            };
+            Some(tokenscope_sim::autoscale::Policy {
+                min,
+                max,
+                startup_s,
+                ..policy
+            })
+        }
+    };
+    let disaggregate =
+        args.disaggregate
+            .map(|(prefill, decode)| tokenscope_sim::router::Disaggregation {
+                prefill,
+                decode,
+                transfer_gbs: args.kv_transfer_gbs,
+            });
+    Ok(tokenscope_sim::router::Fleet {
+        replicas: disaggregate.map_or(min, |d| d.prefill + d.decode),
+        router: args.router,
+        autoscale,
+        disaggregate,
+    })
+}
+
+/// Simulates one load (replaying `trace` lengths when given) and writes its run directory.
+fn one_point(
+    cfg: &EngineConfig,
+    args: &PlanArgs,
+    load: &crate::cli::LoadArgs,
+    trace: Option<Vec<(u64, u64)>>,
+    dir: &Path,
+) -> anyhow::Result<RunResults> {
+    let plan = crate::spec::workload::plan(load);
+    let plan_load = PlanLoad {
+        trace,
+        fleet: fleet(cfg, args)?,
+        ..plan_load(load, args.network_delay)
+    };
+    let started_at = crate::run_dir::now_rfc3339();
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating the run directory {}", dir.display()))?;
+    // Each record is written and counted as the simulation finishes it, and
+    // dropped: only the requests in flight are held.
+    let path = dir.join("requests.jsonl");
+    let file =
+        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    let mut lines = std::io::BufWriter::new(file);
+    let (mut figures, mut queue) = (
+        crate::spec::pricing::aggregator(&args.output),
+        Distribution::new(),
+    );
+    let mut write_error = None;
+    let (samples, summary) = simulate_into(cfg, &plan_load, 1.0, &mut |r| {
+        if write_error.is_none() {
+            let line = serde_json::to_writer(&mut lines, &r).map_err(std::io::Error::from);
+            write_error = line.and_then(|()| lines.write_all(b"\n")).err();
+        }
+        if let Some(q) = queue_us(&r) {
+            queue.record(q);
+        }
+        figures.add(&r);
+    })
+    .map_err(Exit::usage)?;
+    if let Some(e) = write_error {
+        return Err(anyhow::Error::new(e).context(format!("writing {}", path.display())));
+    }
+    lines
+        .flush()
+        .with_context(|| format!("writing {}", path.display()))?;
+    write_jsonl(&dir.join("timeseries.jsonl"), &samples)?;
+    let metrics = server_metrics(&queue, &samples, &summary);
+    let kv = json!({
+        "capacity_tokens": summary.kv_capacity_tokens,
+        "block_size": summary.block_size,
+        "usage_mean": metrics["kv_usage"]["mean"],
+        "usage_max": metrics["kv_usage"]["max"],
+        "preemptions": summary.preemptions_total,
+    });
+    let facts = RunFacts {
+        started_at,
+        partial: false,
+        target: results::Target {
+            url: format!("sim://{}@{}x{}", cfg.model.name, cfg.tp, cfg.gpu.name),
+            api: "simulated".into(),
+            model: cfg.model.name.clone(),
+            builtin: Some(format!("simulated on a virtual clock: {}", cfg.describe())),
+        },
+        config: crate::spec::workload::config_json(load, &plan, &args.output),
+        server: Server {
+            kind: Some("tokenscope-sim".into()),
+            version: Some(format!("tokenscope-sim {}", env!("CARGO_PKG_VERSION"))),
+            metrics: Some(metrics),
+        },
+        kv_cache: Some(kv),
+        client_cpu: None,
+        client: results::ClientUsage {
+            peak_rss_mb: tokenscope_load::cpu::peak_rss_bytes().map(|b| b as f64 / 1e6),
+            ..Default::default()
+        },
+        extra_findings: Vec::new(),
+        simulated: Some(deployment_json(cfg, plan_load.fleet, &summary)),
+        telemetry: None,
+    };
+    let mut results = crate::run::collect::assemble(figures.finish(), facts);
+    if let (Some(a), Some(c)) = (&summary.autoscale, results.efficiency.cost.as_mut()) {
+        pay_replica_seconds(
+            c,
+            a.replica_seconds * cfg.tp as f64,
+            results.window.duration_s,
+        );
+    }
+    crate::run_dir::write_results(dir, &results)?;
+    crate::run_dir::write_html_of(dir, results.clone(), figures, true);
+    Ok(results)
+}
+
+pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
+    crate::spec::pricing::check_output(&args.output)?;
+    crate::spec::workload::load_workload_files(
+        &mut args.load,
+        args.output.quiet || args.output.json,
+    )?;
+    let mut cfg = engine_config(&args.engine)?;
+    // A fixed fleet's GPUs are all its replicas'; an autoscaled one is paid
+    // by its GPU-seconds (pay_replica_seconds), per replica here.
+    let per_fleet = match (args.autoscale.is_some(), args.disaggregate) {
+        (true, _) => 1,
+        (false, Some((prefill, decode))) => prefill + decode,
+        (false, None) => args.replicas.0,
+    };
+    crate::spec::pricing::price_known_gpu(&mut args.output, &cfg.gpu.name, cfg.tp * per_fleet);
+    if let Some(p) = &args.profile {
+        cfg.efficiency = read_profile(p)?.efficiency;
+    }
+    let dir = args
+        .output
+        .out
+        .clone()
+        .unwrap_or_else(crate::run_dir::default_out_dir);
+    crate::run_dir::claim_out_dir(&dir, args.output.force)?;
+    if let Some(run) = &args.replay {
+        let replay = read_replay(run, &args.load)?;
+        let results = one_point(&cfg, &args, &replay.load, Some(replay.trace), &dir)?;
+        return crate::run::finish::conclude(Kind::Plan, &results, &dir, &args.output);
+    }
+    let Some(sweep) = args.sweep.clone() else {
+        let results = one_point(&cfg, &args, &args.load, None, &dir)?;
+        return crate::run::finish::conclude(Kind::Plan, &results, &dir, &args.output);
+    };
+    let levels: Vec<crate::series::Level> = match &sweep {
+        Sweep::Concurrency(levels) => levels
+            .iter()
+            .map(|&c| crate::series::closed(&args.load, c))
+            .collect(),
+        Sweep::Rate(rates) => rates
+            .iter()
+            .map(|&r| crate::series::open(&args.load, r))
+            .collect(),
+    };
+    if !args.output.json {
+        println!("simulated: {}", cfg.describe());
+    }
+    let mut points = Vec::new();
+    for (i, level) in levels.into_iter().enumerate() {
+        let point_dir = dir.join(format!("point-{i:02}"));
+        let results = one_point(&cfg, &args, &level.args, None, &point_dir)?;
+        points.push(crate::run_dir::Done {
+            label: level.label,
+            load: level.load,
+            results,
+            dir: Some(point_dir),
+        });
+    }
+    crate::series::finish_series(&dir, points, &args.output, &args.series)
+}

@@ -1,0 +1,341 @@
+//! `tokenscope sweep`: a series of runs — given levels, or chosen by
+//! `--auto` — one run directory each (`OUT/point-NN`), every point through
+//! the run pipeline, then the series' analysis in `sweep.json` and on the
+//! terminal ([`crate::series::finish_series`]).
+
+use crate::cli::SweepArgs;
+use crate::exit::Exit;
+use crate::run::builtin::with_runtime;
+use crate::run::Site;
+use crate::run_dir::{finished_points, same_point, Done};
+use crate::series::{closed, finish_series, open, Level, AUTO_MIN_REQUESTS};
+use crate::spec::RunSpec;
+use crate::warnings::Warning;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+use tokenscope_core::analysis::{self, Point};
+use tokenscope_core::results::RunResults;
+
+pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
+    let sharded = sharded_schedule(&args)?;
+    crate::spec::pricing::price_builtin(&mut args.bench);
+    crate::spec::workload::load_workload_files(&mut args.bench.load, args.bench.output.quiet)?;
+    let load = &args.bench.load;
+    let explicit: Vec<Level> = if args.auto {
+        Vec::new()
+    } else if !load.concurrency.is_empty() {
+        load.concurrency.iter().map(|&c| closed(load, c)).collect()
+    } else if !load.rate.is_empty() {
+        load.rate.iter().map(|&r| open(load, r)).collect()
+    } else {
+        return Err(Exit::usage(
+            "sweep needs a series: --auto, --concurrency 1,2,4,8 or --rate 1,2,4".into(),
+        ));
+    };
+    let dir = args
+        .bench
+        .output
+        .out
+        .clone()
+        .unwrap_or_else(crate::run_dir::default_out_dir);
+    if let (Some(slo), false) = (&args.bench.output.slo, args.bench.output.quiet) {
+        let fewest = explicit.iter().filter_map(|l| l.args.requests).min();
+        if let Some(w) = fewest.and_then(|n| crate::warnings::slo_sample_size(slo, n, false)) {
+            w.say_as("tokenscope sweep", false);
+        }
+    }
+    let previous = if args.resume {
+        finished_points(&dir)?
+    } else {
+        crate::run_dir::claim_out_dir(&dir, args.bench.output.force)?;
+        Vec::new()
+    };
+    let setup = args.bench.clone();
+    with_runtime(
+        &setup.target,
+        setup.builtin,
+        &setup.client,
+        |site| async move {
+            let mut series = Series {
+                args: &args,
+                dir: dir.clone(),
+                site,
+                previous,
+                done: Vec::new(),
+                sharded,
+                runs: 0,
+            };
+            if args.auto {
+                series.auto().await?;
+            } else {
+                let total = explicit.len();
+                for (i, level) in explicit.into_iter().enumerate() {
+                    series.say(&format!("point {} of {total}: {}", i + 1, level.label));
+                    if !series.point(level).await? {
+                        break; // interrupted: the series so far is still reported
+                    }
+                }
+            }
+            finish_series(&dir, series.done, &args.bench.output, &args.series)
+        },
+    )
+}
+
+/// A sharded sweep's schedule (the first run's start, and the time from one
+/// run's start to the next), when `--shard`/`--shards` are given; the
+/// conditions under which every shard can keep it, else why not.
+fn sharded_schedule(args: &SweepArgs) -> anyhow::Result<Option<(SystemTime, Duration)>> {
+    let flags = &args.bench.shard;
+    if flags.shard.is_none() && flags.shards.is_none() {
+        return match flags.start_at {
+            Some(_) => Err(Exit::usage(
+                "--start-at in a sweep schedules the points of a sharded sweep: give --shard I/N or --shards N too".into(),
+            )),
+            None => Ok(None),
+        };
+    }
+    let why = if args.auto {
+        Some("--auto chooses each point from the last one's figures, which differ between shards: give the series (--concurrency 1,4,16 or --rate 1,2,4)")
+    } else if args.resume {
+        Some("--resume cannot keep a shared schedule")
+    } else if flags.start_at.is_none() {
+        Some("every shard must start each point at the same instant: give --start-at")
+    } else if args.bench.load.duration.is_none() {
+        Some("each point must end at a known time for the next to start together: give --duration")
+    } else {
+        None
+    };
+    if let Some(why) = why {
+        return Err(Exit::usage(format!("a sharded sweep: {why}")));
+    }
+    let start = flags.start_at.as_ref().expect("checked").at;
+    let every = args.bench.load.duration.expect("checked") + args.point_gap;
+    Ok(Some((start, every)))
+}
+
+/// The points run so far and how to run the next.
+struct Series<'a> {
+    args: &'a SweepArgs,
+    dir: PathBuf,
+    site: Site,
+    /// With `--resume`: finished points found in the directory.
+    previous: Vec<(PathBuf, RunResults)>,
+    done: Vec<Done>,
+    /// A sharded sweep: when run 0 starts, and the time from one run's
+    /// start to the next's.
+    sharded: Option<(SystemTime, Duration)>,
+    /// Runs started so far.
+    runs: u32,
+}
+
+impl Series<'_> {
+    fn say(&self, line: &str) {
+        if !self.args.bench.output.quiet {
+            eprintln!("tokenscope sweep: {line}");
+        }
+    }
+
+    /// Runs one point `--repeat` times (each run taken from a previous one
+    /// with `--resume` where it can be); false when it was interrupted.
+    async fn point(&mut self, level: Level) -> anyhow::Result<bool> {
+        let k = self.args.repeat;
+        for run in 1..=k {
+            let label = if k > 1 {
+                format!("{} (run {run} of {k})", level.label)
+            } else {
+                level.label.clone()
+            };
+            if !self.one_run(&level, label).await? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// One run of a point; false when it was interrupted.
+    async fn one_run(&mut self, level: &Level, label: String) -> anyhow::Result<bool> {
+        let mut point = self.args.bench.clone();
+        point.load = level.args.clone();
+        let config = crate::spec::workload::config_json(
+            &point.load,
+            &crate::spec::workload::plan(&point.load),
+            &point.output,
+        );
+        if let Some(i) = self
+            .previous
+            .iter()
+            .position(|(_, r)| same_point(&r.config, &config))
+        {
+            let (from, results) = self.previous.swap_remove(i);
+            self.say(&format!("{label}: kept from {}", from.display()));
+            self.done.push(Done {
+                label,
+                load: level.load,
+                results,
+                dir: Some(from),
+            });
+            return Ok(true);
+        }
+        if let Some((start, every)) = self.sharded {
+            // Every shard runs the same series: run k starts at the same instant on all.
+            let at = start + every * self.runs;
+            point.shard.start_at = Some(crate::cli::StartAt::at(at));
+            self.say(&format!(
+                "{label}: this shard's part, from {}",
+                humantime::format_rfc3339_millis(at)
+            ));
+        } else {
+            // Only a sharded sweep splits its points.
+            point.shard = Default::default();
+        }
+        self.runs += 1;
+        let dir = self.free_dir();
+        point.output.out = Some(dir.clone());
+        // The sweep owns its point directories: a killed point's leftovers go.
+        point.output.force = true;
+        point.output.json = false;
+        let spec = RunSpec::build(point)?;
+        // The SLO's sample size is said once for the series.
+        for w in spec.warnings() {
+            if !matches!(w, Warning::SloSampleSize { .. }) {
+                w.say(spec.output.quiet);
+            }
+        }
+        let (results, _) = crate::self_check::then_run(&spec, &self.site).await?;
+        // Interrupted, or its output could not be written: the series stops.
+        let interrupted = results.partial || results.output_error.is_some();
+        self.done.push(Done {
+            label,
+            load: level.load,
+            results,
+            dir: Some(dir),
+        });
+        Ok(!interrupted)
+    }
+
+    /// The first `point-NN` directory not holding a finished point.
+    fn free_dir(&self) -> PathBuf {
+        (0..)
+            .map(|i| self.dir.join(format!("point-{i:02}")))
+            .find(|d| !d.join("results.json").exists() && !d.join("requests.jsonl").exists())
+            .expect("an unused index")
+    }
+
+    /// `--auto`: baseline, maximum-throughput probe, then powers of two
+    /// between them until the server is past saturation.
+    async fn auto(&mut self) -> anyhow::Result<bool> {
+        let base = self.args.bench.load.clone();
+        let max = self.args.auto_max_concurrency;
+        // Unless told how much to run, a point is two rounds of its
+        // concurrency and at least AUTO_MIN_REQUESTS: the 100 a point of an
+        // explicit series gets would spend most of the sweep at concurrency 1.
+        let sized = base.requests.is_none() && base.duration.is_none();
+        // With --slo, enough requests that its percentiles can be judged.
+        let slo_needs = self
+            .args
+            .bench
+            .output
+            .slo
+            .as_ref()
+            .and_then(|s| s.requests_needed());
+        match (&slo_needs, sized) {
+            (Some((n, key)), true) => self.say(&format!(
+                "auto: --slo {key} is judged on ≥ {n} requests: each point runs at least that many"
+            )),
+            (Some((n, _)), false) => {
+                if let Some(w) = self.args.bench.output.slo.as_ref().and_then(|s| {
+                    base.requests
+                        .and_then(|r| crate::warnings::slo_sample_size(s, r, false))
+                }) {
+                    self.say(&format!("warning: {}", w.message()));
+                } else if base.duration.is_some() {
+                    self.say(&format!("note: --slo needs ≈ {n} requests a point to be judged on its own; --duration decides how many are sent"));
+                }
+            }
+            _ => {}
+        }
+        let slo_min = slo_needs.map_or(0, |(n, _)| n);
+        let point_at = |c: u64| {
+            let mut level = closed(&base, c);
+            if sized {
+                level.args.requests = Some((2 * c).max(AUTO_MIN_REQUESTS).max(slo_min));
+            }
+            level
+        };
+        self.say("auto: baseline at concurrency 1");
+        if !self.point(point_at(1)).await? {
+            return Ok(false);
+        }
+        self.say(&format!(
+            "auto: maximum-throughput probe at concurrency {max}"
+        ));
+        if !self.point(point_at(max)).await? {
+            return Ok(false);
+        }
+        let (baseline, probe) = (&self.done[0].results, &self.done[1].results);
+        // Little's law: the concurrency that would carry the probe's request
+        // rate at the baseline's latency. Saturation comes near it; four
+        // times past it the server is surely saturated.
+        let e2e_s = baseline.latency.e2e_ms.map_or(1.0, |s| s.mean / 1e3);
+        let little = probe.throughput.requests_per_s * e2e_s;
+        let top = ((4.0 * little).ceil() as u64).clamp(2, max);
+        self.say(&format!(
+            "auto: the probe carried {:.1} requests/s; at the baseline's {:.2} s per request that needs concurrency ≈ {little:.0}: points 2 … {top} (×2), stopping past saturation",
+            probe.throughput.requests_per_s, e2e_s
+        ));
+        let mut c = 2;
+        while c < max && c <= top {
+            self.say(&format!("auto: point at concurrency {c}"));
+            if !self.point(point_at(c)).await? {
+                return Ok(false);
+            }
+            if let Some(why) = self.past_saturation() {
+                self.say(&format!("auto: stopping after concurrency {c}: {why}"));
+                return Ok(true);
+            }
+            c *= 2;
+        }
+        if c > 2 && c / 2 < max {
+            let next = if c >= max {
+                "the next is the probe's".to_string()
+            } else {
+                format!(
+                    "the next would pass {top}, four times the concurrency the probe's rate needs"
+                )
+            };
+            self.say(&format!(
+                "auto: stopping after concurrency {}: {next}",
+                c / 2
+            ));
+        }
+        Ok(true)
+    }
+
+    /// Whether the last point run (ascending, probe left out) is past
+    /// saturation: its tokens/s gained < 5 % over the previous point while
+    /// TTFT p99 rose, or the server's queue grew through it.
+    fn past_saturation(&self) -> Option<String> {
+        let probe_load = self.args.auto_max_concurrency as f64;
+        let climb: Vec<Point> = analysis::combine_repeats(
+            self.done
+                .iter()
+                .filter(|d| d.load != probe_load)
+                .map(|d| Point::from_results(d.load, &d.results))
+                .collect(),
+        );
+        let last = self.done.last()?;
+        if last.results.diagnosis.iter().any(|f| f.rule == "overload") {
+            return Some("the server's waiting requests grew through the point".into());
+        }
+        match analysis::saturation(&climb, 0.05) {
+            Some(i) if i == climb.len() - 1 => Some(format!(
+                "tokens/s {:.0} → {:.0} (< 5 % more) while TTFT p99 rose {:.0} → {:.0} ms",
+                climb[i - 1].output_tps,
+                climb[i].output_tps,
+                climb[i - 1].ttft_p99_ms,
+                climb[i].ttft_p99_ms
+            )),
+            _ => None,
+        }
+    }
+}

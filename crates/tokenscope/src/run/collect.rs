@@ -1,0 +1,280 @@
+//! Phase 4 of a run: everything measured — the records' figures, the
+//! server's scrapes, the client's own costs, the shard's start — assembled
+//! into the `results.json` document. [`assemble`] is the one place a
+//! document is built from figures and facts: `sim plan`, `merge` and a
+//! killed run's `report` build theirs with it too.
+
+use super::drive::Driven;
+use super::Site;
+use crate::spec::RunSpec;
+use serde_json::json;
+use tokenscope_core::diagnosis::{diagnose, Asked};
+use tokenscope_core::metrics::{Aggregator, Measured};
+use tokenscope_core::results::{
+    self, ClientUsage, Efficiency, Finding, RunResults, Server, ShardInfo, Tool,
+};
+use tokenscope_load::connections::{self, FileLimit};
+use tokenscope_load::{loop_delay, probe, runtime};
+use tokenscope_telemetry::scraper::ScrapeLog;
+use tokenscope_telemetry::window::{summarize, ServerSummary};
+
+/// The run's document, the figures of its requests (for `report.html`) and
+/// its directory.
+pub async fn collect(
+    spec: &RunSpec,
+    site: &Site,
+    d: Driven,
+) -> anyhow::Result<(RunResults, Aggregator, std::path::PathBuf)> {
+    let cold_start = d.cold_start.transpose()?;
+    let mut figures = d.recorded.figures;
+    let p = &d.probed;
+    let stamped = runtime::kernel_stamps(&p.base);
+    let version = probe::server_version(&p.client, &p.base, &p.headers).await;
+    let wake_batch = spec.client.wake_batch.resolve(stamped);
+    let facts = RunFacts {
+        started_at: d.started_at,
+        partial: d.interrupted,
+        target: results::Target {
+            url: p.base.clone(),
+            api: p.api.name().into(),
+            model: p.model.clone(),
+            builtin: site.builtin.clone(),
+        },
+        config: spec.config.clone(),
+        server: Server {
+            version,
+            ..Server::default()
+        },
+        kv_cache: None,
+        client_cpu: d
+            .cpu
+            .map(|(cpu, _)| (cpu.as_secs_f64(), site.threads, d.client_wall_s)),
+        client: ClientUsage {
+            self_check: p.self_check.clone(),
+            peak_rss_mb: tokenscope_load::cpu::peak_rss_bytes().map(|b| b as f64 / 1e6),
+            monotonic_origin_us: tokenscope_core::clock::monotonic_us(d.clock.origin()),
+            kernel_read_stamps: Some(stamped),
+            unstamped_reads: stamped.then(|| d.http.unstamped_reads()),
+            wake_batch_us: Some(wake_batch.as_micros() as u64),
+            ..client_side(&d.loop_delay, d.warmed.as_ref(), p.file_limit)
+        },
+        extra_findings: p.notes.clone(),
+        simulated: None,
+        telemetry: d.telemetry.as_ref().map(|log| {
+            let last_sent = figures.spans().map(|(sent, _)| sent).max();
+            Telemetry::from_log(log, last_sent.map(|us| us as f64 / 1e6))
+        }),
+    };
+    let mut results = assemble(figures.finish(), facts);
+    results.cold_start = cold_start;
+    results.shard = spec.shard.as_ref().map(|s| ShardInfo {
+        index: s.shard.index,
+        count: s.shard.count,
+        start_at: s.start_at.as_ref().map(|a| a.text.clone()),
+        origin_unix_us: d.origin_unix_us,
+        late_ms: d.late.map(|l| l.as_secs_f64() * 1e3),
+        whole: s.whole.clone(),
+        host: crate::spec::shard::host(),
+        clock: crate::spec::shard::clock_sync(),
+    });
+    results.warnings = spec.warnings().iter().map(|w| w.record()).collect();
+    if let Some(e) = &d.recorded.error {
+        let said = format!(
+            "output failed: {e}; the run stopped there: the first {} of {} finished requests are whole lines of requests.jsonl, the rest were counted in memory",
+            d.recorded.on_disk,
+            d.recorded.total
+        );
+        results.output_error = Some(said.clone());
+        eprintln!("tokenscope: error: {said}");
+    }
+    Ok((results, figures, p.out_dir.clone()))
+}
+
+/// Everything about a run besides its records.
+pub struct RunFacts {
+    pub started_at: String,
+    pub partial: bool,
+    pub target: results::Target,
+    pub config: serde_json::Value,
+    pub server: Server,
+    pub kv_cache: Option<serde_json::Value>,
+    /// Client CPU: (seconds, threads, the wall seconds the client worked:
+    /// from the run's start until every request was settled), when measured.
+    pub client_cpu: Option<(f64, usize, f64)>,
+    /// What else the client measured of itself (loop delay, connections);
+    /// the CPU fields are filled from `client_cpu`.
+    pub client: ClientUsage,
+    pub extra_findings: Vec<Finding>,
+    pub simulated: Option<serde_json::Value>,
+    /// What the server's own metrics said, when they were read.
+    pub telemetry: Option<Telemetry>,
+}
+
+/// The server's metrics over the run.
+pub struct Telemetry {
+    pub summary: ServerSummary,
+    pub kind: Option<String>,
+    pub sources: Vec<(String, String)>,
+    pub errors: u64,
+    pub first_error: Option<String>,
+    /// Per metrics URL: attempts, failures, first error.
+    pub endpoints:
+        std::collections::BTreeMap<String, tokenscope_telemetry::scraper::EndpointHealth>,
+}
+
+impl Telemetry {
+    /// `load_end_s`: the last send, on the run's clock.
+    pub fn from_log(log: &ScrapeLog, load_end_s: Option<f64>) -> Telemetry {
+        Telemetry {
+            summary: summarize(&log.scrapes, load_end_s),
+            kind: log.server_kind().map(|k| k.name().to_string()),
+            sources: log
+                .sources
+                .iter()
+                .map(|(u, k)| (u.clone(), k.name().to_string()))
+                .collect(),
+            errors: log.errors,
+            first_error: log.first_error.clone(),
+            endpoints: log.endpoints.clone(),
+        }
+    }
+}
+
+/// Assembles `results.json` from the run's figures and facts.
+pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
+    let client = match facts.client_cpu {
+        // Over the client's own working time, not the requests' window: token
+        // counting after a request's end is client work too.
+        Some((cpu, threads, wall_s)) => ClientUsage {
+            cpu_seconds: Some(cpu),
+            cpu_cores: (wall_s > 0.0).then(|| cpu / wall_s),
+            cpu_us_per_output_token: (m.tokens.output_total > 0)
+                .then(|| cpu * 1e6 / m.tokens.output_total as f64),
+            threads: Some(threads),
+            ..facts.client
+        },
+        None => facts.client,
+    };
+    let asked = Asked {
+        ignore_eos: facts.config["ignore_eos"].as_bool().unwrap_or(false),
+        open_loop: facts.config["load"]["mode"] == "open",
+        unique_prompts: facts.config["shared_prefix"] == 0
+            && facts.config["dataset"].is_null()
+            && facts.config["multi_turn"].is_null(),
+    };
+    let mut diagnosis = diagnose(&m.counts, &m.latency, &m.tokens, &client, asked);
+    diagnosis.extend(facts.extra_findings);
+    let (mut server, mut kv_cache, mut gpu) = (facts.server, facts.kv_cache, None);
+    if let Some(t) = &facts.telemetry {
+        diagnosis.extend(tokenscope_telemetry::diagnose::diagnose(
+            &t.summary, &m.latency,
+        ));
+        // Each endpoint that failed is named, also when others answered.
+        for (url, h) in t.endpoints.iter().filter(|(_, h)| h.failures > 0) {
+            diagnosis.push(Finding {
+                rule: "metrics_endpoint_failed".into(),
+                severity: "warning".into(),
+                message: format!(
+                    "metrics endpoint {url}: {} of {} scrapes failed ({}); its figures are missing, not zero",
+                    h.failures,
+                    h.attempts,
+                    h.first_error.as_deref().unwrap_or("no answer")
+                ),
+                evidence: [
+                    ("url".to_string(), json!(url)),
+                    ("failures".to_string(), json!(h.failures)),
+                    ("attempts".to_string(), json!(h.attempts)),
+                ]
+                .into_iter()
+                .collect(),
+            });
+        }
+        if t.sources.is_empty() && t.errors > 0 {
+            diagnosis.push(Finding {
+                rule: "metrics_unavailable".into(),
+                severity: "info".into(),
+                message: format!(
+                    "the server's metrics could not be read ({}): server-side figures are unavailable, not zero",
+                    t.first_error.as_deref().unwrap_or("no answer")
+                ),
+                evidence: [("scrape_errors".to_string(), json!(t.errors))].into_iter().collect(),
+            });
+        }
+        server.kind = t.kind.clone().or(server.kind);
+        let mut metrics = serde_json::to_value(&t.summary).unwrap_or_default();
+        if let Some(obj) = metrics.as_object_mut() {
+            obj.insert(
+                "sources".into(),
+                json!(t
+                    .sources
+                    .iter()
+                    .map(|(u, k)| json!({"url": u, "kind": k}))
+                    .collect::<Vec<_>>()),
+            );
+            obj.insert("scrape_errors".into(), json!(t.errors));
+            obj.insert("endpoints".into(), json!(t.endpoints));
+            obj.insert("first_scrape_error".into(), json!(t.first_error));
+        }
+        server.metrics = Some(metrics);
+        kv_cache = kv_cache.or_else(|| tokenscope_telemetry::diagnose::kv_cache(&t.summary));
+        gpu = tokenscope_telemetry::diagnose::gpu(&t.summary, m.tokens.output_total);
+    }
+    RunResults {
+        output_error: None,
+        schema: results::SCHEMA.into(),
+        tool: Tool {
+            name: "tokenscope".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
+        started_at: facts.started_at,
+        partial: facts.partial,
+        simulated: facts.simulated,
+        target: facts.target,
+        config: facts.config,
+        window: m.window,
+        latency: m.latency,
+        throughput: m.throughput,
+        counts: m.counts,
+        tokens: m.tokens,
+        workload: m.fidelity,
+        slo: m.slo,
+        efficiency: Efficiency {
+            cost: m.cost,
+            gpu,
+            kv_cache,
+        },
+        server,
+        client,
+        diagnosis,
+        shard: None,
+        merged: None,
+        cold_start: None,
+        warnings: Vec::new(),
+    }
+}
+
+/// The client's own measurements besides its CPU: loop delay, connections
+/// opened ahead, the open-file limit.
+fn client_side(
+    delay: &loop_delay::LoopDelay,
+    warmed: Option<&connections::Warmed>,
+    limit: Option<FileLimit>,
+) -> ClientUsage {
+    const MS: f64 = 1e-3;
+    ClientUsage {
+        loop_delay_ms: delay.all_us.summary(MS),
+        loop_delay_per_s: delay
+            .per_second
+            .iter()
+            .map(|&(s, us)| (s, us as f64 * MS))
+            .collect(),
+        connections: warmed.map(|w| results::Connections {
+            opened: w.opened,
+            failed: w.failed,
+            connect_ms: w.connect_us.summary(MS),
+            took_ms: w.took.as_secs_f64() * 1e3,
+        }),
+        open_file_limit: limit.map(|l| l.soft),
+        ..ClientUsage::default()
+    }
+}

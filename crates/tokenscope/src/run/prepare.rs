@@ -1,0 +1,201 @@
+//! Phase 2 of a run: everything opened before its clock starts, so none of
+//! it is measured as the server's time — the records file (a failed write
+//! stops the run: no request is sent that cannot be kept), the HTTP client,
+//! the metrics scraper's baseline scrape, one connection per stream, and a
+//! shard's wait for the shared start instant.
+
+use super::probe::Probed;
+use super::target::metrics_endpoints;
+use crate::exit::Exit;
+use crate::spec::shard::{wait_until, CONNECT_AHEAD};
+use crate::spec::RunSpec;
+use anyhow::Context;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokenscope_core::clock::Clock;
+use tokenscope_load::connections::{self, Warmed};
+use tokenscope_load::http1;
+use tokenscope_load::loop_delay;
+use tokenscope_load::recorder::Recorder;
+use tokenscope_load::request::Target;
+use tokenscope_load::runner::{Progress, Runner};
+use tokenscope_telemetry::scraper::{ScrapeConfig, Scraper};
+use tokio_util::sync::CancellationToken;
+
+/// A run ready to start: its clock has just started.
+pub struct Prepared {
+    pub probed: Probed,
+    pub started_at: String,
+    pub recorder: Recorder,
+    pub runner: Arc<Runner>,
+    pub http: Arc<http1::Client>,
+    pub scraper: Option<Scraper>,
+    pub progress: Arc<Progress>,
+    pub cancel: CancellationToken,
+    /// Set by Ctrl-C or SIGTERM.
+    pub interrupted: Arc<AtomicBool>,
+    pub warmed: Option<Warmed>,
+    /// A shard: how late after the shared instant its load started.
+    pub late: Option<Duration>,
+    pub clock: Clock,
+    /// The clock's origin on the wall clock, µs since the Unix epoch.
+    pub origin_unix_us: u64,
+    pub loop_probe: loop_delay::Probe,
+}
+
+pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared> {
+    let out_dir = probed.out_dir.clone();
+    std::fs::create_dir_all(&out_dir)
+        .with_context(|| format!("creating the run directory {}", out_dir.display()))?;
+    crate::run_dir::reserve_output(&out_dir)?;
+    let cancel = CancellationToken::new();
+    let recorder = Recorder::create(
+        &out_dir.join("requests.jsonl"),
+        cancel.clone(),
+        crate::spec::pricing::aggregator(&spec.output),
+    )?;
+    let target = target(spec, &probed)?;
+    let started_at = crate::run_dir::now_rfc3339();
+    let progress = Arc::new(Progress::default());
+    // The baseline scrape comes before the clock starts: a slow metrics
+    // endpoint never eats into the load's time or bunches its schedule.
+    let mut scraper = start_scraper(spec, &probed, &progress, &out_dir).await?;
+    let start_at = spec.shard.as_ref().and_then(|s| s.start_at.as_ref());
+    // A shared start instant: connections are opened just before it, as
+    // servers close idle ones within seconds (vLLM's after 5 s).
+    if let Some(at) = start_at {
+        wait_until(at, CONNECT_AHEAD).await;
+    }
+    let warmed = warm(spec, &probed, &target).await?;
+    // Every shard starts its load at the same instant, connections already open.
+    let late = match start_at {
+        Some(at) => Some(wait_until(at, Duration::ZERO).await),
+        None => None,
+    };
+    let clock = Clock::start();
+    let origin_unix_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    if let Some(s) = &mut scraper {
+        s.run_from(clock.origin());
+    }
+    let loop_probe = loop_delay::Probe::start(clock);
+    let http = target.http.clone();
+    let runner = Arc::new(Runner {
+        target,
+        clock,
+        sink: recorder.sink(),
+        cancel: cancel.clone(),
+        progress: progress.clone(),
+        panic_at: std::env::var("TOKENSCOPE_FAULT_PANIC_REQUEST")
+            .ok()
+            .and_then(|v| v.parse().ok()),
+    });
+    Ok(Prepared {
+        probed,
+        started_at,
+        recorder,
+        runner,
+        http,
+        scraper,
+        progress,
+        cancel,
+        interrupted: Arc::new(AtomicBool::new(false)),
+        warmed,
+        late,
+        clock,
+        origin_unix_us,
+        loop_probe,
+    })
+}
+
+/// What every request is sent to and how.
+fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
+    let base = &probed.base;
+    let endpoint =
+        reqwest::Url::parse(&format!("{base}{}", probed.api.path())).context("endpoint URL")?;
+    let http = http1::Client::new(
+        &endpoint,
+        &probed.headers,
+        Duration::from_secs(10),
+        probed.ca_pem.as_deref(),
+    )
+    .map_err(|why| Exit::usage(format!("--url `{base}`: {why}")))?;
+    let r = &spec.request;
+    Ok(Target {
+        http: Arc::new(http),
+        api: probed.api,
+        model: probed.model.clone(),
+        ignore_eos: r.ignore_eos,
+        stream: !r.no_stream,
+        shape: tokenscope_load::openai::Shape {
+            system_prompt: r.system_prompt.clone(),
+            temperature: r.temperature,
+            extra: r.extra_body.clone().unwrap_or_default(),
+        },
+        timeout: r.timeout,
+        idle_timeout: r.idle_timeout,
+    })
+}
+
+/// The scraper of the server's metrics and the GPUs, its baseline taken;
+/// `None` when nothing is to be read.
+async fn start_scraper(
+    spec: &RunSpec,
+    probed: &Probed,
+    progress: &Arc<Progress>,
+    out_dir: &Path,
+) -> anyhow::Result<Option<Scraper>> {
+    let m = &spec.metrics;
+    let metrics_urls = match (m.no_metrics, m.metrics_urls.is_empty()) {
+        (true, _) => Vec::new(),
+        (false, true) => vec![format!("{}/metrics", probed.base)],
+        (false, false) => m.metrics_urls.clone(),
+    };
+    if metrics_urls.is_empty() && probed.local_gpu.is_none() {
+        return Ok(None);
+    }
+    // The target's headers also go to a metrics URL on its own origin.
+    let config = ScrapeConfig {
+        local_gpu: probed.local_gpu.clone(),
+        endpoints: metrics_endpoints(
+            &probed.base,
+            &metrics_urls,
+            &probed.headers,
+            &m.metrics_headers,
+        )?,
+        interval: m.scrape_interval,
+    };
+    let progress = progress.clone();
+    let in_flight = Arc::new(move || {
+        progress
+            .sent
+            .load(Ordering::Relaxed)
+            .saturating_sub(progress.finished.load(Ordering::Relaxed))
+    });
+    let path = out_dir.join("timeseries.jsonl");
+    let scraper = Scraper::start(config, &path, in_flight)
+        .await
+        .with_context(|| format!("creating {}", path.display()))?;
+    Ok(Some(scraper))
+}
+
+/// One connection per stream, opened before the clock starts: a burst is
+/// then N writes on open sockets, not N connects on the client's thread.
+async fn warm(spec: &RunSpec, probed: &Probed, target: &Target) -> anyhow::Result<Option<Warmed>> {
+    if spec.client.cold_connections {
+        return Ok(None);
+    }
+    let models_url =
+        reqwest::Url::parse(&format!("{}/v1/models", probed.base)).context("models URL")?;
+    let warmed = connections::warm(
+        &target.http,
+        models_url.path(),
+        probed.streams as u64,
+        probed.probe_timeout,
+    )
+    .await;
+    Ok(Some(warmed))
+}

@@ -1,0 +1,272 @@
+//! `tokenscope sweep`: a series of bench runs — given levels, or chosen by
+//! `--auto` — one run directory each (`OUT/point-NN`), then the series'
+//! analysis in `sweep.json` and on the terminal. `sim plan --sweep` ends in
+//! the same [`finish_series`].
+
+use crate::cli::{LoadArgs, OutputArgs, SeriesArgs};
+use crate::exit::Exit;
+use crate::run::finish::exit_code;
+use crate::run_dir::Done;
+use anyhow::Context;
+use serde_json::json;
+use std::path::Path;
+use tokenscope_core::analysis::{self, Analysis, Point, PointSlo, SloCapacity};
+use tokenscope_core::autoscale::{self, ScalePoint};
+use tokenscope_core::results::RunResults;
+use tokenscope_core::slo::{ObjectiveResult, Slo};
+use tokenscope_core::stats::Distribution;
+
+/// One point to run: its label, load and flags.
+pub struct Level {
+    pub label: String,
+    pub load: f64,
+    pub args: LoadArgs,
+}
+
+/// `--auto` without `--requests` or `--duration`: the fewest requests a point.
+pub const AUTO_MIN_REQUESTS: u64 = 32;
+
+/// A closed-loop point. Without --duration it runs at least 2 × c requests:
+/// with fewer, the loop never holds c in flight and the point measures less
+/// load than its label says.
+pub fn closed(base: &LoadArgs, c: u64) -> Level {
+    let requests = match (base.requests, base.duration) {
+        (_, Some(_)) => base.requests,
+        (n, None) => Some(n.unwrap_or(100).max(2 * c)),
+    };
+    Level {
+        label: format!("concurrency {c}"),
+        load: c as f64,
+        args: LoadArgs {
+            concurrency: vec![c],
+            rate: Vec::new(),
+            requests,
+            seed: point_seed(base.seed, c as f64),
+            ..base.clone()
+        },
+    }
+}
+
+/// A point's seed: `--seed` plus its load. Its synthetic prompts are then
+/// its own: the same prompts at every point would be served from the
+/// server's prefix cache after the first, and later points would read faster
+/// than they are. (A dataset's prompt texts are the file's at every point.)
+fn point_seed(seed: u64, load: f64) -> u64 {
+    seed.wrapping_add(load.to_bits())
+}
+
+/// An open-loop point at `r` requests/s.
+pub fn open(base: &LoadArgs, r: f64) -> Level {
+    Level {
+        label: format!("rate {r}/s"),
+        load: r,
+        args: LoadArgs {
+            rate: vec![r],
+            concurrency: Vec::new(),
+            ramp_up: None,
+            seed: point_seed(base.seed, r),
+            ..base.clone()
+        },
+    }
+}
+
+/// Analyses a finished series: sorts it by load, writes `sweep.json` (every
+/// point's results and the analysis) and prints the table, the knee, the SLO
+/// capacity and the recommendations (or with `--json` the document alone).
+pub fn finish_series(
+    dir: &Path,
+    mut points: Vec<Done>,
+    output: &OutputArgs,
+    series: &SeriesArgs,
+) -> anyhow::Result<Exit> {
+    points.sort_by(|a, b| a.load.total_cmp(&b.load));
+    let analysis = analyse(&points, output, series);
+    let doc = json!({
+        "points": points.iter().map(|d| json!({"point": d.label, "load": d.load, "results": d.results})).collect::<Vec<_>>(),
+        "analysis": analysis,
+    });
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::write(
+        dir.join("sweep.json"),
+        serde_json::to_string_pretty(&doc)? + "\n",
+    )
+    .with_context(|| format!("writing {}", dir.join("sweep.json").display()))?;
+    write_autoscalers(dir, &analysis, output.quiet || output.json)?;
+    crate::run_dir::write_html_after_run(dir, output.quiet || output.json);
+    if output.json {
+        crate::output::to_stdout(&(serde_json::to_string_pretty(&doc)? + "\n"));
+    } else {
+        let labelled: Vec<(String, RunResults)> = points
+            .iter()
+            .map(|d| (d.label.clone(), d.results.clone()))
+            .collect();
+        crate::output::to_stdout(&tokenscope_report::terminal::series_table(&labelled));
+        crate::output::to_stdout(&tokenscope_report::terminal::analysis(&analysis));
+        crate::output::to_stdout(&format!(
+            "\nseries directory: {} (point-NN/, sweep.json)\n",
+            dir.display()
+        ));
+    }
+    crate::recording::record_sweep(dir, &points, &analysis, &output.history, output.json);
+    Ok(series_exit(&points, analysis.slo.as_ref()))
+}
+
+/// `keda.yaml` and `hpa.yaml` beside `sweep.json`, when the series gives a
+/// threshold on the server's running requests.
+fn write_autoscalers(dir: &Path, analysis: &Analysis, quiet: bool) -> anyhow::Result<()> {
+    let Some(s) = &analysis.scaling else {
+        return Ok(());
+    };
+    let deployment = "my-llm";
+    for (name, yaml) in [
+        ("keda.yaml", autoscale::keda_yaml(s, deployment)),
+        ("hpa.yaml", autoscale::hpa_yaml(s, deployment)),
+    ] {
+        let Some(yaml) = yaml else { continue };
+        let path = dir.join(name);
+        std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
+        if !quiet {
+            eprintln!(
+                "tokenscope: autoscaler settings {} (set the deployment's name)",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The analysis of points sorted by load.
+pub fn analyse(points: &[Done], output: &OutputArgs, series: &SeriesArgs) -> Analysis {
+    let mut reduced: Vec<Point> = points
+        .iter()
+        .map(|d| Point::from_results(d.load, &d.results))
+        .collect();
+    let slo = output.slo.as_ref().map(|slo| {
+        let judged: Vec<Vec<ObjectiveResult>> = points.iter().map(|d| judged(d, slo)).collect();
+        for (p, objectives) in reduced.iter_mut().zip(&judged) {
+            p.slo = Some(PointSlo::judge(objectives).0);
+        }
+        // Repeated runs of a load are judged together: all their objectives.
+        let mut loads: Vec<f64> = Vec::new();
+        let mut per_load: Vec<Vec<ObjectiveResult>> = Vec::new();
+        for (d, objectives) in points.iter().zip(judged) {
+            match loads.iter().position(|&l| l == d.load) {
+                Some(i) => per_load[i].extend(objectives),
+                None => {
+                    loads.push(d.load);
+                    per_load.push(objectives);
+                }
+            }
+        }
+        analysis::slo_capacity(&loads, &per_load, slo.describe(), series.target_load)
+    });
+    let mut a = analysis::analyse(analysis::combine_repeats(reduced), series.objectives, slo);
+    a.scaling = a.slo.as_ref().and_then(|capacity| {
+        let kind = points.iter().find_map(|d| d.results.server.kind.clone());
+        let (scale, from) = scale_points(points);
+        autoscale::threshold(&scale, capacity, series.headroom, kind.as_deref(), from)
+    });
+    a
+}
+
+/// Scrapes of the server's gauges a point needs for their mean to stand
+/// for the point (at a 1 s interval the first and last fall outside the
+/// load). A plan's engine state has no scrapes: its clients' in-flight
+/// count is exact on the virtual clock.
+const GAUGE_SCRAPES: u64 = 10;
+
+/// Each load as an autoscaler sees it: the requests in the server and the
+/// request rate, repeated runs averaged; and where the count came from.
+/// The server's own gauges (running + waiting) where every point had enough
+/// scrapes, else the client's in-flight requests: every request in flight is
+/// in the server, running or waiting, but for its time on the wire.
+fn scale_points(points: &[Done]) -> (Vec<ScalePoint>, &'static str) {
+    let gauges = |d: &Done| {
+        let m = d.results.server.metrics.as_ref()?;
+        let mean = |k: &str| m[k]["mean"].as_f64();
+        let running = mean("running")?;
+        let enough = m["scrapes"].as_u64().is_some_and(|n| n >= GAUGE_SCRAPES);
+        enough.then(|| running + mean("waiting").unwrap_or(0.0))
+    };
+    let server = points.iter().all(|d| gauges(d).is_some());
+    let from = match server {
+        true => "the server's own gauges",
+        false => "the client's in-flight requests: each is in the server, running or waiting, but for its time on the wire (the server's gauges were not sampled often enough at every point)",
+    };
+    let mut out: Vec<(ScalePoint, f64)> = Vec::new();
+    for d in points {
+        let p = ScalePoint {
+            load: d.load,
+            in_server: match server {
+                true => gauges(d),
+                false => Some(d.results.throughput.concurrency.mean),
+            },
+            requests_per_s: d.results.throughput.requests_per_s,
+        };
+        match out.iter_mut().find(|(q, _)| q.load == p.load) {
+            Some((q, n)) => {
+                *n += 1.0;
+                q.requests_per_s += (p.requests_per_s - q.requests_per_s) / *n;
+                q.in_server = q.in_server.zip(p.in_server).map(|(a, b)| a + (b - a) / *n);
+            }
+            None => out.push((p, 1.0)),
+        }
+    }
+    out.sort_by(|a, b| a.0.load.total_cmp(&b.0.load));
+    (out.into_iter().map(|(p, _)| p).collect(), from)
+}
+
+/// A point's objectives judged against `slo`: as the run judged them when
+/// it ran with this SLO, else re-judged from its requests (a `--resume` or a
+/// re-report may bring another SLO than the points were run with).
+fn judged(d: &Done, slo: &Slo) -> Vec<ObjectiveResult> {
+    let ran_with = serde_json::from_value::<Option<Slo>>(d.results.config["slo"].clone());
+    if let (Ok(Some(ran)), Some(report)) = (ran_with, &d.results.slo) {
+        if &ran == slo && report.objectives.iter().all(|o| o.verdict.is_some()) {
+            return report.objectives.clone();
+        }
+    }
+    let mut agg = tokenscope_core::metrics::Aggregator::new(Some(slo.clone()), None);
+    let read = d
+        .dir
+        .as_ref()
+        .and_then(|dir| tokenscope_report::run_dir::for_each_record(dir, |r| agg.add(&r)).ok());
+    match read {
+        Some(_) => agg.finish().slo.map(|s| s.objectives).unwrap_or_default(),
+        None => slo
+            .objectives
+            .iter()
+            .map(|o| {
+                let mut r = o.judge(&Distribution::new(), None);
+                r.reason = Some("its requests.jsonl could not be read to judge it".into());
+                r
+            })
+            .collect(),
+    }
+}
+
+/// A series succeeds unless it was interrupted, every point failed, or the
+/// `--target-load` gate did not hold. Points past the SLO are expected in a
+/// sweep and are not failures by themselves.
+fn series_exit(points: &[Done], slo: Option<&SloCapacity>) -> Exit {
+    if points.iter().any(|d| d.results.output_error.is_some()) {
+        return Exit::OutputFailed;
+    }
+    if points.iter().any(|d| d.results.partial) {
+        return Exit::Interrupted;
+    }
+    let codes: Vec<Exit> = points.iter().map(|d| exit_code(&d.results)).collect();
+    if !codes.is_empty()
+        && codes
+            .iter()
+            .all(|c| matches!(c, Exit::Unreachable | Exit::AllFailed))
+    {
+        return codes[0];
+    }
+    match slo {
+        Some(s) if s.target_load.is_some() && s.target_met.is_none() => return Exit::SloNotJudged,
+        Some(s) if s.target_met == Some(false) => return Exit::SloNotMet,
+        _ => {}
+    }
+    Exit::Success
+}

@@ -1,0 +1,248 @@
+//! What `bench` and `sim plan` share: turning load flags into a plan, the
+//! records into `results.json`, and the results into output and an exit code.
+
+use crate::cli::{LoadArgs, OutputArgs};
+use crate::exit::Exit;
+use crate::spec::pricing::price_source;
+use serde_json::json;
+use tokenscope_load::runner::RunPlan;
+use tokenscope_workload::arrival::{LoadPattern, Process};
+use tokenscope_workload::workload::Workload;
+
+pub fn pattern(load: &LoadArgs) -> LoadPattern {
+    if let Some(d) = load.dataset_loaded.as_ref().filter(|_| load.replay) {
+        // The rate the replay averages, for the summary and the plans.
+        let span = d.offsets_s().and_then(|o| o.last().copied()).unwrap_or(0.0);
+        let rate = (d.len() as f64 / (span / load.replay_speed)).clamp(1.0 / 3600.0, 1e6);
+        return LoadPattern::Open {
+            rate: if span > 0.0 { rate } else { 1e6 },
+            process: Process::Replay {
+                speed: load.replay_speed,
+            },
+            max_concurrency: load.max_concurrency.map(|n| n as usize),
+        };
+    }
+    match load.rate.first().copied() {
+        Some(rate) => LoadPattern::Open {
+            rate,
+            process: load.arrival,
+            max_concurrency: load.max_concurrency.map(|n| n as usize),
+        },
+        None => LoadPattern::Closed {
+            concurrency: load.concurrency.first().copied().unwrap_or(10) as usize,
+        },
+    }
+}
+
+/// The plan the flags describe (100 requests when neither a count nor a duration is given).
+pub fn plan(load: &LoadArgs) -> RunPlan {
+    RunPlan {
+        pattern: pattern(load),
+        requests: match (load.requests, load.duration, sessions(load)) {
+            // A dataset's sessions alone: each once, whatever their turns.
+            (None, None, Some(_)) => None,
+            // A dataset alone: every entry once.
+            (None, None, None) => {
+                Some(load.dataset_loaded.as_ref().map_or(100, |d| d.len() as u64))
+            }
+            (n, _, _) => n,
+        },
+        sessions: sessions(load),
+        duration: load.duration,
+        warmup: load.warmup,
+        ramp_up: load.ramp_up,
+        workload: Workload {
+            input: load.input_tokens,
+            output: Some(load.output_tokens),
+            seed: load.seed,
+            shared_prefix: load.shared_prefix,
+            dataset: load.dataset_loaded.clone(),
+            prefix_groups: load.prefix_groups,
+            prefix_zipf: load.prefix_zipf,
+            multi_turn: load
+                .multi_turn
+                .then_some(tokenscope_workload::session::MultiTurn {
+                    turns: load.turns,
+                    think_time: load.think_time,
+                }),
+        },
+        seed: load.seed,
+    }
+}
+
+/// Multi-turn over a dataset: its sessions, each once (unless --requests or
+/// --duration bound the run instead).
+fn sessions(load: &LoadArgs) -> Option<u64> {
+    let d = load.dataset_loaded.as_ref().filter(|_| load.multi_turn)?;
+    (load.requests.is_none() && load.duration.is_none()).then_some(d.sessions.len() as u64)
+}
+
+/// Reads the workload's files once, before any load: `--tokenizer` first
+/// (a dataset's prompts are counted with it), then `--dataset`.
+pub fn load_workload_files(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<()> {
+    load_tokenizer(load, quiet)?;
+    load_dataset(load, quiet)
+}
+
+/// `--tokenizer FILE`: the model's tokenizer counts tokens and gives the
+/// synthetic prompts their words; a sample of prompts is counted with it
+/// at once, so the summary can say whether their lengths are exact.
+fn load_tokenizer(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<()> {
+    use tokenscope_workload::tokenizer::{self, ModelTokenizer};
+    let Some(path) = &load.tokenizer else {
+        return Ok(());
+    };
+    let model = match tokenizer::model() {
+        Some(m) => m, // a sweep's points share the one loaded
+        None => tokenizer::use_model(ModelTokenizer::load(path).map_err(Exit::usage)?)
+            .map_err(Exit::usage)?,
+    };
+    let sample = Workload::new(load.input_tokens, None, load.seed);
+    let (mut asked, mut counted) = (0u64, 0u64);
+    for id in 0..SAMPLE_PROMPTS {
+        let p = sample.request(id);
+        asked += p.input_tokens;
+        counted += model.count(&p.prompt).unwrap_or(0);
+    }
+    let exact = asked == counted;
+    load.tokenizer_check = Some(json!({
+        "path": path.display().to_string(),
+        "words": model.words.len(),
+        "sample_prompts": SAMPLE_PROMPTS,
+        "asked_tokens": asked,
+        "counted_tokens": counted,
+        "exact": exact,
+    }));
+    if !quiet {
+        let verdict = match exact {
+            true => "synthetic prompts are exact in it".to_string(),
+            false => format!(
+                "synthetic prompts are NOT exact in it: {SAMPLE_PROMPTS} sample prompts of {asked} tokens count {counted}"
+            ),
+        };
+        eprintln!(
+            "tokenscope: tokenizer {}: {} one-token words; {verdict}",
+            path.display(),
+            model.words.len()
+        );
+    }
+    Ok(())
+}
+
+/// Synthetic prompts counted with `--tokenizer` to check their lengths.
+const SAMPLE_PROMPTS: u64 = 20;
+
+/// Reads `--dataset` once, before any load; a bad file is a usage error
+/// naming the line. Says how many entries it holds and what a
+/// `--requests` past its end does.
+pub fn load_dataset(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<()> {
+    use tokenscope_workload::dataset::{Dataset, Load};
+    let Some(path) = &load.dataset else {
+        return Ok(());
+    };
+    let format = match load.dataset_format.as_str() {
+        "auto" => None,
+        f => Some(
+            f.parse()
+                .map_err(|e: String| Exit::usage(format!("--dataset-format: {e}")))?,
+        ),
+    };
+    let how = Load {
+        format,
+        sample: load.dataset_sample.map(|n| n as usize),
+        seed: load.seed,
+        max_input_tokens: load.max_input_tokens,
+        max_output_tokens: load.max_output_tokens,
+        replay: load.replay.then(|| {
+            load.replay_window.map_or((0.0, f64::INFINITY), |(a, b)| {
+                (a.as_secs_f64(), b.as_secs_f64())
+            })
+        }),
+        multi_turn: load.multi_turn,
+    };
+    let d = Dataset::load(path, &how).map_err(|e| Exit::usage(e.to_string()))?;
+    if !quiet {
+        let skipped = match d.skipped {
+            0 => String::new(),
+            n => format!(" ({n} without a prompt left out)"),
+        };
+        let sessions = match d.sessions.len() {
+            0 => String::new(),
+            n => format!(" in {n} sessions"),
+        };
+        eprintln!(
+            "tokenscope: dataset {}: {} entries{sessions}, {} format{skipped}",
+            path.display(),
+            d.len(),
+            d.format.name()
+        );
+        if let Some(n) = load.requests.filter(|&n| n > d.len() as u64) {
+            eprintln!(
+                "tokenscope: --requests {n} is more than the dataset's {} entries: it is sent {:.1} times over, in order",
+                d.len(),
+                n as f64 / d.len() as f64
+            );
+        }
+    }
+    load.dataset_loaded = Some(std::sync::Arc::new(d));
+    Ok(())
+}
+
+/// The load and output settings as written into `config`.
+pub fn config_json(load: &LoadArgs, plan: &RunPlan, output: &OutputArgs) -> serde_json::Value {
+    let mode = match plan.pattern {
+        LoadPattern::Closed { concurrency } => {
+            json!({"mode": "closed", "concurrency": concurrency})
+        }
+        LoadPattern::Open {
+            rate,
+            process,
+            max_concurrency,
+        } => json!({
+            "mode": "open", "rate": rate, "arrival": process.to_string(),
+            "max_concurrency": max_concurrency,
+        }),
+    };
+    json!({
+        "load": mode,
+        "requests": plan.requests,
+        "duration_s": plan.duration.map(|d| d.as_secs_f64()),
+        "warmup": plan.warmup,
+        "ramp_up_s": plan.ramp_up.map(|d| d.as_secs_f64()),
+        "input_tokens": load.input_tokens.to_string(),
+        "output_tokens": load.output_tokens.to_string(),
+        "shared_prefix": load.shared_prefix,
+        "tokenizer": load.tokenizer_check.clone().unwrap_or_else(|| json!({"name": tokenscope_workload::tokenizer::name()})),
+        "prefix_groups": (load.prefix_groups > 1).then(|| json!({"groups": load.prefix_groups, "zipf": load.prefix_zipf})),
+        "multi_turn": load.multi_turn.then(|| json!({
+            "turns": load.dataset_loaded.as_ref().filter(|d| !d.sessions.is_empty())
+                .map_or(load.turns.to_string(), |_| "from the dataset".into()),
+            "think_time": load.think_time.to_string(),
+            "sessions": plan.sessions,
+        })),
+        "dataset": load.dataset_loaded.as_ref().map(|d| json!({
+            "path": d.path.display().to_string(),
+            "format": d.format.name(),
+            "entries": d.len(),
+            "sample": load.dataset_sample,
+            "max_input_tokens": load.max_input_tokens,
+            "max_output_tokens": load.max_output_tokens,
+            "replay_speed": load.replay.then_some(load.replay_speed),
+            "replay_window_s": load.replay_window.map(|(a, b)| [a.as_secs_f64(), b.as_secs_f64()]),
+        })),
+        "seed": load.seed,
+        "slo": output.slo,
+        "gpu_price_usd_per_hour": output.gpu_price,
+        "gpu_type": output.gpu_type,
+        "gpus": output.gpus,
+        "gpu_price_source": price_source(output),
+    })
+}
+
+/// Adds `extra`'s fields to the object `base`.
+pub fn merge(mut base: serde_json::Value, extra: serde_json::Value) -> serde_json::Value {
+    if let (Some(b), serde_json::Value::Object(e)) = (base.as_object_mut(), extra) {
+        b.extend(e);
+    }
+    base
+}
