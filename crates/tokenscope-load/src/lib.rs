@@ -1,14 +1,18 @@
-//! Load generation for tokenscope, in the order data flows:
-//! [`workload`] (prompts and lengths) → [`arrival`] (when requests leave) →
-//! [`openai`] over [`sse`] (one streaming request, timed per chunk, in
-//! [`request`]) → [`runner`] (the load loop) → [`recorder`] (`requests.jsonl`).
+//! The HTTP client of tokenscope, in the order data flows: a request from
+//! the workload (`tokenscope-workload`) is written by its API's
+//! [`protocol`] module, sent over [`http1`] and read back as protocol-neutral
+//! events over [`sse`] — one request, timed per network read, in
+//! [`request`] — by the load loop in [`runner`], and kept by the
+//! [`recorder`] (`requests.jsonl`). [`probe`] asks the server what it
+//! serves before the load; [`connections`], [`runtime`], [`rx_stamp`],
+//! [`loop_delay`] and [`cpu`] keep the client itself fast and measured.
 
 pub mod connections;
 pub mod cpu;
 pub mod http1;
 pub mod loop_delay;
-pub mod openai;
 pub mod probe;
+pub mod protocol;
 pub mod recorder;
 pub mod request;
 pub mod runner;

@@ -1,9 +1,9 @@
 //! Before the load: is the server there, which model does it serve, and which
 //! API answers (`--api auto`).
 
-use crate::openai::Api;
+use crate::protocol::{Protocol, ALL};
 use reqwest::header::HeaderMap;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
@@ -61,22 +61,17 @@ pub async fn list_models(
         .unwrap_or_default())
 }
 
-/// Sends a one-token request to each API in turn; the first that answers 2xx wins.
+/// Sends a one-token request to each API in turn ([`ALL`]); the first that answers 2xx wins.
 pub async fn detect_api(
     client: &reqwest::Client,
     base: &str,
     headers: &HeaderMap,
     model: &str,
     timeout: Duration,
-) -> Result<Api, ProbeError> {
+) -> Result<&'static dyn Protocol, ProbeError> {
     let mut tried = Vec::new();
-    for api in [Api::Chat, Api::Completions] {
-        let body = match api {
-            Api::Chat => {
-                json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
-            }
-            Api::Completions => json!({"model": model, "prompt": "hi", "max_tokens": 1}),
-        };
+    for &api in ALL {
+        let body = api.probe_body(model);
         let resp = client
             .post(format!("{base}{}", api.path()))
             .headers(headers.clone())

@@ -5,7 +5,7 @@
 //! once the stream ends, from the server's usage when it has one.
 
 use crate::http1::{Body, Conn, HttpError};
-use crate::openai::{self, Api, RequestParams, Usage};
+use crate::protocol::{Piece, Protocol, Request, Shape, Usage};
 use crate::sse::SseParser;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -33,13 +33,14 @@ pub struct Target {
     /// The endpoint (`…/v1/chat/completions` or `…/v1/completions`), the
     /// run's headers (`Authorization` among them) and the kept-alive connections.
     pub http: std::sync::Arc<crate::http1::Client>,
-    pub api: Api,
+    /// The API: how the body is written and the answer read.
+    pub api: &'static dyn Protocol,
     pub model: String,
     pub ignore_eos: bool,
     /// `false` (`--no-stream`): whole answers, timed end to end only.
     pub stream: bool,
     /// System prompt, temperature and extra body fields of every request.
-    pub shape: openai::Shape,
+    pub shape: Shape,
     /// Longest a whole request may take.
     pub timeout: Duration,
     /// Longest to wait for the response head or the next read of the stream.
@@ -58,8 +59,8 @@ pub struct Ticket {
 }
 
 /// The state of one stream while it is read.
-#[derive(Default)]
 struct Stream {
+    api: &'static dyn Protocol,
     /// `(arrival, text bytes)`; the bytes become token counts at the end.
     chunks: Vec<Chunk>,
     /// Per-chunk cumulative completion tokens, when the server sends usage on every chunk.
@@ -73,6 +74,20 @@ struct Stream {
 }
 
 impl Stream {
+    fn new(api: &'static dyn Protocol) -> Stream {
+        Stream {
+            api,
+            chunks: Vec::new(),
+            chunk_usage: Vec::new(),
+            text: String::new(),
+            usage: None,
+            finish_reason: None,
+            timings: None,
+            done: false,
+            failure: None,
+        }
+    }
+
     fn event(&mut self, data: &str, at_us: u64) {
         if self.done || self.failure.is_some() {
             return;
@@ -81,7 +96,7 @@ impl Stream {
             self.done = true;
             return;
         }
-        match openai::parse_chunk(data, &mut self.text) {
+        match Piece::of_event(self.api, data, &mut self.text) {
             Err(e) => self.failure = Some((ErrorKind::Malformed, e.to_string())),
             Ok(info) => {
                 if let Some(msg) = info.error {
@@ -129,18 +144,19 @@ pub async fn execute(
     cancel: &CancellationToken,
     streamed: &AtomicU64,
 ) -> (RequestRecord, String) {
-    let body = openai::request_body(
-        target.api,
-        &RequestParams {
-            model: &target.model,
-            prompt: &spec.prompt,
-            max_tokens: spec.max_tokens,
-            ignore_eos: target.ignore_eos,
-            shape: &target.shape,
-            history,
-            stream: target.stream,
-        },
-    );
+    let body = target.api.body(&Request {
+        max_tokens: spec.max_tokens,
+        ignore_eos: target.ignore_eos,
+        stream: target.stream,
+        ..Request::conversation(
+            &target.model,
+            &target.shape,
+            history
+                .iter()
+                .map(|t| (t.user.as_str(), t.assistant.as_str())),
+            &spec.prompt,
+        )
+    });
     let mut rec = RequestRecord {
         warmup: ticket.warmup,
         input_tokens: Some(spec.input_tokens),
@@ -251,7 +267,7 @@ pub async fn execute(
         };
         let msg = serde_json::from_str::<serde_json::Value>(&text)
             .ok()
-            .and_then(|v| v.get("error").map(openai::error_message))
+            .and_then(|v| target.api.error_message(&v))
             .unwrap_or_else(|| {
                 text.lines()
                     .next()
@@ -264,7 +280,7 @@ pub async fn execute(
         return fail(rec, clock, ErrorKind::Http(head.status), msg);
     }
 
-    let mut stream = Stream::default();
+    let mut stream = Stream::new(target.api);
     let mut sse = SseParser::new();
     // The body bytes that came with the head, stamped with its arrival.
     let mut ended = match conn.decode(&mut body, |d| sse.feed(d, |ev| stream.event(ev.data, at))) {
@@ -402,14 +418,15 @@ async fn whole_answer(
         }
     };
     rec.done_at_us = clock.now_us();
-    let whole = match openai::parse_whole(&body) {
+    let mut text = String::new();
+    let whole = match Piece::of_whole(target.api, &body, &mut text) {
         Err(e) => return failed_after(rec, ErrorKind::Malformed, e.to_string()),
         Ok(w) => w,
     };
     if let Some(msg) = whole.error {
         return failed_after(rec, ErrorKind::ServerError, msg);
     }
-    if whole.text.is_empty() {
+    if text.is_empty() {
         let msg = "the answer carried no generated text".to_string();
         return failed_after(rec, ErrorKind::EmptyAnswer, msg);
     }
@@ -424,8 +441,8 @@ async fn whole_answer(
     let (tokens, source) = match counted {
         Some(n) => (n, TokenSource::ServerUsage),
         None => {
-            let text = whole.text.clone();
-            let n = tokio::task::spawn_blocking(move || tokenizer::count_tokens(&text)).await;
+            let counted = text.clone();
+            let n = tokio::task::spawn_blocking(move || tokenizer::count_tokens(&counted)).await;
             match n.ok().flatten() {
                 Some(n) => (n, TokenSource::Tokenizer),
                 None => (1, TokenSource::Chunks),
@@ -435,7 +452,7 @@ async fn whole_answer(
     rec.output_tokens = tokens;
     rec.output_token_source = Some(source);
     rec.chunks = vec![Chunk(rec.done_at_us, tokens.min(u32::MAX as u64) as u32)];
-    (rec, whole.text)
+    (rec, text)
 }
 
 /// A failure found in a response already read to its end.

@@ -1,4 +1,4 @@
-//! The SSE framer and the stream-chunk parser driven with mutated streams
+//! The SSE framer and every API's stream-event parser driven with mutated streams
 //! from `fuzz/corpus/sse` (cargo-fuzz needs nightly, which this machine
 //! cannot fetch): no panic, and no input slow enough (a second for ≤ 64 KiB; the slowest of ten million took 6 ms) to suggest super-linear
 //! work. A CI-sized run here (`FUZZ_INPUTS`, default 20,000);
@@ -8,8 +8,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokenscope_core::mutate::{corpus, inputs, mutate, Rng};
 use tokenscope_load::http1::decode_reads;
-use tokenscope_load::openai::parse_chunk;
+use tokenscope_load::protocol::{Piece, ALL};
 use tokenscope_load::sse::SseParser;
+
+/// A stream event through every API's parser (each must survive it).
+fn parse_chunk(data: &str, text: &mut String) {
+    for &api in ALL {
+        let _ = Piece::of_event(api, data, text);
+    }
+}
 
 fn corpus_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -37,16 +44,16 @@ fn sse_framer_and_chunk_parser_survive_mutated_streams() {
             let k = 1 + rng.below(rest.len().min(64));
             parser.feed(&rest[..k], |ev| {
                 events += 1;
-                let _ = parse_chunk(ev.data, &mut text);
+                parse_chunk(ev.data, &mut text);
             });
             rest = &rest[k..];
         }
         parser.finish(|ev| {
             events += 1;
-            let _ = parse_chunk(ev.data, &mut text);
+            parse_chunk(ev.data, &mut text);
         });
         // The chunk parser on the raw input too.
-        let _ = parse_chunk(&String::from_utf8_lossy(&input), &mut text);
+        parse_chunk(&String::from_utf8_lossy(&input), &mut text);
         slowest = slowest.max(t.elapsed());
     }
     eprintln!(

@@ -730,12 +730,22 @@ fn header(s: &str) -> Result<(String, String), String> {
     Ok((k.to_string(), v.trim().to_string()))
 }
 
-/// `openai-chat`, `openai-completions` or `auto`.
+/// `openai-chat`, `openai-completions` or `auto`: each name but `auto` is
+/// an API of `tokenscope_load::protocol`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ApiChoice {
     Auto,
     OpenaiChat,
     OpenaiCompletions,
+}
+
+impl ApiChoice {
+    /// The API it names; `None` for `auto`.
+    pub fn protocol(self) -> Option<&'static dyn tokenscope_load::protocol::Protocol> {
+        use clap::ValueEnum;
+        let name = self.to_possible_value()?;
+        tokenscope_load::protocol::by_name(name.get_name())
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -1365,4 +1375,21 @@ pub(crate) fn parse_start_at(s: &str) -> Result<StartAt, String> {
         })?,
     };
     Ok(StartAt::at(at))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    #[test]
+    fn every_api_choice_but_auto_names_an_api_of_the_client() {
+        for choice in ApiChoice::value_variants() {
+            let name = choice.to_possible_value().unwrap().get_name().to_string();
+            match choice {
+                ApiChoice::Auto => assert!(choice.protocol().is_none()),
+                _ => assert_eq!(choice.protocol().map(|p| p.name()), Some(name.as_str())),
+            }
+        }
+    }
 }

@@ -298,3 +298,46 @@ pub fn same_point(old: &serde_json::Value, new: &serde_json::Value) -> bool {
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ts-run-dir-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_run_directory_is_never_overwritten_unless_forced() {
+        let dir = scratch("claim");
+        claim(&dir, false).expect("an empty directory is free");
+        std::fs::write(dir.join("results.json"), "{}").unwrap();
+        let err = claim(&dir, false).unwrap_err().to_string();
+        assert!(err.contains("--force"), "{err}");
+        claim(&dir, true).expect("--force clears a run");
+        assert!(!dir.join("results.json").exists());
+        std::fs::write(dir.join("notes.txt"), "mine").unwrap();
+        let err = claim(&dir, true).unwrap_err().to_string();
+        assert!(err.contains("not a tokenscope run"), "{err}");
+        assert!(dir.join("notes.txt").exists(), "a foreign file is kept");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn results_are_written_whole_and_the_reserve_is_given_back() {
+        let dir = scratch("results");
+        reserve_output(&dir).unwrap();
+        assert!(dir.join(RESERVE).exists());
+        let results = crate::run::collect::tests::empty_results();
+        write_results(&dir, &results).unwrap();
+        let back: RunResults =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap())
+                .unwrap();
+        assert_eq!(back.counts.requests, results.counts.requests);
+        assert!(!dir.join(RESERVE).exists() && !dir.join("results.json.tmp").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

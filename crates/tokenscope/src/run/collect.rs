@@ -278,3 +278,45 @@ fn client_side(
         ..ClientUsage::default()
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// The document of a run that measured nothing.
+    pub(crate) fn empty_results() -> RunResults {
+        let facts = RunFacts {
+            started_at: "2026-12-04T00:00:00Z".into(),
+            partial: false,
+            target: results::Target {
+                url: "http://127.0.0.1:1".into(),
+                api: "openai-chat".into(),
+                model: "m".into(),
+                builtin: None,
+            },
+            config: json!({"load": {"mode": "closed", "concurrency": 1}}),
+            server: Server::default(),
+            kv_cache: None,
+            client_cpu: Some((0.5, 2, 10.0)),
+            client: ClientUsage::default(),
+            extra_findings: Vec::new(),
+            simulated: None,
+            telemetry: None,
+        };
+        assemble(Aggregator::new(None, None).finish(), facts)
+    }
+
+    #[test]
+    fn a_document_is_assembled_from_figures_and_facts() {
+        let r = empty_results();
+        assert_eq!(r.schema, results::SCHEMA);
+        assert_eq!(r.counts.requests, 0);
+        assert_eq!(
+            r.client.cpu_cores,
+            Some(0.05),
+            "CPU over the client's own wall time"
+        );
+        assert_eq!(r.client.threads, Some(2));
+        assert!(r.warnings.is_empty());
+    }
+}

@@ -60,3 +60,112 @@ pub async fn run(
     let (results, figures, dir) = collect::collect(spec, site, driven).await?;
     finish::write_run(&dir, results, figures, spec.quiet())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exit::Exit;
+    use crate::spec::tests::bench_args;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ts-pipeline-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    /// Runs `body` on a client runtime with the built-in exact server as its site.
+    fn at_exact_server<F, Fut>(spec: &RunSpec, body: F) -> Exit
+    where
+        F: FnOnce(Site) -> Fut,
+        Fut: std::future::Future<Output = anyhow::Result<Exit>>,
+    {
+        builtin::with_runtime(&spec.target, spec.builtin, &spec.client, body).unwrap()
+    }
+
+    #[test]
+    fn a_run_goes_through_every_phase_into_its_directory() {
+        let dir = scratch("whole");
+        let flags = format!(
+            "--builtin exact --concurrency 2 --requests 6 --input-tokens 8 --output-tokens 4 \
+             --client-threads 1 --quiet --no-history --out {}",
+            dir.display()
+        );
+        let spec = RunSpec::build(bench_args(&flags)).unwrap();
+        let (spec, d) = (&spec, dir.clone());
+        let exit = at_exact_server(spec, |site| async move {
+            let (results, out) = run(spec, &site, None).await?;
+            assert_eq!(out, d);
+            assert_eq!((results.counts.requests, results.counts.succeeded), (6, 6));
+            assert_eq!(results.target.api, "openai-chat", "--api auto probed chat");
+            assert_eq!(results.target.model, "tokenscope-exact");
+            assert!(results.target.builtin.as_deref().unwrap().contains("exact"));
+            assert_eq!(results.tokens.output_total, 24);
+            // The exact server's TTFT is 100 ms; the client cannot see less.
+            assert!(results.latency.ttft_ms.unwrap().p50 >= 100.0);
+            Ok(finish::exit_code(&results))
+        });
+        assert_eq!(exit, Exit::Success);
+        for file in ["results.json", "requests.jsonl", "report.html"] {
+            assert!(dir.join(file).exists(), "{file}");
+        }
+        let lines = std::fs::read_to_string(dir.join("requests.jsonl")).unwrap();
+        assert_eq!(lines.lines().count(), 6);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_probe_finds_the_model_and_the_api_and_claims_the_directory() {
+        let dir = scratch("probe");
+        let flags = format!(
+            "--builtin exact --api auto --client-threads 1 --quiet --out {}",
+            dir.display()
+        );
+        let spec = RunSpec::build(bench_args(&flags)).unwrap();
+        let (spec, d) = (&spec, dir.clone());
+        let exit = at_exact_server(spec, |site| async move {
+            let probed = probe::probe(spec, &site, None).await?;
+            assert_eq!(probed.model, "tokenscope-exact");
+            assert_eq!(probed.api.name(), "openai-chat");
+            assert_eq!(probed.out_dir, d);
+            assert_eq!(
+                probed.streams, 10,
+                "one connection per stream of the default loop"
+            );
+            Ok(Exit::Success)
+        });
+        assert_eq!(exit, Exit::Success);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_unreachable_target_fails_the_probe_with_its_exit_code() {
+        // A port nothing listens on: bound, then closed.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let flags = format!(
+            "--url http://127.0.0.1:{port} --api openai-chat --client-threads 1 --quiet --out {}",
+            scratch("unreachable").display()
+        );
+        let spec = RunSpec::build(bench_args(&flags)).unwrap();
+        let site = Site {
+            url: format!("http://127.0.0.1:{port}"),
+            builtin: None,
+            threads: 1,
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let err = rt
+            .block_on(run(&spec, &site, None))
+            .expect_err("nothing listens there");
+        assert_eq!(
+            err.downcast_ref::<Exit>(),
+            Some(&Exit::Unreachable),
+            "{err:#}"
+        );
+    }
+}

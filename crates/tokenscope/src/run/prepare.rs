@@ -130,7 +130,7 @@ fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
         model: probed.model.clone(),
         ignore_eos: r.ignore_eos,
         stream: !r.no_stream,
-        shape: tokenscope_load::openai::Shape {
+        shape: tokenscope_load::protocol::Shape {
             system_prompt: r.system_prompt.clone(),
             temperature: r.temperature,
             extra: r.extra_body.clone().unwrap_or_default(),

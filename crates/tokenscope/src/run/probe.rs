@@ -7,7 +7,7 @@
 use super::cold_start::{self, Started};
 use super::target::{base_url, proxy_note, target_headers};
 use super::Site;
-use crate::cli::{ApiChoice, GpuSource};
+use crate::cli::GpuSource;
 use crate::exit::Exit;
 use crate::spec::RunSpec;
 use anyhow::Context;
@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokenscope_core::results::{Finding, SelfCheck};
 use tokenscope_load::connections::FileLimit;
-use tokenscope_load::openai::Api;
 use tokenscope_load::probe::{self, ProbeError};
+use tokenscope_load::protocol::{self, Protocol};
 use tokenscope_telemetry::gpu::LocalGpu;
 use tokenscope_workload::arrival::LoadPattern;
 
@@ -42,7 +42,7 @@ pub struct Probed {
     /// The probes' client, kept to ask the server's version at the end.
     pub client: reqwest::Client,
     pub model: String,
-    pub api: Api,
+    pub api: &'static dyn Protocol,
     /// The probes' and the warm-up connections' time limit.
     pub probe_timeout: Duration,
 }
@@ -53,7 +53,7 @@ pub struct Probed {
 pub fn validate(
     spec: &RunSpec,
     site: &Site,
-) -> anyhow::Result<(String, Option<ApiChoice>, HeaderMap)> {
+) -> anyhow::Result<(String, Option<&'static dyn Protocol>, HeaderMap)> {
     let (base, endpoint_api) = base_url(&site.url)?;
     let headers = target_headers(spec.request.api_key_env.as_deref(), &spec.request.headers)?;
     crate::spec::pricing::check_output(&spec.output)?;
@@ -98,17 +98,13 @@ pub async fn probe(
         Some(m) => m.clone(),
         None => ask.first_model().await?,
     };
-    // A URL naming its endpoint chooses the API unless --api did.
-    let choice = match (spec.target.api, endpoint_api) {
-        (ApiChoice::Auto, Some(api)) => api,
-        (choice, _) => choice,
-    };
-    let api = match choice {
-        ApiChoice::OpenaiChat => Api::Chat,
-        ApiChoice::OpenaiCompletions => Api::Completions,
+    let api = match (spec.target.api.protocol(), endpoint_api) {
+        (Some(api), _) => api,
+        // A URL naming its endpoint chooses the API unless --api did.
+        (None, Some(api)) => api,
         // A probe would be a cold server's first generation.
-        ApiChoice::Auto if cold.is_some() => Api::Chat,
-        ApiChoice::Auto => ask.api(&model).await?,
+        (None, None) if cold.is_some() => &protocol::openai_chat::OpenaiChat,
+        (None, None) => ask.api(&model).await?,
     };
     Ok(Probed {
         base,
@@ -255,7 +251,7 @@ impl Ask<'_> {
     }
 
     /// `--api auto`: the API the server answers for `model`.
-    async fn api(&self, model: &str) -> anyhow::Result<Api> {
+    async fn api(&self, model: &str) -> anyhow::Result<&'static dyn Protocol> {
         match probe::detect_api(self.client, self.base, self.headers, model, self.timeout).await {
             Ok(api) => Ok(api),
             Err(ProbeError::Refused(why)) => {

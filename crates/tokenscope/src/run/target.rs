@@ -3,15 +3,15 @@
 //! metrics endpoint may get — credentials go only to the target's own
 //! origin. `watch` reads its server with the same rules.
 
-use crate::cli::ApiChoice;
 use crate::exit::Exit;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
+use tokenscope_load::protocol::{self, Protocol};
 use tokenscope_telemetry::scraper::Endpoint;
 
 /// `http://host:port[/v1][/]` → `http://host:port`; a full endpoint URL
 /// (`…/v1/chat/completions`, `…/v1/completions`) is accepted and names its
 /// API. A URL without a scheme is refused with the fix.
-pub fn base_url(url: &str) -> anyhow::Result<(String, Option<ApiChoice>)> {
+pub fn base_url(url: &str) -> anyhow::Result<(String, Option<&'static dyn Protocol>)> {
     if !url.contains("://") {
         return Err(Exit::usage(format!(
             "--url `{url}` has no scheme: add http:// (--url http://{url})"
@@ -25,11 +25,8 @@ pub fn base_url(url: &str) -> anyhow::Result<(String, Option<ApiChoice>)> {
         )));
     }
     let trimmed = url.trim_end_matches('/');
-    for (endpoint, api) in [
-        ("/v1/chat/completions", ApiChoice::OpenaiChat),
-        ("/v1/completions", ApiChoice::OpenaiCompletions),
-    ] {
-        if let Some(base) = trimmed.strip_suffix(endpoint) {
+    for &api in protocol::ALL {
+        if let Some(base) = trimmed.strip_suffix(api.path()) {
             return Ok((base.to_string(), Some(api)));
         }
     }
@@ -130,4 +127,47 @@ pub fn proxy_note() -> String {
         .find(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
         .map(|v| format!(" ({v} is set, but tokenscope connects directly: a proxy's latency would be measured as the server's; run it where the server is reachable)"))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_base_url_is_trimmed_and_an_endpoint_names_its_api() {
+        let (base, api) = base_url("http://h:8000/v1/").unwrap();
+        assert_eq!(
+            (base.as_str(), api.map(|a| a.name())),
+            ("http://h:8000", None)
+        );
+        let (base, api) = base_url("http://h:8000/v1/chat/completions").unwrap();
+        assert_eq!(
+            (base.as_str(), api.map(|a| a.name())),
+            ("http://h:8000", Some("openai-chat"))
+        );
+        let (_, api) = base_url("https://h/v1/completions").unwrap();
+        assert_eq!(api.map(|a| a.name()), Some("openai-completions"));
+        let err = base_url("localhost:8000").unwrap_err().to_string();
+        assert!(err.contains("no scheme"), "{err}");
+        assert!(base_url("ftp://h/").is_err());
+    }
+
+    #[test]
+    fn credentials_go_only_to_the_targets_own_origin() {
+        let mut target = HeaderMap::new();
+        target.insert(AUTHORIZATION, HeaderValue::from_static("Bearer k"));
+        let own = [("X-Exporter".to_string(), "e".to_string())];
+        let urls = [
+            "http://h:8000/metrics".to_string(),
+            "http://gpu:9400/metrics".to_string(),
+        ];
+        let eps = metrics_endpoints("http://h:8000", &urls, &target, &own).unwrap();
+        assert!(eps[0].headers.contains_key(AUTHORIZATION));
+        assert!(
+            !eps[1].headers.contains_key(AUTHORIZATION),
+            "no key to another host"
+        );
+        assert!(eps.iter().all(|e| e.headers.contains_key("x-exporter")));
+        assert!(metrics_endpoints("http://h:8000", &["gpu:9400".into()], &target, &[]).is_err());
+    }
 }

@@ -144,3 +144,86 @@ fn run_config(load: &LoadArgs, request: &RequestArgs, output: &OutputArgs) -> se
         }),
     )
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Argv {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    /// `bench`'s flags as a command line would give them.
+    pub(crate) fn bench_args(flags: &str) -> BenchArgs {
+        let argv = std::iter::once("bench").chain(flags.split_whitespace());
+        Argv::try_parse_from(argv).expect("valid flags").bench
+    }
+
+    #[test]
+    fn the_plan_is_built_once_from_the_flags() {
+        let spec = RunSpec::build(bench_args(
+            "--url http://h:1 --concurrency 8 --requests 40 --input-tokens 64 --quiet",
+        ))
+        .unwrap();
+        assert_eq!(spec.plan.requests, Some(40));
+        assert_eq!(spec.plan.pattern.max_in_flight(), Some(8));
+        assert_eq!(spec.config["load"]["concurrency"], 8);
+        assert_eq!(spec.config["input_tokens"], "64");
+        assert!(spec.shard.is_none());
+        assert!(spec.warnings().is_empty());
+    }
+
+    #[test]
+    fn a_shard_is_part_of_the_spec_and_leaves_the_metrics_to_shard_0() {
+        let flags = "--url http://h:1 --concurrency 10 --requests 101 --shard 1/4 --quiet";
+        let spec = RunSpec::build(bench_args(flags)).unwrap();
+        let shard = spec.shard.as_ref().expect("a shard");
+        assert_eq!((shard.shard.index, shard.shard.count), (1, 4));
+        // Its part: 10 = 3+3+2+2, 101 = 26+25+25+25.
+        assert_eq!(spec.plan.pattern.max_in_flight(), Some(3));
+        assert_eq!(spec.plan.requests, Some(25));
+        assert_eq!(shard.whole["load"]["concurrency"], 10);
+        assert_eq!(spec.config["load"]["concurrency"], 3);
+        assert!(spec.metrics.no_metrics && spec.metrics.metrics_urls.is_empty());
+        let first = RunSpec::build(bench_args(&flags.replace("1/4", "0/4"))).unwrap();
+        assert!(!first.metrics.no_metrics, "shard 0 reads the server");
+        assert_eq!(first.plan.requests, Some(26));
+    }
+
+    #[test]
+    fn a_shard_that_would_get_nothing_is_a_usage_error() {
+        let err =
+            RunSpec::build(bench_args("--url http://h:1 --concurrency 2 --shard 3/4")).unwrap_err();
+        assert!(err.to_string().contains("cannot be split"), "{err}");
+    }
+
+    #[test]
+    fn the_doubts_of_a_set_up_are_warnings_with_advice() {
+        let flags = "--url http://h:1 --rate 8 --arrival constant --requests 200 --shard 0/2 --slo ttft_p99=1s";
+        let spec = RunSpec::build(bench_args(flags)).unwrap();
+        let kinds: Vec<_> = spec.warnings().iter().map(|w| w.kind()).collect();
+        assert_eq!(kinds, ["arrival_split", "slo_sample_size"]);
+        let poisson = RunSpec::build(bench_args(&flags.replace("constant", "poisson"))).unwrap();
+        assert_eq!(poisson.warnings().len(), 1, "Poisson shards add up");
+    }
+
+    #[test]
+    fn the_builtin_engine_is_priced_and_a_url_is_not() {
+        let builtin = RunSpec::build(bench_args("--quiet")).unwrap();
+        assert_eq!(
+            builtin.output.gpu_type.as_deref(),
+            Some(pricing::BUILTIN_GPU)
+        );
+        assert!(builtin.config["gpu_price_source"].is_string());
+        let remote = RunSpec::build(bench_args("--url http://h:1 --quiet")).unwrap();
+        assert!(remote.output.gpu_type.is_none());
+        let exact = RunSpec::build(bench_args("--builtin exact --quiet")).unwrap();
+        assert!(
+            exact.output.gpu_type.is_none(),
+            "the exact server models no GPU"
+        );
+    }
+}

@@ -1,0 +1,325 @@
+//! One interface for every API the client speaks.
+//!
+//! A request is described once, protocol-neutrally ([`Request`]: messages
+//! whose content is a list of parts, tools, sampling, lengths, streaming,
+//! the extra body), and a stream is read back as protocol-neutral
+//! [`Event`]s (answer text, reasoning text, a tool-call delta, usage,
+//! finish, error). Each API is one module implementing [`Protocol`]: it
+//! turns the request into its body and its stream (or whole answer) into
+//! events. The request timer, the records, the metrics and the probe know
+//! only the events.
+//!
+//! Adding an API is one file — a type implementing [`Protocol`], with its
+//! tests — and one line in [`ALL`].
+
+pub mod openai;
+pub mod openai_chat;
+pub mod openai_completions;
+
+use serde_json::Value;
+use std::borrow::Cow;
+
+/// An API: how a request is written and how its answer is read.
+pub trait Protocol: Sync + std::fmt::Debug {
+    /// Its `--api` name (`openai-chat`).
+    fn name(&self) -> &'static str;
+    /// The endpoint's path on the server (`/v1/chat/completions`).
+    fn path(&self) -> &'static str;
+    /// The request's JSON body.
+    fn body(&self, request: &Request<'_>) -> Vec<u8>;
+    /// The smallest request that tells whether the server speaks this API
+    /// for `model` (`--api auto`): one token, not streamed.
+    fn probe_body(&self, model: &str) -> Value;
+    /// One event of a stream (an SSE `data:` field, `[DONE]` excluded):
+    /// what it carried, in order, to `emit`.
+    fn stream_event(&self, data: &str, emit: &mut dyn FnMut(Event<'_>)) -> Result<(), Malformed>;
+    /// A whole (not streamed) answer's body, as events.
+    fn whole(&self, body: &str, emit: &mut dyn FnMut(Event<'_>)) -> Result<(), Malformed>;
+    /// What an error response's body says, in one short line, if it says
+    /// anything this API defines.
+    fn error_message(&self, body: &Value) -> Option<String>;
+}
+
+/// Every API, in the order `--api auto` tries them.
+pub const ALL: &[&dyn Protocol] = &[
+    &openai_chat::OpenaiChat,
+    &openai_completions::OpenaiCompletions,
+];
+
+/// The API of this `--api` name.
+pub fn by_name(name: &str) -> Option<&'static dyn Protocol> {
+    ALL.iter().copied().find(|p| p.name() == name)
+}
+
+/// Who speaks a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+/// One part of a message's content. Text today; images, audio and tool
+/// results are the parts to come.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part<'a> {
+    Text(&'a str),
+}
+
+/// One message of a conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message<'a> {
+    pub role: Role,
+    pub content: Vec<Part<'a>>,
+}
+
+impl<'a> Message<'a> {
+    pub fn text(role: Role, text: &'a str) -> Message<'a> {
+        Message {
+            role,
+            content: vec![Part::Text(text)],
+        }
+    }
+
+    /// Its text parts, joined.
+    pub fn joined_text(&self) -> Cow<'a, str> {
+        match self.content.as_slice() {
+            [Part::Text(t)] => Cow::Borrowed(t),
+            parts => Cow::Owned(
+                parts
+                    .iter()
+                    .map(|p| match p {
+                        Part::Text(t) => *t,
+                    })
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// What every request of a run carries besides its prompt and length
+/// (`--system-prompt`, `--temperature`, `--extra-body`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Shape {
+    /// A system message first (an API without roles puts it before the
+    /// prompt, a blank line between).
+    pub system_prompt: Option<String>,
+    pub temperature: Option<f64>,
+    /// Merged into the body first: the fields tokenscope times by (`model`,
+    /// the prompt, `stream`, `stream_options`, lengths) are set after it and win.
+    pub extra: serde_json::Map<String, Value>,
+}
+
+/// One request, whatever the API.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    pub model: &'a str,
+    /// The conversation, oldest first; the last is the prompt.
+    pub messages: Vec<Message<'a>>,
+    /// Tools the model may call (an OpenAI `tools` array); none today.
+    pub tools: &'a [Value],
+    pub temperature: Option<f64>,
+    /// `None`: the server decides how long the answer is.
+    pub max_tokens: Option<u64>,
+    /// Ask the server to ignore end-of-sequence so lengths are exact.
+    pub ignore_eos: bool,
+    /// `false`: the whole answer at once (`--no-stream`).
+    pub stream: bool,
+    /// `--extra-body`, under the fields above.
+    pub extra: &'a serde_json::Map<String, Value>,
+}
+
+/// A session's earlier turn: what the user said and what came back.
+pub type Turn<'a> = (&'a str, &'a str);
+
+impl<'a> Request<'a> {
+    /// `prompt` after a session's earlier `turns`, with the run's shape.
+    pub fn conversation(
+        model: &'a str,
+        shape: &'a Shape,
+        turns: impl IntoIterator<Item = Turn<'a>>,
+        prompt: &'a str,
+    ) -> Request<'a> {
+        let mut messages = Vec::new();
+        if let Some(s) = shape.system_prompt.as_deref() {
+            messages.push(Message::text(Role::System, s));
+        }
+        for (user, assistant) in turns {
+            messages.push(Message::text(Role::User, user));
+            messages.push(Message::text(Role::Assistant, assistant));
+        }
+        messages.push(Message::text(Role::User, prompt));
+        Request {
+            model,
+            messages,
+            tools: &[],
+            temperature: shape.temperature,
+            max_tokens: None,
+            ignore_eos: false,
+            stream: true,
+            extra: &shape.extra,
+        }
+    }
+}
+
+/// Token counts an answer reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    /// Prompt tokens served from the server's prefix cache.
+    pub cached_tokens: Option<u64>,
+    /// Of the completion tokens, those spent reasoning.
+    pub reasoning_tokens: Option<u64>,
+}
+
+/// A piece of a tool call as it streams: which call, and what of it came.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCallDelta<'a> {
+    pub index: u32,
+    pub id: Option<Cow<'a, str>>,
+    pub name: Option<Cow<'a, str>>,
+    pub arguments: Cow<'a, str>,
+}
+
+/// What a piece of an answer carries, whatever the API.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event<'a> {
+    /// Text of the answer.
+    Answer(Cow<'a, str>),
+    /// Text of the model's reasoning before its answer.
+    Reasoning(Cow<'a, str>),
+    /// Part of a tool call (no API here emits one yet).
+    ToolCall(ToolCallDelta<'a>),
+    Usage(Usage),
+    /// Why the answer ended (`stop`, `length`, …).
+    Finish(Cow<'a, str>),
+    /// The server reported an error in the answer.
+    Error(String),
+    /// The server's own timings of the request (llama.cpp's `timings`).
+    Timings(Value),
+}
+
+/// An event or body that is not what the API defines.
+#[derive(Debug, thiserror::Error)]
+#[error("malformed stream chunk: {reason} (data: {snippet})")]
+pub struct Malformed {
+    pub reason: String,
+    pub snippet: String,
+}
+
+impl Malformed {
+    pub fn of(e: serde_json::Error, data: &str) -> Malformed {
+        Malformed {
+            reason: e.to_string(),
+            snippet: data.chars().take(80).collect(),
+        }
+    }
+}
+
+/// The events of one piece of an answer folded into what the request's
+/// record needs: its generated text (appended to the answer), usage,
+/// finish reason, error and timings.
+#[derive(Debug, Default, PartialEq)]
+pub struct Piece {
+    /// Bytes of generated text (answer, reasoning and tool calls).
+    pub text_bytes: usize,
+    pub usage: Option<Usage>,
+    pub finish_reason: Option<String>,
+    pub error: Option<String>,
+    pub timings: Option<Value>,
+}
+
+impl Piece {
+    /// Takes one event; generated text goes on the end of `text`.
+    pub fn add(&mut self, event: Event<'_>, text: &mut String) {
+        let mut generated = |s: &str| {
+            self.text_bytes += s.len();
+            text.push_str(s);
+        };
+        match event {
+            Event::Answer(s) | Event::Reasoning(s) => generated(&s),
+            Event::ToolCall(call) => generated(&call.arguments),
+            Event::Usage(u) => self.usage = Some(u),
+            Event::Finish(f) => self.finish_reason = Some(f.into_owned()),
+            Event::Error(e) => self.error = Some(e),
+            Event::Timings(t) => self.timings = Some(t),
+        }
+    }
+
+    /// One stream event of `api`, folded.
+    pub fn of_event(api: &dyn Protocol, data: &str, text: &mut String) -> Result<Piece, Malformed> {
+        let mut piece = Piece::default();
+        api.stream_event(data, &mut |e| piece.add(e, text))?;
+        Ok(piece)
+    }
+
+    /// A whole answer of `api`, folded.
+    pub fn of_whole(api: &dyn Protocol, body: &str, text: &mut String) -> Result<Piece, Malformed> {
+        let mut piece = Piece::default();
+        api.whole(body, &mut |e| piece.add(e, text))?;
+        Ok(piece)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_api_is_found_by_its_name_and_paths_differ() {
+        for api in ALL {
+            assert_eq!(by_name(api.name()).unwrap().name(), api.name());
+        }
+        let mut paths: Vec<_> = ALL.iter().map(|a| a.path()).collect();
+        paths.sort_unstable();
+        paths.dedup();
+        assert_eq!(paths.len(), ALL.len());
+        assert!(by_name("no-such-api").is_none());
+    }
+
+    #[test]
+    fn a_conversation_is_the_system_prompt_the_turns_and_the_prompt() {
+        let shape = Shape {
+            system_prompt: Some("S".into()),
+            ..Default::default()
+        };
+        let r = Request::conversation("m", &shape, [("q1", " a1")], "q2");
+        let said: Vec<_> = r
+            .messages
+            .iter()
+            .map(|m| format!("{}:{}", m.role.name(), m.joined_text()))
+            .collect();
+        assert_eq!(said, ["system:S", "user:q1", "assistant: a1", "user:q2"]);
+    }
+
+    #[test]
+    fn a_piece_counts_every_kind_of_generated_text() {
+        let mut text = String::new();
+        let mut p = Piece::default();
+        p.add(Event::Reasoning("ab".into()), &mut text);
+        p.add(Event::Answer("cde".into()), &mut text);
+        p.add(
+            Event::ToolCall(ToolCallDelta {
+                index: 0,
+                id: None,
+                name: Some("f".into()),
+                arguments: "{}".into(),
+            }),
+            &mut text,
+        );
+        p.add(Event::Finish("stop".into()), &mut text);
+        assert_eq!((p.text_bytes, text.as_str()), (7, "abcde{}"));
+        assert_eq!(p.finish_reason.as_deref(), Some("stop"));
+    }
+}
