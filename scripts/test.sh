@@ -6,6 +6,8 @@
 #    127.0.0.1, in a temporary directory, stopped after (scripts/postgres-fixture.sh);
 #  - Debian's chromium (the HTML report is checked in headless Chromium) and
 #    tmux (the live dashboard is checked in a tmux pane), when missing;
+#  - no import circle between the source files of any crate, and no HTTP
+#    client under the simulator (scripts/check-imports.py);
 #  - the Rust workspace's tests, in release mode (timing tests need optimised code).
 # Extra arguments go to `cargo test` (e.g. scripts/test.sh --test llama_server).
 set -euo pipefail
@@ -34,5 +36,7 @@ while IFS='=' read -r key value; do
   [ -n "$key" ] && export "$key=$value"
 done <<< "$pg"
 trap 'scripts/postgres-fixture.sh stop "$TOKENSCOPE_TEST_POSTGRES_DIR"' EXIT
+
+python3 scripts/check-imports.py
 
 cargo test --release --workspace --no-fail-fast "$@"

@@ -142,6 +142,12 @@ pub struct Rate {
     pub history: Vec<u64>,
 }
 
+impl Default for Rate {
+    fn default() -> Rate {
+        Rate::new()
+    }
+}
+
 impl Rate {
     pub fn new() -> Rate {
         Rate {

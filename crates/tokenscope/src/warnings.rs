@@ -124,7 +124,7 @@ pub fn slo_sample_size(
     by_duration: bool,
 ) -> Option<Warning> {
     let (needed, objective) = slo.requests_needed()?;
-    (sent < needed).then(|| Warning::SloSampleSize {
+    (sent < needed).then_some(Warning::SloSampleSize {
         objective,
         needed,
         sent,
