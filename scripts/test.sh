@@ -13,6 +13,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Cheap and first: an import circle fails before any fixture is built.
+python3 scripts/check-imports.py
+
 need=()
 command -v chromium >/dev/null || need+=(chromium)
 command -v tmux >/dev/null || need+=(tmux)
@@ -36,7 +39,5 @@ while IFS='=' read -r key value; do
   [ -n "$key" ] && export "$key=$value"
 done <<< "$pg"
 trap 'scripts/postgres-fixture.sh stop "$TOKENSCOPE_TEST_POSTGRES_DIR"' EXIT
-
-python3 scripts/check-imports.py
 
 cargo test --release --workspace --no-fail-fast "$@"
