@@ -8,7 +8,7 @@
 #   ${TOKENSCOPE_CACHE:-~/.cache/tokenscope}/models/{tiny,50m}.gguf
 #
 # Prints `KEY=VALUE` lines (LLAMA_SERVER, LLAMA_MODEL_TINY, LLAMA_MODEL_50M) on stdout;
-# progress goes to stderr. Facts behind the recipe: shared/reference/llama-server.md.
+# progress goes to stderr. Facts behind the recipe: docs/llama-server.md.
 set -euo pipefail
 
 LLAMA_VERSION=11434

@@ -70,7 +70,7 @@ pub fn waiting_metric(kind: &str) -> Option<&'static str> {
     })
 }
 
-/// The running-requests gauge of each server kind (docs: reference/server-metrics.md).
+/// The running-requests gauge of each server kind (docs/engines.md §8).
 pub fn running_metric(kind: &str) -> Option<&'static str> {
     Some(match kind {
         "vllm" | "vllm-v0" | "tokenscope-sim" => "vllm:num_requests_running",

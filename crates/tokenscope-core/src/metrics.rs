@@ -1,4 +1,4 @@
-//! From records to numbers, exactly as `DESIGN.md` defines them.
+//! From records to numbers, exactly as `docs/metrics.md` defines them.
 
 use crate::compare::{self, RunValues};
 use crate::cost::Cost;

@@ -1,6 +1,6 @@
 //! Default GPU prices for `--gpu-type`, $/GPU-hour, on-demand. Prices move:
-//! each entry names its source and date; `--gpu-price` overrides. Source:
-//! shared/reference/engine-model.md §6.
+//! each entry names its source and date; `--gpu-price` overrides. Why these and
+//! how volatile: docs/engines.md §6.
 
 /// (name, $/GPU-hour, source and date)
 pub const PRICES: &[(&str, f64, &str)] = &[

@@ -1,7 +1,11 @@
-//! Rendering results for people: the terminal summary ([`terminal`]), the
-//! self-contained HTML report ([`html`]) with its charts ([`charts`]),
-//! Markdown ([`markdown`]) and CSV exports ([`export`]), all read from a run
-//! or sweep directory ([`run_dir`]).
+//! Everything tokenscope renders for people: the terminal summary
+//! ([`terminal`]) and live dashboard ([`dashboard`]), the self-contained HTML
+//! report ([`html`]) with its charts ([`charts`]), Markdown ([`markdown`]),
+//! CSV exports ([`export`]) and the peers' JSON dialects ([`dialects`]) of a
+//! run or sweep directory ([`run_dir`]); the sizing of `sim size`
+//! ([`sizing`]) and a configuration's trend from the history ([`trend`]).
+//! Health bands ([`health`]) and workload fidelity ([`fidelity`]) colour
+//! them all.
 
 pub mod charts;
 pub mod dashboard;
@@ -12,4 +16,6 @@ pub mod health;
 pub mod html;
 pub mod markdown;
 pub mod run_dir;
+pub mod sizing;
 pub mod terminal;
+pub mod trend;

@@ -1,5 +1,5 @@
 //! Which server is this, and what do its series mean? Each kind's names are
-//! mapped onto one vocabulary, [`Concepts`] (reference server-metrics.md §9).
+//! mapped onto one vocabulary, [`Concepts`] (docs/engines.md §8).
 //! A concept a server does not expose is `None`, never 0.
 
 use crate::prometheus::Exposition;

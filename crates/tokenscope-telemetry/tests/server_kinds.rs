@@ -1,5 +1,5 @@
 //! Every server kind, from `/metrics` texts written to each server's documented
-//! format (shared/reference/server-metrics.md), detected and mapped.
+//! format (docs/engines.md §8), detected and mapped.
 
 use tokenscope_telemetry::kinds::{concepts, detect, ServerKind};
 use tokenscope_telemetry::prometheus::parse;

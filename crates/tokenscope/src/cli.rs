@@ -1,4 +1,4 @@
-//! Command-line interface: commands and flags (names fixed by DESIGN.md).
+//! Command-line interface: commands and flags (the names are a contract: README, docs/architecture.md).
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;

@@ -1,5 +1,5 @@
-//! GPUs and models the engine knows, from `shared/reference/engine-model.md`
-//! §5 (dense datasheet peaks) and §7 (Hugging Face `config.json`), plus
+//! GPUs and models the engine knows, from `docs/engines.md`
+//! §5 (dense datasheet peaks) and §5b (Hugging Face `config.json`), plus
 //! user-supplied ones from a JSON file (`--catalogue FILE`).
 
 use serde::{Deserialize, Serialize};
@@ -149,7 +149,7 @@ fn model(
     }
 }
 
-/// The built-in models (reference §7).
+/// The built-in models (docs/engines.md §5b).
 pub fn models() -> Vec<Model> {
     let mut deepseek = model(
         "deepseek-v3",

@@ -1,5 +1,5 @@
 //! How long one engine step takes on the hardware: a roofline with
-//! efficiency factors (reference engine-model.md §4):
+//! efficiency factors (docs/engines.md §4):
 //!
 //! `t = max(FLOPs / (peak × η_c), bytes / (bandwidth × η_m)) + t_allreduce + t_overhead`
 //!
@@ -146,7 +146,7 @@ impl CostModel {
 
     /// Seconds for one step: one roofline over the step's summed FLOPs and
     /// bytes. Summing a roofline for the dense layers and one for attention
-    /// (LLM-Viewer's per-operator sum, reference §4: separate kernels, so a
+    /// (LLM-Viewer's per-operator sum, docs/engines.md §4: separate kernels, so a
     /// compute-bound batch of matmuls would not hide attention's KV read)
     /// was tried on 2026-12-04 and not kept: with these efficiencies it
     /// moved the validation set by a point, but read TensorRT-LLM's own
@@ -191,7 +191,7 @@ pub const COLLECTIVE_LAUNCH_S: f64 = 5e-6;
 impl CostModel {
     /// One ring all-reduce of `msg` bytes over the tensor-parallel GPUs:
     /// 2(TP − 1) steps, each a hop's latency plus a 1/TP share of the
-    /// message over the link (reference §4), after the collective's launch.
+    /// message over the link (docs/engines.md §4), after the collective's launch.
     /// The latency term is what a decode step's small messages pay: it grows
     /// with the ring, so TP 4 and 8 cost more per layer than TP 2.
     pub fn allreduce_s(&self, msg: f64) -> f64 {
@@ -231,7 +231,7 @@ mod tests {
 
     #[test]
     fn decode_is_memory_bound_as_in_the_worked_example() {
-        // Reference §8: B = 64, mean context 1024 → 24.65 GB → 7.4 ms at peak.
+        // docs/engines.md §7: B = 64, mean context 1024 → 24.65 GB → 7.4 ms at peak.
         let c = llama8b_h100();
         let w = StepWork {
             sequences: 64,
@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn long_prefill_is_compute_bound() {
-        // Reference §8: a 2000-token prompt ≈ 3.3e13 FLOPs → 34 ms at peak; that
+        // docs/engines.md §7: a 2000-token prompt ≈ 3.3e13 FLOPs → 34 ms at peak; that
         // example counts the embeddings as matmuls, §4's formula (used here) does
         // not, hence ~29 ms.
         let c = llama8b_h100();

@@ -61,7 +61,7 @@ impl EngineConfig {
         }
     }
 
-    /// vLLM's defaults for `vllm serve` (reference §1.1): large GPUs other than A100 get more.
+    /// vLLM's defaults for `vllm serve` (docs/engines.md §1): large GPUs other than A100 get more.
     fn big_gpu(&self) -> bool {
         self.gpu.memory_gib >= 70.0 && !self.gpu.name.to_ascii_lowercase().contains("a100")
     }
@@ -102,11 +102,11 @@ impl EngineConfig {
 
     /// Memory per GPU that is neither weights nor KV (GiB). vLLM sizes its
     /// KV cache after profiling one forward pass over the whole token budget
-    /// (reference §1.3), so what it sets aside grows with that budget: ~1 GiB
+    /// (docs/engines.md §1), so what it sets aside grows with that budget: ~1 GiB
     /// of CUDA context, NCCL buffers and graphs, the pass's activations
     /// (~16 values of `hidden` per token in flight, BF16, split over TP),
     /// and a full batch's FP32 logits. ~2.5 GiB for Llama-3.1-8B on an H100
-    /// (reference §8: 2–4), ~1.4 GiB on a 24 GB card's smaller budget.
+    /// (docs/engines.md §7: 2–4), ~1.4 GiB on a 24 GB card's smaller budget.
     pub fn reserved_gib(&self) -> f64 {
         if let Some(r) = self.reserved_gib {
             return r;

@@ -1,6 +1,6 @@
 //! `--engine`: which serving engine's scheduling rules and per-step CPU
 //! overhead the simulator follows. The facts behind each are in
-//! shared/reference/engine-model.md (§1 vLLM, §2 SGLang) and
+//! docs/engines.md (§1 vLLM, §2 SGLang, §3 TensorRT-LLM) and
 //! docs/simulator.md; the overheads are assumptions to calibrate
 //! (`sim calibrate` fits the step overhead of a measured server).
 

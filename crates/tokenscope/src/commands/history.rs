@@ -1,6 +1,5 @@
 //! `tokenscope history list | trend | changes | import | export`.
 
-use super::history_page::{self as page, describe_config};
 use crate::cli::{
     HistoryAction, HistoryChangesArgs, HistoryCommand, HistoryExportArgs, HistoryFormat,
     HistoryImportArgs, HistoryListArgs, HistoryTrendArgs,
@@ -13,8 +12,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use tokenscope_history::metrics::{metric, Metric, METRICS};
 use tokenscope_history::{
-    export, judge, Filter, Judgement, Kind, Rule, RunEntry, Store, StoredRun,
+    export, judge, Filter, Judgement, Kind, Rule, RunEntry, Store, StoredRun, Verdict,
 };
+use tokenscope_report::trend::{TrendChart, TrendView};
 
 pub fn run(cmd: HistoryCommand) -> anyhow::Result<Exit> {
     let mut store = open(cmd.db.as_deref())?;
@@ -204,7 +204,7 @@ fn trend(store: &mut Store, a: HistoryTrendArgs) -> anyhow::Result<Exit> {
     }))?;
     let judged = judge(&runs, m, &Rule::default());
     if let Some(path) = &a.html {
-        let html = page::trend_page(&runs, &key);
+        let html = tokenscope_report::trend::trend_page(&trend_view(&runs, &key));
         std::fs::write(path, html).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("tokenscope: trend page {}", path.display());
     }
@@ -434,6 +434,70 @@ fn export_runs(store: &mut Store, a: HistoryExportArgs) -> anyhow::Result<Exit> 
         None => to_stdout(&text),
     }
     Ok(Exit::Success)
+}
+
+/// What `tokenscope_report::trend` renders: each figure of the
+/// configuration's runs, judged by the change-point rule.
+fn trend_view(runs: &[StoredRun], key: &str) -> TrendView {
+    let rule = Rule::default();
+    let charts = METRICS
+        .iter()
+        .filter_map(|m| {
+            let judged = judge(runs, m, &rule);
+            (!judged.is_empty()).then(|| TrendChart {
+                name: m.name.to_string(),
+                about: m.about.to_string(),
+                unit: m.unit.to_string(),
+                points: judged.iter().map(|j| (j.run_id as u64, j.value)).collect(),
+                changes: judged
+                    .iter()
+                    .filter_map(|j| match j.verdict {
+                        Verdict::Change { regression } => {
+                            Some((j.run_id as u64, j.value, regression))
+                        }
+                        _ => None,
+                    })
+                    .collect(),
+            })
+        })
+        .collect();
+    TrendView {
+        key: key.to_string(),
+        description: runs.last().map(|r| describe_config(&r.entry)),
+        runs: runs.len(),
+        first: runs
+            .first()
+            .map_or(String::new(), |r| r.entry.started_at.clone()),
+        last: runs
+            .last()
+            .map_or(String::new(), |r| r.entry.started_at.clone()),
+        rule: rule.describe(),
+        charts,
+    }
+}
+
+/// `bench · built-in: … · llama-3.1-8b · closed loop, concurrency 4 · input 256, output 128`.
+pub fn describe_config(e: &RunEntry) -> String {
+    let c = &e.config;
+    let load = &c["load"];
+    let load_text = match (load["mode"].as_str(), &load["series"]) {
+        (Some(mode), serde_json::Value::Array(s)) => format!("{mode}-loop series {s:?}"),
+        (Some("closed"), _) => format!("closed loop, concurrency {}", load["concurrency"]),
+        (Some("open"), _) => format!(
+            "open loop, {} req/s {}",
+            load["rate"],
+            load["arrival"].as_str().unwrap_or("")
+        ),
+        _ => load.to_string(),
+    };
+    format!(
+        "{} · {} · {} · {load_text} · input {}, output {}",
+        e.kind.name(),
+        e.target,
+        e.model,
+        c["input_tokens"].as_str().unwrap_or("-"),
+        c["output_tokens"].as_str().unwrap_or("-"),
+    )
 }
 
 #[cfg(test)]

@@ -5,7 +5,6 @@
 pub mod bench;
 pub mod compare;
 pub mod history;
-pub mod history_page;
 pub mod merge;
 pub mod report;
 pub mod selftest;

@@ -7,6 +7,7 @@ use crate::exit::Exit;
 use crate::output::to_stdout;
 use anyhow::Context;
 use std::path::Path;
+use tokenscope_report::sizing::{options_table, sizing_page, SizedOption, SizingView};
 use tokenscope_sim::engine::catalogue::Gpu;
 use tokenscope_sim::engine::preset::Preset;
 use tokenscope_sim::engine::EngineConfig;
@@ -88,15 +89,16 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
         "report": report,
         "commands": report.options.iter().map(|o| plan_command(&args, o)).collect::<Vec<_>>(),
     });
+    let shown = view(&args, &report, &template.model.name);
     if let Some(dir) = &args.out {
-        write_out(dir, &doc, &report)?;
+        write_out(dir, &doc, &sizing_page(&shown))?;
     }
     if args.json {
         to_stdout(&(serde_json::to_string_pretty(&doc)? + "\n"));
     } else {
         to_stdout(&table(
             &args,
-            &report,
+            (&report, &shown),
             &unpriced,
             started.elapsed().as_secs_f64(),
         ));
@@ -271,56 +273,13 @@ fn slo_flag(slo: &tokenscope_core::slo::Slo) -> String {
         .join(",")
 }
 
-fn table(args: &SizeArgs, r: &Report, unpriced: &[String], seconds: f64) -> String {
-    let mut out = String::new();
-    if r.options.is_empty() {
-        out.push_str("No deployment meets the SLO at this load within the search.\n");
-    } else {
-        out.push_str(&format!(
-            "{:<54} {:>8} {:>5} {:>9} {:>12} {:>9} {:>9}  {:<34} binding\n",
-            "deployment",
-            "replicas",
-            "GPUs",
-            "$/hour",
-            "$/1M out tok",
-            "capacity",
-            "margin",
-            "SLO (fleet at the full rate)"
-        ));
-    }
-    for o in &r.options {
-        let slo = o
-            .objectives
-            .iter()
-            .map(|x| {
-                format!(
-                    "{}_{} {:.0} ms",
-                    x.metric,
-                    x.stat,
-                    x.value_ms.unwrap_or(f64::NAN)
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        out.push_str(&format!(
-            "{:<54} {:>8} {:>5} {:>9.2} {:>12.3} {:>5.1}/s {:>8.0} %  {:<34} {}\n",
-            o.candidate.label(),
-            o.replicas,
-            o.gpus,
-            o.usd_per_hour,
-            o.usd_per_million_output_tokens,
-            o.slo_capacity_rps,
-            o.margin_pct,
-            slo,
-            o.binding
-        ));
-    }
-    if !r.options.is_empty() {
-        out.push_str("\nre-run an option (the fleet behind the router at the full rate):\n");
-        for o in &r.options {
-            out.push_str(&format!("  {}\n", plan_command(args, o)));
-        }
-    }
+fn table(
+    args: &SizeArgs,
+    (r, shown): (&Report, &SizingView),
+    unpriced: &[String],
+    seconds: f64,
+) -> String {
+    let mut out = options_table(shown);
     out.push_str(&format!(
         "\n{} shapes: {} listed, {} left out (below), {} not simulated further (their fewest replicas already cost more than option {}); {} simulations in {seconds:.1} s\n",
         r.candidates,
@@ -353,77 +312,53 @@ fn table(args: &SizeArgs, r: &Report, unpriced: &[String], seconds: f64) -> Stri
     out
 }
 
-fn write_out(dir: &Path, doc: &serde_json::Value, r: &Report) -> anyhow::Result<()> {
+fn write_out(dir: &Path, doc: &serde_json::Value, page: &str) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join("size.json");
     std::fs::write(&path, serde_json::to_string_pretty(doc)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
-    let page = dir.join("report.html");
-    std::fs::write(&page, page_of(doc, r))
-        .with_context(|| format!("writing {}", page.display()))?;
+    let path = dir.join("report.html");
+    std::fs::write(&path, page).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
 
-/// The report: cost per hour against the SLO capacity each option showed
-/// per GPU, and the table.
-fn page_of(doc: &serde_json::Value, r: &Report) -> String {
-    use tokenscope_report::charts::{self, Axes, Mark, Series, Style};
-    use tokenscope_report::html::{esc, page};
-    let points: Vec<(f64, f64)> = r
+/// What `tokenscope_report::sizing` renders of a sizing.
+fn view(args: &SizeArgs, r: &Report, model: &str) -> SizingView {
+    let options = r
         .options
         .iter()
-        .map(|o| (o.slo_capacity_rps, o.usd_per_hour))
-        .collect();
-    let marks: Vec<Mark> = r
-        .options
-        .iter()
-        .zip(&points)
-        .map(|(o, &at)| Mark {
-            label: format!("{} ×{}", o.candidate.label(), o.replicas),
-            at,
+        .map(|o| SizedOption {
+            label: o.candidate.label(),
+            replicas: o.replicas,
+            gpus: o.gpus,
+            usd_per_hour: o.usd_per_hour,
+            usd_per_million_output_tokens: o.usd_per_million_output_tokens,
+            slo_capacity_rps: o.slo_capacity_rps,
+            margin_pct: o.margin_pct,
+            objectives: o
+                .objectives
+                .iter()
+                .map(|x| {
+                    format!(
+                        "{}_{} {:.0} ms",
+                        x.metric,
+                        x.stat,
+                        x.value_ms.unwrap_or(f64::NAN)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
+            binding: o.binding.clone(),
+            command: plan_command(args, o),
         })
         .collect();
-    let axes = Axes {
-        title: "cost against SLO capacity",
-        x: "SLO capacity (req/s within the SLO)",
-        y: "$ per hour",
-        log_x: false,
-    };
-    let series = Series {
-        name: "options".into(),
-        points,
-        style: Style::Points,
-    };
-    let chart = charts::xy(&axes, &[series], &marks).unwrap_or_default();
-    let mut rows = String::new();
-    for (o, cmd) in r
-        .options
-        .iter()
-        .zip(doc["commands"].as_array().into_iter().flatten())
-    {
-        rows.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.3}</td><td>{:.1} req/s</td><td>{:.0} %</td><td>{}</td><td><code>{}</code></td></tr>\n",
-            esc(&o.candidate.label()),
-            o.replicas,
-            o.gpus,
-            o.usd_per_hour,
-            o.usd_per_million_output_tokens,
-            o.slo_capacity_rps,
-            o.margin_pct,
-            esc(&o.binding),
-            esc(cmd.as_str().unwrap_or(""))
-        ));
+    SizingView {
+        model: model.to_string(),
+        rate: args.load.rate[0],
+        slo: args.slo.describe(),
+        router: args.router.name().to_string(),
+        options,
     }
-    let body = format!(
-        "<h1>Sizing {} at {} req/s</h1>\n<p>SLO: {} · router {}</p>\n<div class=\"chart\">{chart}</div>\n\
-<table><tr><th>deployment</th><th>replicas</th><th>GPUs</th><th>$/hour</th><th>$/1M output tokens</th><th>SLO capacity</th><th>margin</th><th>binding</th><th>re-run</th></tr>\n{rows}</table>\n\
-<p class=\"note\">Simulated on tokenscope's engine model; each option met the SLO in the fleet simulation at the full rate.</p>",
-        esc(doc["model"].as_str().unwrap_or("")),
-        doc["rate"],
-        esc(doc["slo"].as_str().unwrap_or("")),
-        esc(doc["router"].as_str().unwrap_or("")),
-    );
-    page("tokenscope sim size", &body)
 }
 
 #[cfg(test)]
