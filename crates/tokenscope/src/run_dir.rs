@@ -325,19 +325,4 @@ mod tests {
         assert!(dir.join("notes.txt").exists(), "a foreign file is kept");
         let _ = std::fs::remove_dir_all(&dir);
     }
-
-    #[test]
-    fn results_are_written_whole_and_the_reserve_is_given_back() {
-        let dir = scratch("results");
-        reserve_output(&dir).unwrap();
-        assert!(dir.join(RESERVE).exists());
-        let results = crate::run::collect::tests::empty_results();
-        write_results(&dir, &results).unwrap();
-        let back: RunResults =
-            serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap())
-                .unwrap();
-        assert_eq!(back.counts.requests, results.counts.requests);
-        assert!(!dir.join(RESERVE).exists() && !dir.join("results.json.tmp").exists());
-        let _ = std::fs::remove_dir_all(&dir);
-    }
 }

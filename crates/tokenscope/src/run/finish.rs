@@ -107,3 +107,54 @@ pub fn exit_code(r: &RunResults) -> Exit {
         Exit::Success
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_is_written_whole_and_the_reserve_is_given_back() {
+        let dir = std::env::temp_dir().join(format!("ts-finish-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        crate::run_dir::reserve_output(&dir).unwrap();
+        let results = crate::run::collect::tests::empty_results();
+        let figures = Aggregator::new(None, None);
+        let (kept, at) = write_run(&dir, results.clone(), figures, true).unwrap();
+        assert_eq!(at, dir);
+        let back: RunResults =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap())
+                .unwrap();
+        assert_eq!(back.counts.requests, kept.counts.requests);
+        assert_eq!(back.target.model, "m");
+        assert!(dir.join("report.html").exists());
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with('.') || n.ends_with(".tmp"))
+            .collect();
+        assert!(
+            left.is_empty(),
+            "the reserve and the temporary file are gone: {left:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_exit_code_says_what_the_run_came_to() {
+        let mut r = crate::run::collect::tests::empty_results();
+        assert_eq!(exit_code(&r), Exit::Error, "nothing measured");
+        r.counts.requests = 3;
+        r.counts.failed = 3;
+        r.counts.errors.insert(ErrorKind::Connect.to_string(), 3);
+        assert_eq!(exit_code(&r), Exit::Unreachable);
+        r.counts.errors.insert(ErrorKind::Timeout.to_string(), 1);
+        assert_eq!(exit_code(&r), Exit::AllFailed);
+        r.counts.succeeded = 1;
+        assert_eq!(exit_code(&r), Exit::Success);
+        r.partial = true;
+        assert_eq!(exit_code(&r), Exit::Interrupted);
+        r.output_error = Some("disk full".into());
+        assert_eq!(exit_code(&r), Exit::OutputFailed);
+    }
+}
