@@ -266,7 +266,9 @@ pub fn store() -> std::io::Result<()> {
         Err(_) => return Ok(()),
     };
     match (text, dir) {
-        (Some(text), Some(dir)) if dir.is_dir() => std::fs::write(dir.join("config.toml"), text),
+        (Some(text), Some(dir)) if dir.is_dir() => {
+            std::fs::write(dir.join(crate::run_dir::CONFIG), text)
+        }
         _ => Ok(()),
     }
 }

@@ -76,7 +76,7 @@ pub struct Replay {
 
 pub fn read_replay(dir: &Path, defaults: &crate::cli::LoadArgs) -> anyhow::Result<Replay> {
     let bad = |what: &str| Exit::usage(format!("{}: {what}", dir.display()));
-    let text = std::fs::read_to_string(dir.join("results.json"))
+    let text = std::fs::read_to_string(dir.join(crate::run_dir::RESULTS))
         .map_err(|e| bad(&format!("no results.json ({e})")))?;
     let r: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| bad(&format!("results.json is not JSON ({e})")))?;
@@ -105,7 +105,7 @@ pub fn read_replay(dir: &Path, defaults: &crate::cli::LoadArgs) -> anyhow::Resul
         .as_f64()
         .map(std::time::Duration::from_secs_f64);
     load.seed = c["seed"].as_u64().unwrap_or(0);
-    let lines = std::fs::read_to_string(dir.join("requests.jsonl"))
+    let lines = std::fs::read_to_string(dir.join(crate::run_dir::REQUESTS))
         .map_err(|e| bad(&format!("no requests.jsonl ({e})")))?;
     let mut recs: Vec<tokenscope_core::record::RequestRecord> = lines
         .lines()

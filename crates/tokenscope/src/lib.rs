@@ -61,7 +61,7 @@ pub fn main(argv: Vec<OsString>) -> ExitCode {
     let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = commands::run(cli.command);
     if let Err(e) = config_file::store() {
-        eprintln!("tokenscope: warning: the run's config.toml could not be written: {e}");
+        warnings::Warning::ConfigNotStored { why: e.to_string() }.say(false);
     }
     match result {
         Ok(code) => code.into(),

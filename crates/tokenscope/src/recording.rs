@@ -136,7 +136,7 @@ fn say(outcome: tokenscope_history::Result<Recorded>, loc: &Location, json: bool
         Err(e) => {
             let line = format!("not updated (the run directory is complete): {e}");
             if json {
-                eprintln!("tokenscope: warning: history {line}");
+                crate::warnings::Warning::HistoryNotRecorded { what: line }.say(false);
             } else {
                 crate::output::to_stdout(&format!("history: {line}\n"));
             }

@@ -16,6 +16,47 @@ use tokenscope_core::results::RunResults;
 use tokenscope_report::html;
 use tokenscope_report::run_dir::{for_each_record, Report, Run};
 
+/// What a run directory holds, by name (`docs/results-schema.md`).
+pub const RESULTS: &str = "results.json";
+pub const REQUESTS: &str = "requests.jsonl";
+pub const TIMESERIES: &str = "timeseries.jsonl";
+pub const REPORT: &str = "report.html";
+pub const SWEEP: &str = "sweep.json";
+pub const CONFIG: &str = "config.toml";
+
+/// A series' directory: its `sweep.json` over its points' directories.
+pub fn holds_sweep(dir: &Path) -> bool {
+    dir.join(SWEEP).exists()
+}
+
+/// A run killed before it wrote `results.json` (SIGKILL, a crash): its
+/// records are there, its document is not.
+pub fn holds_killed_run(dir: &Path) -> bool {
+    !dir.join(RESULTS).exists() && !holds_sweep(dir) && dir.join(REQUESTS).exists()
+}
+
+/// Writes a series' `sweep.json`.
+pub fn write_sweep(dir: &Path, doc: &serde_json::Value) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join(SWEEP);
+    let text = serde_json::to_string_pretty(doc)? + "\n";
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Writes `items` as JSON lines (a simulated run's time series).
+pub fn write_jsonl<T: serde::Serialize>(path: &Path, items: &[T]) -> anyhow::Result<()> {
+    use std::io::Write;
+    let file =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    for item in items {
+        serde_json::to_writer(&mut w, item)?;
+        w.write_all(b"\n")?;
+    }
+    w.flush()
+        .with_context(|| format!("writing {}", path.display()))
+}
+
 /// `runs/<UTC time>`, with `-2`, `-3`… when a run of the same second has it.
 pub fn default_out_dir() -> PathBuf {
     let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
@@ -235,7 +276,10 @@ fn said_html(written: anyhow::Result<PathBuf>, quiet: bool) {
     match written {
         Ok(path) if !quiet => eprintln!("tokenscope: report {}", path.display()),
         Ok(_) => {}
-        Err(e) => eprintln!("tokenscope: warning: no report.html: {e:#}"),
+        Err(e) => crate::warnings::Warning::NoReportHtml {
+            why: format!("{e:#}"),
+        }
+        .say(false),
     }
 }
 

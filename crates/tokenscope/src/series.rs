@@ -85,12 +85,7 @@ pub fn finish_series(
         "points": points.iter().map(|d| json!({"point": d.label, "load": d.load, "results": d.results})).collect::<Vec<_>>(),
         "analysis": analysis,
     });
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::write(
-        dir.join("sweep.json"),
-        serde_json::to_string_pretty(&doc)? + "\n",
-    )
-    .with_context(|| format!("writing {}", dir.join("sweep.json").display()))?;
+    crate::run_dir::write_sweep(dir, &doc)?;
     write_autoscalers(dir, &analysis, output.quiet || output.json)?;
     crate::run_dir::write_html_after_run(dir, output.quiet || output.json);
     if output.json {

@@ -67,7 +67,7 @@ pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
         noise_threshold_pct: args.noise_threshold,
         seed: 0,
     };
-    let sweeps = args.a.join("sweep.json").exists() && args.b.join("sweep.json").exists();
+    let sweeps = crate::run_dir::holds_sweep(&args.a) && crate::run_dir::holds_sweep(&args.b);
     let pairs = if sweeps {
         let (pairs, line) = sweep_pairs(&args.a, &args.b, &settings)?;
         if !args.json {

@@ -372,7 +372,7 @@ fn import(store: &mut Store, a: HistoryImportArgs) -> anyhow::Result<Exit> {
 /// Records one run or sweep directory; `None` when it is already recorded.
 fn import_one(store: &mut Store, dir: &Path, tags: &[String]) -> anyhow::Result<Option<String>> {
     let path = crate::recording::absolute(dir);
-    if dir.join("sweep.json").exists() {
+    if crate::run_dir::holds_sweep(dir) {
         let sweep =
             tokenscope_report::run_dir::Sweep::read(dir).map_err(|e| anyhow::anyhow!("{e}"))?;
         let first = sweep.points.first().context("the sweep has no points")?;

@@ -41,7 +41,7 @@ pub fn run(args: MergeArgs) -> anyhow::Result<Exit> {
     let sweeps = args
         .shards
         .iter()
-        .filter(|d| d.join("sweep.json").exists())
+        .filter(|d| crate::run_dir::holds_sweep(d))
         .count();
     match sweeps {
         0 => {}
@@ -96,7 +96,7 @@ fn merge_sweeps(args: &MergeArgs) -> anyhow::Result<Exit> {
         let mut names: Vec<String> = std::fs::read_dir(dir)
             .with_context(|| format!("reading {}", dir.display()))?
             .flatten()
-            .filter(|e| e.path().join("results.json").exists())
+            .filter(|e| e.path().join(crate::run_dir::RESULTS).exists())
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         names.sort();
@@ -145,7 +145,7 @@ struct SeriesDefaults {
 }
 
 fn read_part(dir: &Path) -> Result<Part, String> {
-    let path = dir.join("results.json");
+    let path = dir.join(crate::run_dir::RESULTS);
     let text = std::fs::read_to_string(&path).map_err(|e| {
         format!(
             "{}: {e} (a shard that did not finish has no results.json; merge needs every shard whole)",
@@ -270,7 +270,7 @@ fn merge(parts: &[Part], out: &Path) -> anyhow::Result<RunResults> {
         .map(|p| p.shard.origin_unix_us)
         .min()
         .unwrap_or(0);
-    let path = out.join("requests.jsonl");
+    let path = out.join(crate::run_dir::REQUESTS);
     let file =
         std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
     let mut writer = std::io::BufWriter::new(file);
@@ -461,12 +461,12 @@ fn carry_findings(parts: &[Part], diagnosis: &mut Vec<Finding>) {
 
 /// Shard 0's metrics time series, on the merged clock.
 fn copy_timeseries(first: &Part, origin: u64, out: &Path) -> anyhow::Result<()> {
-    let from = first.dir.join("timeseries.jsonl");
+    let from = first.dir.join(crate::run_dir::TIMESERIES);
     let Ok(file) = std::fs::File::open(&from) else {
         return Ok(()); // it read no metrics
     };
     let shift_s = (first.shard.origin_unix_us - origin) as f64 / 1e6;
-    let to = out.join("timeseries.jsonl");
+    let to = out.join(crate::run_dir::TIMESERIES);
     let mut w = std::io::BufWriter::new(
         std::fs::File::create(&to).with_context(|| format!("creating {}", to.display()))?,
     );

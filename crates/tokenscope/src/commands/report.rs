@@ -48,9 +48,7 @@ fn rebuild_killed_run(dir: &Path, output: &crate::cli::OutputArgs) -> anyhow::Re
 
 pub fn run(args: ReportArgs) -> anyhow::Result<Exit> {
     let dir = &args.dir;
-    let killed = !dir.join("results.json").exists()
-        && !dir.join("sweep.json").exists()
-        && dir.join("requests.jsonl").exists();
+    let killed = crate::run_dir::holds_killed_run(dir);
     let mut report = if killed {
         Report::Run(Box::new(rebuild_killed_run(dir, &args.output())?))
     } else {
@@ -84,12 +82,14 @@ pub fn run(args: ReportArgs) -> anyhow::Result<Exit> {
         );
     }
     match (args.format, &report) {
-        (ReportFormat::Html, Report::Run(run)) => {
-            done(write_file(out(&args, "report.html"), &html::run_page(run))?)
-        }
-        (ReportFormat::Html, Report::Sweep(s)) => {
-            done(write_file(out(&args, "report.html"), &html::sweep_page(s))?)
-        }
+        (ReportFormat::Html, Report::Run(run)) => done(write_file(
+            out(&args, crate::run_dir::REPORT),
+            &html::run_page(run),
+        )?),
+        (ReportFormat::Html, Report::Sweep(s)) => done(write_file(
+            out(&args, crate::run_dir::REPORT),
+            &html::sweep_page(s),
+        )?),
         (ReportFormat::Md, _) => {
             let text = match &report {
                 Report::Run(run) => markdown::run(&run.results),

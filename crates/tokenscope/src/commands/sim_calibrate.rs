@@ -6,10 +6,14 @@ use crate::cli::CalibrateArgs;
 use crate::engine::engine_config;
 use crate::engine::{plan_load, read_replay};
 use crate::exit::Exit;
+use crate::warnings::Warning;
 use anyhow::Context;
 use tokenscope_sim::calibrate::CalibrationRun;
 use tokenscope_sim::calibrate::Profile;
 use tokenscope_sim::plan::PlanLoad;
+
+/// Who says its warnings.
+const WHO: &str = "tokenscope sim calibrate";
 
 /// Fewer measured requests than this in a calibration run draw a warning:
 /// a llama.cpp run of 10 had two stalls as its p90 and the fit missed its
@@ -36,10 +40,12 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<Exit> {
             .requests
             .unwrap_or((replay.trace.len() as u64).saturating_sub(replay.load.warmup));
         if measured < CALIBRATION_MIN_REQUESTS {
-            eprintln!(
-                "tokenscope sim calibrate: warning: {} has {measured} measured requests; the fit matches TTFT p90, which with fewer than {CALIBRATION_MIN_REQUESTS} rests on one or two of them, so one stall moves the whole fit",
-                dir.display()
-            );
+            Warning::CalibrationFewRequests {
+                dir: dir.display().to_string(),
+                measured,
+                fewest: CALIBRATION_MIN_REQUESTS,
+            }
+            .say_as(WHO, false);
         }
         let load = PlanLoad {
             trace: Some(replay.trace),
@@ -102,13 +108,14 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<Exit> {
     println!("profile: {}", path.display());
     let pinned = tokenscope_sim::calibrate::at_bounds(&efficiency);
     for p in &pinned {
-        eprintln!("tokenscope sim calibrate: warning: {p}");
+        Warning::CalibrationFit { why: p.to_string() }.say_as(WHO, false);
     }
     if !pinned.is_empty() {
-        eprintln!(
-            "tokenscope sim calibrate: warning: the fit reached the model's limits: this run contradicts the engine model for {} on {} (a CPU server, another GPU, or costs the model lacks); predictions from this profile are not to be trusted",
+        let why = format!(
+            "the fit reached the model's limits: this run contradicts the engine model for {} on {} (a CPU server, another GPU, or costs the model lacks); predictions from this profile are not to be trusted",
             cfg.model.name, cfg.gpu.name
         );
+        Warning::CalibrationFit { why }.say_as(WHO, false);
     }
     Ok(Exit::Success)
 }

@@ -100,18 +100,6 @@ fn server_metrics(
     v
 }
 
-fn write_jsonl<T: serde::Serialize>(path: &Path, items: &[T]) -> anyhow::Result<()> {
-    let file =
-        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut w = std::io::BufWriter::new(file);
-    for item in items {
-        serde_json::to_writer(&mut w, item)?;
-        w.write_all(b"\n")?;
-    }
-    w.flush()
-        .with_context(|| format!("writing {}", path.display()))
-}
-
 /// An autoscaled fleet is paid for by its GPU-seconds (each replica from
 /// its start, loading included, to its retirement), not by a fixed count
 /// over the window: the cost's dollars scale to them.
@@ -195,7 +183,7 @@ fn one_point(
         .with_context(|| format!("creating the run directory {}", dir.display()))?;
     // Each record is written and counted as the simulation finishes it, and
     // dropped: only the requests in flight are held.
-    let path = dir.join("requests.jsonl");
+    let path = dir.join(crate::run_dir::REQUESTS);
     let file =
         std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
     let mut lines = std::io::BufWriter::new(file);
@@ -221,7 +209,7 @@ fn one_point(
     lines
         .flush()
         .with_context(|| format!("writing {}", path.display()))?;
-    write_jsonl(&dir.join("timeseries.jsonl"), &samples)?;
+    crate::run_dir::write_jsonl(&dir.join(crate::run_dir::TIMESERIES), &samples)?;
     let metrics = server_metrics(&queue, &samples, &summary);
     let kv = json!({
         "capacity_tokens": summary.kv_capacity_tokens,

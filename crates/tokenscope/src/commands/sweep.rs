@@ -217,7 +217,10 @@ impl Series<'_> {
     fn free_dir(&self) -> PathBuf {
         (0..)
             .map(|i| self.dir.join(format!("point-{i:02}")))
-            .find(|d| !d.join("results.json").exists() && !d.join("requests.jsonl").exists())
+            .find(|d| {
+                !d.join(crate::run_dir::RESULTS).exists()
+                    && !d.join(crate::run_dir::REQUESTS).exists()
+            })
             .expect("an unused index")
     }
 

@@ -52,7 +52,7 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
     crate::run_dir::reserve_output(&out_dir)?;
     let cancel = CancellationToken::new();
     let recorder = Recorder::create(
-        &out_dir.join("requests.jsonl"),
+        &out_dir.join(crate::run_dir::REQUESTS),
         cancel.clone(),
         crate::spec::pricing::aggregator(&spec.output),
     )?;
@@ -175,7 +175,7 @@ async fn start_scraper(
             .load(Ordering::Relaxed)
             .saturating_sub(progress.finished.load(Ordering::Relaxed))
     });
-    let path = out_dir.join("timeseries.jsonl");
+    let path = out_dir.join(crate::run_dir::TIMESERIES);
     let scraper = Scraper::start(config, &path, in_flight)
         .await
         .with_context(|| format!("creating {}", path.display()))?;

@@ -65,7 +65,7 @@ impl RunSpec {
         let shard = match shard.resolve().map_err(Exit::usage)? {
             None => None,
             Some(part) => {
-                let whole = run_config(&load, &request, &output);
+                let whole = run_config(&load, &workload::plan(&load), &request, &output);
                 let arrival = (!load.rate.is_empty() && !matches!(load.arrival, Process::Poisson))
                     .then(|| load.arrival.to_string());
                 part.apply(&mut load).map_err(Exit::usage)?;
@@ -85,7 +85,7 @@ impl RunSpec {
             }
         };
         let plan = workload::plan(&load);
-        let config = run_config(&load, &request, &output);
+        let config = run_config(&load, &plan, &request, &output);
         Ok(RunSpec {
             target,
             builtin,
@@ -128,9 +128,14 @@ impl RunSpec {
 
 /// The settings a run records: its load (this shard's part, for a shard)
 /// and how it asked.
-fn run_config(load: &LoadArgs, request: &RequestArgs, output: &OutputArgs) -> serde_json::Value {
+fn run_config(
+    load: &LoadArgs,
+    plan: &RunPlan,
+    request: &RequestArgs,
+    output: &OutputArgs,
+) -> serde_json::Value {
     workload::merge(
-        workload::config_json(load, &workload::plan(load), output),
+        workload::config_json(load, plan, output),
         json!({
             "ignore_eos": request.ignore_eos,
             "stream": !request.no_stream,
