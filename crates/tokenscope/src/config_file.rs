@@ -259,16 +259,9 @@ pub fn claimed(dir: &Path) {
     }
 }
 
-/// Writes `config.toml` into the run directory, when the command made one.
-pub fn store() -> std::io::Result<()> {
-    let (text, dir) = match RESOLVED.lock() {
-        Ok(r) => r.clone(),
-        Err(_) => return Ok(()),
-    };
-    match (text, dir) {
-        (Some(text), Some(dir)) if dir.is_dir() => {
-            std::fs::write(dir.join(crate::run_dir::CONFIG), text)
-        }
-        _ => Ok(()),
-    }
+/// The command's flags as `config.toml` text and the run directory it
+/// claimed, when it did both (`run_dir::store_config` writes the file).
+pub fn resolved() -> Option<(String, PathBuf)> {
+    let r = RESOLVED.lock().ok()?;
+    Some((r.0.clone()?, r.1.clone()?))
 }

@@ -60,7 +60,7 @@ pub fn main(argv: Vec<OsString>) -> ExitCode {
     config_file::record(&cmd, &matches);
     let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = commands::run(cli.command);
-    if let Err(e) = config_file::store() {
+    if let Err(e) = run_dir::store_config() {
         warnings::Warning::ConfigNotStored { why: e.to_string() }.say(false);
     }
     match result {

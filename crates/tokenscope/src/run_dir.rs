@@ -57,6 +57,15 @@ pub fn write_jsonl<T: serde::Serialize>(path: &Path, items: &[T]) -> anyhow::Res
         .with_context(|| format!("writing {}", path.display()))
 }
 
+/// Writes the command's `config.toml` into the run directory it claimed,
+/// when it claimed one (`--config RUN/config.toml` repeats the run).
+pub fn store_config() -> std::io::Result<()> {
+    match crate::config_file::resolved() {
+        Some((text, dir)) if dir.is_dir() => std::fs::write(dir.join(CONFIG), text),
+        _ => Ok(()),
+    }
+}
+
 /// `runs/<UTC time>`, with `-2`, `-3`… when a run of the same second has it.
 pub fn default_out_dir() -> PathBuf {
     let stamp = humantime::format_rfc3339_seconds(SystemTime::now())
