@@ -1,7 +1,13 @@
 //! The core of tokenscope: what one request looked like ([`record`]), how the
 //! numbers are defined and computed from those records ([`metrics`]), the
 //! statistics behind every distribution ([`stats`]), service-level objectives
-//! ([`slo`]), cost ([`cost`]), and the `results.json` document ([`results`]).
+//! ([`slo`]) and where a series stops meeting them ([`capacity`]), cost
+//! ([`cost`], [`prices`]), the findings of a run ([`diagnosis`]), the
+//! trade-offs of a series ([`analysis`]) and the autoscaling thresholds they
+//! give ([`autoscale`]), whether two runs differ ([`compare`]), the run's one
+//! monotonic clock ([`clock`]), and the `results.json` document ([`results`]).
+//! [`duration`] parses the durations flags carry; [`mutate`] feeds the
+//! fuzz tests of the crates above.
 //!
 //! Nothing here does I/O or knows about HTTP: the load crate produces
 //! [`record::RequestRecord`]s, this crate turns them into [`results::RunResults`].

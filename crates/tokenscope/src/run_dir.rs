@@ -14,7 +14,7 @@ use tokenscope_core::compare::RunValues;
 use tokenscope_core::metrics::Aggregator;
 use tokenscope_core::results::RunResults;
 use tokenscope_report::html;
-use tokenscope_report::run_dir::{for_each_record, Report, Run};
+pub use tokenscope_report::run_dir::{for_each_record, ReadError, Report, Run, Sweep};
 
 /// What a run directory holds, by name (`docs/results-schema.md`).
 pub const RESULTS: &str = "results.json";

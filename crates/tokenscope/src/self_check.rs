@@ -106,7 +106,7 @@ pub async fn measure(load: Load) -> anyhow::Result<SelfCheck> {
     };
     srv.shutdown_background();
     let (results, _) = outcome.context("the self-check's run")?;
-    let records = tokenscope_report::run_dir::Run::read_records(&dir);
+    let records = crate::run_dir::Run::read_records(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     let records = records.context("reading the self-check's requests")?;
     let e = errors_against_server(&records, results.client.monotonic_origin_us);

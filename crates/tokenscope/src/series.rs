@@ -225,7 +225,7 @@ fn judged(d: &Done, slo: &Slo) -> Vec<ObjectiveResult> {
     let read = d
         .dir
         .as_ref()
-        .and_then(|dir| tokenscope_report::run_dir::for_each_record(dir, |r| agg.add(&r)).ok());
+        .and_then(|dir| crate::run_dir::for_each_record(dir, |r| agg.add(&r)).ok());
     match read {
         Some(_) => agg.finish().slo.map(|s| s.objectives).unwrap_or_default(),
         None => slo

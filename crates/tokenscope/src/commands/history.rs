@@ -373,8 +373,7 @@ fn import(store: &mut Store, a: HistoryImportArgs) -> anyhow::Result<Exit> {
 fn import_one(store: &mut Store, dir: &Path, tags: &[String]) -> anyhow::Result<Option<String>> {
     let path = crate::recording::absolute(dir);
     if crate::run_dir::holds_sweep(dir) {
-        let sweep =
-            tokenscope_report::run_dir::Sweep::read(dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let sweep = crate::run_dir::Sweep::read(dir).map_err(|e| anyhow::anyhow!("{e}"))?;
         let first = sweep.points.first().context("the sweep has no points")?;
         if db(store.find(&path, &first.results.started_at))?.is_some() {
             return Ok(None);
@@ -400,7 +399,7 @@ fn import_one(store: &mut Store, dir: &Path, tags: &[String]) -> anyhow::Result<
             ids.len()
         )));
     }
-    let run = tokenscope_report::run_dir::Run::read(dir).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let run = crate::run_dir::Run::read(dir).map_err(|e| anyhow::anyhow!("{e}"))?;
     let r = &run.results;
     if db(store.find(&path, &r.started_at))?.is_some() {
         return Ok(None);

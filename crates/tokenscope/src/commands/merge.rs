@@ -13,6 +13,7 @@
 use crate::cli::MergeArgs;
 use crate::exit::Exit;
 use crate::run::collect::RunFacts;
+use crate::run_dir::for_each_record;
 use anyhow::Context;
 use std::collections::BTreeSet;
 use std::io::{BufRead, Write};
@@ -24,7 +25,6 @@ use tokenscope_core::results::{
 };
 use tokenscope_core::slo::Slo;
 use tokenscope_history::Kind;
-use tokenscope_report::run_dir::for_each_record;
 
 /// A shard's directory, its results, and its shard facts.
 struct Part {

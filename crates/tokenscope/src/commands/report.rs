@@ -5,9 +5,9 @@
 use crate::cli::{ReportArgs, ReportFormat};
 use crate::exit::Exit;
 use crate::run_dir::write_file;
+use crate::run_dir::{for_each_record, Report, Run, Sweep};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
-use tokenscope_report::run_dir::{for_each_record, Report, Run, Sweep};
 use tokenscope_report::{export, html, markdown, terminal};
 
 /// A run killed before it wrote `results.json` (SIGKILL, a crash): its

@@ -142,7 +142,7 @@ impl Drop for Started {
 /// two passes over the run's requests, so memory stays flat.
 pub fn waves(dir: &Path, server: &Started, stop_s: f64) -> anyhow::Result<ColdStart> {
     let read = |f: &mut dyn FnMut(RequestRecord)| {
-        tokenscope_report::run_dir::for_each_record(dir, |r| {
+        crate::run_dir::for_each_record(dir, |r| {
             if !r.warmup {
                 f(r)
             }
