@@ -1009,12 +1009,6 @@ pub struct LoadArgs {
     /// and a dataset's prompts. Default: the built-in cl100k.
     #[arg(long, value_name = "FILE")]
     pub tokenizer: Option<std::path::PathBuf>,
-    /// What `--tokenizer` measured of the synthetic prompts (filled at load).
-    #[arg(skip)]
-    pub tokenizer_check: Option<serde_json::Value>,
-    /// The loaded dataset (filled once by `crate::spec::workload::load_workload_files`).
-    #[arg(skip)]
-    pub dataset_loaded: Option<std::sync::Arc<tokenscope_workload::dataset::Dataset>>,
 }
 
 fn non_negative_f64(s: &str) -> Result<f64, String> {

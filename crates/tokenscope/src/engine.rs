@@ -4,6 +4,7 @@
 
 use crate::cli::EngineArgs;
 use crate::exit::Exit;
+use crate::spec::workload::Load;
 use std::path::Path;
 use tokenscope_sim::calibrate::Profile;
 use tokenscope_sim::calibrate::Targets;
@@ -50,8 +51,8 @@ pub fn read_profile(path: &Path) -> anyhow::Result<Profile> {
 }
 
 /// The virtual-clock load the flags describe.
-pub fn plan_load(load: &crate::cli::LoadArgs, network_delay: std::time::Duration) -> PlanLoad {
-    let plan = crate::spec::workload::plan(load);
+pub fn plan_load(load: &Load, network_delay: std::time::Duration) -> PlanLoad {
+    let plan = load.plan();
     PlanLoad {
         pattern: plan.pattern,
         requests: plan.requests,

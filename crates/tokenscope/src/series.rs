@@ -7,6 +7,7 @@ use crate::cli::{LoadArgs, OutputArgs, SeriesArgs};
 use crate::exit::Exit;
 use crate::run::finish::exit_code;
 use crate::run_dir::Done;
+use crate::spec::workload::Load;
 use anyhow::Context;
 use serde_json::json;
 use std::path::Path;
@@ -16,11 +17,11 @@ use tokenscope_core::results::RunResults;
 use tokenscope_core::slo::{ObjectiveResult, Slo};
 use tokenscope_core::stats::Distribution;
 
-/// One point to run: its label, load and flags.
+/// One point to run: its label, load and the load's flags and files.
 pub struct Level {
     pub label: String,
     pub load: f64,
-    pub args: LoadArgs,
+    pub work: Load,
 }
 
 /// `--auto` without `--requests` or `--duration`: the fewest requests a point.
@@ -29,21 +30,22 @@ pub const AUTO_MIN_REQUESTS: u64 = 32;
 /// A closed-loop point. Without --duration it runs at least 2 × c requests:
 /// with fewer, the loop never holds c in flight and the point measures less
 /// load than its label says.
-pub fn closed(base: &LoadArgs, c: u64) -> Level {
-    let requests = match (base.requests, base.duration) {
-        (_, Some(_)) => base.requests,
+pub fn closed(base: &Load, c: u64) -> Level {
+    let flags = &base.flags;
+    let requests = match (flags.requests, flags.duration) {
+        (_, Some(_)) => flags.requests,
         (n, None) => Some(n.unwrap_or(100).max(2 * c)),
     };
     Level {
         label: format!("concurrency {c}"),
         load: c as f64,
-        args: LoadArgs {
+        work: base.with_flags(LoadArgs {
             concurrency: vec![c],
             rate: Vec::new(),
             requests,
-            seed: point_seed(base.seed, c as f64),
-            ..base.clone()
-        },
+            seed: point_seed(flags.seed, c as f64),
+            ..flags.clone()
+        }),
     }
 }
 
@@ -56,17 +58,18 @@ fn point_seed(seed: u64, load: f64) -> u64 {
 }
 
 /// An open-loop point at `r` requests/s.
-pub fn open(base: &LoadArgs, r: f64) -> Level {
+pub fn open(base: &Load, r: f64) -> Level {
+    let flags = &base.flags;
     Level {
         label: format!("rate {r}/s"),
         load: r,
-        args: LoadArgs {
+        work: base.with_flags(LoadArgs {
             rate: vec![r],
             concurrency: Vec::new(),
             ramp_up: None,
-            seed: point_seed(base.seed, r),
-            ..base.clone()
-        },
+            seed: point_seed(flags.seed, r),
+            ..flags.clone()
+        }),
     }
 }
 

@@ -6,6 +6,7 @@ use crate::cli::CalibrateArgs;
 use crate::engine::engine_config;
 use crate::engine::{plan_load, read_replay};
 use crate::exit::Exit;
+use crate::spec::workload::Load;
 use crate::warnings::Warning;
 use anyhow::Context;
 use tokenscope_sim::calibrate::CalibrationRun;
@@ -49,7 +50,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<Exit> {
         }
         let load = PlanLoad {
             trace: Some(replay.trace),
-            ..plan_load(&replay.load, args.network_delay)
+            ..plan_load(&Load::read(replay.load, true)?, args.network_delay)
         };
         runs.push((load, replay.measured));
     }

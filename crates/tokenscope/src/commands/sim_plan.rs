@@ -4,6 +4,7 @@ use crate::cli::{PlanArgs, Sweep};
 use crate::engine::{engine_config, plan_load, read_profile, read_replay};
 use crate::exit::Exit;
 use crate::run::collect::RunFacts;
+use crate::spec::workload::Load;
 use anyhow::Context;
 use serde_json::json;
 use std::io::Write;
@@ -168,11 +169,11 @@ fn fleet(cfg: &EngineConfig, args: &PlanArgs) -> anyhow::Result<tokenscope_sim::
 fn one_point(
     cfg: &EngineConfig,
     args: &PlanArgs,
-    load: &crate::cli::LoadArgs,
+    load: &Load,
     trace: Option<Vec<(u64, u64)>>,
     dir: &Path,
 ) -> anyhow::Result<RunResults> {
-    let plan = crate::spec::workload::plan(load);
+    let plan = load.plan();
     let plan_load = PlanLoad {
         trace,
         fleet: fleet(cfg, args)?,
@@ -227,7 +228,7 @@ fn one_point(
             model: cfg.model.name.clone(),
             builtin: Some(format!("simulated on a virtual clock: {}", cfg.describe())),
         },
-        config: crate::spec::workload::config_json(load, &plan, &args.output),
+        config: load.config_json(&plan, &args.output),
         server: Server {
             kind: Some("tokenscope-sim".into()),
             version: Some(format!("tokenscope-sim {}", env!("CARGO_PKG_VERSION"))),
@@ -258,10 +259,7 @@ fn one_point(
 
 pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
     crate::spec::pricing::check_output(&args.output)?;
-    crate::spec::workload::load_workload_files(
-        &mut args.load,
-        args.output.quiet || args.output.json,
-    )?;
+    let work = Load::read(args.load.clone(), args.output.quiet || args.output.json)?;
     let mut cfg = engine_config(&args.engine)?;
     // A fixed fleet's GPUs are all its replicas'; an autoscaled one is paid
     // by its GPU-seconds (pay_replica_seconds), per replica here.
@@ -282,21 +280,22 @@ pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
     crate::run_dir::claim_out_dir(&dir, args.output.force)?;
     if let Some(run) = &args.replay {
         let replay = read_replay(run, &args.load)?;
-        let results = one_point(&cfg, &args, &replay.load, Some(replay.trace), &dir)?;
+        let replayed = work.with_flags(replay.load);
+        let results = one_point(&cfg, &args, &replayed, Some(replay.trace), &dir)?;
         return crate::run::finish::conclude(Kind::Plan, &results, &dir, &args.output);
     }
     let Some(sweep) = args.sweep.clone() else {
-        let results = one_point(&cfg, &args, &args.load, None, &dir)?;
+        let results = one_point(&cfg, &args, &work, None, &dir)?;
         return crate::run::finish::conclude(Kind::Plan, &results, &dir, &args.output);
     };
     let levels: Vec<crate::series::Level> = match &sweep {
         Sweep::Concurrency(levels) => levels
             .iter()
-            .map(|&c| crate::series::closed(&args.load, c))
+            .map(|&c| crate::series::closed(&work, c))
             .collect(),
         Sweep::Rate(rates) => rates
             .iter()
-            .map(|&r| crate::series::open(&args.load, r))
+            .map(|&r| crate::series::open(&work, r))
             .collect(),
     };
     if !args.output.json {
@@ -305,7 +304,7 @@ pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
     let mut points = Vec::new();
     for (i, level) in levels.into_iter().enumerate() {
         let point_dir = dir.join(format!("point-{i:02}"));
-        let results = one_point(&cfg, &args, &level.args, None, &point_dir)?;
+        let results = one_point(&cfg, &args, &level.work, None, &point_dir)?;
         points.push(crate::run_dir::Done {
             label: level.label,
             load: level.load,

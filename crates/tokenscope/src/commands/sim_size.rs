@@ -23,7 +23,7 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
         // Enough for a p99 to be judged by the estimate (1,000 needed).
         args.load.requests = Some(1500);
     }
-    crate::spec::workload::load_workload_files(&mut args.load, args.json)?;
+    let work = crate::spec::workload::Load::read(args.load.clone(), args.json)?;
     let cat = crate::engine::catalogue(args.catalogue.as_deref())?;
     let model = cat
         .model(&args.model)
@@ -41,7 +41,7 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
     if let Some(p) = &args.profile {
         template.efficiency = crate::engine::read_profile(p)?.efficiency;
     }
-    let load = crate::engine::plan_load(&args.load, args.network_delay);
+    let load = crate::engine::plan_load(&work, args.network_delay);
     let (candidates, unpriced) = candidates(&args, &gpus, &engines);
     let search = Search {
         template: &template,

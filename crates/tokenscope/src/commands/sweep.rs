@@ -9,6 +9,7 @@ use crate::run::builtin::with_runtime;
 use crate::run::Site;
 use crate::run_dir::{finished_points, same_point, Done};
 use crate::series::{closed, finish_series, open, Level, AUTO_MIN_REQUESTS};
+use crate::spec::workload::Load;
 use crate::spec::RunSpec;
 use crate::warnings::Warning;
 use std::path::PathBuf;
@@ -19,14 +20,18 @@ use tokenscope_core::results::RunResults;
 pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
     let sharded = sharded_schedule(&args)?;
     crate::spec::pricing::price_builtin(&mut args.bench);
-    crate::spec::workload::load_workload_files(&mut args.bench.load, args.bench.output.quiet)?;
-    let load = &args.bench.load;
+    let base = Load::read(args.bench.load.clone(), args.bench.output.quiet)?;
+    let flags = &base.flags;
     let explicit: Vec<Level> = if args.auto {
         Vec::new()
-    } else if !load.concurrency.is_empty() {
-        load.concurrency.iter().map(|&c| closed(load, c)).collect()
-    } else if !load.rate.is_empty() {
-        load.rate.iter().map(|&r| open(load, r)).collect()
+    } else if !flags.concurrency.is_empty() {
+        flags
+            .concurrency
+            .iter()
+            .map(|&c| closed(&base, c))
+            .collect()
+    } else if !flags.rate.is_empty() {
+        flags.rate.iter().map(|&r| open(&base, r)).collect()
     } else {
         return Err(Exit::usage(
             "sweep needs a series: --auto, --concurrency 1,2,4,8 or --rate 1,2,4".into(),
@@ -39,7 +44,7 @@ pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
         .clone()
         .unwrap_or_else(crate::run_dir::default_out_dir);
     if let (Some(slo), false) = (&args.bench.output.slo, args.bench.output.quiet) {
-        let fewest = explicit.iter().filter_map(|l| l.args.requests).min();
+        let fewest = explicit.iter().filter_map(|l| l.work.flags.requests).min();
         if let Some(w) = fewest.and_then(|n| crate::warnings::slo_sample_size(slo, n, false)) {
             w.say_as("tokenscope sweep", false);
         }
@@ -58,6 +63,7 @@ pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
         |site| async move {
             let mut series = Series {
                 args: &args,
+                base,
                 dir: dir.clone(),
                 site,
                 previous,
@@ -116,6 +122,8 @@ fn sharded_schedule(args: &SweepArgs) -> anyhow::Result<Option<(SystemTime, Dura
 /// The points run so far and how to run the next.
 struct Series<'a> {
     args: &'a SweepArgs,
+    /// The sweep's load, its files read once for every point.
+    base: Load,
     dir: PathBuf,
     site: Site,
     /// With `--resume`: finished points found in the directory.
@@ -155,12 +163,7 @@ impl Series<'_> {
     /// One run of a point; false when it was interrupted.
     async fn one_run(&mut self, level: &Level, label: String) -> anyhow::Result<bool> {
         let mut point = self.args.bench.clone();
-        point.load = level.args.clone();
-        let config = crate::spec::workload::config_json(
-            &point.load,
-            &crate::spec::workload::plan(&point.load),
-            &point.output,
-        );
+        let config = level.work.config_json(&level.work.plan(), &point.output);
         if let Some(i) = self
             .previous
             .iter()
@@ -194,7 +197,7 @@ impl Series<'_> {
         // The sweep owns its point directories: a killed point's leftovers go.
         point.output.force = true;
         point.output.json = false;
-        let spec = RunSpec::build(point)?;
+        let spec = RunSpec::with_load(point, level.work.clone())?;
         // The SLO's sample size is said once for the series.
         for w in spec.warnings() {
             if !matches!(w, Warning::SloSampleSize { .. }) {
@@ -227,12 +230,13 @@ impl Series<'_> {
     /// `--auto`: baseline, maximum-throughput probe, then powers of two
     /// between them until the server is past saturation.
     async fn auto(&mut self) -> anyhow::Result<bool> {
-        let base = self.args.bench.load.clone();
+        let base = self.base.clone();
+        let flags = &base.flags;
         let max = self.args.auto_max_concurrency;
         // Unless told how much to run, a point is two rounds of its
         // concurrency and at least AUTO_MIN_REQUESTS: the 100 a point of an
         // explicit series gets would spend most of the sweep at concurrency 1.
-        let sized = base.requests.is_none() && base.duration.is_none();
+        let sized = flags.requests.is_none() && flags.duration.is_none();
         // With --slo, enough requests that its percentiles can be judged.
         let slo_needs = self
             .args
@@ -247,11 +251,12 @@ impl Series<'_> {
             )),
             (Some((n, _)), false) => {
                 if let Some(w) = self.args.bench.output.slo.as_ref().and_then(|s| {
-                    base.requests
+                    flags
+                        .requests
                         .and_then(|r| crate::warnings::slo_sample_size(s, r, false))
                 }) {
                     self.say(&format!("warning: {}", w.message()));
-                } else if base.duration.is_some() {
+                } else if flags.duration.is_some() {
                     self.say(&format!("note: --slo needs ≈ {n} requests a point to be judged on its own; --duration decides how many are sent"));
                 }
             }
@@ -261,7 +266,7 @@ impl Series<'_> {
         let point_at = |c: u64| {
             let mut level = closed(&base, c);
             if sized {
-                level.args.requests = Some((2 * c).max(AUTO_MIN_REQUESTS).max(slo_min));
+                level.work.flags.requests = Some((2 * c).max(AUTO_MIN_REQUESTS).max(slo_min));
             }
             level
         };

@@ -10,8 +10,8 @@ pub mod shard;
 pub mod workload;
 
 use crate::cli::{
-    BenchArgs, BuiltinChoice, ClientArgs, GpuSource, LoadArgs, MetricsArgs, OutputArgs,
-    RequestArgs, TargetArgs,
+    BenchArgs, BuiltinChoice, ClientArgs, GpuSource, MetricsArgs, OutputArgs, RequestArgs,
+    TargetArgs,
 };
 use crate::exit::Exit;
 use crate::warnings::Warning;
@@ -19,6 +19,7 @@ use serde_json::json;
 use shard::ShardSpec;
 use tokenscope_load::runner::RunPlan;
 use tokenscope_workload::arrival::Process;
+use workload::Load;
 
 /// One run, as specified.
 #[derive(Debug, Clone)]
@@ -29,8 +30,8 @@ pub struct RunSpec {
     /// How each request is made.
     pub request: RequestArgs,
     /// This process's load: the whole run's, or a shard's part of it, with
-    /// its dataset and tokenizer loaded.
-    pub load: LoadArgs,
+    /// its dataset and tokenizer read.
+    pub load: Load,
     /// What to send and when, built from `load`.
     pub plan: RunPlan,
     /// Where results go and how they are judged and priced.
@@ -49,11 +50,19 @@ impl RunSpec {
     /// The spec of the run `args` describe. The workload's files are read
     /// here unless `args` already carries them (a sweep's points share
     /// one reading); `quiet` keeps what is said about them off stderr.
-    pub fn build(mut args: BenchArgs) -> anyhow::Result<RunSpec> {
+    pub fn build(args: BenchArgs) -> anyhow::Result<RunSpec> {
+        let quiet = args.output.quiet || args.output.json;
+        let load = Load::read(args.load.clone(), quiet)?;
+        RunSpec::with_load(args, load)
+    }
+
+    /// The spec of the run `args` describe over a load whose files are read
+    /// already (a sweep's point: `load` replaces `args.load`).
+    pub fn with_load(mut args: BenchArgs, mut load: Load) -> anyhow::Result<RunSpec> {
         pricing::price_builtin(&mut args);
         let BenchArgs {
             target,
-            mut load,
+            load: _,
             request,
             mut metrics,
             output,
@@ -61,13 +70,14 @@ impl RunSpec {
             shard,
             builtin,
         } = args;
-        workload::load_workload_files(&mut load, output.quiet || output.json)?;
         let shard = match shard.resolve().map_err(Exit::usage)? {
             None => None,
             Some(part) => {
-                let whole = run_config(&load, &workload::plan(&load), &request, &output);
-                let arrival = (!load.rate.is_empty() && !matches!(load.arrival, Process::Poisson))
-                    .then(|| load.arrival.to_string());
+                let whole = run_config(&load, &load.plan(), &request, &output);
+                let flags = &load.flags;
+                let arrival = (!flags.rate.is_empty()
+                    && !matches!(flags.arrival, Process::Poisson))
+                .then(|| flags.arrival.to_string());
                 part.apply(&mut load).map_err(Exit::usage)?;
                 // Shards past 0 leave the server's metrics and the GPUs to
                 // shard 0, so the server is not scraped N times.
@@ -84,7 +94,7 @@ impl RunSpec {
                 })
             }
         };
-        let plan = workload::plan(&load);
+        let plan = load.plan();
         let config = run_config(&load, &plan, &request, &output);
         Ok(RunSpec {
             target,
@@ -129,13 +139,13 @@ impl RunSpec {
 /// The settings a run records: its load (this shard's part, for a shard)
 /// and how it asked.
 fn run_config(
-    load: &LoadArgs,
+    load: &Load,
     plan: &RunPlan,
     request: &RequestArgs,
     output: &OutputArgs,
 ) -> serde_json::Value {
     workload::merge(
-        workload::config_json(load, plan, output),
+        load.config_json(plan, output),
         json!({
             "ignore_eos": request.ignore_eos,
             "stream": !request.no_stream,

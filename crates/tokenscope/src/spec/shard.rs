@@ -7,7 +7,8 @@
 //! processes at rate/N superpose to one at the whole rate); a dataset dealt
 //! out without overlap. Only shard 0 reads the server's metrics and GPUs.
 
-use crate::cli::{parse_shard, LoadArgs, Shard, ShardArgs, StartAt};
+use super::workload::Load;
+use crate::cli::{parse_shard, Shard, ShardArgs, StartAt};
 use std::time::{Duration, SystemTime};
 
 /// A shard of a run, as the spec holds it: which part this process sends,
@@ -53,7 +54,8 @@ impl Shard {
     }
 
     /// Turns the whole run's load into this shard's part of it.
-    pub fn apply(&self, load: &mut LoadArgs) -> Result<(), String> {
+    pub fn apply(&self, l: &mut Load) -> Result<(), String> {
+        let load = &mut l.flags;
         let too_small = |flag: &str, n: u64| {
             format!(
                 "{flag} {n} cannot be split into {} shards: shard {} would get none (lower the shard count or raise {flag})",
@@ -85,18 +87,18 @@ impl Shard {
             }
         }
         load.warmup = self.part(load.warmup);
-        if let Some(d) = &mut load.dataset_loaded {
-            let part = d.shard(self.index as usize, self.count as usize);
-            if part.is_empty() {
-                return Err(too_small("the dataset's entries", d.len() as u64));
-            }
-            *d = std::sync::Arc::new(part);
-        }
         // Each shard its own prompts and arrivals: identical prompts from N
         // shards would hit the server's prefix cache as one user never does.
         load.seed = load
             .seed
             .wrapping_add((self.index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        if let Some(d) = l.dataset() {
+            let part = d.shard(self.index as usize, self.count as usize);
+            if part.is_empty() {
+                return Err(too_small("the dataset's entries", d.len() as u64));
+            }
+            l.set_dataset(part);
+        }
         Ok(())
     }
 }

@@ -1,16 +1,84 @@
-//! What `bench` and `sim plan` share: turning load flags into a plan, the
-//! records into `results.json`, and the results into output and an exit code.
+//! A run's load: its flags and the files they name (`--dataset`,
+//! `--tokenizer`), read once into a [`Load`] — a load whose dataset flag is
+//! set always carries its dataset — and turned into the plan the load loop
+//! and the simulator follow, and the `config` that `results.json` records.
 
 use crate::cli::{LoadArgs, OutputArgs};
 use crate::exit::Exit;
 use crate::spec::pricing::price_source;
 use serde_json::json;
+use std::sync::Arc;
 use tokenscope_load::runner::RunPlan;
 use tokenscope_workload::arrival::{LoadPattern, Process};
+use tokenscope_workload::dataset::Dataset;
 use tokenscope_workload::workload::Workload;
 
-pub fn pattern(load: &LoadArgs) -> LoadPattern {
-    if let Some(d) = load.dataset_loaded.as_ref().filter(|_| load.replay) {
+/// A load as specified: its flags, and the files they name, read.
+#[derive(Debug, Clone)]
+pub struct Load {
+    pub flags: LoadArgs,
+    /// `--dataset`, read (`None` without the flag).
+    dataset: Option<Arc<Dataset>>,
+    /// What `--tokenizer` measured of the synthetic prompts.
+    tokenizer_check: Option<serde_json::Value>,
+}
+
+impl Load {
+    /// Reads the files `flags` name, once, before any load: `--tokenizer`
+    /// first (a dataset's prompts are counted with it), then `--dataset`.
+    /// `quiet` keeps what is said about them off stderr.
+    pub fn read(flags: LoadArgs, quiet: bool) -> anyhow::Result<Load> {
+        let tokenizer_check = load_tokenizer(&flags, quiet)?;
+        let dataset = load_dataset(&flags, quiet)?;
+        Ok(Load {
+            flags,
+            dataset,
+            tokenizer_check,
+        })
+    }
+
+    /// Another load over the same files (a sweep's point: another
+    /// concurrency, seed or count). The files' own flags stay as read.
+    pub fn with_flags(&self, flags: LoadArgs) -> Load {
+        Load {
+            flags: LoadArgs {
+                dataset: self.flags.dataset.clone(),
+                tokenizer: self.flags.tokenizer.clone(),
+                ..flags
+            },
+            ..self.clone()
+        }
+    }
+
+    /// The dataset, read.
+    pub fn dataset(&self) -> Option<&Arc<Dataset>> {
+        self.dataset.as_ref()
+    }
+
+    /// A shard's part of the dataset in place of the whole.
+    pub fn set_dataset(&mut self, part: Dataset) {
+        self.dataset = Some(Arc::new(part));
+    }
+
+    pub fn pattern(&self) -> LoadPattern {
+        pattern(self)
+    }
+
+    /// The plan the load describes (100 requests when neither a count nor a
+    /// duration is given).
+    pub fn plan(&self) -> RunPlan {
+        plan(self)
+    }
+
+    /// The load and output settings as written into `config`.
+    pub fn config_json(&self, plan: &RunPlan, output: &OutputArgs) -> serde_json::Value {
+        config_json(self, plan, output)
+    }
+}
+
+fn pattern(l: &Load) -> LoadPattern {
+    let load = &l.flags;
+    if let Some(d) = l.dataset.as_ref().filter(|_| load.replay) {
         // The rate the replay averages, for the summary and the plans.
         let span = d.offsets_s().and_then(|o| o.last().copied()).unwrap_or(0.0);
         let rate = (d.len() as f64 / (span / load.replay_speed)).clamp(1.0 / 3600.0, 1e6);
@@ -34,20 +102,18 @@ pub fn pattern(load: &LoadArgs) -> LoadPattern {
     }
 }
 
-/// The plan the flags describe (100 requests when neither a count nor a duration is given).
-pub fn plan(load: &LoadArgs) -> RunPlan {
+fn plan(l: &Load) -> RunPlan {
+    let load = &l.flags;
     RunPlan {
-        pattern: pattern(load),
-        requests: match (load.requests, load.duration, sessions(load)) {
+        pattern: pattern(l),
+        requests: match (load.requests, load.duration, sessions(l)) {
             // A dataset's sessions alone: each once, whatever their turns.
             (None, None, Some(_)) => None,
             // A dataset alone: every entry once.
-            (None, None, None) => {
-                Some(load.dataset_loaded.as_ref().map_or(100, |d| d.len() as u64))
-            }
+            (None, None, None) => Some(l.dataset.as_ref().map_or(100, |d| d.len() as u64)),
             (n, _, _) => n,
         },
-        sessions: sessions(load),
+        sessions: sessions(l),
         duration: load.duration,
         warmup: load.warmup,
         ramp_up: load.ramp_up,
@@ -56,7 +122,7 @@ pub fn plan(load: &LoadArgs) -> RunPlan {
             output: Some(load.output_tokens),
             seed: load.seed,
             shared_prefix: load.shared_prefix,
-            dataset: load.dataset_loaded.clone(),
+            dataset: l.dataset.clone(),
             prefix_groups: load.prefix_groups,
             prefix_zipf: load.prefix_zipf,
             multi_turn: load
@@ -72,25 +138,19 @@ pub fn plan(load: &LoadArgs) -> RunPlan {
 
 /// Multi-turn over a dataset: its sessions, each once (unless --requests or
 /// --duration bound the run instead).
-fn sessions(load: &LoadArgs) -> Option<u64> {
-    let d = load.dataset_loaded.as_ref().filter(|_| load.multi_turn)?;
+fn sessions(l: &Load) -> Option<u64> {
+    let load = &l.flags;
+    let d = l.dataset.as_ref().filter(|_| load.multi_turn)?;
     (load.requests.is_none() && load.duration.is_none()).then_some(d.sessions.len() as u64)
-}
-
-/// Reads the workload's files once, before any load: `--tokenizer` first
-/// (a dataset's prompts are counted with it), then `--dataset`.
-pub fn load_workload_files(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<()> {
-    load_tokenizer(load, quiet)?;
-    load_dataset(load, quiet)
 }
 
 /// `--tokenizer FILE`: the model's tokenizer counts tokens and gives the
 /// synthetic prompts their words; a sample of prompts is counted with it
 /// at once, so the summary can say whether their lengths are exact.
-fn load_tokenizer(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<()> {
+fn load_tokenizer(load: &LoadArgs, quiet: bool) -> anyhow::Result<Option<serde_json::Value>> {
     use tokenscope_workload::tokenizer::{self, ModelTokenizer};
     let Some(path) = &load.tokenizer else {
-        return Ok(());
+        return Ok(None);
     };
     let model = match tokenizer::model() {
         Some(m) => m, // a sweep's points share the one loaded
@@ -105,14 +165,14 @@ fn load_tokenizer(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<()> {
         counted += model.count(&p.prompt).unwrap_or(0);
     }
     let exact = asked == counted;
-    load.tokenizer_check = Some(json!({
+    let check = json!({
         "path": path.display().to_string(),
         "words": model.words.len(),
         "sample_prompts": SAMPLE_PROMPTS,
         "asked_tokens": asked,
         "counted_tokens": counted,
         "exact": exact,
-    }));
+    });
     if !quiet {
         let verdict = match exact {
             true => "synthetic prompts are exact in it".to_string(),
@@ -126,7 +186,7 @@ fn load_tokenizer(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<()> {
             model.words.len()
         );
     }
-    Ok(())
+    Ok(Some(check))
 }
 
 /// Synthetic prompts counted with `--tokenizer` to check their lengths.
@@ -135,10 +195,9 @@ const SAMPLE_PROMPTS: u64 = 20;
 /// Reads `--dataset` once, before any load; a bad file is a usage error
 /// naming the line. Says how many entries it holds and what a
 /// `--requests` past its end does.
-pub fn load_dataset(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<()> {
-    use tokenscope_workload::dataset::{Dataset, Load};
+fn load_dataset(load: &LoadArgs, quiet: bool) -> anyhow::Result<Option<Arc<Dataset>>> {
     let Some(path) = &load.dataset else {
-        return Ok(());
+        return Ok(None);
     };
     let format = match load.dataset_format.as_str() {
         "auto" => None,
@@ -147,7 +206,7 @@ pub fn load_dataset(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<()> {
                 .map_err(|e: String| Exit::usage(format!("--dataset-format: {e}")))?,
         ),
     };
-    let how = Load {
+    let how = tokenscope_workload::dataset::Load {
         format,
         sample: load.dataset_sample.map(|n| n as usize),
         seed: load.seed,
@@ -184,12 +243,12 @@ pub fn load_dataset(load: &mut LoadArgs, quiet: bool) -> anyhow::Result<()> {
             );
         }
     }
-    load.dataset_loaded = Some(std::sync::Arc::new(d));
-    Ok(())
+    Ok(Some(Arc::new(d)))
 }
 
 /// The load and output settings as written into `config`.
-pub fn config_json(load: &LoadArgs, plan: &RunPlan, output: &OutputArgs) -> serde_json::Value {
+fn config_json(l: &Load, plan: &RunPlan, output: &OutputArgs) -> serde_json::Value {
+    let load = &l.flags;
     let mode = match plan.pattern {
         LoadPattern::Closed { concurrency } => {
             json!({"mode": "closed", "concurrency": concurrency})
@@ -212,15 +271,15 @@ pub fn config_json(load: &LoadArgs, plan: &RunPlan, output: &OutputArgs) -> serd
         "input_tokens": load.input_tokens.to_string(),
         "output_tokens": load.output_tokens.to_string(),
         "shared_prefix": load.shared_prefix,
-        "tokenizer": load.tokenizer_check.clone().unwrap_or_else(|| json!({"name": tokenscope_workload::tokenizer::name()})),
+        "tokenizer": l.tokenizer_check.clone().unwrap_or_else(|| json!({"name": tokenscope_workload::tokenizer::name()})),
         "prefix_groups": (load.prefix_groups > 1).then(|| json!({"groups": load.prefix_groups, "zipf": load.prefix_zipf})),
         "multi_turn": load.multi_turn.then(|| json!({
-            "turns": load.dataset_loaded.as_ref().filter(|d| !d.sessions.is_empty())
+            "turns": l.dataset.as_ref().filter(|d| !d.sessions.is_empty())
                 .map_or(load.turns.to_string(), |_| "from the dataset".into()),
             "think_time": load.think_time.to_string(),
             "sessions": plan.sessions,
         })),
-        "dataset": load.dataset_loaded.as_ref().map(|d| json!({
+        "dataset": l.dataset.as_ref().map(|d| json!({
             "path": d.path.display().to_string(),
             "format": d.format.name(),
             "entries": d.len(),
