@@ -7,6 +7,7 @@ use std::time::SystemTime;
 use tokenscope_core::analysis::Objectives;
 use tokenscope_core::duration::parse_duration;
 use tokenscope_core::slo::Slo;
+use tokenscope_load::protocol::{self, Protocol};
 use tokenscope_sim::engine::cost::Dtype;
 use tokenscope_workload::arrival::Process;
 use tokenscope_workload::workload::LengthSpec;
@@ -730,22 +731,23 @@ fn header(s: &str) -> Result<(String, String), String> {
     Ok((k.to_string(), v.trim().to_string()))
 }
 
-/// `openai-chat`, `openai-completions` or `auto`: each name but `auto` is
-/// an API of `tokenscope_load::protocol`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ApiChoice {
-    Auto,
-    OpenaiChat,
-    OpenaiCompletions,
-}
+/// `--api`: `auto`, or the name of one of the client's APIs
+/// (`tokenscope_load::protocol::ALL`); an API added there is a value here.
+#[derive(Debug, Clone, Copy)]
+pub struct ApiChoice(Option<&'static dyn Protocol>);
 
 impl ApiChoice {
     /// The API it names; `None` for `auto`.
-    pub fn protocol(self) -> Option<&'static dyn tokenscope_load::protocol::Protocol> {
-        use clap::ValueEnum;
-        let name = self.to_possible_value()?;
-        tokenscope_load::protocol::by_name(name.get_name())
+    pub fn protocol(self) -> Option<&'static dyn Protocol> {
+        self.0
     }
+}
+
+/// `--api`'s values: `auto` and every API's name, listed in the help.
+fn api_choice() -> impl clap::builder::TypedValueParser<Value = ApiChoice> {
+    use clap::builder::TypedValueParser;
+    let names = std::iter::once("auto").chain(protocol::ALL.iter().map(|p| p.name()));
+    clap::builder::PossibleValuesParser::new(names).map(|name| ApiChoice(protocol::by_name(&name)))
 }
 
 #[derive(Args, Debug, Clone)]
@@ -783,7 +785,7 @@ pub struct TargetArgs {
     #[arg(long)]
     pub url: Option<String>,
     /// API to use; `auto` probes chat, then completions.
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(long, default_value = "auto", value_parser = api_choice())]
     pub api: ApiChoice,
     /// Model name; default: the first one the server lists at /v1/models.
     #[arg(long)]
@@ -1374,16 +1376,23 @@ pub(crate) fn parse_start_at(s: &str) -> Result<StartAt, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::ValueEnum;
 
     #[test]
-    fn every_api_choice_but_auto_names_an_api_of_the_client() {
-        for choice in ApiChoice::value_variants() {
-            let name = choice.to_possible_value().unwrap().get_name().to_string();
-            match choice {
-                ApiChoice::Auto => assert!(choice.protocol().is_none()),
-                _ => assert_eq!(choice.protocol().map(|p| p.name()), Some(name.as_str())),
-            }
+    fn every_api_of_the_client_is_a_value_of_api_and_auto_probes() {
+        #[derive(Parser)]
+        struct Argv {
+            #[command(flatten)]
+            target: TargetArgs,
         }
+        let api = |v: &str| Argv::try_parse_from(["t", "--api", v]).map(|a| a.target.api);
+        for p in protocol::ALL {
+            assert_eq!(
+                api(p.name()).unwrap().protocol().map(|x| x.name()),
+                Some(p.name())
+            );
+        }
+        assert!(api("auto").unwrap().protocol().is_none());
+        let err = api("grpc").unwrap_err().to_string();
+        assert!(err.contains("openai-chat") && err.contains("auto"), "{err}");
     }
 }

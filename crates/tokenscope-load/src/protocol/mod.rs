@@ -10,7 +10,8 @@
 //! only the events.
 //!
 //! Adding an API is one file — a type implementing [`Protocol`], with its
-//! tests — and one line in [`ALL`].
+//! tests — and one line in [`ALL`]: `--api` takes every name there, and
+//! `--api auto` probes them in its order.
 
 pub mod openai;
 pub mod openai_chat;
