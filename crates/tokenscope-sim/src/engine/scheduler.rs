@@ -1,5 +1,5 @@
 //! One engine step as vLLM's V1 scheduler takes it (docs/engines.md
-//! §1.2–1.4): running requests first, each given what it still needs up to the
+//! §1, "One step"): running requests first, each given what it still needs up to the
 //! step's token budget (a decode needs 1, a prompt a chunk of it); KV blocks
 //! allocated as needed; when they run out the most recently admitted running
 //! request is preempted (blocks freed, recomputed later, back to the front of
