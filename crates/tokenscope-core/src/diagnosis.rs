@@ -44,6 +44,48 @@ const STALE_CACHE_SHARE: f64 = 0.2;
 /// Prompts that should all be new were found in the server's prefix cache:
 /// an earlier run with the same `--seed` left them there, and their TTFT
 /// reads low.
+/// What reasoning did to the figures: hidden reasoning (TTFT holds the
+/// thinking; the per-token figures are over the streamed tokens), and a
+/// thinking budget spent before any answer.
+fn reasoning(tokens: &Tokens, counts: &Counts) -> Vec<Finding> {
+    let Some(r) = &tokens.reasoning else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if r.hidden_requests > 0 {
+        out.push(finding(
+            "reasoning_hidden",
+            "warning",
+            format!(
+                "{} of {} reasoning requests thought without streaming it (the server counted {} reasoning tokens it never sent): their TTFT includes the thinking, and TPOT and ITL are over the streamed (answer) tokens only",
+                r.hidden_requests, r.requests, r.tokens
+            ),
+            &[
+                ("hidden_requests", json!(r.hidden_requests)),
+                ("reasoning_tokens", json!(r.tokens)),
+            ],
+        ));
+    }
+    if r.budget_spent_requests > 0 {
+        let share = r.budget_spent_requests as f64 / counts.succeeded.max(1) as f64;
+        out.push(finding(
+            "thinking_budget_exhausted",
+            if share > 0.05 { "critical" } else { "warning" },
+            format!(
+                "{} of {} successful requests ({:.0} %) spent their whole length reasoning and never answered: raise --output-tokens, or lower the server's reasoning budget",
+                r.budget_spent_requests,
+                counts.succeeded,
+                share * 100.0
+            ),
+            &[
+                ("budget_spent_requests", json!(r.budget_spent_requests)),
+                ("succeeded", json!(counts.succeeded)),
+            ],
+        ));
+    }
+    out
+}
+
 fn stale_cache(tokens: &Tokens, asked: &Asked) -> Option<Finding> {
     let c = tokens.prefix_cache.as_ref()?;
     if !asked.unique_prompts || c.hit_rate <= STALE_CACHE_SHARE {
@@ -157,6 +199,7 @@ pub fn diagnose(
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     out.extend(stale_cache(tokens, &asked));
+    out.extend(reasoning(tokens, counts));
     if counts.implausible_usage > 0 {
         out.push(finding(
             "implausible_usage",

@@ -147,6 +147,7 @@ pub struct Aggregator {
     /// Output tokens of successful measured requests per 10 ms slot, by chunk arrival.
     tokens_per_slot: Vec<u32>,
     ttft: Distribution,
+    answer_start: Distribution,
     ttft_sched: Distribution,
     tpot: Distribution,
     /// Gaps of requests whose every chunk carried one token: their ITL and
@@ -181,6 +182,7 @@ impl Aggregator {
             output_delivered: Distribution::new(),
             tokens_per_slot: Vec::new(),
             ttft: Distribution::new(),
+            answer_start: Distribution::new(),
             ttft_sched: Distribution::new(),
             tpot: Distribution::new(),
             single_token_gaps: Distribution::new(),
@@ -252,6 +254,9 @@ impl Aggregator {
         if let Some(v) = r.ttft_from_scheduled_us() {
             self.ttft_sched.record(v as f64);
         }
+        if let Some(v) = r.answer_start_us().filter(|_| r.reasoning_tokens.is_some()) {
+            self.answer_start.record(v as f64);
+        }
         if let Some(v) = r.tpot_us() {
             self.tpot.record(v);
             if v > 0.0 {
@@ -278,6 +283,16 @@ impl Aggregator {
         // Saturating: a total never wraps round to a small number.
         t.input_total = t.input_total.saturating_add(r.input_tokens.unwrap_or(0));
         t.output_total = t.output_total.saturating_add(r.output_tokens);
+        if let Some(n) = r.reasoning_tokens {
+            let s = t.reasoning.get_or_insert_with(Default::default);
+            s.tokens = s.tokens.saturating_add(n);
+            s.requests += 1;
+            s.hidden_requests += u64::from(r.reasoning_hidden);
+            s.budget_spent_requests += u64::from(r.thinking_budget_spent());
+            *s.sources
+                .entry(source_name(r.reasoning_token_source))
+                .or_insert(0) += 1;
+        }
         *t.input_sources
             .entry(source_name(r.input_token_source))
             .or_insert(0) += 1;
@@ -389,6 +404,7 @@ impl Aggregator {
         let window = self.window();
         let latency = Latency {
             ttft_ms: self.ttft.summary(US_TO_MS),
+            answer_start_ms: self.answer_start.summary(US_TO_MS),
             ttft_from_scheduled_ms: self.ttft_sched.summary(US_TO_MS),
             tpot_ms: self.tpot.summary(US_TO_MS),
             itl_ms: itl.summary(US_TO_MS),
@@ -405,6 +421,9 @@ impl Aggregator {
         counts.warmup = self.warmup;
         counts.top_errors = top_errors(&self.messages);
         let mut tokens = self.tokens.clone();
+        if let Some(r) = &mut tokens.reasoning {
+            r.answer_tokens = tokens.output_total.saturating_sub(r.tokens);
+        }
         tokens.multi_token_chunks = tokens.tokens_per_chunk.keys().any(|&k| k > 1);
         tokens.prefix_cache = (self.cache.requests > 0).then(|| CacheHits {
             hit_rate: self.cache.cached_tokens as f64 / self.cache.prompt_tokens.max(1) as f64,

@@ -125,6 +125,10 @@ pub struct RequestRecord {
     pub first_byte_at_us: Option<u64>,
     /// The first chunk carrying generated text (content, reasoning or completion text).
     pub first_token_at_us: Option<u64>,
+    /// The first chunk carrying answer text — not reasoning (a reasoning
+    /// field, or `<think>`…`</think>` opening the content): the answer's start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_answer_at_us: Option<u64>,
     /// End of stream (or of the failure).
     pub done_at_us: u64,
     pub input_tokens: Option<u64>,
@@ -175,6 +179,18 @@ pub struct RequestRecord {
     /// The server's own per-request timings when it sends them (llama.cpp's `timings`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_timings: Option<serde_json::Value>,
+    /// Of `output_tokens`, those spent reasoning, and where the count came
+    /// from (the server's usage, the tokenizer on the streamed reasoning, or
+    /// its chunks); absent when the request showed no reasoning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_token_source: Option<TokenSource>,
+    /// The server counted reasoning tokens the stream never showed (hidden
+    /// reasoning): TTFT includes the thinking, and the per-token figures
+    /// are taken over the tokens that were streamed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reasoning_hidden: bool,
     /// Content-bearing chunks in arrival order. On disk
     /// `{"at_us": [first, gap, …], "tokens": k | [k, …]}`: see [`chunk_format`].
     #[serde(with = "chunk_format")]
@@ -364,9 +380,13 @@ impl RequestRecord {
         self.scheduled_at_us += us;
         self.sent_at_us += us;
         self.done_at_us += us;
-        for t in [&mut self.first_byte_at_us, &mut self.first_token_at_us]
-            .into_iter()
-            .flatten()
+        for t in [
+            &mut self.first_byte_at_us,
+            &mut self.first_token_at_us,
+            &mut self.first_answer_at_us,
+        ]
+        .into_iter()
+        .flatten()
         {
             *t += us;
         }
@@ -383,6 +403,7 @@ impl RequestRecord {
             sent_at_us,
             first_byte_at_us: None,
             first_token_at_us: None,
+            first_answer_at_us: None,
             done_at_us: sent_at_us,
             input_tokens: None,
             input_token_source: None,
@@ -403,6 +424,9 @@ impl RequestRecord {
             waited_for_slot: false,
             implausible_usage: None,
             server_timings: None,
+            reasoning_tokens: None,
+            reasoning_token_source: None,
+            reasoning_hidden: false,
             chunks: Vec::new(),
         }
     }
@@ -426,15 +450,41 @@ impl RequestRecord {
         self.chunks.last().map(Chunk::at_us)
     }
 
-    /// TPOT = (last token − first token) / (output tokens − 1), for ≥ 2 tokens. In µs.
+    /// The output tokens the stream carried: all of them, but hidden
+    /// reasoning (counted by the server, never streamed).
+    pub fn streamed_tokens(&self) -> u64 {
+        match (self.reasoning_hidden, self.reasoning_tokens) {
+            (true, Some(r)) => self.output_tokens.saturating_sub(r),
+            _ => self.output_tokens,
+        }
+    }
+
+    /// TPOT = (last token − first token) / (streamed tokens − 1), for ≥ 2
+    /// tokens. In µs. With hidden reasoning the tokens are those streamed:
+    /// the thinking's tokens came before the first one and are in its TTFT.
     pub fn tpot_us(&self) -> Option<f64> {
-        if self.output_tokens < 2 {
+        let n = self.streamed_tokens();
+        if n < 2 {
             return None;
         }
         let span = self
             .last_token_at_us()?
             .checked_sub(self.first_token_at_us?)?;
-        Some(span as f64 / (self.output_tokens - 1) as f64)
+        Some(span as f64 / (n - 1) as f64)
+    }
+
+    /// Time to the first answer token = first answer chunk − sent, in µs.
+    pub fn answer_start_us(&self) -> Option<u64> {
+        Some(self.first_answer_at_us?.saturating_sub(self.sent_at_us))
+    }
+
+    /// The request used its whole length on reasoning: it ended at its
+    /// limit with no answer.
+    pub fn thinking_budget_spent(&self) -> bool {
+        self.succeeded()
+            && self.finish_reason.as_deref() == Some("length")
+            && self.reasoning_tokens.is_some_and(|r| r > 0)
+            && self.first_answer_at_us.is_none()
     }
 
     /// E2E = end of stream − sent, in µs.

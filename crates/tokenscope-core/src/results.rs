@@ -260,6 +260,11 @@ pub struct Latency {
     pub e2e_ms: Option<Summary>,
     /// sent − scheduled: how late the client was.
     pub client_lag_ms: Option<Summary>,
+    /// Time to the first answer token: first answer (not reasoning) chunk −
+    /// sent, over requests that answered (absent when no request reasoned:
+    /// it is then TTFT). AIPerf's TTFO, GuideLLM's time to first output token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_start_ms: Option<Summary>,
     /// Multi-turn: TTFT by turn index (0 = a session's first request); turns
     /// from [`crate::metrics::MAX_TURN_KEPT`] on are pooled under it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -340,6 +345,27 @@ pub struct Tokens {
     /// successful requests whose server said (`None`: no server said).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix_cache: Option<CacheHits>,
+    /// Reasoning among the output tokens, when any request reasoned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<Reasoning>,
+}
+
+/// What the successful requests spent reasoning.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reasoning {
+    /// Reasoning tokens (included in `output_total`).
+    pub tokens: u64,
+    /// `output_total − tokens`: the answers' tokens.
+    pub answer_tokens: u64,
+    /// Requests that reasoned.
+    pub requests: u64,
+    /// Of those, requests whose reasoning the server counted and never
+    /// streamed (hidden reasoning).
+    pub hidden_requests: u64,
+    /// Requests that used their whole length reasoning: no answer.
+    pub budget_spent_requests: u64,
+    /// Where the counts came from, by source.
+    pub sources: BTreeMap<String, u64>,
 }
 
 /// Prefix-cache hits as the server reported them per request.

@@ -5,7 +5,7 @@
 //! once the stream ends, from the server's usage when it has one.
 
 use crate::http1::{Body, Conn, HttpError};
-use crate::protocol::{Piece, Protocol, Request, Shape, Usage};
+use crate::protocol::{Piece, Protocol, Reasoner, ReasoningParser, Request, Shape, Usage};
 use crate::sse::SseParser;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -41,6 +41,8 @@ pub struct Target {
     pub stream: bool,
     /// System prompt, temperature and extra body fields of every request.
     pub shape: Shape,
+    /// Where reasoning is recognised (`--reasoning-parser`).
+    pub reasoning: ReasoningParser,
     /// Longest a whole request may take.
     pub timeout: Duration,
     /// Longest to wait for the response head or the next read of the stream.
@@ -71,12 +73,23 @@ struct Stream {
     timings: Option<serde_json::Value>,
     done: bool,
     failure: Option<(ErrorKind, String)>,
+    /// Sorts the generated text into reasoning and answer.
+    reasoner: Reasoner,
+    /// The first chunk known to carry answer text.
+    first_answer_at: Option<u64>,
+    reasoning_bytes: u64,
+    /// Chunks that carried reasoning and no answer.
+    reasoning_chunks: u64,
 }
 
 impl Stream {
-    fn new(api: &'static dyn Protocol) -> Stream {
+    fn new(api: &'static dyn Protocol, reasoning: ReasoningParser) -> Stream {
         Stream {
             api,
+            reasoner: Reasoner::new(reasoning),
+            first_answer_at: None,
+            reasoning_bytes: 0,
+            reasoning_chunks: 0,
             chunks: Vec::new(),
             chunk_usage: Vec::new(),
             text: String::new(),
@@ -96,7 +109,7 @@ impl Stream {
             self.done = true;
             return;
         }
-        match Piece::of_event(self.api, data, &mut self.text) {
+        match Piece::of_event(self.api, data, &mut self.text, &mut self.reasoner) {
             Err(e) => self.failure = Some((ErrorKind::Malformed, e.to_string())),
             Ok(info) => {
                 if let Some(msg) = info.error {
@@ -110,6 +123,7 @@ impl Stream {
                         self.chunk_usage.push(c);
                     }
                 }
+                self.sort(info.reasoning_bytes, info.answer_bytes, at_us);
                 if info.usage.is_some() {
                     self.usage = info.usage;
                 }
@@ -120,6 +134,28 @@ impl Stream {
                     self.timings = info.timings;
                 }
             }
+        }
+    }
+}
+
+impl Stream {
+    /// What of a chunk was reasoning and what answer.
+    fn sort(&mut self, reasoning: usize, answer: usize, at_us: u64) {
+        if answer > 0 && self.first_answer_at.is_none() {
+            self.first_answer_at = Some(at_us);
+        }
+        if reasoning > 0 {
+            self.reasoning_bytes += reasoning as u64;
+            self.reasoning_chunks += u64::from(answer == 0);
+        }
+    }
+
+    /// The end of the stream: text held back to be told apart is sorted,
+    /// as of the last chunk.
+    fn finish_text(&mut self) {
+        let rest = self.reasoner.finish(&mut self.text);
+        if let Some(last) = self.chunks.last().map(Chunk::at_us) {
+            self.sort(rest.reasoning, rest.answer, last);
         }
     }
 }
@@ -280,7 +316,7 @@ pub async fn execute(
         return fail(rec, clock, ErrorKind::Http(head.status), msg);
     }
 
-    let mut stream = Stream::new(target.api);
+    let mut stream = Stream::new(target.api, target.reasoning);
     let mut sse = SseParser::new();
     // The body bytes that came with the head, stamped with its arrival.
     let mut ended = match conn.decode(&mut body, |d| sse.feed(d, |ev| stream.event(ev.data, at))) {
@@ -362,11 +398,14 @@ pub async fn execute(
     if ended && body.reusable() {
         target.http.checkin(conn);
     }
+    stream.finish_text();
     // Counting tokens locally (no usage from the server) is CPU work: off
     // the runtime's threads, so the other streams are read on time, and
     // after `done_at`, so it is never part of this request's timing.
+    let counts_reasoning =
+        stream.reasoning_bytes > 0 && stream.usage.is_none_or(|u| u.reasoning_tokens.is_none());
     let needs_tokenizer = stream.failure.is_none()
-        && stream.usage.is_none_or(|u| u.completion_tokens.is_none())
+        && (stream.usage.is_none_or(|u| u.completion_tokens.is_none()) || counts_reasoning)
         && !stream.text.is_empty();
     if !needs_tokenizer {
         return settle(rec, stream);
@@ -419,7 +458,8 @@ async fn whole_answer(
     };
     rec.done_at_us = clock.now_us();
     let mut text = String::new();
-    let whole = match Piece::of_whole(target.api, &body, &mut text) {
+    let mut reasoner = Reasoner::new(target.reasoning);
+    let whole = match Piece::of_whole(target.api, &body, &mut text, &mut reasoner) {
         Err(e) => return failed_after(rec, ErrorKind::Malformed, e.to_string()),
         Ok(w) => w,
     };
@@ -432,6 +472,23 @@ async fn whole_answer(
     }
     rec.finish_reason = whole.finish_reason;
     rec.server_timings = whole.timings;
+    let usage_reasoning = whole
+        .usage
+        .and_then(|u| u.reasoning_tokens)
+        .filter(|&n| n > 0);
+    rec.reasoning_tokens = match (usage_reasoning, whole.reasoning_bytes) {
+        (Some(n), _) => Some(n),
+        (None, 0) => None,
+        (None, _) => {
+            let thought = reasoner.reasoning_text().to_string();
+            let n = tokio::task::spawn_blocking(move || tokenizer::count_tokens(&thought)).await;
+            Some(n.ok().flatten().unwrap_or(1))
+        }
+    };
+    rec.reasoning_token_source = rec.reasoning_tokens.map(|_| match usage_reasoning {
+        Some(_) => TokenSource::ServerUsage,
+        None => TokenSource::Tokenizer,
+    });
     if let Some(p) = whole.usage.and_then(|u| u.prompt_tokens) {
         rec.input_tokens = Some(p);
         rec.input_token_source = Some(TokenSource::ServerUsage);
@@ -503,7 +560,27 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
             None => (n_chunks, TokenSource::Chunks),
         },
     };
-    split_tokens(&mut s.chunks, &s.chunk_usage, total);
+    rec.first_answer_at_us = s.first_answer_at;
+    let reasoning = reasoning_count(&s);
+    if let Some((n, source)) = reasoning {
+        rec.reasoning_tokens = Some(n);
+        rec.reasoning_token_source = Some(source);
+        // Reasoning the server counted and never streamed: the chunks carry
+        // the rest, and their tokens are what the per-token figures rest on.
+        rec.reasoning_hidden = n > 0 && s.reasoning_bytes == 0;
+    }
+    let hidden = reasoning
+        .filter(|_| rec.reasoning_hidden)
+        .map_or(0, |r| r.0);
+    let streamed = match hidden {
+        0 => total,
+        n => total.saturating_sub(n).max(n_chunks),
+    };
+    let chunk_usage: std::borrow::Cow<'_, [u64]> = match hidden {
+        0 => std::borrow::Cow::Borrowed(&s.chunk_usage),
+        n => s.chunk_usage.iter().map(|c| c.saturating_sub(n)).collect(),
+    };
+    split_tokens(&mut s.chunks, &chunk_usage, streamed);
     rec.output_tokens = if s.chunks.is_empty() {
         total.min(n_chunks)
     } else {
@@ -516,6 +593,21 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
         rec.error = Some(msg);
     }
     (rec, s.text)
+}
+
+/// A stream's reasoning tokens and where the count came from: the server's
+/// usage; else the tokenizer on the reasoning it streamed; else its
+/// reasoning chunks. `None` when it showed no reasoning at all.
+fn reasoning_count(s: &Stream) -> Option<(u64, TokenSource)> {
+    match s.usage.and_then(|u| u.reasoning_tokens) {
+        Some(0) if s.reasoning_bytes == 0 => None,
+        Some(n) => Some((n, TokenSource::ServerUsage)),
+        None if s.reasoning_bytes == 0 => None,
+        None => Some(match tokenizer::count_tokens(s.reasoner.reasoning_text()) {
+            Some(n) => (n.max(s.reasoning_chunks), TokenSource::Tokenizer),
+            None => (s.reasoning_chunks.max(1), TokenSource::Chunks),
+        }),
+    }
 }
 
 /// Prompt sizes past this are not real (the largest context windows hold ~10M).

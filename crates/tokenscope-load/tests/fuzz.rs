@@ -8,13 +8,16 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokenscope_core::mutate::{corpus, inputs, mutate, Rng};
 use tokenscope_load::http1::decode_reads;
-use tokenscope_load::protocol::{Piece, ALL};
+use tokenscope_load::protocol::{Piece, Reasoner, ALL};
 use tokenscope_load::sse::SseParser;
 
 /// A stream event through every API's parser (each must survive it).
 fn parse_chunk(data: &str, text: &mut String) {
     for &api in ALL {
-        let _ = Piece::of_event(api, data, text);
+        for parser in ["auto", "none"] {
+            let mut reasoner = Reasoner::new(parser.parse().expect("a parser"));
+            let _ = Piece::of_event(api, data, text, &mut reasoner);
+        }
     }
 }
 

@@ -407,6 +407,11 @@ fn latency_lines(out: &mut String, r: &RunResults) {
         return;
     }
     row(out, &marked("TTFT", "ttft", &tainted), l.ttft_ms.as_ref());
+    if l.answer_start_ms.is_some() {
+        // Reasoning came first: when the answer a user reads began.
+        let answer = marked("answer start", "ttft", &tainted);
+        row(out, &answer, l.answer_start_ms.as_ref());
+    }
     row(out, &marked("TPOT", "tpot", &tainted), l.tpot_ms.as_ref());
     let itl = match r.tokens.multi_token_chunks {
         true => "ITL (split*)",

@@ -39,6 +39,36 @@ pub struct ExactConfig {
     pub faults: Faults,
     pub stall: Duration,
     pub seed: u64,
+    /// The first this many tokens of every answer are reasoning (counted in
+    /// its length, as servers count them), shown as `reasoning_as` says.
+    pub reasoning_tokens: u64,
+    pub reasoning_as: ReasoningAs,
+}
+
+/// How the exact server shows its reasoning: the ground truth of the
+/// three ways servers do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReasoningAs {
+    /// In `reasoning_content` deltas (vLLM's, SGLang's reasoning parsers).
+    #[default]
+    Field,
+    /// As `<think>`…`</think>` opening the content (no reasoning parser).
+    Tags,
+    /// Not streamed at all: the answer starts after the thinking's time
+    /// (gpt-oss and the o-series through gateways).
+    Hidden,
+}
+
+impl std::str::FromStr for ReasoningAs {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "field" => Ok(ReasoningAs::Field),
+            "tags" => Ok(ReasoningAs::Tags),
+            "hidden" => Ok(ReasoningAs::Hidden),
+            _ => Err(format!("`{s}`: expected field, tags or hidden")),
+        }
+    }
 }
 
 impl Default for ExactConfig {
@@ -52,6 +82,8 @@ impl Default for ExactConfig {
             faults: Faults::default(),
             stall: Duration::from_secs(5),
             seed: 0,
+            reasoning_tokens: 0,
+            reasoning_as: ReasoningAs::Field,
         }
     }
 }
@@ -212,6 +244,7 @@ async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
         fault,
         lateness: hdrhistogram::Histogram::new(3).expect("valid precision"),
         first_sent: None,
+        answer_sent: None,
         last_sent: arrival,
     };
     if !ask.stream {
@@ -245,6 +278,8 @@ struct Plan {
     lateness: hdrhistogram::Histogram<u64>,
     /// When the first and the latest content chunks were handed to the connection.
     first_sent: Option<Instant>,
+    /// When the first answer (not reasoning) chunk was.
+    answer_sent: Option<Instant>,
     last_sent: Instant,
 }
 
@@ -252,6 +287,51 @@ impl Plan {
     fn chunks(&self) -> u64 {
         let k = self.shared.config.tokens_per_chunk.max(1) as u64;
         self.tokens.div_ceil(k)
+    }
+
+    /// Reasoning tokens of this answer (at most all of it: a spent budget).
+    fn reasoning(&self) -> u64 {
+        self.shared.config.reasoning_tokens.min(self.tokens)
+    }
+
+    /// Tokens the stream carries: all but hidden reasoning.
+    fn streamed_tokens(&self) -> u64 {
+        match self.shared.config.reasoning_as {
+            ReasoningAs::Hidden => self.tokens - self.reasoning(),
+            _ => self.tokens,
+        }
+    }
+
+    /// Chunks never streamed: whole chunks of hidden reasoning.
+    fn hidden_chunks(&self) -> u64 {
+        let cfg = &self.shared.config;
+        match cfg.reasoning_as {
+            ReasoningAs::Hidden => self.reasoning() / cfg.tokens_per_chunk.max(1) as u64,
+            _ => 0,
+        }
+    }
+
+    /// Chunk `j`'s frame: tokens `from..to`, the reasoning among them as
+    /// the server shows it.
+    fn frame(&self, from: u64, to: u64) -> Bytes {
+        let r = self.reasoning();
+        let usage = self.usage_per_chunk.then_some(to);
+        let split = r.clamp(from, to);
+        let (thought, answer) = (openai::text(from, split), openai::text(split, to));
+        match self.shared.config.reasoning_as {
+            _ if r == 0 => self.writer.content(&answer, usage),
+            ReasoningAs::Field => self.writer.reasoning_and_content(&thought, &answer, usage),
+            ReasoningAs::Hidden => self.writer.content(&answer, usage),
+            ReasoningAs::Tags => {
+                let open = if from == 0 { "<think>" } else { "" };
+                let close = if from < r && r <= to { "</think>" } else { "" };
+                let text = match from < r {
+                    true => format!("{open}{thought}{close}{answer}"),
+                    false => answer,
+                };
+                self.writer.content(&text, usage)
+            }
+        }
     }
 
     /// When the last token of chunk `j` (0-based) is ready.
@@ -269,8 +349,9 @@ impl Plan {
             // The role arrives at once, before any token: it must not start TTFT.
             return Some(Ok(self.writer.role().unwrap_or_default()));
         }
-        if step <= chunks {
-            let j = step - 1;
+        let hidden = self.hidden_chunks();
+        if step <= chunks - hidden {
+            let j = step - 1 + hidden;
             if j == chunks / 2 {
                 match self.fault {
                     Fault::Disconnect => {
@@ -286,15 +367,16 @@ impl Plan {
             let late = Instant::now().saturating_duration_since(due).as_micros() as u64;
             let _ = self.lateness.record(late);
             let last = ((j + 1) * k).min(self.tokens);
-            let frame = self.writer.content(
-                &openai::text(j * k, last),
-                self.usage_per_chunk.then_some(last),
-            );
+            let frame = self.frame(j * k, last);
             let now = Instant::now();
             self.first_sent.get_or_insert(now);
+            if last > self.reasoning() {
+                self.answer_sent.get_or_insert(now);
+            }
             self.last_sent = now;
             return Some(Ok(frame));
         }
+        let chunks = chunks - hidden;
         match step - chunks {
             1 => {
                 // What the server actually did, in the manner of llama.cpp's
@@ -304,17 +386,21 @@ impl Plan {
                 let mono = tokenscope_core::clock::monotonic_us;
                 let timings = json!({
                     "ttft_ms": ms(first - self.arrival),
-                    "tpot_ms": ms(self.last_sent - first) / (self.tokens.max(2) - 1) as f64,
+                    "tpot_ms": ms(self.last_sent - first) / (self.streamed_tokens().max(2) - 1) as f64,
                     // The same instants on the host's shared clock, so a
                     // client on this machine can tell its own delay (reading)
                     // from the server's (accepting, queueing) per request.
                     "arrived_mono_us": mono(self.arrival),
                     "first_sent_mono_us": mono(first),
                     "last_sent_mono_us": mono(self.last_sent),
+                    "answer_sent_mono_us": self.answer_sent.and_then(mono),
+                    "reasoning_tokens": self.reasoning(),
                 });
                 Some(Ok(self.writer.finish(&timings)))
             }
-            2 if self.usage_at_end => Some(Ok(self.writer.usage(self.tokens))),
+            2 if self.usage_at_end => Some(Ok(self
+                .writer
+                .usage_with_reasoning(self.tokens, self.reasoning()))),
             2 | 3 => {
                 if step - chunks == 3 && !self.usage_at_end {
                     return None;

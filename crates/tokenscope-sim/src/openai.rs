@@ -95,10 +95,20 @@ impl Writer {
     }
 
     fn usage_json(&self, completion: u64) -> String {
-        let details = self
+        self.usage_json_with(completion, 0)
+    }
+
+    /// Usage with `completion_tokens_details.reasoning_tokens` when there were any.
+    fn usage_json_with(&self, completion: u64, reasoning: u64) -> String {
+        let mut details = self
             .cached_tokens
             .map(|c| format!(r#","prompt_tokens_details":{{"cached_tokens":{c}}}"#))
             .unwrap_or_default();
+        if reasoning > 0 {
+            details.push_str(&format!(
+                r#","completion_tokens_details":{{"reasoning_tokens":{reasoning}}}"#
+            ));
+        }
         format!(
             r#"{{"prompt_tokens":{},"completion_tokens":{completion},"total_tokens":{}{details}}}"#,
             self.prompt_tokens,
@@ -156,6 +166,36 @@ impl Writer {
     /// The usage-only final chunk (`choices: []`).
     pub fn usage(&self, completion: u64) -> Bytes {
         self.chunk("", Some(completion), "")
+    }
+
+    /// The usage-only final chunk, `reasoning` of the completion tokens
+    /// spent reasoning.
+    pub fn usage_with_reasoning(&self, completion: u64, reasoning: u64) -> Bytes {
+        if reasoning == 0 {
+            return self.usage(completion);
+        }
+        let usage = format!(
+            r#","usage":{}"#,
+            self.usage_json_with(completion, reasoning)
+        );
+        self.chunk("", None, &usage)
+    }
+
+    /// A chat chunk carrying reasoning (`reasoning_content`) and answer
+    /// text; either may be empty (a completions stream has no reasoning
+    /// field: its text is all answer).
+    pub fn reasoning_and_content(&self, thought: &str, answer: &str, usage: Option<u64>) -> Bytes {
+        if !self.is_chat || thought.is_empty() {
+            return self.content(answer, usage);
+        }
+        let content = match answer.is_empty() {
+            true => String::new(),
+            false => format!(r#","content":"{answer}""#),
+        };
+        let choice = format!(
+            r#"{{"index":0,"delta":{{"reasoning_content":"{thought}"{content}}},"finish_reason":null}}"#
+        );
+        self.chunk(&choice, usage, "")
     }
 
     /// A chunk cut off in the middle of its JSON (fault injection).

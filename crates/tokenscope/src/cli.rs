@@ -824,6 +824,13 @@ pub struct RequestArgs {
     /// roots: an internal CA or a self-signed server (--ca-cert /etc/ssl/internal-ca.pem).
     #[arg(long, value_name = "FILE")]
     pub ca_cert: Option<PathBuf>,
+    /// Where reasoning is recognised: `auto` (reasoning fields, and
+    /// `<think>`…`</think>` opening the answer), `field` (the fields only),
+    /// `think-tags` (the tags only) or `none` (all generated text is answer).
+    /// Reasoning counts as output (TTFT includes it); the answer's start is
+    /// reported apart.
+    #[arg(long, default_value = "auto", value_name = "PARSER")]
+    pub reasoning_parser: tokenscope_load::protocol::ReasoningParser,
     /// Longest one request may take.
     #[arg(long, default_value = "10m", value_parser = positive_duration)]
     pub timeout: Duration,
@@ -1168,6 +1175,15 @@ pub struct ExactArgs {
     /// Output tokens when a request sets no max_tokens.
     #[arg(long, default_value_t = 128)]
     pub output_tokens: u64,
+    /// The first N tokens of every answer are reasoning (counted in its
+    /// length, and in usage's `completion_tokens_details.reasoning_tokens`).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub reasoning_tokens: u64,
+    /// How the reasoning is shown: `field` (`reasoning_content` deltas),
+    /// `tags` (`<think>`…`</think>` opening the content) or `hidden` (not
+    /// streamed: the answer starts after the thinking's time).
+    #[arg(long, default_value = "field", value_name = "HOW")]
+    pub reasoning_as: tokenscope_sim::exact::ReasoningAs,
     #[command(flatten)]
     pub faults: FaultArgs,
     /// Server worker threads (default: all cores).

@@ -16,7 +16,9 @@
 pub mod openai;
 pub mod openai_chat;
 pub mod openai_completions;
+pub mod reasoning;
 
+pub use reasoning::{Reasoner, ReasoningParser, Split};
 use serde_json::Value;
 use std::borrow::Cow;
 
@@ -229,12 +231,17 @@ impl Malformed {
 }
 
 /// The events of one piece of an answer folded into what the request's
-/// record needs: its generated text (appended to the answer), usage,
-/// finish reason, error and timings.
+/// record needs: its generated text (appended to the answer), how much of
+/// it was reasoning and how much answer, usage, finish reason, error and
+/// timings.
 #[derive(Debug, Default, PartialEq)]
 pub struct Piece {
     /// Bytes of generated text (answer, reasoning and tool calls).
     pub text_bytes: usize,
+    /// Of those, bytes known to be reasoning, and to be answer (text held
+    /// back until a `<think>` tag can be told is in neither yet).
+    pub reasoning_bytes: usize,
+    pub answer_bytes: usize,
     pub usage: Option<Usage>,
     pub finish_reason: Option<String>,
     pub error: Option<String>,
@@ -242,33 +249,71 @@ pub struct Piece {
 }
 
 impl Piece {
-    /// Takes one event; generated text goes on the end of `text`.
-    pub fn add(&mut self, event: Event<'_>, text: &mut String) {
-        let mut generated = |s: &str| {
-            self.text_bytes += s.len();
-            text.push_str(s);
+    /// Takes one event; generated text goes on the end of `text`, sorted
+    /// into reasoning and answer by the stream's `reasoner`.
+    pub fn add(&mut self, event: Event<'_>, text: &mut String, reasoner: &mut Reasoner) {
+        let split = match event {
+            Event::Answer(s) => {
+                self.text_bytes += s.len();
+                reasoner.answer(&s, text)
+            }
+            Event::Reasoning(s) => {
+                self.text_bytes += s.len();
+                reasoner.reasoning_field(&s, text)
+            }
+            Event::ToolCall(call) => {
+                self.text_bytes += call.arguments.len();
+                text.push_str(&call.arguments);
+                Split {
+                    reasoning: 0,
+                    answer: call.arguments.len(),
+                }
+            }
+            Event::Usage(u) => {
+                self.usage = Some(u);
+                Split::default()
+            }
+            Event::Finish(f) => {
+                self.finish_reason = Some(f.into_owned());
+                Split::default()
+            }
+            Event::Error(e) => {
+                self.error = Some(e);
+                Split::default()
+            }
+            Event::Timings(t) => {
+                self.timings = Some(t);
+                Split::default()
+            }
         };
-        match event {
-            Event::Answer(s) | Event::Reasoning(s) => generated(&s),
-            Event::ToolCall(call) => generated(&call.arguments),
-            Event::Usage(u) => self.usage = Some(u),
-            Event::Finish(f) => self.finish_reason = Some(f.into_owned()),
-            Event::Error(e) => self.error = Some(e),
-            Event::Timings(t) => self.timings = Some(t),
-        }
+        self.reasoning_bytes += split.reasoning;
+        self.answer_bytes += split.answer;
     }
 
     /// One stream event of `api`, folded.
-    pub fn of_event(api: &dyn Protocol, data: &str, text: &mut String) -> Result<Piece, Malformed> {
+    pub fn of_event(
+        api: &dyn Protocol,
+        data: &str,
+        text: &mut String,
+        reasoner: &mut Reasoner,
+    ) -> Result<Piece, Malformed> {
         let mut piece = Piece::default();
-        api.stream_event(data, &mut |e| piece.add(e, text))?;
+        api.stream_event(data, &mut |e| piece.add(e, text, reasoner))?;
         Ok(piece)
     }
 
-    /// A whole answer of `api`, folded.
-    pub fn of_whole(api: &dyn Protocol, body: &str, text: &mut String) -> Result<Piece, Malformed> {
+    /// A whole answer of `api`, folded (text held back included).
+    pub fn of_whole(
+        api: &dyn Protocol,
+        body: &str,
+        text: &mut String,
+        reasoner: &mut Reasoner,
+    ) -> Result<Piece, Malformed> {
         let mut piece = Piece::default();
-        api.whole(body, &mut |e| piece.add(e, text))?;
+        api.whole(body, &mut |e| piece.add(e, text, reasoner))?;
+        let rest = reasoner.finish(text);
+        piece.reasoning_bytes += rest.reasoning;
+        piece.answer_bytes += rest.answer;
         Ok(piece)
     }
 }
@@ -308,8 +353,9 @@ mod tests {
     fn a_piece_counts_every_kind_of_generated_text() {
         let mut text = String::new();
         let mut p = Piece::default();
-        p.add(Event::Reasoning("ab".into()), &mut text);
-        p.add(Event::Answer("cde".into()), &mut text);
+        let r = &mut Reasoner::new(ReasoningParser::Auto);
+        p.add(Event::Reasoning("ab".into()), &mut text, r);
+        p.add(Event::Answer("cde".into()), &mut text, r);
         p.add(
             Event::ToolCall(ToolCallDelta {
                 index: 0,
@@ -318,9 +364,11 @@ mod tests {
                 arguments: "{}".into(),
             }),
             &mut text,
+            r,
         );
-        p.add(Event::Finish("stop".into()), &mut text);
+        p.add(Event::Finish("stop".into()), &mut text, r);
         assert_eq!((p.text_bytes, text.as_str()), (7, "abcde{}"));
+        assert_eq!((p.reasoning_bytes, p.answer_bytes), (2, 5));
         assert_eq!(p.finish_reason.as_deref(), Some("stop"));
     }
 }

@@ -244,12 +244,13 @@ pub fn error_message(err: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::Piece;
+    use crate::protocol::{Piece, Reasoner, ReasoningParser};
 
     fn parse(data: &str) -> (Piece, String) {
         let mut text = String::new();
         let mut piece = Piece::default();
-        chunk_events(data, &mut |e| piece.add(e, &mut text)).unwrap();
+        let mut r = Reasoner::new(ReasoningParser::Auto);
+        chunk_events(data, &mut |e| piece.add(e, &mut text, &mut r)).unwrap();
         (piece, text)
     }
 
@@ -378,7 +379,8 @@ mod tests {
         let whole = |body: &str| {
             let mut text = String::new();
             let mut piece = Piece::default();
-            whole_events(body, &mut |e| piece.add(e, &mut text)).map(|()| (piece, text))
+            let mut r = Reasoner::new(ReasoningParser::Auto);
+            whole_events(body, &mut |e| piece.add(e, &mut text, &mut r)).map(|()| (piece, text))
         };
         let (chat, text) = whole(
             r#"{"choices":[{"message":{"role":"assistant","content":"hi there"},"finish_reason":"stop"}],"usage":{"prompt_tokens":4,"completion_tokens":2}}"#,

@@ -17,6 +17,8 @@ pub fn exact_config(a: &ExactArgs) -> ExactConfig {
         faults: faults(&a.faults),
         stall: a.faults.stall_for,
         seed: a.faults.fault_seed,
+        reasoning_tokens: a.reasoning_tokens,
+        reasoning_as: a.reasoning_as,
     }
 }
 

@@ -135,6 +135,7 @@ fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
             temperature: r.temperature,
             extra: r.extra_body.clone().unwrap_or_default(),
         },
+        reasoning: r.reasoning_parser,
         timeout: r.timeout,
         idle_timeout: r.idle_timeout,
     })

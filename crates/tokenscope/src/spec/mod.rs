@@ -151,6 +151,7 @@ fn run_config(
             "stream": !request.no_stream,
             "system_prompt": request.system_prompt,
             "temperature": request.temperature,
+            "reasoning_parser": request.reasoning_parser.name(),
             "extra_body_keys": request.extra_body.as_ref().map(|m| m.keys().cloned().collect::<Vec<_>>()),
             "headers": request.headers.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
             "api_key_env": request.api_key_env,

@@ -1,0 +1,151 @@
+//! Reasoning models against ground truth: the built-in exact server thinks
+//! for 40 tokens (10 ms apart, after 50 ms), then answers, and shows its
+//! thinking in a `reasoning_content` field, in `<think>` tags, or not at all
+//! (hidden); or thinks past its whole length (a spent budget). The answer's
+//! start is checked against the server's own send of the first answer
+//! token, on the host's shared clock.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::time::Duration;
+use tokenscope_sim::exact::{ExactConfig, ReasoningAs};
+
+const REASONING: u64 = 40;
+
+fn thinking(how: ReasoningAs, reasoning_tokens: u64) -> Server {
+    Server::start(ExactConfig {
+        ttft: Duration::from_millis(50),
+        itl: Duration::from_millis(10),
+        reasoning_tokens,
+        reasoning_as: how,
+        ..ExactConfig::default()
+    })
+}
+
+/// A run of 6 requests of 60 tokens at 2 streams; its results and records.
+fn run(server: &Server, name: &str) -> (Value, Vec<Value>) {
+    let out = run_dir(name);
+    let args = exact_chat(&[
+        "--concurrency",
+        "2",
+        "--requests",
+        "6",
+        "--output-tokens",
+        "60",
+    ]);
+    let output = bench(&server.url, &out, &args);
+    assert_ok(&output);
+    (results(&out), records(&out))
+}
+
+/// The client's read of the first answer chunk − the server's send of it,
+/// in ms, per request (the host's shared clock).
+fn answer_read_delays_ms(r: &Value, recs: &[Value]) -> Vec<f64> {
+    let origin = r["client"]["monotonic_origin_us"]
+        .as_f64()
+        .expect("the shared clock");
+    recs.iter()
+        .map(|q| {
+            let read = q["first_answer_at_us"].as_f64().expect("an answer start");
+            let sent = q["server_timings"]["answer_sent_mono_us"]
+                .as_f64()
+                .expect("the server's send of the answer");
+            (origin + read - sent) / 1e3
+        })
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// What every mode that answers shares: the answer start agrees with the
+/// server's send, the counts are exact, TPOT is the server's 10 ms.
+fn check_answering(r: &Value, recs: &[Value], mode: &str) {
+    let delays = answer_read_delays_ms(r, recs);
+    assert!(
+        delays.iter().all(|&d| d > -0.5),
+        "{mode}: no answer is read before it is sent: {delays:?}"
+    );
+    assert!(
+        median(delays.clone()) < 1.0,
+        "{mode}: the answer start is within 1 ms of the server's send: {delays:?}"
+    );
+    for q in recs {
+        assert_eq!(q["reasoning_tokens"], REASONING, "{mode}: {q}");
+        assert_eq!(q["output_tokens"], 60, "{mode}: reasoning counts as output");
+    }
+    let reasoning = &r["tokens"]["reasoning"];
+    assert_eq!(reasoning["tokens"], 6 * REASONING, "{mode}");
+    assert_eq!(reasoning["answer_tokens"], 6 * 20, "{mode}");
+    // Answer start ≈ 50 ms + 40 × 10 ms; TPOT stays the server's 10 ms.
+    let answer_p50 = stat(r, "latency.answer_start_ms.p50");
+    assert!((440.0..700.0).contains(&answer_p50), "{mode}: {answer_p50}");
+    let tpot = stat(r, "latency.tpot_ms.p50");
+    assert!((9.0..15.0).contains(&tpot), "{mode}: TPOT {tpot}");
+    assert!(!has_rule(r, "multi_token_chunks"), "{mode}: {:?}", rules(r));
+}
+
+#[test]
+fn reasoning_streamed_in_a_field_is_told_from_the_answer() {
+    let server = thinking(ReasoningAs::Field, REASONING);
+    let (r, recs) = run(&server, "reasoning-field");
+    check_answering(&r, &recs, "field");
+    // TTFT is the first reasoning token, as vLLM's is.
+    let ttft = stat(&r, "latency.ttft_ms.p50");
+    assert!((45.0..200.0).contains(&ttft), "{ttft}");
+    assert!(!has_rule(&r, "reasoning_hidden"));
+}
+
+#[test]
+fn reasoning_in_think_tags_is_told_from_the_answer() {
+    let server = thinking(ReasoningAs::Tags, REASONING);
+    let (r, recs) = run(&server, "reasoning-tags");
+    check_answering(&r, &recs, "tags");
+    assert!(stat(&r, "latency.ttft_ms.p50") < 200.0);
+}
+
+#[test]
+fn hidden_reasoning_is_named_and_per_token_figures_are_over_the_streamed_tokens() {
+    let server = thinking(ReasoningAs::Hidden, REASONING);
+    let (r, recs) = run(&server, "reasoning-hidden");
+    check_answering(&r, &recs, "hidden");
+    assert!(recs.iter().all(|q| q["reasoning_hidden"] == true));
+    assert!(has_rule(&r, "reasoning_hidden"), "{:?}", rules(&r));
+    // Nothing streamed before the answer: TTFT holds the thinking.
+    assert!(stat(&r, "latency.ttft_ms.p50") > 440.0);
+    // 20 streamed chunks, one token each — not 60 tokens over 20 chunks.
+    let chunk_tokens = &r["tokens"]["tokens_per_chunk"];
+    assert_eq!(
+        chunk_tokens.as_object().map(|o| o.len()),
+        Some(1),
+        "{chunk_tokens}"
+    );
+}
+
+#[test]
+fn a_spent_thinking_budget_is_named() {
+    // 100 tokens of thinking, 60 allowed: the answer never starts.
+    let server = thinking(ReasoningAs::Field, 100);
+    let (r, recs) = run(&server, "reasoning-budget");
+    assert!(recs.iter().all(|q| q["first_answer_at_us"].is_null()));
+    assert!(recs.iter().all(|q| q["reasoning_tokens"] == 60));
+    assert!(has_rule(&r, "thinking_budget_exhausted"), "{:?}", rules(&r));
+    assert_eq!(r["tokens"]["reasoning"]["budget_spent_requests"], 6);
+    assert!(
+        r["latency"]["answer_start_ms"].is_null(),
+        "no answer, no answer start"
+    );
+}
+
+#[test]
+fn a_model_that_does_not_reason_reports_no_reasoning() {
+    let server = thinking(ReasoningAs::Field, 0);
+    let (r, recs) = run(&server, "reasoning-none");
+    assert!(recs.iter().all(|q| q.get("reasoning_tokens").is_none()));
+    assert!(r["tokens"].get("reasoning").is_none());
+    assert!(r["latency"].get("answer_start_ms").is_none());
+}
