@@ -148,6 +148,9 @@ pub struct Aggregator {
     tokens_per_slot: Vec<u32>,
     ttft: Distribution,
     answer_start: Distribution,
+    /// Answer start where a request reasoned, TTFT where it did not: what
+    /// an `answer_start` objective is judged on.
+    answer_or_ttft: Distribution,
     ttft_sched: Distribution,
     tpot: Distribution,
     /// Gaps of requests whose every chunk carried one token: their ITL and
@@ -183,6 +186,7 @@ impl Aggregator {
             tokens_per_slot: Vec::new(),
             ttft: Distribution::new(),
             answer_start: Distribution::new(),
+            answer_or_ttft: Distribution::new(),
             ttft_sched: Distribution::new(),
             tpot: Distribution::new(),
             single_token_gaps: Distribution::new(),
@@ -256,6 +260,11 @@ impl Aggregator {
         }
         if let Some(v) = r.answer_start_us().filter(|_| r.reasoning_tokens.is_some()) {
             self.answer_start.record(v as f64);
+        }
+        if self.slo.is_some() {
+            if let Some(v) = r.answer_start_or_ttft_us() {
+                self.answer_or_ttft.record(v as f64);
+            }
         }
         if let Some(v) = r.tpot_us() {
             self.tpot.record(v);
@@ -446,6 +455,7 @@ impl Aggregator {
         let slo = self.slo.as_ref().map(|s| {
             let samples = |m: SloMetric| match m {
                 SloMetric::Ttft => &self.ttft,
+                SloMetric::AnswerStart => &self.answer_or_ttft,
                 SloMetric::Tpot => &self.tpot,
                 SloMetric::Itl => &itl,
                 SloMetric::E2e => &self.e2e,
@@ -610,6 +620,7 @@ pub fn slo_report<'a>(
         .map(|o| {
             let summary = match o.metric {
                 SloMetric::Ttft => latency.ttft_ms,
+                SloMetric::AnswerStart => samples(o.metric).summary(US_TO_MS),
                 SloMetric::Tpot => latency.tpot_ms,
                 SloMetric::Itl => latency.itl_ms,
                 SloMetric::E2e => latency.e2e_ms,

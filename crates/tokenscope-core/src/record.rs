@@ -478,6 +478,15 @@ impl RequestRecord {
         Some(self.first_answer_at_us?.saturating_sub(self.sent_at_us))
     }
 
+    /// The time to the first answer token whatever the request: a reasoning
+    /// request's answer start (`None` if it never answered), any other's TTFT.
+    pub fn answer_start_or_ttft_us(&self) -> Option<u64> {
+        match self.reasoning_tokens {
+            Some(_) => self.answer_start_us(),
+            None => self.ttft_us(),
+        }
+    }
+
     /// The request used its whole length on reasoning: it ended at its
     /// limit with no answer.
     pub fn thinking_budget_spent(&self) -> bool {

@@ -27,6 +27,9 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "snake_case")]
 pub enum SloMetric {
     Ttft,
+    /// The time to the first answer token: a reasoning request's answer
+    /// start, any other request's TTFT (its answer began at once).
+    AnswerStart,
     Tpot,
     Itl,
     E2e,
@@ -36,6 +39,7 @@ impl SloMetric {
     fn parse(name: &str) -> Option<Self> {
         Some(match name {
             "ttft" => SloMetric::Ttft,
+            "answer_start" | "ttfo" => SloMetric::AnswerStart,
             "tpot" => SloMetric::Tpot,
             "itl" => SloMetric::Itl,
             "e2e" | "e2el" => SloMetric::E2e,
@@ -46,6 +50,7 @@ impl SloMetric {
     pub fn name(self) -> &'static str {
         match self {
             SloMetric::Ttft => "ttft",
+            SloMetric::AnswerStart => "answer_start",
             SloMetric::Tpot => "tpot",
             SloMetric::Itl => "itl",
             SloMetric::E2e => "e2e",
@@ -215,6 +220,8 @@ impl Objective {
     pub fn met_by(&self, r: &RequestRecord) -> bool {
         let value_us = match self.metric {
             SloMetric::Ttft => r.ttft_us().map(|v| v as f64),
+            // A request that never answered did not meet it.
+            SloMetric::AnswerStart => r.answer_start_or_ttft_us().map(|v| v as f64),
             SloMetric::Tpot => match r.tpot_us() {
                 Some(v) => Some(v),
                 None => return true, // one-token answers have no TPOT to violate
@@ -271,9 +278,14 @@ impl Slo {
             let (key, value) = part.split_once('=').ok_or_else(|| {
                 format!("`{part}`: expected METRIC_STAT=LIMIT, e.g. ttft_p99=500ms")
             })?;
-            let (metric, stat) = key.split_once('_').unwrap_or((key, "p99"));
+            // METRIC_STAT: the statistic after the last `_` (a metric's own
+            // name may hold one: answer_start_p99); no statistic means p99.
+            let (metric, stat) = match key.rsplit_once('_') {
+                Some((m, s)) if SloMetric::parse(m).is_some() || STATS.contains(&s) => (m, s),
+                _ => (key, "p99"),
+            };
             let metric = SloMetric::parse(metric).ok_or_else(|| {
-                format!("`{part}`: unknown metric `{metric}` (ttft, tpot, itl, e2e)")
+                format!("`{part}`: unknown metric `{metric}` (ttft, answer_start, tpot, itl, e2e)")
             })?;
             if !STATS.contains(&stat) {
                 return Err(format!(
@@ -338,6 +350,26 @@ impl Slo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_answer_start_is_a_metric_whose_name_holds_an_underscore() {
+        let slo = Slo::parse("answer_start_p99=2s,ttft_p50=100ms,answer_start=3s").unwrap();
+        let got: Vec<(SloMetric, &str)> = slo
+            .objectives
+            .iter()
+            .map(|o| (o.metric, o.stat.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (SloMetric::AnswerStart, "p99"),
+                (SloMetric::Ttft, "p50"),
+                (SloMetric::AnswerStart, "p99"),
+            ]
+        );
+        assert!(Slo::parse("answer_p99=1s").is_err());
+        assert!(Slo::parse("ttft_p77=1s").is_err());
+    }
 
     #[test]
     fn parses_objectives() {

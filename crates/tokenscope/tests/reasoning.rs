@@ -149,3 +149,48 @@ fn a_model_that_does_not_reason_reports_no_reasoning() {
     assert!(r["tokens"].get("reasoning").is_none());
     assert!(r["latency"].get("answer_start_ms").is_none());
 }
+
+#[test]
+fn an_slo_on_the_answer_start_judges_what_the_user_waits_for() {
+    let server = thinking(ReasoningAs::Field, REASONING);
+    let out = run_dir("reasoning-slo");
+    // TTFT (~50 ms) meets 300 ms; the answer start (~450 ms) does not.
+    let slo = "ttft_p50=300ms,answer_start_p50=300ms";
+    let args = exact_chat(&[
+        "--concurrency",
+        "6",
+        "--requests",
+        "30",
+        "--output-tokens",
+        "60",
+        "--slo",
+        slo,
+    ]);
+    let output = bench(&server.url, &out, &args);
+    assert_eq!(output.status.code(), Some(5), "the SLO is not met: exit 5");
+    let r = results(&out);
+    let judged: Vec<(String, bool)> = r["slo"]["objectives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["metric"].as_str().unwrap().to_string(),
+                o["met"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        judged,
+        [
+            ("ttft".to_string(), true),
+            ("answer_start".to_string(), false)
+        ],
+        "{}",
+        r["slo"]
+    );
+    assert_eq!(
+        r["slo"]["good_requests"], 0,
+        "no request answered within 300 ms"
+    );
+}
