@@ -67,6 +67,7 @@ fn point(load: f64, tps: f64, ttft: &Distribution) -> Point {
         output_tps: tps,
         per_user_tps: tps / load,
         ttft_p99_ms: s.p99,
+        answer_start_p99_ms: None,
         tpot_p99_ms: 10.0,
         e2e_p99_ms: s.p99 + 1000.0,
         cost_per_1k: Some(1.0 / tps),

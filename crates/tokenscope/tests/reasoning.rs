@@ -194,3 +194,51 @@ fn an_slo_on_the_answer_start_judges_what_the_user_waits_for() {
         "no request answered within 300 ms"
     );
 }
+
+#[test]
+fn a_sweep_of_a_reasoning_model_recommends_for_chat_by_the_answer_start_and_says_so() {
+    let server = thinking(ReasoningAs::Field, REASONING);
+    let out = run_dir("reasoning-sweep");
+    // The chat limit of 300 ms: every TTFT (~50 ms) is under it, every
+    // answer start (~450 ms) over it.
+    let output = tokenscope()
+        .args([
+            "sweep",
+            "--url",
+            &server.url,
+            "--quiet",
+            "--no-history",
+            "--out",
+        ])
+        .arg(&out)
+        .args(exact_chat(&[
+            "--concurrency",
+            "1,2",
+            "--requests",
+            "4",
+            "--output-tokens",
+            "60",
+        ]))
+        .args(["--objectives", "chat_ttft_p99=300ms"])
+        .output()
+        .unwrap();
+    assert_ok(&output);
+    let doc = sweep_doc(&out);
+    let chat = doc["analysis"]["recommendations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["profile"] == "chat")
+        .expect("a chat recommendation")
+        .clone();
+    let objective = chat["objective"].as_str().unwrap();
+    assert!(objective.contains("answer start p99"), "{chat}");
+    assert!(
+        chat["load"].is_null(),
+        "no load starts its answers within 300 ms: {chat}"
+    );
+    assert!(
+        chat["why"].as_str().unwrap().contains("answer start p99"),
+        "{chat}"
+    );
+}
