@@ -51,10 +51,20 @@ const fn rate(name: &'static str, unit: &'static str, about: &'static str) -> Me
 }
 
 /// Every figure recorded, in the order they are shown.
-pub const METRICS: [Metric; 14] = [
+pub const METRICS: [Metric; 16] = [
     latency("ttft_p50", 0.5, "time to first token, median"),
     latency("ttft_p90", 0.9, "time to first token, p90"),
     latency("ttft_p99", 0.99, "time to first token, p99"),
+    latency(
+        "answer_start_p50",
+        0.5,
+        "time to the first answer token (reasoning runs), median",
+    ),
+    latency(
+        "answer_start_p99",
+        0.99,
+        "time to the first answer token (reasoning runs), p99",
+    ),
     latency("tpot_p50", 0.5, "time per output token, median"),
     latency("tpot_p99", 0.99, "time per output token, p99"),
     latency("itl_p50", 0.5, "inter-token latency, median"),
@@ -119,6 +129,7 @@ pub fn of_results(r: &RunResults) -> Vec<Figure> {
     };
     let l = &r.latency;
     quantiles("ttft", &l.ttft_ms, &["p50", "p90", "p99"]);
+    quantiles("answer_start", &l.answer_start_ms, &["p50", "p99"]);
     quantiles("tpot", &l.tpot_ms, &["p50", "p99"]);
     quantiles("itl", &l.itl_ms, &["p50", "p99"]);
     quantiles("e2e", &l.e2e_ms, &["p50", "p99"]);
@@ -230,8 +241,17 @@ mod tests {
     #[test]
     fn every_recorded_figure_is_in_the_catalogue() {
         let names = [
-            "ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99",
-            "e2e_p50", "e2e_p99",
+            "ttft_p50",
+            "ttft_p90",
+            "ttft_p99",
+            "answer_start_p50",
+            "answer_start_p99",
+            "tpot_p50",
+            "tpot_p99",
+            "itl_p50",
+            "itl_p99",
+            "e2e_p50",
+            "e2e_p99",
         ];
         for n in names {
             let m = metric(n).unwrap();

@@ -120,6 +120,10 @@ fn cards(out: &mut String, r: &RunResults) {
     };
     add("TTFT", "ttft", l.ttft_ms, "p50");
     add("TTFT", "ttft", l.ttft_ms, "p99");
+    if l.answer_start_ms.is_some() {
+        add("answer start", "answer_start", l.answer_start_ms, "p50");
+        add("answer start", "answer_start", l.answer_start_ms, "p99");
+    }
     add("TPOT", "tpot", l.tpot_ms, "p50");
     add("TPOT", "tpot", l.tpot_ms, "p99");
     add("ITL", "itl", l.itl_ms, "p99");

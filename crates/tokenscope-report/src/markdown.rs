@@ -83,12 +83,14 @@ pub fn run(r: &RunResults) -> String {
         "| latency (ms) | mean | p50 | p90 | p99 | max |\n|---|---:|---:|---:|---:|---:|\n",
     );
     let l = &r.latency;
-    for (name, s) in [
-        ("TTFT", l.ttft_ms),
+    // The answer's start only where a request reasoned (else it is TTFT).
+    let answer = l.answer_start_ms.map(|s| ("answer start", Some(s)));
+    let rows = [("TTFT", l.ttft_ms)].into_iter().chain(answer).chain([
         ("TPOT", l.tpot_ms),
         ("ITL", l.itl_ms),
         ("E2E", l.e2e_ms),
-    ] {
+    ]);
+    for (name, s) in rows {
         match s {
             Some(s) => {
                 _ = writeln!(

@@ -242,3 +242,34 @@ fn a_sweep_of_a_reasoning_model_recommends_for_chat_by_the_answer_start_and_says
         "{chat}"
     );
 }
+
+#[test]
+fn the_answer_start_reaches_the_reports_and_the_peers_dialects() {
+    let server = thinking(ReasoningAs::Field, REASONING);
+    let out = run_dir("reasoning-reports");
+    let args = exact_chat(&["--concurrency", "2", "--requests", "4", "--output-tokens", "60"]);
+    assert_ok(&bench(&server.url, &out, &args));
+    let report = |format: &str| {
+        let o = tokenscope()
+            .args(["report", "--format", format])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_ok(&o);
+        String::from_utf8(o.stdout).unwrap()
+    };
+    assert!(report("md").contains("| answer start |"));
+    report("aiperf");
+    let aiperf: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("profile_export_aiperf.json")).unwrap())
+            .unwrap();
+    let ttfo = aiperf["time_to_first_output_token"]["p50"].as_f64().expect("TTFO");
+    assert!((440.0..700.0).contains(&ttfo), "{ttfo}");
+    report("guidellm");
+    let guidellm: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("benchmarks.json")).unwrap()).unwrap();
+    let m = &guidellm["benchmarks"][0]["metrics"];
+    assert!(m["time_to_first_output_token_ms"]["successful"]["median"].is_number(), "{m}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("answer start"));
+}

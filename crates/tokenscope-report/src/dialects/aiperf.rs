@@ -41,6 +41,10 @@ pub fn export(r: &RunResults) -> Value {
             "tool": format!("tokenscope {}", r.tool.version),
         },
     });
+    // AIPerf's TTFO: the first non-reasoning token, when a request reasoned.
+    if let Some(s) = &l.answer_start_ms {
+        out["time_to_first_output_token"] = dist("ms", Some(s));
+    }
     if let Some(fields) = out.as_object_mut() {
         fields.retain(|_, v| !v.is_null());
     }

@@ -37,7 +37,7 @@ pub fn export(r: &RunResults, per: &PerRequest) -> Value {
             json!({"type_": load["arrival"].as_str().unwrap_or("poisson"), "rate": [load["rate"]]})
         }
     };
-    json!({
+    let mut out = json!({
         "benchmarks": [{
             "type_": "generative_benchmark",
             "run_id": r.started_at,
@@ -62,7 +62,12 @@ pub fn export(r: &RunResults, per: &PerRequest) -> Value {
                 "tokens_per_second": rate(r.throughput.total_tokens_per_s),
             },
         }],
-    })
+    });
+    // GuideLLM's time to first output token: the first answer token, when a request reasoned.
+    if let Some(s) = &l.answer_start_ms {
+        out["benchmarks"][0]["metrics"]["time_to_first_output_token_ms"] = scale(Some(s), 1.0);
+    }
+    out
 }
 
 /// GuideLLM's status breakdown, of the successful requests.
