@@ -30,6 +30,10 @@ pub struct PlanLoad {
     /// workload's draw (from a measured run's records). Requests past its end
     /// fall back to the workload.
     pub trace: Option<Vec<(u64, u64)>>,
+    /// Reasoning models: each request first thinks this many tokens (drawn
+    /// per request, seeded), decoded like any token and counted in its
+    /// output; its answer of the workload's length follows.
+    pub reasoning: Option<tokenscope_workload::lengths::LengthSpec>,
 }
 
 /// One-way delay `sim plan` assumes: a client in the same data centre.

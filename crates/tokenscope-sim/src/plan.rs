@@ -168,6 +168,10 @@ pub fn simulate_into(
             let a = traffic.pop().expect("one is due");
             let at = a.sent_us + delay + us(jitter.front_end(front_end_s));
             let mut rec = new_record(a.id, a.id < load.warmup, a.sent_us, a.input, a.max_output);
+            if a.reasoning > 0 {
+                rec.reasoning_tokens = Some(a.reasoning as u64);
+                rec.reasoning_token_source = Some(TokenSource::ServerUsage);
+            }
             rec.first_byte_at_us = Some(a.sent_us + 2 * delay);
             (rec.session, rec.turn) = (a.turn.map(|t| t.0), a.turn.map(|t| t.1));
             records.insert(a.id, rec);
@@ -632,10 +636,23 @@ fn new_record(id: u64, warmup: bool, at_us: u64, input: u64, max_output: u32) ->
     }
 }
 
+/// The chunk that carries output token `reasoning` (0-based): the answer's first.
+fn answer_chunk(chunks: &[Chunk], reasoning: u64) -> Option<&Chunk> {
+    let mut seen = 0u64;
+    chunks.iter().find(|c| {
+        seen += c.tokens() as u64;
+        seen > reasoning
+    })
+}
+
 /// The engine's own view of a finished request, kept beside the client view.
 fn settle(rec: &mut RequestRecord, seq: &Seq, delay_us: u64) {
     rec.first_token_at_us = rec.chunks.first().map(Chunk::at_us);
     rec.output_tokens = rec.chunks.iter().map(|c| c.tokens() as u64).sum();
+    if let Some(r) = rec.reasoning_tokens {
+        // The first token after the thinking: where its chunk arrived.
+        rec.first_answer_at_us = answer_chunk(&rec.chunks, r).map(Chunk::at_us);
+    }
     rec.cached_tokens = seq.cached_tokens.map(u64::from);
     let first_scheduled = seq.first_scheduled_at.unwrap_or(seq.arrived_at);
     rec.server_timings = Some(serde_json::json!({

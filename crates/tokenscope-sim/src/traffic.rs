@@ -20,7 +20,10 @@ pub struct Arrival {
     pub id: u64,
     pub sent_us: u64,
     pub input: u64,
+    /// Output tokens, the reasoning among them.
     pub max_output: u32,
+    /// The first this many output tokens are reasoning.
+    pub reasoning: u32,
     /// Multi-turn: (session, turn).
     pub turn: Option<(u64, u32)>,
     /// Its prompt and answer as the prefix cache knows them.
@@ -204,27 +207,43 @@ impl<'a> Traffic<'a> {
                 units.clone()
             }
         };
+        let reasoning = self.reasoning(id);
+        let answer = output.unwrap_or(DEFAULT_OUTPUT).min(u32::MAX as u64) as u32;
         Arrival {
             id,
             sent_us,
             input,
-            max_output: output.unwrap_or(DEFAULT_OUTPUT).min(u32::MAX as u64) as u32,
+            max_output: answer.saturating_add(reasoning),
+            reasoning,
             turn: None,
             units,
         }
+    }
+
+    /// Request `id`'s reasoning tokens (0 without `--reasoning-tokens`).
+    fn reasoning(&self, id: u64) -> u32 {
+        let Some(spec) = self.load.reasoning else {
+            return 0;
+        };
+        let mut rng = StdRng::seed_from_u64(
+            self.load.seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x7265_6173,
+        );
+        spec.sample(&mut rng).min(u32::MAX as u64 / 2) as u32
     }
 
     fn turn_arrival(&mut self, id: u64, sent_us: u64, turn: Turn) -> Arrival {
         let w = &self.load.workload;
         let (user, output) = w.turn_lengths(turn.session, turn.turn);
         let input = turn.context + user;
-        let max_output = output.unwrap_or(DEFAULT_OUTPUT).min(u32::MAX as u64) as u32;
+        let reasoning = self.reasoning(id);
+        let max_output = output.unwrap_or(DEFAULT_OUTPUT).min(u32::MAX as u64) as u32 + reasoning;
         self.in_flight.insert(id, (turn, input));
         Arrival {
             id,
             sent_us,
             input,
             max_output,
+            reasoning,
             turn: Some((turn.session, turn.turn)),
             units: session_units(w, turn.session, input + max_output as u64, self.block_size)
                 .into(),

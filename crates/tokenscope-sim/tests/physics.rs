@@ -31,6 +31,7 @@ fn load(pattern: LoadPattern, requests: u64, input: u64, output: u64) -> PlanLoa
         sessions: None,
         fleet: Default::default(),
         trace: None,
+        reasoning: None,
     }
 }
 

@@ -481,6 +481,12 @@ pub struct PlanArgs {
     /// Run a series of loads in one call; each point gets its own run directory.
     #[arg(long)]
     pub sweep: Option<Sweep>,
+    /// Reasoning models: each request thinks this many tokens (a SPEC:
+    /// `512`, `uniform:200..2000`, …) before its answer of --output-tokens;
+    /// the thinking is decoded like any token, and the results give the
+    /// answer's start (`latency.answer_start_ms`, the `answer_start` SLO).
+    #[arg(long, value_name = "SPEC")]
+    pub reasoning_tokens: Option<LengthSpec>,
     #[command(flatten)]
     pub series: SeriesArgs,
     /// One-way client–server delay for the request and every token.

@@ -65,6 +65,7 @@ pub fn plan_load(load: &Load, network_delay: std::time::Duration) -> PlanLoad {
         sessions: plan.sessions,
         fleet: Default::default(),
         trace: None,
+        reasoning: None,
     }
 }
 

@@ -247,7 +247,14 @@ fn a_sweep_of_a_reasoning_model_recommends_for_chat_by_the_answer_start_and_says
 fn the_answer_start_reaches_the_reports_and_the_peers_dialects() {
     let server = thinking(ReasoningAs::Field, REASONING);
     let out = run_dir("reasoning-reports");
-    let args = exact_chat(&["--concurrency", "2", "--requests", "4", "--output-tokens", "60"]);
+    let args = exact_chat(&[
+        "--concurrency",
+        "2",
+        "--requests",
+        "4",
+        "--output-tokens",
+        "60",
+    ]);
     assert_ok(&bench(&server.url, &out, &args));
     let report = |format: &str| {
         let o = tokenscope()
@@ -260,16 +267,70 @@ fn the_answer_start_reaches_the_reports_and_the_peers_dialects() {
     };
     assert!(report("md").contains("| answer start |"));
     report("aiperf");
-    let aiperf: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("profile_export_aiperf.json")).unwrap())
-            .unwrap();
-    let ttfo = aiperf["time_to_first_output_token"]["p50"].as_f64().expect("TTFO");
+    let aiperf: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("profile_export_aiperf.json")).unwrap(),
+    )
+    .unwrap();
+    let ttfo = aiperf["time_to_first_output_token"]["p50"]
+        .as_f64()
+        .expect("TTFO");
     assert!((440.0..700.0).contains(&ttfo), "{ttfo}");
     report("guidellm");
     let guidellm: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("benchmarks.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(out.join("benchmarks.json")).unwrap())
+            .unwrap();
     let m = &guidellm["benchmarks"][0]["metrics"];
-    assert!(m["time_to_first_output_token_ms"]["successful"]["median"].is_number(), "{m}");
+    assert!(
+        m["time_to_first_output_token_ms"]["successful"]["median"].is_number(),
+        "{m}"
+    );
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("answer start"));
+}
+
+#[test]
+fn sim_plan_decodes_the_thinking_before_the_answer() {
+    let out = run_dir("reasoning-plan");
+    let args = [
+        "--seed",
+        "3",
+        "--concurrency",
+        "8",
+        "--requests",
+        "64",
+        "--output-tokens",
+        "100",
+        "--reasoning-tokens",
+        "200",
+        "--slo",
+        "answer_start_p50=1s",
+        "--no-history",
+    ];
+    let output = sim_plan(&out, &args);
+    assert_eq!(
+        output.status.code(),
+        Some(5),
+        "thinking 200 tokens takes over 1 s to answer"
+    );
+    let r = results(&out);
+    assert_eq!(r["config"]["reasoning_tokens"], "200");
+    assert_eq!(r["tokens"]["reasoning"]["tokens"], 64 * 200);
+    assert_eq!(r["tokens"]["reasoning"]["answer_tokens"], 64 * 100);
+    for q in records(&out) {
+        assert_eq!(
+            (q["output_tokens"].as_u64(), q["reasoning_tokens"].as_u64()),
+            (Some(300), Some(200))
+        );
+        // The thinking is 200 decode steps: the answer starts that long after the first token.
+        let thought_ms = (q["first_answer_at_us"].as_f64().unwrap()
+            - q["first_token_at_us"].as_f64().unwrap())
+            / 1e3;
+        let times = chunk_times(&q);
+        let tpot_ms = (times[times.len() - 1] - times[0]) as f64 / 1e3 / 299.0;
+        let per_token = thought_ms / 200.0;
+        assert!(
+            (per_token / tpot_ms - 1.0).abs() < 0.15,
+            "thinking {per_token:.2} ms a token against TPOT {tpot_ms:.2} ms"
+        );
+    }
 }

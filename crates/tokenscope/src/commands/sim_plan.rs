@@ -165,6 +165,14 @@ fn fleet(cfg: &EngineConfig, args: &PlanArgs) -> anyhow::Result<tokenscope_sim::
     })
 }
 
+/// The config, with the reasoning simulated (`--reasoning-tokens`) when given.
+fn with_reasoning(mut config: serde_json::Value, args: &PlanArgs) -> serde_json::Value {
+    if let (Some(spec), Some(obj)) = (args.reasoning_tokens, config.as_object_mut()) {
+        obj.insert("reasoning_tokens".into(), json!(spec.to_string()));
+    }
+    config
+}
+
 /// Simulates one load (replaying `trace` lengths when given) and writes its run directory.
 fn one_point(
     cfg: &EngineConfig,
@@ -177,6 +185,7 @@ fn one_point(
     let plan_load = PlanLoad {
         trace,
         fleet: fleet(cfg, args)?,
+        reasoning: args.reasoning_tokens,
         ..plan_load(load, args.network_delay)
     };
     let started_at = crate::run_dir::now_rfc3339();
@@ -228,7 +237,7 @@ fn one_point(
             model: cfg.model.name.clone(),
             builtin: Some(format!("simulated on a virtual clock: {}", cfg.describe())),
         },
-        config: load.config_json(&plan, &args.output),
+        config: with_reasoning(load.config_json(&plan, &args.output), args),
         server: Server {
             kind: Some("tokenscope-sim".into()),
             version: Some(format!("tokenscope-sim {}", env!("CARGO_PKG_VERSION"))),
