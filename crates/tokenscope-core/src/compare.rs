@@ -118,7 +118,7 @@ enum Of {
     RatePerWindow,
 }
 
-const STATS: [Stat; 9] = [
+const STATS: [Stat; 11] = [
     Stat {
         name: "ttft_mean",
         unit: "ms",
@@ -182,6 +182,22 @@ const STATS: [Stat; 9] = [
         values: Series::Tokens,
         of: Of::RatePerWindow,
     },
+    // Last, so the statistics before keep their resampling streams. Only
+    // runs whose requests reasoned have values: the others skip them.
+    Stat {
+        name: "answer_start_p50",
+        unit: "ms",
+        higher_is_better: false,
+        values: Series::AnswerStart,
+        of: Of::Quantile(0.5),
+    },
+    Stat {
+        name: "answer_start_p99",
+        unit: "ms",
+        higher_is_better: false,
+        values: Series::AnswerStart,
+        of: Of::Quantile(0.99),
+    },
 ];
 
 #[derive(Clone, Copy)]
@@ -189,6 +205,8 @@ enum Series {
     Ttft,
     Tpot,
     E2e,
+    /// The time to the first answer token, of requests that reasoned.
+    AnswerStart,
     /// Output tokens per time slice ([`RunValues::slices`]).
     Tokens,
 }
@@ -206,6 +224,7 @@ pub struct RunValues {
     ttft: Vec<f64>,
     tpot: Vec<f64>,
     e2e: Vec<f64>,
+    answer_start: Vec<f64>,
     /// Each request's tokens spread over its chunks by their token counts
     /// (failed requests: none; a request that streamed none: at its end).
     /// Σ slices ÷ window is the run's rate; resampling slices shows how much
@@ -250,6 +269,9 @@ impl RunValues {
         }
         if let Some(v) = r.tpot_us() {
             self.tpot.push(v / 1e3);
+        }
+        if let Some(v) = r.answer_start_us().filter(|_| r.reasoning_tokens.is_some()) {
+            self.answer_start.push(v as f64 / 1e3);
         }
         self.e2e.push(r.e2e_us() as f64 / 1e3);
         let total = r.output_tokens as f64;
@@ -309,6 +331,7 @@ impl RunValues {
             Series::Ttft => &self.ttft,
             Series::Tpot => &self.tpot,
             Series::E2e => &self.e2e,
+            Series::AnswerStart => &self.answer_start,
             Series::Tokens => &self.slices,
         }
     }
@@ -440,10 +463,11 @@ pub fn interval(run: &RunValues, name: &str, settings: &Settings) -> Option<(f64
 /// delay p99 beyond its idle floor. (TPOT spreads the delay over a request's
 /// tokens and is not affected.)
 pub fn within_resolution(changes: &mut [MetricChange], resolution_ms: f64) {
-    for c in changes
-        .iter_mut()
-        .filter(|c| c.metric.starts_with("ttft") || c.metric.starts_with("e2e"))
-    {
+    for c in changes.iter_mut().filter(|c| {
+        ["ttft", "e2e", "answer_start"]
+            .iter()
+            .any(|m| c.metric.starts_with(m))
+    }) {
         if (c.b - c.a).abs() < resolution_ms {
             c.significant = false;
             c.not_judged.get_or_insert_with(|| {
@@ -505,6 +529,34 @@ mod tests {
                 RequestRecord::test_success(i, sent, chunks, 10)
             })
             .collect()
+    }
+
+    /// `run` whose requests reasoned for their first `thinking` chunks.
+    fn reasoning(n: u64, thinking: usize, seed: u64) -> Vec<RequestRecord> {
+        let mut records = run(n, 10.0, seed);
+        for r in &mut records {
+            r.reasoning_tokens = Some(thinking as u64);
+            r.first_answer_at_us = Some(r.chunks[thinking].at_us());
+        }
+        records
+    }
+
+    #[test]
+    fn the_answer_start_is_compared_only_where_requests_reasoned() {
+        let plain = compare(&run(300, 10.0, 1), &run(300, 10.0, 2), &Settings::default());
+        assert!(plain.iter().all(|c| !c.metric.starts_with("answer_start")));
+        // Thinking 15 tokens where it thought 5: the answer starts 100 ms later.
+        let c = compare(
+            &reasoning(300, 5, 1),
+            &reasoning(300, 15, 2),
+            &Settings::default(),
+        );
+        let m = get(&c, "answer_start_p50");
+        assert!(m.significant && m.change_pct > 50.0, "{m:?}");
+        assert!(
+            !get(&c, "ttft_p50").significant,
+            "the first token did not move"
+        );
     }
 
     fn get<'a>(c: &'a [MetricChange], m: &str) -> &'a MetricChange {
