@@ -326,17 +326,6 @@ impl Slo {
             .max_by_key(|(n, _)| *n)
     }
 
-    /// A warning when `requests` are too few for the statistics named.
-    pub fn sample_warning(&self, requests: u64) -> Option<String> {
-        let (needed, key) = self.requests_needed()?;
-        (requests < needed).then(|| {
-            format!(
-                "--slo {key} needs ≈ {} requests to be judged on its own; {requests} will be sent (pass --requests {needed}; fewer are judged only where the data already decides)",
-                thousands(needed)
-            )
-        })
-    }
-
     pub fn is_empty(&self) -> bool {
         self.objectives.is_empty()
     }
@@ -434,12 +423,6 @@ mod tests {
         let slo = Slo::parse("ttft_p50=1s,e2e_p99=10s,itl_p999=50ms").unwrap();
         // ITL counts tokens, not requests: left out.
         assert_eq!(slo.requests_needed(), Some((1000, "e2e_p99".into())));
-        let w = slo.sample_warning(200).unwrap();
-        assert!(
-            w.contains("e2e_p99 needs ≈ 1,000 requests") && w.contains("200 will be sent"),
-            "{w}"
-        );
-        assert!(slo.sample_warning(1000).is_none());
     }
 
     #[test]

@@ -234,7 +234,7 @@ async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
         )
             .into_response();
     }
-    let plan = Plan {
+    let mut plan = Plan {
         writer: Writer::new(is_chat, "exact", n, &s.model_json, ask.prompt_tokens),
         shared: s.clone(),
         arrival,
@@ -247,6 +247,8 @@ async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
         answer_sent: None,
         last_sent: arrival,
     };
+    let reasoning = plan.reasoning();
+    plan.writer.set_reasoning_tokens(reasoning);
     if !ask.stream {
         return plan.whole().await.into_response();
     }
@@ -398,9 +400,7 @@ impl Plan {
                 });
                 Some(Ok(self.writer.finish(&timings)))
             }
-            2 if self.usage_at_end => Some(Ok(self
-                .writer
-                .usage_with_reasoning(self.tokens, self.reasoning()))),
+            2 if self.usage_at_end => Some(Ok(self.writer.usage(self.tokens))),
             2 | 3 => {
                 if step - chunks == 3 && !self.usage_at_end {
                     return None;

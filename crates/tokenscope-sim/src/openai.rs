@@ -68,6 +68,8 @@ pub struct Writer {
     prompt_tokens: u64,
     /// Prompt tokens found in the prefix cache, once the engine has said.
     cached_tokens: Option<u64>,
+    /// Of the completion tokens, those spent reasoning (usage says so when any).
+    reasoning_tokens: u64,
 }
 
 impl Writer {
@@ -86,6 +88,7 @@ impl Writer {
             model_json: model_json.into(),
             prompt_tokens,
             cached_tokens: None,
+            reasoning_tokens: 0,
         }
     }
 
@@ -94,19 +97,20 @@ impl Writer {
         self.cached_tokens = Some(n);
     }
 
-    fn usage_json(&self, completion: u64) -> String {
-        self.usage_json_with(completion, 0)
+    /// The usage that follows carries `completion_tokens_details.reasoning_tokens`.
+    pub fn set_reasoning_tokens(&mut self, n: u64) {
+        self.reasoning_tokens = n;
     }
 
-    /// Usage with `completion_tokens_details.reasoning_tokens` when there were any.
-    fn usage_json_with(&self, completion: u64, reasoning: u64) -> String {
+    fn usage_json(&self, completion: u64) -> String {
         let mut details = self
             .cached_tokens
             .map(|c| format!(r#","prompt_tokens_details":{{"cached_tokens":{c}}}"#))
             .unwrap_or_default();
-        if reasoning > 0 {
+        if self.reasoning_tokens > 0 {
             details.push_str(&format!(
-                r#","completion_tokens_details":{{"reasoning_tokens":{reasoning}}}"#
+                r#","completion_tokens_details":{{"reasoning_tokens":{}}}"#,
+                self.reasoning_tokens
             ));
         }
         format!(
@@ -166,19 +170,6 @@ impl Writer {
     /// The usage-only final chunk (`choices: []`).
     pub fn usage(&self, completion: u64) -> Bytes {
         self.chunk("", Some(completion), "")
-    }
-
-    /// The usage-only final chunk, `reasoning` of the completion tokens
-    /// spent reasoning.
-    pub fn usage_with_reasoning(&self, completion: u64, reasoning: u64) -> Bytes {
-        if reasoning == 0 {
-            return self.usage(completion);
-        }
-        let usage = format!(
-            r#","usage":{}"#,
-            self.usage_json_with(completion, reasoning)
-        );
-        self.chunk("", None, &usage)
     }
 
     /// A chat chunk carrying reasoning (`reasoning_content`) and answer

@@ -1,7 +1,6 @@
 //! Every doubt a command raises about a measurement or its output, as one
-//! type. Each warning says what is in doubt and what to do, and the advice
-//! depends on the flags already given (a run bounded by `--duration` is not
-//! told to pass `--requests`). They are printed from one place ([`Warning::say`])
+//! type. Each warning says what is in doubt and what to do with the flags
+//! at hand. They are printed from one place ([`Warning::say`])
 //! and the ones about a run's set-up are kept in its `results.json`
 //! (`warnings`), so a reader of the file sees what the terminal said.
 
@@ -19,8 +18,6 @@ pub enum Warning {
         needed: u64,
         /// Requests the run (or a series' smallest point) sends.
         sent: u64,
-        /// The run is bounded by `--duration`, not a count.
-        by_duration: bool,
     },
     /// A non-Poisson arrival process split over shards does not add up to
     /// that process at the whole rate.
@@ -62,18 +59,8 @@ impl Warning {
                 objective,
                 needed,
                 sent,
-                by_duration: false,
             } => format!(
                 "--slo {objective} needs ≈ {} requests to be judged on its own; {sent} will be sent (pass --requests {needed}; fewer are judged only where the data already decides)",
-                thousands(*needed)
-            ),
-            Warning::SloSampleSize {
-                objective,
-                needed,
-                by_duration: true,
-                ..
-            } => format!(
-                "--slo {objective} needs ≈ {} requests to be judged on its own; --duration decides how many are sent (lengthen it, or pass --requests {needed})",
                 thousands(*needed)
             ),
             Warning::ArrivalSplit { arrival, shards } => format!(
@@ -118,17 +105,12 @@ impl Warning {
 }
 
 /// The SLO's sample-size doubt for a run of `sent` requests, if it has one.
-pub fn slo_sample_size(
-    slo: &tokenscope_core::slo::Slo,
-    sent: u64,
-    by_duration: bool,
-) -> Option<Warning> {
+pub fn slo_sample_size(slo: &tokenscope_core::slo::Slo, sent: u64) -> Option<Warning> {
     let (needed, objective) = slo.requests_needed()?;
     (sent < needed).then_some(Warning::SloSampleSize {
         objective,
         needed,
         sent,
-        by_duration,
     })
 }
 
@@ -137,23 +119,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slo_advice_follows_the_flags_given() {
-        let slo = tokenscope_core::slo::Slo::parse("ttft_p99=500ms").unwrap();
-        let counted = slo_sample_size(&slo, 200, false).expect("a p99 from 200 requests");
+    fn too_few_requests_for_the_slo_are_said_with_the_count_to_send() {
+        let slo = tokenscope_core::slo::Slo::parse("ttft_p50=1s,e2e_p99=10s").unwrap();
+        let w = slo_sample_size(&slo, 200).expect("a p99 from 200 requests");
+        let said = w.message();
+        assert!(said.contains("e2e_p99 needs ≈ 1,000 requests"), "{said}");
         assert!(
-            counted.message().contains("pass --requests"),
-            "{}",
-            counted.message()
+            said.contains("200 will be sent") && said.contains("--requests 1000"),
+            "{said}"
         );
-        assert!(counted.message().contains("200 will be sent"));
-        let timed = slo_sample_size(&slo, 200, true).unwrap();
-        assert!(
-            timed.message().contains("--duration decides"),
-            "{}",
-            timed.message()
-        );
-        assert_eq!(timed.kind(), "slo_sample_size");
-        assert!(slo_sample_size(&slo, 100_000, false).is_none());
+        assert_eq!(w.kind(), "slo_sample_size");
+        assert!(slo_sample_size(&slo, 1000).is_none());
     }
 
     #[test]

@@ -122,6 +122,14 @@ impl Reasoner {
         text.push_str(s);
     }
 
+    /// The first `n` held bytes are reasoning: out of the hold, onto `text`.
+    fn think_held(&mut self, n: usize, text: &mut String) -> usize {
+        self.reasoning.push_str(&self.held[..n]);
+        text.push_str(&self.held[..n]);
+        self.held.drain(..n);
+        n
+    }
+
     /// Answer text (a content delta, a completion's text).
     pub fn answer(&mut self, s: &str, text: &mut String) -> Split {
         if self.tags == Tags::Answering && self.held.is_empty() {
@@ -148,9 +156,7 @@ impl Reasoner {
                         return split; // maybe the start of `<think>`: wait
                     }
                     if rest.starts_with(OPEN) {
-                        let opened: String = self.held.drain(..lead + OPEN.len()).collect();
-                        split.reasoning += opened.len();
-                        self.think(&opened, text);
+                        split.reasoning += self.think_held(lead + OPEN.len(), text);
                         self.tags = Tags::Thinking;
                     } else {
                         self.tags = Tags::Answering;
@@ -161,9 +167,7 @@ impl Reasoner {
                         Some(at) => (at + CLOSE.len(), true),
                         None => (self.held.len() - partial_suffix(&self.held, CLOSE), false),
                     };
-                    let thought: String = self.held.drain(..cut).collect();
-                    split.reasoning += thought.len();
-                    self.think(&thought, text);
+                    split.reasoning += self.think_held(cut, text);
                     if !closed {
                         return split;
                     }

@@ -45,7 +45,7 @@ pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
         .unwrap_or_else(crate::run_dir::default_out_dir);
     if let (Some(slo), false) = (&args.bench.output.slo, args.bench.output.quiet) {
         let fewest = explicit.iter().filter_map(|l| l.work.flags.requests).min();
-        if let Some(w) = fewest.and_then(|n| crate::warnings::slo_sample_size(slo, n, false)) {
+        if let Some(w) = fewest.and_then(|n| crate::warnings::slo_sample_size(slo, n)) {
             w.say_as("tokenscope sweep", false);
         }
     }
@@ -253,7 +253,7 @@ impl Series<'_> {
                 if let Some(w) = self.args.bench.output.slo.as_ref().and_then(|s| {
                     flags
                         .requests
-                        .and_then(|r| crate::warnings::slo_sample_size(s, r, false))
+                        .and_then(|r| crate::warnings::slo_sample_size(s, r))
                 }) {
                     self.say(&format!("warning: {}", w.message()));
                 } else if flags.duration.is_some() {

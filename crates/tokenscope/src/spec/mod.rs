@@ -124,7 +124,7 @@ impl RunSpec {
             }
         }
         if let (Some(slo), Some(n)) = (&self.output.slo, self.plan.requests) {
-            out.extend(crate::warnings::slo_sample_size(slo, n, false));
+            out.extend(crate::warnings::slo_sample_size(slo, n));
         }
         out
     }
