@@ -31,6 +31,17 @@ pub struct Point {
     pub tpot_p99_ms: f64,
     pub e2e_p99_ms: f64,
     pub cost_per_1k: Option<f64>,
+    /// Requests that answered (not a spent thinking budget), per second per
+    /// GPU: on the same GPUs, cost per answer ∝ 1 / this.
+    #[serde(default)]
+    pub answers_per_s: f64,
+    /// Dollars per answered request, with a GPU price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_per_answer: Option<f64>,
+    /// With reasoning: the share of output tokens that were thinking — GPU
+    /// work the user never reads, which may change with load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_share: Option<f64>,
     pub gpu_util_pct: Option<f64>,
     pub kv_usage_max: Option<f64>,
     pub preemptions: Option<f64>,
@@ -129,6 +140,13 @@ impl Point {
             tpot_p99_ms: p99(l.tpot_ms),
             e2e_p99_ms: p99(l.e2e_ms),
             cost_per_1k: r.efficiency.cost.and_then(|c| c.usd_per_1k_output_tokens),
+            answers_per_s: r.throughput.requests_per_s * answered_share(r) / gpus,
+            cost_per_answer: r.efficiency.cost.and_then(|c| c.usd_per_answer),
+            reasoning_share: r
+                .tokens
+                .reasoning
+                .as_ref()
+                .map(|x| x.tokens as f64 / r.tokens.output_total.max(1) as f64),
             gpu_util_pct: r
                 .efficiency
                 .gpu
@@ -141,6 +159,20 @@ impl Point {
             slo: None,
             spread: None,
         }
+    }
+}
+
+/// The share of successful requests that answered: all but those that
+/// spent their whole length thinking.
+fn answered_share(r: &RunResults) -> f64 {
+    let spent = r
+        .tokens
+        .reasoning
+        .as_ref()
+        .map_or(0, |x| x.budget_spent_requests);
+    match r.counts.succeeded {
+        0 => 0.0,
+        n => n.saturating_sub(spent) as f64 / n as f64,
     }
 }
 
@@ -334,14 +366,22 @@ pub struct Objectives {
     pub cost_ttft_cap_ms: f64,
     /// Long context: KV usage ceiling.
     pub long_context_kv_max: f64,
+    /// Agent (reasoning and tool-calling services): E2E p99 cap — such a
+    /// service waits for whole answers, so it is judged by E2E and cost
+    /// per answer, not by when the first token came.
+    #[serde(default = "default_agent_e2e_p99_ms")]
+    pub agent_e2e_p99_ms: f64,
+}
+
+fn default_agent_e2e_p99_ms() -> f64 {
+    60_000.0
 }
 
 impl Objectives {
     /// Applies overrides such as
-    /// `chat_ttft_p99=500ms,chat_tpot_p99=30ms,batch_e2e_growth=3,cost_ttft_cap=5s,long_context_kv_max=0.8`.
+    /// `chat_ttft_p99=500ms,chat_tpot_p99=30ms,batch_e2e_growth=3,cost_ttft_cap=5s,long_context_kv_max=0.8,agent_e2e_p99=30s`.
     pub fn with_overrides(mut self, text: &str) -> Result<Objectives, String> {
-        const KEYS: &str =
-            "chat_ttft_p99, chat_tpot_p99, batch_e2e_growth, cost_ttft_cap, long_context_kv_max";
+        const KEYS: &str = "chat_ttft_p99, chat_tpot_p99, batch_e2e_growth, cost_ttft_cap, long_context_kv_max, agent_e2e_p99";
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (key, value) = part
                 .split_once('=')
@@ -360,6 +400,7 @@ impl Objectives {
                 "chat_tpot_p99" => self.chat_tpot_p99_ms = ms()?,
                 "batch_e2e_growth" => self.batch_e2e_growth = number()?,
                 "cost_ttft_cap" => self.cost_ttft_cap_ms = ms()?,
+                "agent_e2e_p99" => self.agent_e2e_p99_ms = ms()?,
                 "long_context_kv_max" => match number()? {
                     v if v <= 1.0 => self.long_context_kv_max = v,
                     _ => {
@@ -383,6 +424,7 @@ impl Default for Objectives {
             batch_e2e_growth: 10.0,
             cost_ttft_cap_ms: 10_000.0,
             long_context_kv_max: 0.9,
+            agent_e2e_p99_ms: default_agent_e2e_p99_ms(),
         }
     }
 }
@@ -390,9 +432,14 @@ impl Default for Objectives {
 /// The operating point chosen for one service profile.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Recommendation {
-    /// `chat`, `batch`, `cost`, `long-context`.
+    /// `chat`, `batch`, `cost`, `long-context`, `agent`.
     pub profile: String,
     pub objective: String,
+    /// The metrics the choice rested on, in words (the chat profile's
+    /// change to the answer start when the series reasoned, `--slo` when
+    /// one is set).
+    #[serde(default)]
+    pub judged_by: String,
     /// Index into the series; `None` when no point satisfies the profile.
     pub point: Option<usize>,
     pub load: Option<f64>,
@@ -454,6 +501,7 @@ fn choose(
         point: best,
         load: best.map(|i| points[i].load),
         why: best.map_or(none, |i| why(&points[i])),
+        judged_by: String::new(),
         expect: best.map(|i| points[i]),
         margin_pct: None,
         lower_bound: false,
@@ -522,7 +570,16 @@ pub fn recommend(points: &[Point], o: &Objectives, slo: Option<&str>) -> Vec<Rec
         "chat" => (start(p) / o.chat_ttft_p99_ms).max(p.tpot_p99_ms / o.chat_tpot_p99_ms),
         "batch" => p.e2e_p99_ms / (o.batch_e2e_growth * min_e2e),
         "cost" => p.ttft_p99_ms / o.cost_ttft_cap_ms,
+        "agent" => p.e2e_p99_ms / o.agent_e2e_p99_ms,
         _ => p.kv_usage_max.unwrap_or(0.0) / o.long_context_kv_max,
+    };
+    let judged_by = |profile: &str| match profile {
+        "chat" if slo.is_some() => "--slo".to_string(),
+        "chat" => format!("{start_name}, TPOT p99"),
+        "batch" => "output tokens/s, E2E p99".into(),
+        "cost" => "cost per 1K output tokens, TTFT p99".into(),
+        "agent" => "cost per answer, E2E p99".into(),
+        _ => "KV usage, preemptions".into(),
     };
     let chat = |default: Recommendation| match slo {
         Some(text) => chat_under_slo(points, text),
@@ -601,14 +658,46 @@ pub fn recommend(points: &[Point], o: &Objectives, slo: Option<&str>) -> Vec<Rec
                 "the server does not expose KV usage: no KV-headroom recommendation".into()
             },
         ),
+        agent(points, o),
     ];
     chosen
         .into_iter()
         .map(|mut r| {
             r.margin_pct = r.expect.map(|p| (1.0 - used(&r.profile, &p)) * 100.0);
+            r.judged_by = judged_by(&r.profile);
             r
         })
         .collect()
+}
+
+/// The agent profile (reasoning and tool-calling services): the least cost
+/// per answer whose E2E p99 is within its cap and whose queue is steady.
+fn agent(points: &[Point], o: &Objectives) -> Recommendation {
+    let cap = o.agent_e2e_p99_ms;
+    choose(
+        "agent",
+        format!("the least cost per answer with E2E p99 ≤ {:.0} s, the server's queue not growing", cap / 1e3),
+        points,
+        |p| !p.overloaded && p.e2e_p99_ms <= cap && p.answers_per_s > 0.0,
+        |a, b| match (a.cost_per_answer, b.cost_per_answer) {
+            (Some(x), Some(y)) => x < y,
+            _ => a.answers_per_s > b.answers_per_s, // same GPU: cost ∝ 1 / answers/s
+        },
+        |p| {
+            let thinking = p
+                .reasoning_share
+                .map(|s| format!(", {:.0} % of output thinking", s * 100.0))
+                .unwrap_or_default();
+            match p.cost_per_answer {
+                Some(c) => format!("${c:.5} per answer at {:.2} answers/s per GPU, E2E p99 {:.1} s{thinking}", p.answers_per_s, p.e2e_p99_ms / 1e3),
+                None => format!("{:.2} answers/s per GPU with E2E p99 {:.1} s{thinking}: the least cost per answer on the same GPUs (give --gpu-price for dollars)", p.answers_per_s, p.e2e_p99_ms / 1e3),
+            }
+        },
+        format!(
+            "no point answers within E2E p99 {:.0} s with a steady queue; a higher cap (--objectives agent_e2e_p99=…), a faster GPU, a smaller reasoning budget or lighter loads would",
+            cap / 1e3
+        ),
+    )
 }
 
 /// Where a series saturates (see [`saturation`]).
@@ -810,6 +899,9 @@ mod tests {
             tpot_p99_ms: tpot,
             e2e_p99_ms: e2e,
             cost_per_1k: Some(1.0 / tps),
+            answers_per_s: tps / 100.0,
+            cost_per_answer: None,
+            reasoning_share: None,
             gpu_util_pct: None,
             kv_usage_max: Some(kv),
             preemptions: Some(pre),

@@ -1,8 +1,7 @@
 //! From records to numbers, exactly as `docs/metrics.md` defines them.
 
 use crate::compare::{self, RunValues};
-use crate::cost::Cost;
-use crate::cost::GpuPrice;
+use crate::cost::{Cost, GpuPrice, Produced};
 use crate::record::{RequestRecord, TokenSource};
 use crate::results::{
     ArrivalFidelity, CacheHits, Concurrency, Counts, ErrorSample, Fidelity, Latency,
@@ -462,12 +461,19 @@ impl Aggregator {
             };
             slo_report(s, samples, &latency, self.good_requests)
         });
+        let reasoning = tokens.reasoning.as_ref();
         let cost = self.price.map(|p| {
             p.cost(
                 window_s,
-                tokens.output_total,
-                tokens.output_total + tokens.input_total,
-                judged.then_some(self.good_tokens),
+                Produced {
+                    output_tokens: tokens.output_total,
+                    total_tokens: tokens.output_total + tokens.input_total,
+                    good_output_tokens: judged.then_some(self.good_tokens),
+                    answer_tokens: reasoning.map(|r| r.answer_tokens),
+                    answers: counts
+                        .succeeded
+                        .saturating_sub(reasoning.map_or(0, |r| r.budget_spent_requests)),
+                },
             )
         });
         Measured {

@@ -474,7 +474,10 @@ impl RequestRecord {
     }
 
     /// Time to the first answer token = first answer chunk − sent, in µs.
+    /// Like TTFT, only a stream has one: a whole response's answer arrives
+    /// at its end.
     pub fn answer_start_us(&self) -> Option<u64> {
+        self.first_token_at_us?;
         Some(self.first_answer_at_us?.saturating_sub(self.sent_at_us))
     }
 

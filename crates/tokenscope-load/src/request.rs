@@ -466,12 +466,14 @@ async fn whole_answer(
     if let Some(msg) = whole.error {
         return failed_after(rec, ErrorKind::ServerError, msg);
     }
-    if text.is_empty() {
+    if text.is_empty() && !thought_to_its_limit(whole.usage, whole.finish_reason.as_deref()) {
         let msg = "the answer carried no generated text".to_string();
         return failed_after(rec, ErrorKind::EmptyAnswer, msg);
     }
     rec.finish_reason = whole.finish_reason;
     rec.server_timings = whole.timings;
+    // The answer, if any, came with the rest at the end.
+    rec.first_answer_at_us = (whole.answer_bytes > 0).then_some(rec.done_at_us);
     let usage_reasoning = whole
         .usage
         .and_then(|u| u.reasoning_tokens)
@@ -485,6 +487,7 @@ async fn whole_answer(
             Some(n.ok().flatten().unwrap_or(1))
         }
     };
+    rec.reasoning_hidden = usage_reasoning.is_some() && whole.reasoning_bytes == 0;
     rec.reasoning_token_source = rec.reasoning_tokens.map(|_| match usage_reasoning {
         Some(_) => TokenSource::ServerUsage,
         None => TokenSource::Tokenizer,
@@ -531,19 +534,22 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
             "stream ended without [DONE] or a finish reason".into(),
         ));
     }
-    if s.failure.is_none() && s.chunks.is_empty() {
-        s.failure = Some((
-            ErrorKind::EmptyAnswer,
-            "the stream ended without any generated text (no chunk's choices carried content)"
-                .into(),
-        ));
-    }
     let n_chunks = s.chunks.len() as u64;
     // Before the split, a chunk's second field is its text bytes.
     let bytes: u64 = s.chunks.iter().map(|c| c.1 as u64).sum();
     if let Some(why) = implausible(s.usage, bytes, n_chunks, rec.requested_output_tokens) {
         rec.implausible_usage = Some(why);
         s.usage = None;
+    }
+    if s.failure.is_none()
+        && s.chunks.is_empty()
+        && !thought_to_its_limit(s.usage, rec.finish_reason.as_deref())
+    {
+        s.failure = Some((
+            ErrorKind::EmptyAnswer,
+            "the stream ended without any generated text (no chunk's choices carried content)"
+                .into(),
+        ));
     }
     if let Some(p) = s.usage.and_then(|u| u.prompt_tokens) {
         rec.input_tokens = Some(p);
@@ -581,7 +587,7 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
         n => s.chunk_usage.iter().map(|c| c.saturating_sub(n)).collect(),
     };
     split_tokens(&mut s.chunks, &chunk_usage, streamed);
-    rec.output_tokens = if s.chunks.is_empty() {
+    rec.output_tokens = if s.chunks.is_empty() && s.failure.is_some() {
         total.min(n_chunks)
     } else {
         total
@@ -593,6 +599,15 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
         rec.error = Some(msg);
     }
     (rec, s.text)
+}
+
+/// A response with no text that is still an answer of sorts: the server
+/// counted reasoning it never showed and stopped at the length limit — a
+/// hidden thinking budget spent whole (the `thinking_budget_exhausted`
+/// finding), not a broken stream.
+fn thought_to_its_limit(usage: Option<Usage>, finish_reason: Option<&str>) -> bool {
+    let counted = usage.and_then(|u| u.reasoning_tokens);
+    finish_reason == Some("length") && counted.is_some_and(|n| n > 0)
 }
 
 /// A stream's reasoning tokens and where the count came from: the server's
@@ -625,7 +640,15 @@ fn implausible(
 ) -> Option<String> {
     let u = usage?;
     if let Some(n) = u.completion_tokens {
-        if n > bytes.saturating_add(chunks) {
+        let hidden = u.reasoning_tokens.unwrap_or(0);
+        if hidden > n {
+            return Some(format!(
+                "reasoning_tokens {hidden} of completion_tokens {n}"
+            ));
+        }
+        // Reasoning may have been counted and never shown (hidden): only
+        // the rest needs text.
+        if n - hidden > bytes.saturating_add(chunks) {
             return Some(format!(
                 "completion_tokens {n} from {chunks} chunks carrying {bytes} bytes"
             ));

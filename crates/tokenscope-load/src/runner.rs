@@ -85,6 +85,11 @@ pub struct Progress {
 pub struct LiveLatency {
     pub ttft_us: hdrhistogram::Histogram<u64>,
     pub tpot_us: hdrhistogram::Histogram<u64>,
+    /// The time to the first answer token (TTFT for a request that did not
+    /// reason); shown once `reasoned`.
+    pub answer_start_us: hdrhistogram::Histogram<u64>,
+    /// Some finished request reasoned.
+    pub reasoned: bool,
     pub errors: std::collections::BTreeMap<String, u64>,
 }
 
@@ -99,6 +104,8 @@ impl Default for LiveLatency {
         LiveLatency {
             ttft_us: h(),
             tpot_us: h(),
+            answer_start_us: h(),
+            reasoned: false,
             errors: Default::default(),
         }
     }
@@ -138,6 +145,10 @@ impl Progress {
                     }
                     if let Some(t) = r.tpot_us() {
                         live.tpot_us.saturating_record(t as u64);
+                    }
+                    live.reasoned |= r.reasoning_tokens.is_some();
+                    if let Some(t) = r.answer_start_or_ttft_us() {
+                        live.answer_start_us.saturating_record(t);
                     }
                 }
             }

@@ -217,6 +217,28 @@ fn cards(out: &mut String, r: &RunResults) {
                 format!("${:.2}/GPU-h × {}", cost.usd_per_gpu_hour, cost.gpus),
             ));
         }
+        let more = [
+            (
+                "cost per 1K answer tokens",
+                cost.usd_per_1k_answer_tokens,
+                "thinking paid, not read",
+            ),
+            (
+                "cost per answer",
+                cost.usd_per_answer,
+                "per request that answered",
+            ),
+        ];
+        for (name, value, note) in more {
+            if let Some(v) = value {
+                eff.push((
+                    Health::Unknown,
+                    name.into(),
+                    format!("${v:.5}"),
+                    note.into(),
+                ));
+            }
+        }
     }
     if let Some(cpu) = r.client.cpu_cores {
         eff.push((
@@ -680,15 +702,16 @@ fn conclusions(out: &mut String, a: &Analysis) {
         "<div class=\"verdict unknown\" id=\"conclusions\"><pre>{}</pre></div>",
         esc(text.trim())
     );
-    out.push_str("<h2>Recommendations</h2><table><tr><th>profile</th><th>objective</th><th>load</th><th>why</th><th>margin</th><th>TTFT p99</th><th>TPOT p99</th><th>tokens/s</th><th>cost/1K</th><th>GPU util</th><th>KV max</th></tr>");
+    out.push_str("<h2>Recommendations</h2><table><tr><th>profile</th><th>objective</th><th>judged by</th><th>load</th><th>why</th><th>margin</th><th>TTFT p99</th><th>TPOT p99</th><th>tokens/s</th><th>cost/1K</th><th>GPU util</th><th>KV max</th></tr>");
     for r in &a.recommendations {
         let e = r.expect.as_ref();
         let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map_or("—".into(), f);
         let _ = write!(
             out,
-            "<tr><td><b>{}</b></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td><b>{}</b></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(&r.profile),
             esc(&r.objective),
+            esc(&r.judged_by),
             r.load.map_or("none".into(), |l| if r.lower_bound { format!("≥ {l}") } else { l.to_string() }),
             esc(&r.why),
             opt(r.margin_pct, &|v| format!("{v:.0} %")),

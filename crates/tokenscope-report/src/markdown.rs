@@ -132,6 +132,12 @@ pub fn run(r: &RunResults) -> String {
         opt(pre, |v| format!("{v:.0}")),
         opt(cost, |v| format!("${v:.5}"))
     );
+    if let Some(c) = e.cost.and_then(|c| c.usd_per_1k_answer_tokens) {
+        let _ = writeln!(out, "| cost per 1K answer tokens | ${c:.5} |");
+    }
+    if let Some(c) = e.cost.and_then(|c| c.usd_per_answer) {
+        let _ = writeln!(out, "| cost per answer | ${c:.5} |");
+    }
     let rows = crate::fidelity::rows(r);
     if !rows.is_empty() {
         out.push_str("\n| workload | asked | delivered |\n|---|---|---|\n");
@@ -230,12 +236,13 @@ pub fn sweep(s: &Sweep) -> String {
             }
         );
     }
-    out.push_str("\n| profile | load | why | margin |\n|---|---:|---|---:|\n");
+    out.push_str("\n| profile | judged by | load | why | margin |\n|---|---|---:|---|---:|\n");
     for r in &a.recommendations {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} |",
             r.profile,
+            r.judged_by,
             r.load.map_or("none".into(), |l| if r.lower_bound {
                 format!("≥ {l}")
             } else {

@@ -258,6 +258,20 @@ pub fn summary(r: &RunResults) -> String {
                 "  cost / 1K total tokens  {:>12}",
                 per(cost.usd_per_1k_total_tokens)
             );
+            if cost.usd_per_1k_answer_tokens.is_some() {
+                let _ = writeln!(
+                    out,
+                    "  cost / 1K answer tokens {:>12}   (thinking paid, not read)",
+                    per(cost.usd_per_1k_answer_tokens)
+                );
+            }
+            if cost.usd_per_answer.is_some() {
+                let _ = writeln!(
+                    out,
+                    "  cost / answer           {:>12}   (per request that answered)",
+                    per(cost.usd_per_answer)
+                );
+            }
             if cost.usd_per_1k_good_output_tokens.is_some() {
                 let _ = writeln!(
                     out,
@@ -470,6 +484,9 @@ fn workload_lines(out: &mut String, r: &RunResults) {
             "  output tokens         mean {asked}{delivered:.0} written{stops}"
         );
     }
+    if let Some(x) = &r.tokens.reasoning {
+        reasoning_line(&mut lines, x, r.tokens.output_total);
+    }
     if let Some(a) = &w.arrivals {
         let disp = |d: Option<f64>| {
             d.map(|d| format!(", dispersion {d:.2}"))
@@ -490,6 +507,31 @@ fn workload_lines(out: &mut String, r: &RunResults) {
         let _ = writeln!(out, "\nWorkload (asked → delivered)");
         out.push_str(&lines);
     }
+}
+
+/// How much of the output was thinking, and how the counts were had.
+fn reasoning_line(out: &mut String, x: &tokenscope_core::results::Reasoning, output_total: u64) {
+    let sources: Vec<String> = x.sources.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let mut notes = vec![format!("counted by {}", sources.join(", "))];
+    if x.hidden_requests > 0 {
+        notes.push(format!("hidden in {} requests", x.hidden_requests));
+    }
+    if x.budget_spent_requests > 0 {
+        notes.push(format!(
+            "{} spent their length thinking",
+            x.budget_spent_requests
+        ));
+    }
+    let _ = writeln!(
+        out,
+        "  reasoning             {} of {} output tokens ({:.0} %) in {} requests; {} answer tokens ({})",
+        x.tokens,
+        output_total,
+        x.tokens as f64 / output_total.max(1) as f64 * 100.0,
+        x.requests,
+        x.answer_tokens,
+        notes.join("; ")
+    );
 }
 
 /// Multi-turn: TTFT by turn, the first eight turns and the pooled rest.
@@ -567,9 +609,16 @@ fn server_lines(out: &mut String, kind: &str, m: &serde_json::Value) {
 
 /// One line per point of a series (a sweep or `sim plan --sweep`).
 pub fn series_table(points: &[(String, RunResults)]) -> String {
+    // A reasoning series adds when the answer started and how much was thinking.
+    let reasoning = points.iter().any(|(_, r)| r.tokens.reasoning.is_some());
     let mut out = String::from(
-        "\nload               out tok/s   TTFT p50   TTFT p99   TPOT p50   TPOT p99    E2E p50   KV max  preempt\n",
+        "\nload               out tok/s   TTFT p50   TTFT p99   TPOT p50   TPOT p99    E2E p50   KV max  preempt",
     );
+    out += if reasoning {
+        "  ANS p99  think %\n"
+    } else {
+        "\n"
+    };
     for (label, r) in points {
         let l = &r.latency;
         let ms = |s: Option<tokenscope_core::stats::Summary>,
@@ -589,6 +638,16 @@ pub fn series_table(points: &[(String, RunResults)]) -> String {
             kv.and_then(|k| k["usage_max"].as_f64()).unwrap_or(0.0) * 100.0,
             kv.and_then(|k| k["preemptions"].as_u64()).unwrap_or(0),
         );
+        if reasoning {
+            let share = r.tokens.reasoning.as_ref().map_or("—".into(), |x| {
+                format!(
+                    "{:.0}%",
+                    x.tokens as f64 / r.tokens.output_total.max(1) as f64 * 100.0
+                )
+            });
+            out.pop();
+            out += &format!(" {:>8} {:>8}\n", ms(l.answer_start_ms, |s| s.p99), share);
+        }
     }
     out
 }
@@ -667,13 +726,20 @@ pub fn analysis(a: &Analysis) -> String {
                 };
                 _ = writeln!(
                     out,
-                    "  {:<13} load {at:<8} {} · margin {:.0} %",
+                    "  {:<13} load {at:<8} {} · margin {:.0} % · judged by {}",
                     r.profile,
                     r.why,
-                    r.margin_pct.unwrap_or(0.0)
+                    r.margin_pct.unwrap_or(0.0),
+                    r.judged_by
                 )
             }
-            None => _ = writeln!(out, "  {:<13} {:<13} {}", r.profile, "none", r.why),
+            None => {
+                _ = writeln!(
+                    out,
+                    "  {:<13} {:<13} {} · judged by {}",
+                    r.profile, "none", r.why, r.judged_by
+                )
+            }
         }
     }
     out

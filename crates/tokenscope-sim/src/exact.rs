@@ -10,7 +10,7 @@
 
 use crate::faults::{pick_fault, uniform, Fault, Faults};
 use crate::http::{bad_request, parse_body};
-use crate::openai::{self, Ask, Writer};
+use crate::openai::{Ask, Writer};
 use crate::timer::sleep_until;
 use axum::body::Body;
 use axum::extract::State;
@@ -45,31 +45,7 @@ pub struct ExactConfig {
     pub reasoning_as: ReasoningAs,
 }
 
-/// How the exact server shows its reasoning: the ground truth of the
-/// three ways servers do.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ReasoningAs {
-    /// In `reasoning_content` deltas (vLLM's, SGLang's reasoning parsers).
-    #[default]
-    Field,
-    /// As `<think>`…`</think>` opening the content (no reasoning parser).
-    Tags,
-    /// Not streamed at all: the answer starts after the thinking's time
-    /// (gpt-oss and the o-series through gateways).
-    Hidden,
-}
-
-impl std::str::FromStr for ReasoningAs {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "field" => Ok(ReasoningAs::Field),
-            "tags" => Ok(ReasoningAs::Tags),
-            "hidden" => Ok(ReasoningAs::Hidden),
-            _ => Err(format!("`{s}`: expected field, tags or hidden")),
-        }
-    }
-}
+pub use crate::openai::ReasoningAs;
 
 impl Default for ExactConfig {
     fn default() -> Self {
@@ -248,7 +224,7 @@ async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
         last_sent: arrival,
     };
     let reasoning = plan.reasoning();
-    plan.writer.set_reasoning_tokens(reasoning);
+    plan.writer.set_reasoning(reasoning, cfg.reasoning_as);
     if !ask.stream {
         return plan.whole().await.into_response();
     }
@@ -314,26 +290,10 @@ impl Plan {
     }
 
     /// Chunk `j`'s frame: tokens `from..to`, the reasoning among them as
-    /// the server shows it.
+    /// the server shows it (hidden chunks are never asked for).
     fn frame(&self, from: u64, to: u64) -> Bytes {
-        let r = self.reasoning();
         let usage = self.usage_per_chunk.then_some(to);
-        let split = r.clamp(from, to);
-        let (thought, answer) = (openai::text(from, split), openai::text(split, to));
-        match self.shared.config.reasoning_as {
-            _ if r == 0 => self.writer.content(&answer, usage),
-            ReasoningAs::Field => self.writer.reasoning_and_content(&thought, &answer, usage),
-            ReasoningAs::Hidden => self.writer.content(&answer, usage),
-            ReasoningAs::Tags => {
-                let open = if from == 0 { "<think>" } else { "" };
-                let close = if from < r && r <= to { "</think>" } else { "" };
-                let text = match from < r {
-                    true => format!("{open}{thought}{close}{answer}"),
-                    false => answer,
-                };
-                self.writer.content(&text, usage)
-            }
-        }
+        self.writer.tokens(from, to, usage).unwrap_or_default()
     }
 
     /// When the last token of chunk `j` (0-based) is ready.
@@ -381,6 +341,9 @@ impl Plan {
         let chunks = chunks - hidden;
         match step - chunks {
             1 => {
+                // Hidden reasoning may have been all of it: the generation
+                // still takes its time before the finish.
+                sleep_until(self.chunk_ready(self.chunks() - 1)).await;
                 // What the server actually did, in the manner of llama.cpp's
                 // `timings`: a loaded machine can make it differ from the config.
                 let first = self.first_sent.unwrap_or(self.arrival);
@@ -418,7 +381,8 @@ impl Plan {
 
     async fn whole(&self) -> impl IntoResponse {
         sleep_until(self.chunk_ready(self.chunks().saturating_sub(1))).await;
-        Json(self.writer.whole(self.tokens, &self.shared.config.model))
+        let model = &self.shared.config.model;
+        Json(self.writer.whole(self.tokens, model))
     }
 }
 

@@ -59,6 +59,32 @@ impl Ask {
     }
 }
 
+/// How a simulated server shows its reasoning: the ground truth of the
+/// three ways servers do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReasoningAs {
+    /// In `reasoning_content` deltas (vLLM's, SGLang's reasoning parsers).
+    #[default]
+    Field,
+    /// As `<think>`…`</think>` opening the content (no reasoning parser).
+    Tags,
+    /// Not streamed at all: the answer starts after the thinking's time
+    /// (gpt-oss and the o-series through gateways).
+    Hidden,
+}
+
+impl std::str::FromStr for ReasoningAs {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "field" => Ok(ReasoningAs::Field),
+            "tags" => Ok(ReasoningAs::Tags),
+            "hidden" => Ok(ReasoningAs::Hidden),
+            _ => Err(format!("`{s}`: expected field, tags or hidden")),
+        }
+    }
+}
+
 /// Writes one response's chunks.
 pub struct Writer {
     is_chat: bool,
@@ -68,8 +94,10 @@ pub struct Writer {
     prompt_tokens: u64,
     /// Prompt tokens found in the prefix cache, once the engine has said.
     cached_tokens: Option<u64>,
-    /// Of the completion tokens, those spent reasoning (usage says so when any).
+    /// Of the completion tokens, the first this many are reasoning (usage
+    /// says so when any), shown as `reasoning_as` says.
     reasoning_tokens: u64,
+    reasoning_as: ReasoningAs,
 }
 
 impl Writer {
@@ -89,6 +117,7 @@ impl Writer {
             prompt_tokens,
             cached_tokens: None,
             reasoning_tokens: 0,
+            reasoning_as: ReasoningAs::default(),
         }
     }
 
@@ -97,9 +126,30 @@ impl Writer {
         self.cached_tokens = Some(n);
     }
 
-    /// The usage that follows carries `completion_tokens_details.reasoning_tokens`.
-    pub fn set_reasoning_tokens(&mut self, n: u64) {
+    /// The answer's first `n` tokens are reasoning, shown `how`; the usage
+    /// that follows carries `completion_tokens_details.reasoning_tokens`.
+    pub fn set_reasoning(&mut self, n: u64, how: ReasoningAs) {
         self.reasoning_tokens = n;
+        self.reasoning_as = how;
+    }
+
+    /// The chunk of tokens `from..to`, their reasoning shown as set;
+    /// `None` when all of them are hidden reasoning (nothing to stream).
+    pub fn tokens(&self, from: u64, to: u64, usage: Option<u64>) -> Option<Bytes> {
+        let r = self.reasoning_tokens;
+        let split = r.clamp(from, to);
+        let (thought, answer) = (text(from, split), text(split, to));
+        Some(match self.reasoning_as {
+            _ if r == 0 || from >= r => self.content(&answer, usage),
+            ReasoningAs::Field => self.reasoning_and_content(&thought, &answer, usage),
+            ReasoningAs::Hidden if to <= r => return None,
+            ReasoningAs::Hidden => self.content(&answer, usage),
+            ReasoningAs::Tags => {
+                let open = if from == 0 { "<think>" } else { "" };
+                let close = if to >= r { "</think>" } else { "" };
+                self.content(&format!("{open}{thought}{close}{answer}"), usage)
+            }
+        })
     }
 
     fn usage_json(&self, completion: u64) -> String {
@@ -198,11 +248,25 @@ impl Writer {
         Bytes::from_static(b"data: [DONE]\n\n")
     }
 
-    /// A whole (non-streaming) answer of `completion` tokens.
+    /// A whole (non-streaming) answer of `completion` tokens, its reasoning
+    /// shown as set (a completions answer has no reasoning field: there
+    /// the thinking is plain text).
     pub fn whole(&self, completion: u64, model: &str) -> Value {
-        let text = text(0, completion);
+        let r = self.reasoning_tokens.min(completion);
+        let (thought, answer) = (text(0, r), text(r, completion));
+        let (reasoning, text) = match self.reasoning_as {
+            _ if r == 0 => (None, answer),
+            ReasoningAs::Field if self.is_chat => (Some(thought), answer),
+            ReasoningAs::Field => (None, format!("{thought}{answer}")),
+            ReasoningAs::Tags => (None, format!("<think>{thought}</think>{answer}")),
+            ReasoningAs::Hidden => (None, answer),
+        };
         let choice = if self.is_chat {
-            json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"})
+            let mut message = json!({"role": "assistant", "content": text});
+            if let Some(r) = reasoning {
+                message["reasoning_content"] = json!(r);
+            }
+            json!({"index": 0, "message": message, "finish_reason": "length"})
         } else {
             json!({"index": 0, "text": text, "finish_reason": "length"})
         };

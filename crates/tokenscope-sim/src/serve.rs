@@ -49,9 +49,25 @@ pub struct ServeOptions {
     /// Which engine a request goes to (kv-aware reads every engine's cache
     /// as the request arrives).
     pub router: crate::router::Router,
+    /// Each answer's first tokens are reasoning, this many (a length SPEC
+    /// sampled per request from the seed), shown as the second says.
+    pub reasoning: Option<(
+        tokenscope_workload::lengths::LengthSpec,
+        openai::ReasoningAs,
+    )>,
 }
 
 impl ServeOptions {
+    /// Request `id`'s reasoning tokens and how they are shown.
+    fn reasoning(&self, id: u64) -> Option<(u64, openai::ReasoningAs)> {
+        use rand::SeedableRng;
+        let (spec, how) = self.reasoning?;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(
+            self.seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x7265_6173,
+        );
+        Some((spec.sample(&mut rng), how))
+    }
+
     pub fn for_config(config: &EngineConfig) -> Self {
         ServeOptions {
             model_name: config.model.name.clone(),
@@ -62,6 +78,7 @@ impl ServeOptions {
             load_time: Duration::ZERO,
             replicas: 1,
             router: crate::router::Router::RoundRobin,
+            reasoning: None,
         }
     }
 }
@@ -663,6 +680,9 @@ async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
         return (StatusCode::SERVICE_UNAVAILABLE, "engine stopped").into_response();
     }
     let mut writer = Writer::new(is_chat, "sim", id, &s.model_json, prompt);
+    if let Some((n, how)) = s.options.reasoning(id) {
+        writer.set_reasoning(n.min(max_tokens), how);
+    }
     if !ask.stream {
         let mut n = 0;
         while let Some(ev) = rx.recv().await {
@@ -754,20 +774,21 @@ impl StreamState {
                             _ => {}
                         }
                     }
-                    let token = self
-                        .writer
-                        .content(&openai::text(self.sent, self.sent + n), None);
+                    // Hidden reasoning streams nothing.
+                    let token = self.writer.tokens(self.sent, self.sent + n, None);
                     self.sent += n;
                     if let Event::Done(timings) = ev {
                         self.phase = Phase::Usage;
                         if let Some(cached) = timings["cache_n"].as_u64() {
                             self.writer.set_cached_tokens(cached);
                         }
-                        let mut both = token.to_vec();
+                        let mut both = token.map(|t| t.to_vec()).unwrap_or_default();
                         both.extend_from_slice(&self.writer.finish(&timings));
                         return Some(Ok(Bytes::from(both)));
                     }
-                    return Some(Ok(token));
+                    if let Some(token) = token {
+                        return Some(Ok(token));
+                    }
                 }
                 Phase::Usage => {
                     self.phase = Phase::Done;

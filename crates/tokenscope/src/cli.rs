@@ -370,9 +370,10 @@ pub struct EngineArgs {
 #[derive(Args, Debug, Clone)]
 pub struct SeriesArgs {
     /// Override the service profiles' objectives, e.g.
-    /// chat_ttft_p99=500ms,chat_tpot_p99=30ms,batch_e2e_growth=3,cost_ttft_cap=5s,long_context_kv_max=80%.
-    /// Defaults: chat TTFT p99 ≤ 1s and TPOT p99 ≤ 50ms; batch E2E p99 ≤ 10× the lowest;
-    /// cost TTFT p99 ≤ 10s; long-context KV usage < 90 %.
+    /// chat_ttft_p99=500ms,chat_tpot_p99=30ms,batch_e2e_growth=3,cost_ttft_cap=5s,long_context_kv_max=80%,agent_e2e_p99=30s.
+    /// Defaults: chat TTFT p99 ≤ 1s (the answer start's, when the model reasons) and TPOT p99 ≤ 50ms;
+    /// batch E2E p99 ≤ 10× the lowest; cost TTFT p99 ≤ 10s; long-context KV usage < 90 %;
+    /// agent (reasoning and tool-calling services) E2E p99 ≤ 60s, at the least cost per answer.
     #[arg(long, value_parser = objectives, default_value = "")]
     pub objectives: Objectives,
     /// CI gate: exit 5 when the --slo cannot be met at this load (concurrency or
@@ -600,9 +601,14 @@ pub struct SizeArgs {
     pub engine: Vec<Vec<tokenscope_sim::engine::preset::Preset>>,
     #[command(flatten)]
     pub load: LoadArgs,
-    /// The objectives every option must meet: ttft_p99=1s,tpot_p99=50ms.
+    /// The objectives every option must meet: ttft_p99=1s,tpot_p99=50ms
+    /// (with --reasoning-tokens, `answer_start_p99=…` judges when the answer starts).
     #[arg(long, value_parser = Slo::parse, required = true)]
     pub slo: Slo,
+    /// Reasoning models: each request thinks this many tokens (a SPEC) before
+    /// its answer of --output-tokens, decoded like any token, as `sim plan`'s.
+    #[arg(long, value_name = "SPEC")]
+    pub reasoning_tokens: Option<LengthSpec>,
     /// One-way client–server delay for the request and every token.
     #[arg(long, default_value = "0.5ms", value_parser = duration)]
     pub network_delay: Duration,
@@ -1157,6 +1163,21 @@ pub struct ServeArgs {
     /// prefix-affinity (by the prompt's first cache block).
     #[arg(long, default_value = "round-robin", value_parser = router)]
     pub router: tokenscope_sim::router::Router,
+    /// A reasoning model: each answer's first tokens are thinking, this many
+    /// (a SPEC: `512`, `uniform:200..2000`, …; within the request's
+    /// max_tokens, as servers count them), decoded like any token and
+    /// reported in usage's `completion_tokens_details.reasoning_tokens`.
+    #[arg(long, value_name = "SPEC")]
+    pub reasoning_tokens: Option<LengthSpec>,
+    /// How the reasoning is shown: `field` (`reasoning_content` deltas),
+    /// `tags` (`<think>`…`</think>` opening the content) or `hidden`.
+    #[arg(
+        long,
+        default_value = "field",
+        value_name = "HOW",
+        requires = "reasoning_tokens"
+    )]
+    pub reasoning_as: tokenscope_sim::exact::ReasoningAs,
     #[command(flatten)]
     pub faults: FaultArgs,
 }

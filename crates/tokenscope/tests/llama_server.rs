@@ -557,7 +557,7 @@ fn a_small_sweep_completes_and_reports() {
     let points = doc["points"].as_array().unwrap();
     assert_eq!(
         doc["analysis"]["recommendations"].as_array().unwrap().len(),
-        4
+        5
     );
     assert_eq!(points.len(), 3);
     for (p, c) in points.iter().zip([1, 2, 4]) {

@@ -142,6 +142,42 @@ fn a_spent_thinking_budget_is_named() {
 }
 
 #[test]
+fn a_hidden_budget_spent_whole_is_named_not_failed() {
+    // Hidden thinking past the whole length: the stream carries no text at
+    // all, only a length finish and usage saying every token was reasoning.
+    let server = thinking(ReasoningAs::Hidden, 100);
+    let (r, recs) = run(&server, "reasoning-hidden-budget");
+    assert_eq!(r["counts"]["failed"], 0, "{}", r["counts"]);
+    assert!(recs
+        .iter()
+        .all(|q| q["reasoning_tokens"] == 60 && q["output_tokens"] == 60));
+    assert!(recs.iter().all(|q| q["first_answer_at_us"].is_null()));
+    assert!(has_rule(&r, "thinking_budget_exhausted"), "{:?}", rules(&r));
+    assert!(has_rule(&r, "reasoning_hidden"), "{:?}", rules(&r));
+    assert_eq!(r["tokens"]["reasoning"]["budget_spent_requests"], 6);
+    // The server still took its 50 ms + 59 × 10 ms before saying so.
+    assert!(stat(&r, "latency.e2e_ms.p50") > 600.0);
+}
+
+#[test]
+fn a_whole_response_that_reasoned_has_no_answer_start_and_is_no_spent_budget() {
+    let server = thinking(ReasoningAs::Field, REASONING);
+    let out = run_dir("reasoning-whole");
+    let args = exact_chat(&["--requests", "3", "--output-tokens", "60", "--no-stream"]);
+    assert_ok(&bench(&server.url, &out, &args));
+    let r = results(&out);
+    assert_eq!(r["counts"]["failed"], 0);
+    assert_eq!(r["tokens"]["reasoning"]["tokens"], 3 * REASONING);
+    assert_eq!(r["tokens"]["reasoning"]["budget_spent_requests"], 0);
+    assert!(
+        !has_rule(&r, "thinking_budget_exhausted"),
+        "{:?}",
+        rules(&r)
+    );
+    assert!(r["latency"].get("answer_start_ms").is_none());
+}
+
+#[test]
 fn a_model_that_does_not_reason_reports_no_reasoning() {
     let server = thinking(ReasoningAs::Field, 0);
     let (r, recs) = run(&server, "reasoning-none");
@@ -220,19 +256,54 @@ fn a_sweep_of_a_reasoning_model_recommends_for_chat_by_the_answer_start_and_says
             "60",
         ]))
         .args(["--objectives", "chat_ttft_p99=300ms"])
+        .args(["--gpu-price", "3.6", "--gpus", "1"])
         .output()
         .unwrap();
     assert_ok(&output);
     let doc = sweep_doc(&out);
-    let chat = doc["analysis"]["recommendations"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["profile"] == "chat")
-        .expect("a chat recommendation")
-        .clone();
+    let rec = |profile: &str| {
+        doc["analysis"]["recommendations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["profile"] == profile)
+            .unwrap_or_else(|| panic!("a {profile} recommendation"))
+            .clone()
+    };
+    let chat = rec("chat");
     let objective = chat["objective"].as_str().unwrap();
     assert!(objective.contains("answer start p99"), "{chat}");
+    assert_eq!(chat["judged_by"], "answer start p99, TPOT p99", "{chat}");
+    // The fifth profile judges by the whole answer and what it costs.
+    let agent = rec("agent");
+    assert_eq!(agent["judged_by"], "cost per answer, E2E p99", "{agent}");
+    assert!(
+        agent["why"].as_str().unwrap().contains("per answer"),
+        "{agent}"
+    );
+    assert!(
+        agent["why"]
+            .as_str()
+            .unwrap()
+            .contains("67 % of output thinking"),
+        "{agent}"
+    );
+    for p in doc["points"].as_array().unwrap() {
+        let c = &p["results"]["efficiency"]["cost"];
+        // 20 of every 60 tokens answered: an answer token costs 3× an output token.
+        let (out_1k, answer_1k) = (
+            c["usd_per_1k_output_tokens"].as_f64().unwrap(),
+            c["usd_per_1k_answer_tokens"].as_f64().unwrap(),
+        );
+        assert!((answer_1k / out_1k - 3.0).abs() < 1e-9, "{c}");
+        // Each answer is 60 output tokens.
+        let per_answer = c["usd_per_answer"].as_f64().unwrap();
+        assert!((per_answer / (out_1k * 0.06) - 1.0).abs() < 1e-9, "{c}");
+    }
+    for p in doc["analysis"]["series"].as_array().unwrap() {
+        let share = p["reasoning_share"].as_f64().unwrap();
+        assert!((share - 40.0 / 60.0).abs() < 1e-9, "{p}");
+    }
     assert!(
         chat["load"].is_null(),
         "no load starts its answers within 300 ms: {chat}"
@@ -266,6 +337,13 @@ fn the_answer_start_reaches_the_reports_and_the_peers_dialects() {
         String::from_utf8(o.stdout).unwrap()
     };
     assert!(report("md").contains("| answer start |"));
+    let text = report("terminal");
+    assert!(
+        text.contains(
+            "reasoning             160 of 240 output tokens (67 %) in 4 requests; 80 answer tokens"
+        ),
+        "{text}"
+    );
     report("aiperf");
     let aiperf: Value = serde_json::from_str(
         &std::fs::read_to_string(out.join("profile_export_aiperf.json")).unwrap(),
@@ -332,5 +410,56 @@ fn sim_plan_decodes_the_thinking_before_the_answer() {
             (per_token / tpot_ms - 1.0).abs() < 0.15,
             "thinking {per_token:.2} ms a token against TPOT {tpot_ms:.2} ms"
         );
+    }
+}
+
+/// `sim serve --reasoning-tokens`: the simulated engine thinks within each
+/// request's max_tokens, decoding its thoughts like any token, and shows
+/// them in each of the three manners.
+#[test]
+fn the_simulated_engine_thinks_before_it_answers_in_each_manner() {
+    for how in ["field", "tags", "hidden"] {
+        let port = free_port();
+        let server = SimServe::start(port, &["--reasoning-tokens", "30", "--reasoning-as", how]);
+        let url = format!("http://127.0.0.1:{port}");
+        let out = run_dir(&format!("reasoning-sim-serve-{how}"));
+        let args = [
+            "--api",
+            "openai-chat",
+            "--no-metrics",
+            "--requests",
+            "8",
+            "--concurrency",
+            "4",
+            "--output-tokens",
+            "50",
+        ];
+        let o = bench(&url, &out, &args);
+        drop(server);
+        assert_ok(&o);
+        let (r, recs) = (results(&out), records(&out));
+        for q in &recs {
+            assert_eq!(q["reasoning_tokens"], 30, "{how}: {q}");
+            assert_eq!(
+                q["output_tokens"], 50,
+                "{how}: thinking is within max_tokens"
+            );
+        }
+        assert_eq!(r["tokens"]["reasoning"]["answer_tokens"], 8 * 20, "{how}");
+        let (ttft, answer, tpot) = (
+            stat(&r, "latency.ttft_ms.p50"),
+            stat(&r, "latency.answer_start_ms.p50"),
+            stat(&r, "latency.tpot_ms.p50"),
+        );
+        if how == "hidden" {
+            assert!(has_rule(&r, "reasoning_hidden"), "{:?}", rules(&r));
+            assert_eq!(ttft, answer, "the first streamed token is the answer's");
+        } else {
+            // The thinking is 30 decode steps between the first token and
+            // the answer's (on a loaded machine, generous bounds).
+            let ratio = (answer - ttft) / (30.0 * tpot);
+            assert!((0.7..1.5).contains(&ratio), "{how}: {ttft} {answer} {tpot}");
+            assert!(!has_rule(&r, "reasoning_hidden"), "{how}");
+        }
     }
 }

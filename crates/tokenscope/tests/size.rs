@@ -247,3 +247,55 @@ fn a_closed_loop_or_a_missing_slo_is_refused() {
         assert_eq!(o.status.code(), Some(2), "{args:?}");
     }
 }
+
+/// A reasoning workload: the thinking is decode work, so the same answers
+/// at the same rate need more of a fleet, and the answer-start objective
+/// is what each option is sized to (and meets when re-run).
+#[test]
+fn a_reasoning_workload_is_sized_by_its_answer_start_and_needs_more() {
+    let base = [
+        "--model",
+        "llama-3.1-70b",
+        "--rate",
+        "20",
+        "--input-tokens",
+        "1024",
+        "--output-tokens",
+        "256",
+        "--gpu",
+        "h100-sxm",
+        "--top",
+        "2",
+    ];
+    let slo = ["--slo", "answer_start_p99=15s,tpot_p99=50ms"];
+    let (code, plain, err) = size(&[&base[..], &slo].concat());
+    assert_eq!(code, Some(0), "{err}");
+    let thinking = ["--reasoning-tokens", "512"];
+    let (code, reasoning, err) = size(&[&base[..], &slo, &thinking].concat());
+    assert_eq!(code, Some(0), "{err}");
+    let cheapest = |doc: &Value| {
+        doc["report"]["options"][0]["usd_per_hour"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!(
+        cheapest(&reasoning) > cheapest(&plain),
+        "thinking 512 tokens a request costs more GPUs: {} vs {}",
+        cheapest(&reasoning),
+        cheapest(&plain)
+    );
+    let command = reasoning["commands"][0].as_str().unwrap();
+    assert!(command.contains("--reasoning-tokens 512"), "{command}");
+    rerun_every_option(&reasoning, "size-reasoning-rerun");
+    // Run, the answer starts after 512 decode steps of thinking.
+    let out = run_dir("size-reasoning-answer");
+    let words: Vec<&str> = command.split_whitespace().collect();
+    assert_ok(&plan(&words[3..], &out));
+    let r = results(&out);
+    let thinking_ms = stat(&r, "latency.answer_start_ms.p50") - stat(&r, "latency.ttft_ms.p50");
+    let decode_ms = 512.0 * stat(&r, "latency.tpot_ms.p50");
+    assert!(
+        (0.8..1.25).contains(&(thinking_ms / decode_ms)),
+        "{thinking_ms} ms thinking, 512 × TPOT = {decode_ms} ms"
+    );
+}

@@ -111,15 +111,7 @@ fn pay_replica_seconds(c: &mut tokenscope_core::cost::Cost, gpu_seconds: f64, wi
     }
     let k = gpu_seconds / counted;
     c.window_usd *= k;
-    for v in [
-        &mut c.usd_per_1k_output_tokens,
-        &mut c.usd_per_1m_output_tokens,
-        &mut c.usd_per_1k_total_tokens,
-        &mut c.usd_per_1k_good_output_tokens,
-    ]
-    .into_iter()
-    .flatten()
-    {
+    for v in c.per_unit_mut() {
         *v *= k;
     }
 }

@@ -61,6 +61,7 @@ pub fn engine(args: ServeArgs) -> anyhow::Result<Exit> {
     options.load_time = args.load_time;
     options.replicas = args.replicas;
     options.router = args.router;
+    options.reasoning = args.reasoning_tokens.map(|n| (n, args.reasoning_as));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .thread_name("srv-engine")
         .enable_all()

@@ -41,7 +41,10 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
     if let Some(p) = &args.profile {
         template.efficiency = crate::engine::read_profile(p)?.efficiency;
     }
-    let load = crate::engine::plan_load(&work, args.network_delay);
+    let load = tokenscope_sim::plan::PlanLoad {
+        reasoning: args.reasoning_tokens,
+        ..crate::engine::plan_load(&work, args.network_delay)
+    };
     let (candidates, unpriced) = candidates(&args, &gpus, &engines);
     let search = Search {
         template: &template,
@@ -57,8 +60,11 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
     };
     if !args.json {
         eprintln!(
-            "tokenscope: sizing {} for {} at {} req/s: {} deployment shapes ({} GPU types × TP {:?} × {} × {})",
+            "tokenscope: sizing {}{} for {} at {} req/s: {} deployment shapes ({} GPU types × TP {:?} × {} × {})",
             template.model.name,
+            args.reasoning_tokens
+                .map(|r| format!(" thinking {r} tokens a request"))
+                .unwrap_or_default(),
             args.slo.describe(),
             args.load.rate[0],
             candidates.len(),

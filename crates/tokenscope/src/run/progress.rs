@@ -99,24 +99,19 @@ impl LiveSource {
             (!h.is_empty()).then(|| h.value_at_quantile(q) as f64 / 1e3)
         };
         let (latency, errors, slo) = match p.live.lock() {
-            Ok(live) => (
-                vec![
-                    (
-                        "TTFT".to_string(),
-                        ms(&live.ttft_us, 0.5),
-                        ms(&live.ttft_us, 0.99),
-                    ),
-                    (
-                        "TPOT".to_string(),
-                        ms(&live.tpot_us, 0.5),
-                        ms(&live.tpot_us, 0.99),
-                    ),
-                ],
-                live.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-                self.slo
-                    .as_ref()
-                    .map_or(Vec::new(), |s| live_slo(s, &live.ttft_us, &live.tpot_us)),
-            ),
+            Ok(live) => {
+                let row = |name: &str, h| (name.to_string(), ms(h, 0.5), ms(h, 0.99));
+                let mut rows = vec![row("TTFT", &live.ttft_us)];
+                if live.reasoned {
+                    rows.push(row("answer start", &live.answer_start_us));
+                }
+                rows.push(row("TPOT", &live.tpot_us));
+                (
+                    rows,
+                    live.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+                    self.slo.as_ref().map_or(Vec::new(), |s| live_slo(s, &live)),
+                )
+            }
             Err(_) => (Vec::new(), Vec::new(), Vec::new()),
         };
         let sample = self
@@ -164,12 +159,11 @@ impl LiveSource {
     }
 }
 
-/// `--slo` while the run goes: each TTFT/TPOT objective's figure so far, red
+/// `--slo` while the run goes: each TTFT, answer-start and TPOT objective's figure so far, red
 /// once past its limit, amber while too few requests can judge it.
 fn live_slo(
     slo: &tokenscope_core::slo::Slo,
-    ttft_us: &hdrhistogram::Histogram<u64>,
-    tpot_us: &hdrhistogram::Histogram<u64>,
+    live: &tokenscope_load::runner::LiveLatency,
 ) -> Vec<(String, String, tokenscope_report::health::Health)> {
     use tokenscope_core::slo::{quantile_of, SloMetric};
     use tokenscope_report::health::Health;
@@ -177,8 +171,9 @@ fn live_slo(
         .iter()
         .filter_map(|o| {
             let h = match o.metric {
-                SloMetric::Ttft => ttft_us,
-                SloMetric::Tpot => tpot_us,
+                SloMetric::Ttft => &live.ttft_us,
+                SloMetric::AnswerStart => &live.answer_start_us,
+                SloMetric::Tpot => &live.tpot_us,
                 _ => return None,
             };
             let label = format!("{}≤{}ms", o.key(), o.limit_ms);
