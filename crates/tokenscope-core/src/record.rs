@@ -16,6 +16,10 @@ pub enum TokenSource {
     Tokenizer,
     /// One token per content-bearing chunk (the last resort).
     Chunks,
+    /// The server's running count of generated tokens on each chunk
+    /// (llama.cpp's `timings.predicted_n` with `timings_per_token`): for
+    /// reasoning, every token generated before the answer's first.
+    ServerChunks,
 }
 
 /// Why a request failed. Serialized as a short string (`http_429`, `timeout`, ...).

@@ -75,8 +75,9 @@ struct Stream {
     failure: Option<(ErrorKind, String)>,
     /// Sorts the generated text into reasoning and answer.
     reasoner: Reasoner,
-    /// The first chunk known to carry answer text.
+    /// The first chunk known to carry answer text: its arrival and index.
     first_answer_at: Option<u64>,
+    first_answer_chunk: Option<usize>,
     reasoning_bytes: u64,
     /// Chunks that carried reasoning and no answer.
     reasoning_chunks: u64,
@@ -88,6 +89,7 @@ impl Stream {
             api,
             reasoner: Reasoner::new(reasoning),
             first_answer_at: None,
+            first_answer_chunk: None,
             reasoning_bytes: 0,
             reasoning_chunks: 0,
             chunks: Vec::new(),
@@ -119,7 +121,8 @@ impl Stream {
                 if info.text_bytes > 0 {
                     self.chunks
                         .push(Chunk(at_us, info.text_bytes.min(u32::MAX as usize) as u32));
-                    if let Some(c) = info.usage.and_then(|u| u.completion_tokens) {
+                    let counted = info.usage.and_then(|u| u.completion_tokens);
+                    if let Some(c) = counted.or_else(|| generated_so_far(&info.timings)) {
                         self.chunk_usage.push(c);
                     }
                 }
@@ -143,6 +146,7 @@ impl Stream {
     fn sort(&mut self, reasoning: usize, answer: usize, at_us: u64) {
         if answer > 0 && self.first_answer_at.is_none() {
             self.first_answer_at = Some(at_us);
+            self.first_answer_chunk = Some(self.chunks.len().saturating_sub(1));
         }
         if reasoning > 0 {
             self.reasoning_bytes += reasoning as u64;
@@ -610,14 +614,32 @@ fn thought_to_its_limit(usage: Option<Usage>, finish_reason: Option<&str>) -> bo
     finish_reason == Some("length") && counted.is_some_and(|n| n > 0)
 }
 
+/// llama.cpp's running count of generated tokens on a chunk
+/// (`timings.predicted_n`, sent on every chunk with `timings_per_token`).
+fn generated_so_far(timings: &Option<serde_json::Value>) -> Option<u64> {
+    timings.as_ref()?.get("predicted_n")?.as_u64()
+}
+
 /// A stream's reasoning tokens and where the count came from: the server's
-/// usage; else the tokenizer on the reasoning it streamed; else its
-/// reasoning chunks. `None` when it showed no reasoning at all.
+/// usage; else its running count on every chunk — all it generated before
+/// the answer's first token, the tags around the thinking included; else
+/// the tokenizer on the reasoning it streamed; else its reasoning chunks.
+/// `None` when it showed no reasoning at all.
 fn reasoning_count(s: &Stream) -> Option<(u64, TokenSource)> {
     match s.usage.and_then(|u| u.reasoning_tokens) {
         Some(0) if s.reasoning_bytes == 0 => None,
         Some(n) => Some((n, TokenSource::ServerUsage)),
         None if s.reasoning_bytes == 0 => None,
+        None if s.chunk_usage.len() == s.chunks.len() => {
+            let before_answer = match s.first_answer_chunk {
+                Some(i) => s.chunk_usage[i].saturating_sub(1),
+                None => *s.chunk_usage.last()?,
+            };
+            Some((
+                before_answer.max(s.reasoning_chunks),
+                TokenSource::ServerChunks,
+            ))
+        }
         None => Some(match tokenizer::count_tokens(s.reasoner.reasoning_text()) {
             Some(n) => (n.max(s.reasoning_chunks), TokenSource::Tokenizer),
             None => (s.reasoning_chunks.max(1), TokenSource::Chunks),

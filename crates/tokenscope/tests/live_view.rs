@@ -337,3 +337,28 @@ fn without_a_terminal_only_a_plain_progress_line_and_quiet_writes_nothing() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// A reasoning model: the dashboard adds when the answer starts under TTFT,
+/// and an answer-start SLO is followed live.
+#[test]
+fn the_dashboard_shows_when_the_answer_starts_for_a_reasoning_model() {
+    let server = Server::start(tokenscope_sim::exact::ExactConfig {
+        reasoning_tokens: 30,
+        ..exact(20, 5)
+    });
+    let t = Tmux::start("reasoning");
+    let out = run_dir("live-reasoning");
+    t.type_line(&format!(
+        "{} bench --url {} --api openai-chat --no-metrics --requests 200 --concurrency 8 --output-tokens 60 --slo answer_start_p50=2s --out {}; echo EXIT=$?",
+        env!("CARGO_BIN_EXE_tokenscope"),
+        server.url,
+        out.display()
+    ));
+    let pane = t.wait_for("answer start", Duration::from_secs(30));
+    assert!(pane.contains("TTFT"), "{pane}");
+    let pane = t.wait_for("answer_start_p50≤2000ms", Duration::from_secs(10));
+    assert!(pane.contains("SLO answer_start_p50≤2000ms"), "{pane}");
+    let end = t.wait_for_exit(Duration::from_secs(90));
+    assert!(end.contains("EXIT=0"), "{end}");
+    assert_eq!(t.screen_state(), (false, true), "terminal restored");
+}

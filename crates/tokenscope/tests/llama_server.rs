@@ -866,3 +866,132 @@ fn fixed_lengths_started_together_stay_in_step_on_a_real_engine() {
     // shares steps with three decoding slots on two cores, and TTFT together
     // read 0.8–2.4× the ramped one over nine runs (docs/simulator.md).
 }
+
+/// The thinking prefix every answer is forced to by grammar: a random-weight
+/// model then thinks as a reasoning model does.
+const THINK_GRAMMAR: &str = r#"root ::= "<think>" [a-z ]{20,30} "</think>" [a-z ]{10,20}"#;
+
+/// One streamed chat answer read raw (no tokenscope), with llama.cpp's
+/// running count on every chunk: per chunk, whether it carried reasoning
+/// or answer text, and `timings.predicted_n`; then usage's completion tokens.
+fn raw_thinking_stream(url: &str, prompt: &str) -> (Vec<(&'static str, u64)>, u64) {
+    let body = serde_json::json!({
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": 60,
+        "temperature": 0,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+        "timings_per_token": true,
+        "grammar": THINK_GRAMMAR,
+    })
+    .to_string();
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    let (_, mut rest) = text.split_once("\r\n\r\n").unwrap();
+    // De-chunk the body (Transfer-Encoding: chunked).
+    let mut sse = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        sse.push_str(&after[..n]);
+        rest = &after[n + 2..];
+    }
+    let (mut chunks, mut completion) = (Vec::new(), 0);
+    for line in sse.lines().filter_map(|l| l.strip_prefix("data: ")) {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if let Some(n) = v["usage"]["completion_tokens"].as_u64() {
+            completion = n;
+        }
+        let delta = &v["choices"][0]["delta"];
+        let kind = match (
+            delta["reasoning_content"].as_str(),
+            delta["content"].as_str(),
+        ) {
+            (Some(r), _) if !r.is_empty() => "reasoning",
+            (_, Some(c)) if !c.is_empty() => "answer",
+            _ => continue,
+        };
+        chunks.push((kind, v["timings"]["predicted_n"].as_u64().unwrap()));
+    }
+    (chunks, completion)
+}
+
+/// llama.cpp's reasoning parser (`--reasoning-format deepseek`, with a
+/// ChatML template that shows thinking in `<think>` tags) splits a
+/// grammar-forced `<think>…</think>` prefix into `reasoning_content`;
+/// tokenscope's answer start is the first content chunk's arrival, and its
+/// counts are the server's own: everything generated before the answer
+/// (the tags included) is thinking.
+#[test]
+fn llamas_reasoning_parser_splits_a_forced_think_prefix_and_tokenscope_agrees() {
+    let template = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/chatml-think.jinja"
+    );
+    let llama = Llama::start_with(
+        "LLAMA_MODEL_50M",
+        1,
+        1,
+        &[
+            "--reasoning-format",
+            "deepseek",
+            "--chat-template-file",
+            template,
+        ],
+    );
+    let prompt = "think about rivers";
+    // The server's account, greedy (temperature 0): the same every time.
+    let (chunks, completion) = raw_thinking_stream(&llama.url, prompt);
+    let thought = chunks.iter().take_while(|c| c.0 == "reasoning").count();
+    assert!(thought > 0 && thought < chunks.len(), "{chunks:?}");
+    let before_answer = chunks[thought].1 - 1;
+    let file = run_dir("llama-think").with_extension("jsonl");
+    let line = format!("{{\"prompt\": \"{prompt}\", \"max_tokens\": 60}}\n");
+    std::fs::write(&file, line.repeat(4)).unwrap();
+    let out = run_dir("llama-think-run");
+    let body = serde_json::json!({"grammar": THINK_GRAMMAR, "timings_per_token": true}).to_string();
+    let o = bench(
+        &llama.url,
+        &out,
+        &[
+            "--api",
+            "openai-chat",
+            "--temperature",
+            "0",
+            "--extra-body",
+            &body,
+            "--dataset",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_ok(&o);
+    for rec in records(&out) {
+        assert_eq!(rec["output_tokens"], completion, "{rec}");
+        assert_eq!(rec["reasoning_tokens"], before_answer, "{rec}");
+        assert_eq!(rec["reasoning_token_source"], "server_chunks", "{rec}");
+        // The answer starts at the first chunk past the thinking.
+        let times = chunk_times(&rec);
+        assert_eq!(times.len(), chunks.len(), "{rec}");
+        assert_eq!(rec["first_answer_at_us"], times[thought], "{rec}");
+    }
+    let r = results(&out);
+    assert_eq!(r["tokens"]["reasoning"]["tokens"], 4 * before_answer);
+    assert_eq!(
+        r["tokens"]["reasoning"]["answer_tokens"],
+        4 * (completion - before_answer)
+    );
+    assert!(stat(&r, "latency.answer_start_ms.p50") > stat(&r, "latency.ttft_ms.p50"));
+}
