@@ -411,7 +411,9 @@ fn report_of_a_sweep_renders_offline_with_its_recommendations() {
     assert_ok(&o);
     let md = String::from_utf8_lossy(&o.stdout);
     assert!(
-        md.contains("| profile | load | why | margin |") && md.contains("concurrency 64"),
+        md.contains("| profile | judged by | load | why | margin |")
+            && md.contains("| agent | cost per answer, E2E p99 |")
+            && md.contains("concurrency 64"),
         "{md}"
     );
     let o = tokenscope()
