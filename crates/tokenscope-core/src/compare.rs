@@ -198,6 +198,27 @@ const STATS: [Stat; 11] = [
         values: Series::AnswerStart,
         of: Of::Quantile(0.99),
     },
+    Stat {
+        name: "reasoning_p50",
+        unit: "ms",
+        higher_is_better: false,
+        values: Series::Reasoning,
+        of: Of::Quantile(0.5),
+    },
+    Stat {
+        name: "answer_tpot_p50",
+        unit: "ms",
+        higher_is_better: false,
+        values: Series::AnswerTpot,
+        of: Of::Quantile(0.5),
+    },
+    Stat {
+        name: "answer_tpot_p99",
+        unit: "ms",
+        higher_is_better: false,
+        values: Series::AnswerTpot,
+        of: Of::Quantile(0.99),
+    },
 ];
 
 #[derive(Clone, Copy)]
@@ -207,6 +228,9 @@ enum Series {
     E2e,
     /// The time to the first answer token, of requests that reasoned.
     AnswerStart,
+    /// Their thinking time on the stream, and their answers' TPOT.
+    Reasoning,
+    AnswerTpot,
     /// Output tokens per time slice ([`RunValues::slices`]).
     Tokens,
 }
@@ -225,6 +249,8 @@ pub struct RunValues {
     tpot: Vec<f64>,
     e2e: Vec<f64>,
     answer_start: Vec<f64>,
+    reasoning: Vec<f64>,
+    answer_tpot: Vec<f64>,
     /// Each request's tokens spread over its chunks by their token counts
     /// (failed requests: none; a request that streamed none: at its end).
     /// Σ slices ÷ window is the run's rate; resampling slices shows how much
@@ -272,6 +298,12 @@ impl RunValues {
         }
         if let Some(v) = r.answer_start_us().filter(|_| r.reasoning_tokens.is_some()) {
             self.answer_start.push(v as f64 / 1e3);
+        }
+        if let Some(v) = r.reasoning_span_us() {
+            self.reasoning.push(v as f64 / 1e3);
+        }
+        if let Some(v) = r.answer_tpot_us() {
+            self.answer_tpot.push(v / 1e3);
         }
         self.e2e.push(r.e2e_us() as f64 / 1e3);
         let total = r.output_tokens as f64;
@@ -332,6 +364,8 @@ impl RunValues {
             Series::Tpot => &self.tpot,
             Series::E2e => &self.e2e,
             Series::AnswerStart => &self.answer_start,
+            Series::Reasoning => &self.reasoning,
+            Series::AnswerTpot => &self.answer_tpot,
             Series::Tokens => &self.slices,
         }
     }
@@ -464,7 +498,7 @@ pub fn interval(run: &RunValues, name: &str, settings: &Settings) -> Option<(f64
 /// tokens and is not affected.)
 pub fn within_resolution(changes: &mut [MetricChange], resolution_ms: f64) {
     for c in changes.iter_mut().filter(|c| {
-        ["ttft", "e2e", "answer_start"]
+        ["ttft", "e2e", "answer_start", "reasoning"]
             .iter()
             .any(|m| c.metric.starts_with(m))
     }) {
@@ -553,6 +587,8 @@ mod tests {
         );
         let m = get(&c, "answer_start_p50");
         assert!(m.significant && m.change_pct > 50.0, "{m:?}");
+        let m = get(&c, "reasoning_p50");
+        assert!(m.significant && m.change_pct > 100.0, "{m:?}");
         assert!(
             !get(&c, "ttft_p50").significant,
             "the first token did not move"

@@ -147,6 +147,9 @@ pub struct Aggregator {
     tokens_per_slot: Vec<u32>,
     ttft: Distribution,
     answer_start: Distribution,
+    /// Thinking time and the answer phase's TPOT, of requests that reasoned.
+    reasoning_span: Distribution,
+    answer_tpot: Distribution,
     /// Answer start where a request reasoned, TTFT where it did not: what
     /// an `answer_start` objective is judged on.
     answer_or_ttft: Distribution,
@@ -185,6 +188,8 @@ impl Aggregator {
             tokens_per_slot: Vec::new(),
             ttft: Distribution::new(),
             answer_start: Distribution::new(),
+            reasoning_span: Distribution::new(),
+            answer_tpot: Distribution::new(),
             answer_or_ttft: Distribution::new(),
             ttft_sched: Distribution::new(),
             tpot: Distribution::new(),
@@ -259,6 +264,12 @@ impl Aggregator {
         }
         if let Some(v) = r.answer_start_us().filter(|_| r.reasoning_tokens.is_some()) {
             self.answer_start.record(v as f64);
+        }
+        if let Some(v) = r.reasoning_span_us() {
+            self.reasoning_span.record(v as f64);
+        }
+        if let Some(v) = r.answer_tpot_us() {
+            self.answer_tpot.record(v);
         }
         if self.slo.is_some() {
             if let Some(v) = r.answer_start_or_ttft_us() {
@@ -413,6 +424,8 @@ impl Aggregator {
         let latency = Latency {
             ttft_ms: self.ttft.summary(US_TO_MS),
             answer_start_ms: self.answer_start.summary(US_TO_MS),
+            reasoning_ms: self.reasoning_span.summary(US_TO_MS),
+            answer_tpot_ms: self.answer_tpot.summary(US_TO_MS),
             ttft_from_scheduled_ms: self.ttft_sched.summary(US_TO_MS),
             tpot_ms: self.tpot.summary(US_TO_MS),
             itl_ms: itl.summary(US_TO_MS),

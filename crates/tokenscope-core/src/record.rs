@@ -477,6 +477,34 @@ impl RequestRecord {
         Some(span as f64 / (n - 1) as f64)
     }
 
+    /// The thinking's time on the stream = first answer chunk − first
+    /// chunk, in µs, for a request whose thinking was streamed (hidden
+    /// thinking came before the first chunk: it is inside TTFT and cannot
+    /// be told from the prefill there).
+    pub fn reasoning_span_us(&self) -> Option<u64> {
+        if self.reasoning_hidden || self.reasoning_tokens.is_none() {
+            return None;
+        }
+        self.first_answer_at_us?.checked_sub(self.first_token_at_us?)
+    }
+
+    /// TPOT of the answer alone = (last token − first answer chunk) /
+    /// (answer tokens − 1), for a request that reasoned and answered with
+    /// ≥ 2 tokens. In µs. What a reader of the answer sees, as [`tpot_us`]
+    /// is over the whole generation.
+    ///
+    /// [`tpot_us`]: RequestRecord::tpot_us
+    pub fn answer_tpot_us(&self) -> Option<f64> {
+        let n = self.output_tokens.checked_sub(self.reasoning_tokens?)?;
+        if n < 2 {
+            return None;
+        }
+        let span = self
+            .last_token_at_us()?
+            .checked_sub(self.first_answer_at_us?)?;
+        Some(span as f64 / (n - 1) as f64)
+    }
+
     /// Time to the first answer token = first answer chunk − sent, in µs.
     /// Like TTFT, only a stream has one: a whole response's answer arrives
     /// at its end.
@@ -565,6 +593,26 @@ mod tests {
             r.itl_us().collect::<Vec<_>>(),
             vec![(20_000.0, 1), (20_000.0, 1)]
         );
+    }
+
+    #[test]
+    fn a_reasoning_requests_thinking_time_and_answer_pace() {
+        // Two thoughts 20 ms apart, then three answer tokens 10 ms apart.
+        let at = [101_000, 121_000, 141_000, 151_000, 161_000];
+        let mut r = record(at.iter().map(|&t| Chunk(t, 1)).collect(), 5);
+        r.reasoning_tokens = Some(2);
+        r.first_answer_at_us = Some(141_000);
+        assert_eq!(r.reasoning_span_us(), Some(40_000));
+        assert_eq!(r.answer_tpot_us(), Some(10_000.0));
+        assert_eq!(r.answer_start_us(), Some(140_000));
+        // Hidden thinking is inside TTFT: no span to tell.
+        r.reasoning_hidden = true;
+        assert_eq!(r.reasoning_span_us(), None);
+        // One answer token has no pace; no reasoning, no answer TPOT.
+        r.reasoning_tokens = Some(4);
+        assert_eq!(r.answer_tpot_us(), None);
+        r.reasoning_tokens = None;
+        assert_eq!(r.answer_tpot_us(), None);
     }
 
     #[test]

@@ -265,6 +265,15 @@ pub struct Latency {
     /// it is then TTFT). AIPerf's TTFO, GuideLLM's time to first output token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer_start_ms: Option<Summary>,
+    /// Thinking time on the stream: first answer chunk − first chunk, over
+    /// requests whose thinking was streamed (not hidden) and that answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_ms: Option<Summary>,
+    /// TPOT of the answer phase: (last token − first answer chunk) ÷
+    /// (answer tokens − 1), over requests that reasoned; `tpot_ms` is over
+    /// the whole generation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_tpot_ms: Option<Summary>,
     /// Multi-turn: TTFT by turn index (0 = a session's first request); turns
     /// from [`crate::metrics::MAX_TURN_KEPT`] on are pooled under it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

@@ -51,7 +51,7 @@ const fn rate(name: &'static str, unit: &'static str, about: &'static str) -> Me
 }
 
 /// Every figure recorded, in the order they are shown.
-pub const METRICS: [Metric; 16] = [
+pub const METRICS: [Metric; 19] = [
     latency("ttft_p50", 0.5, "time to first token, median"),
     latency("ttft_p90", 0.9, "time to first token, p90"),
     latency("ttft_p99", 0.99, "time to first token, p99"),
@@ -65,8 +65,23 @@ pub const METRICS: [Metric; 16] = [
         0.99,
         "time to the first answer token (reasoning runs), p99",
     ),
+    latency(
+        "reasoning_p50",
+        0.5,
+        "thinking time on the stream (reasoning runs), median",
+    ),
     latency("tpot_p50", 0.5, "time per output token, median"),
     latency("tpot_p99", 0.99, "time per output token, p99"),
+    latency(
+        "answer_tpot_p50",
+        0.5,
+        "time per answer token (reasoning runs), median",
+    ),
+    latency(
+        "answer_tpot_p99",
+        0.99,
+        "time per answer token (reasoning runs), p99",
+    ),
     latency("itl_p50", 0.5, "inter-token latency, median"),
     latency("itl_p99", 0.99, "inter-token latency, p99"),
     latency("e2e_p50", 0.5, "end-to-end latency, median"),
@@ -130,7 +145,9 @@ pub fn of_results(r: &RunResults) -> Vec<Figure> {
     let l = &r.latency;
     quantiles("ttft", &l.ttft_ms, &["p50", "p90", "p99"]);
     quantiles("answer_start", &l.answer_start_ms, &["p50", "p99"]);
+    quantiles("reasoning", &l.reasoning_ms, &["p50"]);
     quantiles("tpot", &l.tpot_ms, &["p50", "p99"]);
+    quantiles("answer_tpot", &l.answer_tpot_ms, &["p50", "p99"]);
     quantiles("itl", &l.itl_ms, &["p50", "p99"]);
     quantiles("e2e", &l.e2e_ms, &["p50", "p99"]);
     let requests = Some(r.counts.requests);
@@ -246,8 +263,11 @@ mod tests {
             "ttft_p99",
             "answer_start_p50",
             "answer_start_p99",
+            "reasoning_p50",
             "tpot_p50",
             "tpot_p99",
+            "answer_tpot_p50",
+            "answer_tpot_p99",
             "itl_p50",
             "itl_p99",
             "e2e_p50",

@@ -123,9 +123,13 @@ fn cards(out: &mut String, r: &RunResults) {
     if l.answer_start_ms.is_some() {
         add("answer start", "answer_start", l.answer_start_ms, "p50");
         add("answer start", "answer_start", l.answer_start_ms, "p99");
+        add("thinking", "reasoning", l.reasoning_ms, "p50");
     }
     add("TPOT", "tpot", l.tpot_ms, "p50");
     add("TPOT", "tpot", l.tpot_ms, "p99");
+    if l.answer_tpot_ms.is_some() {
+        add("answer TPOT", "answer_tpot", l.answer_tpot_ms, "p50");
+    }
     add("ITL", "itl", l.itl_ms, "p99");
     add("E2E", "e2e", l.e2e_ms, "p99");
     let t = &r.throughput;

@@ -5,6 +5,7 @@ use crate::run_dir::Sweep;
 use std::fmt::Write;
 use tokenscope_core::results::RunResults;
 use tokenscope_core::slo::{SloReport, Verdict};
+use tokenscope_core::stats::Summary;
 
 fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
     v.map_or("—".into(), f)
@@ -84,12 +85,14 @@ pub fn run(r: &RunResults) -> String {
     );
     let l = &r.latency;
     // The answer's start only where a request reasoned (else it is TTFT).
-    let answer = l.answer_start_ms.map(|s| ("answer start", Some(s)));
-    let rows = [("TTFT", l.ttft_ms)].into_iter().chain(answer).chain([
-        ("TPOT", l.tpot_ms),
-        ("ITL", l.itl_ms),
-        ("E2E", l.e2e_ms),
-    ]);
+    let reasoned = |name, s: Option<Summary>| s.map(|s| (name, Some(s)));
+    let rows = [("TTFT", l.ttft_ms)]
+        .into_iter()
+        .chain(reasoned("answer start", l.answer_start_ms))
+        .chain(reasoned("thinking", l.reasoning_ms))
+        .chain([("TPOT", l.tpot_ms)])
+        .chain(reasoned("answer TPOT", l.answer_tpot_ms))
+        .chain([("ITL", l.itl_ms), ("E2E", l.e2e_ms)]);
     for (name, s) in rows {
         match s {
             Some(s) => {
