@@ -118,7 +118,7 @@ enum Of {
     RatePerWindow,
 }
 
-const STATS: [Stat; 11] = [
+const STATS: [Stat; 14] = [
     Stat {
         name: "ttft_mean",
         unit: "ms",

@@ -485,7 +485,8 @@ impl RequestRecord {
         if self.reasoning_hidden || self.reasoning_tokens.is_none() {
             return None;
         }
-        self.first_answer_at_us?.checked_sub(self.first_token_at_us?)
+        self.first_answer_at_us?
+            .checked_sub(self.first_token_at_us?)
     }
 
     /// TPOT of the answer alone = (last token − first answer chunk) /

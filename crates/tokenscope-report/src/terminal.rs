@@ -425,7 +425,11 @@ fn latency_lines(out: &mut String, r: &RunResults) {
         // Reasoning came first: when the answer a user reads began.
         let answer = marked("answer start", "ttft", &tainted);
         row(out, &answer, l.answer_start_ms.as_ref());
-        row(out, &marked("  thinking", "ttft", &tainted), l.reasoning_ms.as_ref());
+        row(
+            out,
+            &marked("  thinking", "ttft", &tainted),
+            l.reasoning_ms.as_ref(),
+        );
     }
     row(out, &marked("TPOT", "tpot", &tainted), l.tpot_ms.as_ref());
     if l.answer_tpot_ms.is_some() {

@@ -88,14 +88,20 @@ fn check_answering(r: &Value, recs: &[Value], mode: &str) {
     assert!((9.0..15.0).contains(&tpot), "{mode}: TPOT {tpot}");
     // The answer's own pace is the server's too.
     let answer_tpot = stat(r, "latency.answer_tpot_ms.p50");
-    assert!((9.0..15.0).contains(&answer_tpot), "{mode}: answer TPOT {answer_tpot}");
+    assert!(
+        (9.0..15.0).contains(&answer_tpot),
+        "{mode}: answer TPOT {answer_tpot}"
+    );
     // Streamed thinking: 40 tokens 10 ms apart between the first chunk and
     // the answer's; hidden thinking is inside TTFT, not told apart.
     match mode {
         "hidden" => assert!(r["latency"].get("reasoning_ms").is_none(), "{mode}"),
         _ => {
             let thinking = stat(r, "latency.reasoning_ms.p50");
-            assert!((390.0..600.0).contains(&thinking), "{mode}: thinking {thinking}");
+            assert!(
+                (390.0..600.0).contains(&thinking),
+                "{mode}: thinking {thinking}"
+            );
         }
     }
     assert!(!has_rule(r, "multi_token_chunks"), "{mode}: {:?}", rules(r));

@@ -253,20 +253,8 @@ fn a_closed_loop_or_a_missing_slo_is_refused() {
 /// is what each option is sized to (and meets when re-run).
 #[test]
 fn a_reasoning_workload_is_sized_by_its_answer_start_and_needs_more() {
-    let base = [
-        "--model",
-        "llama-3.1-70b",
-        "--rate",
-        "20",
-        "--input-tokens",
-        "1024",
-        "--output-tokens",
-        "256",
-        "--gpu",
-        "h100-sxm",
-        "--top",
-        "2",
-    ];
+    // SEVENTY_B's workload, without its SLO.
+    let base = [&SEVENTY_B[..8], &["--gpu", "h100-sxm", "--top", "2"]].concat();
     let slo = ["--slo", "answer_start_p99=15s,tpot_p99=50ms"];
     let (code, plain, err) = size(&[&base[..], &slo].concat());
     assert_eq!(code, Some(0), "{err}");
