@@ -10,6 +10,7 @@
 #
 #   scripts/bench-client.sh > /tmp/bench.md
 #   SECTIONS="timing memory" scripts/bench-client.sh   # a subset
+#   SECTIONS=apis scripts/bench-client.sh              # each streaming API against chat
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
@@ -20,7 +21,7 @@ server_pid=""
 cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-sections="${SECTIONS:-throughput timing floor memory plan}"
+sections="${SECTIONS:-throughput apis timing floor memory plan}"
 
 start_server() { # args for `sim exact`
   local port
@@ -39,7 +40,7 @@ stop_server() { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; serv
 client() { # out-dir, then bench args; CLIENT_CPUS / CLIENT_THREADS override 0 / 1
   local out="$1"; shift
   /usr/bin/time -f "%M %U %S" -o "$work/time" taskset -c "${CLIENT_CPUS:-0}" "$bin" bench --url "$url" --quiet \
-    --client-threads "${CLIENT_THREADS:-1}" --model tokenscope-exact --api openai-chat --input-tokens 16 --no-metrics \
+    --client-threads "${CLIENT_THREADS:-1}" --model tokenscope-exact --api "${API:-openai-chat}" --input-tokens 16 --no-metrics \
     --db "$work/history.db" --out "$out" "$@" > /dev/null
 }
 peak_mb() { awk '{printf "%.0f", $1 / 1024}' "$work/time"; }
@@ -117,6 +118,25 @@ if [[ $sections == *throughput* ]]; then
   f=$(figures "$work/tp-2t")
   printf '| 1024, two client threads on both cores (the server on CPU 1) | 2048 | %s | %s | %s | %s MB |\n' \
     "$(get "$f" tps .0f)" "$(get "$f" cores .2f)" "$(get "$f" cpu100k .3f)" "$(peak_mb)"
+  stop_server
+fi
+
+if [[ $sections == *apis* ]]; then
+  echo
+  echo "## Each streaming API on one core (64 streams, 800 requests of 2,048 tokens, TTFT 0, ITL 0)"
+  echo
+  echo "| API | output tokens/s | client CPU-s per 100k tokens | × OpenAI chat's |"
+  echo "|---|---|---|---|"
+  start_server --ttft 0ms --itl 0ms
+  chat=""
+  for api in openai-chat openai-completions openai-responses anthropic-messages; do
+    API=$api client "$work/api-$api" --concurrency 64 --requests 800 --output-tokens 2048
+    f=$(figures "$work/api-$api")
+    cpu=$(get "$f" cpu100k .3f)
+    [ -z "$chat" ] && chat=$cpu
+    printf '| %s | %s | %s | %s |\n' "$api" "$(get "$f" tps .0f)" "$cpu" \
+      "$(python3 -c "print(f'{$cpu / $chat:.2f}')")"
+  done
   stop_server
 fi
 

@@ -74,7 +74,7 @@ pub async fn detect_api(
         let body = api.probe_body(model);
         let resp = client
             .post(format!("{base}{}", api.path()))
-            .headers(headers.clone())
+            .headers(api.headers(headers.clone()))
             .json(&body)
             .timeout(bounded(timeout))
             .send()
@@ -91,7 +91,7 @@ pub async fn detect_api(
         });
     }
     Err(ProbeError::Refused(format!(
-        "no OpenAI-compatible API accepted model `{model}` at {base} ({})",
+        "no API tokenscope speaks accepted model `{model}` at {base} ({})",
         tried.join("; ")
     )))
 }

@@ -127,8 +127,8 @@ impl Stream {
                     }
                 }
                 self.sort(info.reasoning_bytes, info.answer_bytes, at_us);
-                if info.usage.is_some() {
-                    self.usage = info.usage;
+                if let Some(u) = info.usage {
+                    self.usage = Some(self.usage.map_or(u, |was| was.merged(u)));
                 }
                 if info.finish_reason.is_some() {
                     self.finish_reason = info.finish_reason;

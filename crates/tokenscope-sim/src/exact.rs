@@ -10,7 +10,7 @@
 
 use crate::faults::{pick_fault, uniform, Fault, Faults};
 use crate::http::{bad_request, parse_body};
-use crate::openai::{Ask, Writer};
+use crate::openai::{Ask, Dialect, Writer};
 use crate::timer::sleep_until;
 use axum::body::Body;
 use axum::extract::State;
@@ -133,6 +133,8 @@ impl ExactServer {
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/v1/completions", post(completions))
+            .route("/v1/responses", post(responses))
+            .route("/v1/messages", post(messages))
             .route("/v1/models", get(models))
             .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
             .route("/stats", get(stats_handler))
@@ -184,19 +186,27 @@ async fn models(State(s): State<Arc<Shared>>) -> Response {
 }
 
 async fn chat(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    respond(state.0, &body, true).await
+    respond(state.0, &body, Dialect::Chat).await
 }
 
 async fn completions(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    respond(state.0, &body, false).await
+    respond(state.0, &body, Dialect::Completions).await
 }
 
-async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
+async fn responses(state: State<Arc<Shared>>, body: Bytes) -> Response {
+    respond(state.0, &body, Dialect::Responses).await
+}
+
+async fn messages(state: State<Arc<Shared>>, body: Bytes) -> Response {
+    respond(state.0, &body, Dialect::Messages).await
+}
+
+async fn respond(s: Arc<Shared>, body: &[u8], dialect: Dialect) -> Response {
     let body = match parse_body(body) {
         Ok(b) => b,
         Err(msg) => return bad_request(&msg),
     };
-    let ask = Ask::read(&body, is_chat);
+    let ask = Ask::read(&body, dialect);
     let arrival = Instant::now();
     let n = s.stats.requests.fetch_add(1, Ordering::Relaxed);
     let cfg = &s.config;
@@ -211,7 +221,7 @@ async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
             .into_response();
     }
     let mut plan = Plan {
-        writer: Writer::new(is_chat, "exact", n, &s.model_json, ask.prompt_tokens),
+        writer: Writer::new(dialect, "exact", n, &s.model_json, ask.prompt_tokens),
         shared: s.clone(),
         arrival,
         tokens: ask.max_tokens.unwrap_or(cfg.default_output_tokens).max(1),
@@ -361,7 +371,7 @@ impl Plan {
                     "answer_sent_mono_us": self.answer_sent.and_then(mono),
                     "reasoning_tokens": self.reasoning(),
                 });
-                Some(Ok(self.writer.finish(&timings)))
+                Some(Ok(self.writer.finish(&timings, self.tokens)))
             }
             2 if self.usage_at_end => Some(Ok(self.writer.usage(self.tokens))),
             2 | 3 => {
@@ -373,7 +383,7 @@ impl Plan {
                     .completed_streams
                     .fetch_add(1, Ordering::Relaxed);
                 self.shared.stats.add_lateness(&self.lateness);
-                Some(Ok(Writer::done()))
+                self.writer.done().map(Ok)
             }
             _ => None,
         }

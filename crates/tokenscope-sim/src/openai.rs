@@ -31,27 +31,41 @@ pub struct Ask {
 
 /// The prompt's whitespace-separated words in order (every message's, for
 /// chat): what the servers count as tokens and the engine's prefix cache hashes.
-pub fn prompt_words(body: &Value, is_chat: bool) -> Box<dyn Iterator<Item = &str> + '_> {
+pub fn prompt_words(body: &Value, dialect: Dialect) -> Box<dyn Iterator<Item = &str> + '_> {
     fn words(v: &Value) -> std::str::SplitWhitespace<'_> {
         v.as_str().unwrap_or("").split_whitespace()
     }
-    if is_chat {
-        let messages = body["messages"].as_array().map_or(&[][..], Vec::as_slice);
-        Box::new(messages.iter().flat_map(|m| words(&m["content"])))
-    } else {
-        Box::new(words(&body["prompt"]))
+    fn messages(v: &Value) -> impl Iterator<Item = &str> {
+        let list = v.as_array().map_or(&[][..], Vec::as_slice);
+        list.iter().flat_map(|m| words(&m["content"]))
+    }
+    match dialect {
+        Dialect::Chat => Box::new(messages(&body["messages"])),
+        Dialect::Completions => Box::new(words(&body["prompt"])),
+        // The system prompt is the body's own field in these two.
+        Dialect::Messages => Box::new(words(&body["system"]).chain(messages(&body["messages"]))),
+        Dialect::Responses => Box::new(
+            words(&body["instructions"])
+                .chain(words(&body["input"]))
+                .chain(messages(&body["input"])),
+        ),
     }
 }
 
 impl Ask {
-    pub fn read(body: &Value, is_chat: bool) -> Ask {
-        let prompt_tokens = prompt_words(body, is_chat).count() as u64;
+    pub fn read(body: &Value, dialect: Dialect) -> Ask {
+        let prompt_tokens = prompt_words(body, dialect).count() as u64;
         let opts = &body["stream_options"];
         Ask {
             prompt_tokens,
-            max_tokens: ["max_tokens", "max_completion_tokens", "n_predict"]
-                .iter()
-                .find_map(|k| body[k].as_u64()),
+            max_tokens: [
+                "max_tokens",
+                "max_completion_tokens",
+                "max_output_tokens",
+                "n_predict",
+            ]
+            .iter()
+            .find_map(|k| body[k].as_u64()),
             stream: body["stream"].as_bool().unwrap_or(false),
             include_usage: opts["include_usage"].as_bool().unwrap_or(false),
             continuous_usage: opts["continuous_usage_stats"].as_bool().unwrap_or(false),
@@ -85,8 +99,29 @@ impl std::str::FromStr for ReasoningAs {
     }
 }
 
+/// The API a request came in on, and so the shape its answer is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// OpenAI chat: `/v1/chat/completions`.
+    Chat,
+    /// OpenAI completions: `/v1/completions`.
+    Completions,
+    /// OpenAI Responses: `/v1/responses`, typed events, no `[DONE]`.
+    Responses,
+    /// Anthropic Messages: `/v1/messages`, typed events ending `message_stop`.
+    Messages,
+}
+
+impl Dialect {
+    /// Whether the prompt is a list of messages (all but completions).
+    pub fn has_messages(self) -> bool {
+        self != Dialect::Completions
+    }
+}
+
 /// Writes one response's chunks.
 pub struct Writer {
+    dialect: Dialect,
     is_chat: bool,
     /// `chatcmpl-exact-7`, `cmpl-sim-3`, …
     id: String,
@@ -103,15 +138,21 @@ pub struct Writer {
 impl Writer {
     /// `server` tags the ids (`exact`, `sim`); `model_json` is the model name as a JSON string.
     pub fn new(
-        is_chat: bool,
+        dialect: Dialect,
         server: &str,
         n: u64,
         model_json: &str,
         prompt_tokens: u64,
     ) -> Writer {
-        let kind = if is_chat { "chatcmpl" } else { "cmpl" };
+        let kind = match dialect {
+            Dialect::Chat => "chatcmpl",
+            Dialect::Completions => "cmpl",
+            Dialect::Responses => "resp",
+            Dialect::Messages => "msg",
+        };
         Writer {
-            is_chat,
+            dialect,
+            is_chat: dialect == Dialect::Chat,
             id: format!("{kind}-{server}-{n}"),
             model_json: model_json.into(),
             prompt_tokens,
@@ -188,6 +229,21 @@ impl Writer {
 
     /// The role-only first chunk of a chat stream (not a token); none for completions.
     pub fn role(&self) -> Option<Bytes> {
+        match self.dialect {
+            Dialect::Responses => {
+                let data = json!({"type": "response.created",
+                    "response": {"id": self.id, "object": "response", "status": "in_progress"}});
+                return Some(event("response.created", &data));
+            }
+            Dialect::Messages => {
+                let data = json!({"type": "message_start", "message": {
+                    "id": self.id, "type": "message", "role": "assistant", "content": [],
+                    "model": serde_json::from_str::<Value>(&self.model_json).unwrap_or(Value::Null),
+                    "usage": {"input_tokens": self.prompt_tokens, "output_tokens": 0}}});
+                return Some(event("message_start", &data));
+            }
+            _ => {}
+        }
         self.is_chat.then(|| {
             self.chunk(
                 r#"{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}"#,
@@ -199,6 +255,11 @@ impl Writer {
 
     /// A chunk carrying `text`; `usage` = completion tokens so far, when sent per chunk.
     pub fn content(&self, text: &str, usage: Option<u64>) -> Bytes {
+        match self.dialect {
+            Dialect::Responses => return self.responses_delta("output_text", 1, text),
+            Dialect::Messages => return self.messages_delta("text", 1, text),
+            _ => {}
+        }
         let choice = if self.is_chat {
             format!(r#"{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":null}}"#)
         } else {
@@ -207,8 +268,29 @@ impl Writer {
         self.chunk(&choice, usage, "")
     }
 
-    /// The finish chunk, carrying the server's own `timings` (as llama.cpp does).
-    pub fn finish(&self, timings: &Value) -> Bytes {
+    /// The finish chunk, carrying the server's own `timings` (as llama.cpp
+    /// does); the typed APIs' carries the usage too, of `completion` tokens.
+    pub fn finish(&self, timings: &Value, completion: u64) -> Bytes {
+        match self.dialect {
+            Dialect::Responses => {
+                let data = json!({
+                    "type": "response.incomplete",
+                    "response": self.response_object(completion, Value::Null),
+                    "timings": timings,
+                });
+                return event("response.incomplete", &data);
+            }
+            Dialect::Messages => {
+                let data = json!({
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "max_tokens", "stop_sequence": null},
+                    "usage": {"output_tokens": completion},
+                    "timings": timings,
+                });
+                return event("message_delta", &data);
+            }
+            _ => {}
+        }
         let choice = if self.is_chat {
             r#"{"index":0,"delta":{},"finish_reason":"length"}"#
         } else {
@@ -226,8 +308,20 @@ impl Writer {
     /// text; either may be empty (a completions stream has no reasoning
     /// field: its text is all answer).
     pub fn reasoning_and_content(&self, thought: &str, answer: &str, usage: Option<u64>) -> Bytes {
-        if !self.is_chat || thought.is_empty() {
+        if !self.dialect.has_messages() || thought.is_empty() {
             return self.content(answer, usage);
+        }
+        let typed = match self.dialect {
+            Dialect::Responses => Some(self.responses_delta("reasoning_text", 0, thought)),
+            Dialect::Messages => Some(self.messages_delta("thinking", 0, thought)),
+            _ => None,
+        };
+        if let Some(thought) = typed {
+            let mut both = thought.to_vec();
+            if !answer.is_empty() {
+                both.extend_from_slice(&self.content(answer, usage));
+            }
+            return Bytes::from(both);
         }
         let content = match answer.is_empty() {
             true => String::new(),
@@ -244,8 +338,47 @@ impl Writer {
         Bytes::from_static(b"data: {\"choices\":[{\"delta\":\n\n")
     }
 
-    pub fn done() -> Bytes {
-        Bytes::from_static(b"data: [DONE]\n\n")
+    /// The stream's last event: `[DONE]`, Anthropic's `message_stop`;
+    /// none for Responses (its `response.incomplete` was the end).
+    pub fn done(&self) -> Option<Bytes> {
+        match self.dialect {
+            Dialect::Chat | Dialect::Completions => Some(Bytes::from_static(b"data: [DONE]\n\n")),
+            Dialect::Messages => Some(event("message_stop", &json!({"type": "message_stop"}))),
+            Dialect::Responses => None,
+        }
+    }
+
+    /// A Responses delta event of `kind` (`output_text`, `reasoning_text`).
+    fn responses_delta(&self, kind: &str, output_index: u32, text: &str) -> Bytes {
+        Bytes::from(format!(
+            "event: response.{kind}.delta\ndata: {{\"type\":\"response.{kind}.delta\",\"output_index\":{output_index},\"content_index\":0,\"delta\":\"{text}\"}}\n\n"
+        ))
+    }
+
+    /// An Anthropic `content_block_delta` of `kind` (`text`, `thinking`).
+    fn messages_delta(&self, kind: &str, index: u32, text: &str) -> Bytes {
+        Bytes::from(format!(
+            "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":{index},\"delta\":{{\"type\":\"{kind}_delta\",\"{kind}\":\"{text}\"}}}}\n\n"
+        ))
+    }
+
+    /// A Responses `response` object cut at its length, with `output`.
+    fn response_object(&self, completion: u64, output: Value) -> Value {
+        json!({
+            "id": self.id,
+            "object": "response",
+            "status": "incomplete",
+            "incomplete_details": {"reason": "max_output_tokens"},
+            "model": serde_json::from_str::<Value>(&self.model_json).unwrap_or(Value::Null),
+            "output": output,
+            "usage": {
+                "input_tokens": self.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": self.cached_tokens.unwrap_or(0)},
+                "output_tokens": completion,
+                "output_tokens_details": {"reasoning_tokens": self.reasoning_tokens.min(completion)},
+                "total_tokens": self.prompt_tokens + completion,
+            },
+        })
     }
 
     /// A whole (non-streaming) answer of `completion` tokens, its reasoning
@@ -256,11 +389,16 @@ impl Writer {
         let (thought, answer) = (text(0, r), text(r, completion));
         let (reasoning, text) = match self.reasoning_as {
             _ if r == 0 => (None, answer),
-            ReasoningAs::Field if self.is_chat => (Some(thought), answer),
+            ReasoningAs::Field if self.dialect.has_messages() => (Some(thought), answer),
             ReasoningAs::Field => (None, format!("{thought}{answer}")),
             ReasoningAs::Tags => (None, format!("<think>{thought}</think>{answer}")),
             ReasoningAs::Hidden => (None, answer),
         };
+        match self.dialect {
+            Dialect::Responses => return self.whole_response(reasoning, &text, completion),
+            Dialect::Messages => return self.whole_message(reasoning, &text, completion, model),
+            _ => {}
+        }
         let choice = if self.is_chat {
             let mut message = json!({"role": "assistant", "content": text});
             if let Some(r) = reasoning {
@@ -281,6 +419,43 @@ impl Writer {
     }
 }
 
+impl Writer {
+    fn whole_response(&self, reasoning: Option<String>, text: &str, completion: u64) -> Value {
+        let mut output = Vec::new();
+        if let Some(r) = reasoning {
+            output.push(json!({"type": "reasoning",
+                "content": [{"type": "reasoning_text", "text": r}]}));
+        }
+        output.push(json!({"type": "message", "role": "assistant",
+            "content": [{"type": "output_text", "text": text}]}));
+        self.response_object(completion, Value::Array(output))
+    }
+
+    fn whole_message(
+        &self,
+        reasoning: Option<String>,
+        text: &str,
+        completion: u64,
+        model: &str,
+    ) -> Value {
+        let mut content = Vec::new();
+        if let Some(r) = reasoning {
+            content.push(json!({"type": "thinking", "thinking": r}));
+        }
+        content.push(json!({"type": "text", "text": text}));
+        json!({
+            "id": self.id, "type": "message", "role": "assistant", "model": model,
+            "content": content, "stop_reason": "max_tokens",
+            "usage": {"input_tokens": self.prompt_tokens, "output_tokens": completion},
+        })
+    }
+}
+
+/// `event: NAME` and its JSON data: the typed APIs' frame.
+fn event(name: &str, data: &Value) -> Bytes {
+    Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -289,7 +464,7 @@ mod tests {
     fn reads_both_request_shapes() {
         let chat = json!({"messages": [{"role": "user", "content": "a b c"}], "max_completion_tokens": 5,
                           "stream": true, "stream_options": {"include_usage": true}});
-        let a = Ask::read(&chat, true);
+        let a = Ask::read(&chat, Dialect::Chat);
         assert_eq!(
             (
                 a.prompt_tokens,
@@ -301,7 +476,7 @@ mod tests {
             (3, Some(5), true, true, false)
         );
         let comp = json!({"prompt": "x y", "n_predict": 2});
-        let a = Ask::read(&comp, false);
+        let a = Ask::read(&comp, Dialect::Completions);
         assert_eq!(
             (a.prompt_tokens, a.max_tokens, a.stream),
             (2, Some(2), false)
@@ -310,7 +485,7 @@ mod tests {
 
     #[test]
     fn chunks_are_the_api_shapes() {
-        let w = Writer::new(true, "exact", 7, "\"m\"", 3);
+        let w = Writer::new(Dialect::Chat, "exact", 7, "\"m\"", 3);
         let parse = |b: Bytes| -> Value {
             let s = String::from_utf8(b.to_vec()).unwrap();
             serde_json::from_str(s.strip_prefix("data: ").unwrap().trim_end()).unwrap()
@@ -319,11 +494,13 @@ mod tests {
         assert_eq!(c["id"], "chatcmpl-exact-7");
         assert_eq!(c["choices"][0]["delta"]["content"], " the of");
         assert_eq!(c["usage"]["total_tokens"], 5);
-        let f = parse(w.finish(&json!({"ttft_ms": 1.5})));
+        let f = parse(w.finish(&json!({"ttft_ms": 1.5}), 3));
         assert_eq!(f["choices"][0]["finish_reason"], "length");
         assert_eq!(f["timings"]["ttft_ms"], 1.5);
         assert_eq!(parse(w.usage(2))["choices"].as_array().unwrap().len(), 0);
         assert!(parse(w.role().unwrap())["choices"][0]["delta"]["role"] == "assistant");
-        assert!(Writer::new(false, "sim", 1, "\"m\"", 1).role().is_none());
+        assert!(Writer::new(Dialect::Completions, "sim", 1, "\"m\"", 1)
+            .role()
+            .is_none());
     }
 }

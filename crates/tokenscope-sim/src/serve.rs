@@ -12,7 +12,7 @@ use crate::engine::scheduler::Seq;
 use crate::engine::{Engine, EngineConfig, EngineState};
 use crate::faults::{Fault, Faults};
 use crate::http::{bad_request, parse_body};
-use crate::openai::{self, Ask, Writer};
+use crate::openai::{self, Ask, Dialect, Writer};
 use crate::prom::{self, Exposition, Histogram};
 use crate::timer;
 use axum::body::Body;
@@ -263,6 +263,8 @@ impl EngineServer {
         let app = Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/v1/completions", post(completions))
+            .route("/v1/responses", post(responses))
+            .route("/v1/messages", post(messages))
             .route("/v1/models", get(models))
             .route("/health", get(health))
             .route("/version", get(version))
@@ -610,14 +612,22 @@ async fn metrics_text(State(s): State<Arc<Shared>>) -> Response {
 }
 
 async fn chat(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    respond(state.0, &body, true).await
+    respond(state.0, &body, Dialect::Chat).await
 }
 
 async fn completions(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    respond(state.0, &body, false).await
+    respond(state.0, &body, Dialect::Completions).await
 }
 
-async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
+async fn responses(state: State<Arc<Shared>>, body: Bytes) -> Response {
+    respond(state.0, &body, Dialect::Responses).await
+}
+
+async fn messages(state: State<Arc<Shared>>, body: Bytes) -> Response {
+    respond(state.0, &body, Dialect::Messages).await
+}
+
+async fn respond(s: Arc<Shared>, body: &[u8], dialect: Dialect) -> Response {
     if let Some(loading) = s.loading() {
         return loading;
     }
@@ -626,7 +636,7 @@ async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
         Ok(b) => b,
         Err(msg) => return bad_request(&msg),
     };
-    let ask = Ask::read(&body, is_chat);
+    let ask = Ask::read(&body, dialect);
     let id = s.next_id.fetch_add(1, Ordering::Relaxed);
     let fault = s.options.faults.for_request(s.options.seed, id);
     if let Fault::Status(code) = fault {
@@ -664,7 +674,7 @@ async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
         // fills are cached too, as vLLM caches every full block: a next turn
         // that carries it back finds them.
         let answer = openai::text(0, max_tokens);
-        let words = openai::prompt_words(&body, is_chat).chain(answer.split_whitespace());
+        let words = openai::prompt_words(&body, dialect).chain(answer.split_whitespace());
         seq.units = kv::word_units(words, s.kv_block_size).into();
     }
     let replica = s.pick(id, &seq.units, seq.prompt);
@@ -679,7 +689,7 @@ async fn respond(s: Arc<Shared>, body: &[u8], is_chat: bool) -> Response {
     {
         return (StatusCode::SERVICE_UNAVAILABLE, "engine stopped").into_response();
     }
-    let mut writer = Writer::new(is_chat, "sim", id, &s.model_json, prompt);
+    let mut writer = Writer::new(dialect, "sim", id, &s.model_json, prompt);
     if let Some((n, how)) = s.options.reasoning(id) {
         writer.set_reasoning(n.min(max_tokens), how);
     }
@@ -783,7 +793,7 @@ impl StreamState {
                             self.writer.set_cached_tokens(cached);
                         }
                         let mut both = token.map(|t| t.to_vec()).unwrap_or_default();
-                        both.extend_from_slice(&self.writer.finish(&timings));
+                        both.extend_from_slice(&self.writer.finish(&timings, self.sent));
                         return Some(Ok(Bytes::from(both)));
                     }
                     if let Some(token) = token {
@@ -798,7 +808,7 @@ impl StreamState {
                 }
                 Phase::Done => {
                     self.phase = Phase::End;
-                    return Some(Ok(Writer::done()));
+                    return self.writer.done().map(Ok);
                 }
                 Phase::End => return None,
             }

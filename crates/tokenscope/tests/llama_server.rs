@@ -995,3 +995,51 @@ fn llamas_reasoning_parser_splits_a_forced_think_prefix_and_tokenscope_agrees() 
     );
     assert!(stat(&r, "latency.answer_start_ms.p50") > stat(&r, "latency.ttft_ms.p50"));
 }
+
+/// llama.cpp's own `/v1/responses` and `/v1/messages`: every request
+/// succeeds, the counts are the server's, and where the server says its
+/// timings (Responses' final event) tokenscope's TPOT agrees with them.
+#[test]
+fn responses_and_anthropic_messages_run_on_llama_and_agree_with_it() {
+    let llama = Llama::start("LLAMA_MODEL_50M", 1, 1);
+    for api in ["openai-responses", "anthropic-messages"] {
+        let out = run_dir(&format!("llama-{api}"));
+        let o = bench(
+            &llama.url,
+            &out,
+            &[
+                "--api",
+                api,
+                "--requests",
+                "6",
+                "--input-tokens",
+                "64",
+                "--output-tokens",
+                "24",
+                "--ignore-eos",
+            ],
+        );
+        assert_ok(&o);
+        let r = results(&out);
+        assert_eq!(r["counts"]["failed"], 0, "{api}: {}", r["counts"]);
+        assert_eq!(r["target"]["api"], api);
+        for rec in records(&out) {
+            assert_eq!(rec["output_tokens"], 24, "{api}: {rec}");
+            assert_eq!(rec["output_token_source"], "server_usage", "{api}: {rec}");
+            assert!(rec["input_tokens"].as_u64().unwrap() > 0, "{api}: {rec}");
+            // One token per chunk: the stream carried every counted token.
+            let chunks = chunk_times(&rec).len();
+            assert!((22..=24).contains(&chunks), "{api}: {chunks} chunks {rec}");
+            if let Some(per_token) = rec["server_timings"]["predicted_per_token_ms"].as_f64() {
+                let tpot = (rec["done_at_us"].as_f64().unwrap()
+                    - rec["first_token_at_us"].as_f64().unwrap())
+                    / 23.0
+                    / 1e3;
+                assert!(
+                    (tpot / per_token - 1.0).abs() < 0.25,
+                    "{api}: TPOT {tpot} ms, llama {per_token} ms"
+                );
+            }
+        }
+    }
+}

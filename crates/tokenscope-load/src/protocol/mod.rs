@@ -13,9 +13,11 @@
 //! tests — and one line in [`ALL`]: `--api` takes every name there, and
 //! `--api auto` probes them in its order.
 
+pub mod anthropic_messages;
 pub mod openai;
 pub mod openai_chat;
 pub mod openai_completions;
+pub mod openai_responses;
 pub mod reasoning;
 
 pub use reasoning::{Reasoner, ReasoningParser, Split};
@@ -41,12 +43,19 @@ pub trait Protocol: Sync + std::fmt::Debug {
     /// What an error response's body says, in one short line, if it says
     /// anything this API defines.
     fn error_message(&self, body: &Value) -> Option<String>;
+    /// The target's headers as this API wants them (the key where it looks
+    /// for one, its version header); most take them as they are.
+    fn headers(&self, headers: reqwest::header::HeaderMap) -> reqwest::header::HeaderMap {
+        headers
+    }
 }
 
 /// Every API, in the order `--api auto` tries them.
 pub const ALL: &[&dyn Protocol] = &[
     &openai_chat::OpenaiChat,
     &openai_completions::OpenaiCompletions,
+    &openai_responses::OpenaiResponses,
+    &anthropic_messages::AnthropicMessages,
 ];
 
 /// The API of this `--api` name.
@@ -95,6 +104,23 @@ impl<'a> Message<'a> {
     }
 
     /// Its text parts, joined.
+    /// The content as most APIs write it: a string when it is one text,
+    /// else a list of typed parts, text parts typed `text_type` (`text`;
+    /// Responses' `input_text`).
+    pub fn content_json(&self, text_type: &str) -> Value {
+        match self.content.as_slice() {
+            [Part::Text(t)] => serde_json::json!(t),
+            parts => Value::Array(
+                parts
+                    .iter()
+                    .map(|p| match p {
+                        Part::Text(t) => serde_json::json!({"type": text_type, "text": t}),
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
     pub fn joined_text(&self) -> Cow<'a, str> {
         match self.content.as_slice() {
             [Part::Text(t)] => Cow::Borrowed(t),
@@ -145,6 +171,39 @@ pub struct Request<'a> {
 /// A session's earlier turn: what the user said and what came back.
 pub type Turn<'a> = (&'a str, &'a str);
 
+impl Request<'_> {
+    /// The system messages' text, for the APIs that take it apart from
+    /// the conversation (Responses' `instructions`, Anthropic's `system`).
+    pub fn system_text(&self) -> Option<String> {
+        let system: Vec<_> = self
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::System)
+            .map(|m| m.joined_text())
+            .collect();
+        (!system.is_empty()).then(|| system.join("\n\n"))
+    }
+
+    /// The conversation without its system messages, each as `write` puts it.
+    pub fn turns_json(&self, write: impl Fn(&Message<'_>) -> Value) -> Value {
+        let turns = self.messages.iter().filter(|m| m.role != Role::System);
+        Value::Array(turns.map(write).collect())
+    }
+
+    /// The fields every API's body carries the same way, set over `obj`:
+    /// the model, temperature, streaming, and vLLM's `ignore_eos`.
+    pub fn common_fields(&self, obj: &mut serde_json::Map<String, Value>) {
+        obj.insert("model".into(), serde_json::json!(self.model));
+        if let Some(t) = self.temperature {
+            obj.insert("temperature".into(), serde_json::json!(t));
+        }
+        obj.insert("stream".into(), serde_json::json!(self.stream));
+        if self.ignore_eos {
+            obj.insert("ignore_eos".into(), serde_json::json!(true));
+        }
+    }
+}
+
 impl<'a> Request<'a> {
     /// `prompt` after a session's earlier `turns`, with the run's shape.
     pub fn conversation(
@@ -184,6 +243,19 @@ pub struct Usage {
     pub cached_tokens: Option<u64>,
     /// Of the completion tokens, those spent reasoning.
     pub reasoning_tokens: Option<u64>,
+}
+
+impl Usage {
+    /// `later` over this: an API that tells its usage in parts (Anthropic's
+    /// prompt at the start, its output at the end) keeps both.
+    pub fn merged(self, later: Usage) -> Usage {
+        Usage {
+            prompt_tokens: later.prompt_tokens.or(self.prompt_tokens),
+            completion_tokens: later.completion_tokens.or(self.completion_tokens),
+            cached_tokens: later.cached_tokens.or(self.cached_tokens),
+            reasoning_tokens: later.reasoning_tokens.or(self.reasoning_tokens),
+        }
+    }
 }
 
 /// A piece of a tool call as it streams: which call, and what of it came.
@@ -270,7 +342,7 @@ impl Piece {
                 }
             }
             Event::Usage(u) => {
-                self.usage = Some(u);
+                self.usage = Some(self.usage.map_or(u, |was| was.merged(u)));
                 Split::default()
             }
             Event::Finish(f) => {

@@ -15,11 +15,7 @@ use std::borrow::Cow;
 /// and `--extra-body`): streaming with usage asked for, or (`stream` off)
 /// one whole answer, which carries its usage anyway; the lengths.
 pub fn finish_body(mut obj: serde_json::Map<String, Value>, r: &Request<'_>) -> Vec<u8> {
-    obj.insert("model".into(), json!(r.model));
-    if let Some(t) = r.temperature {
-        obj.insert("temperature".into(), json!(t));
-    }
-    obj.insert("stream".into(), json!(r.stream));
+    r.common_fields(&mut obj);
     if r.stream {
         obj.insert("stream_options".into(), json!({"include_usage": true}));
     } else {
@@ -30,9 +26,6 @@ pub fn finish_body(mut obj: serde_json::Map<String, Value>, r: &Request<'_>) -> 
         if r.ignore_eos {
             obj.insert("min_tokens".into(), json!(n));
         }
-    }
-    if r.ignore_eos {
-        obj.insert("ignore_eos".into(), json!(true));
     }
     serde_json::to_vec(&obj).expect("a JSON value serializes")
 }

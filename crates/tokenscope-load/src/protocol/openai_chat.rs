@@ -1,26 +1,14 @@
 //! OpenAI's chat API: `POST /v1/chat/completions` with `messages`.
 
-use super::{openai, Event, Malformed, Message, Part, Protocol, Request};
+use super::{openai, Event, Malformed, Message, Protocol, Request};
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone, Copy)]
 pub struct OpenaiChat;
 
-/// A message as chat writes it: its content a string when it is one text,
-/// else a list of typed parts.
+/// A message as chat writes it.
 fn message(m: &Message<'_>) -> Value {
-    let content = match m.content.as_slice() {
-        [Part::Text(t)] => json!(t),
-        parts => Value::Array(
-            parts
-                .iter()
-                .map(|p| match p {
-                    Part::Text(t) => json!({"type": "text", "text": t}),
-                })
-                .collect(),
-        ),
-    };
-    json!({"role": m.role.name(), "content": content})
+    json!({"role": m.role.name(), "content": m.content_json("text")})
 }
 
 impl Protocol for OpenaiChat {
@@ -62,7 +50,7 @@ impl Protocol for OpenaiChat {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{Role, Shape};
+    use crate::protocol::{Part, Role, Shape};
 
     fn body(r: &Request<'_>) -> Value {
         serde_json::from_slice(&OpenaiChat.body(r)).unwrap()

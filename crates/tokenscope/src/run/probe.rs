@@ -108,7 +108,7 @@ pub async fn probe(
     };
     Ok(Probed {
         base,
-        headers,
+        headers: api.headers(headers),
         out_dir,
         self_check,
         cold,
