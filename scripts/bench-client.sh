@@ -129,7 +129,7 @@ if [[ $sections == *apis* ]]; then
   echo "|---|---|---|---|"
   start_server --ttft 0ms --itl 0ms
   chat=""
-  for api in openai-chat openai-completions openai-responses anthropic-messages; do
+  for api in openai-chat openai-completions openai-responses anthropic-messages tgi sglang; do
     API=$api client "$work/api-$api" --concurrency 64 --requests 800 --output-tokens 2048
     f=$(figures "$work/api-$api")
     cpu=$(get "$f" cpu100k .3f)

@@ -135,6 +135,8 @@ impl ExactServer {
             .route("/v1/completions", post(completions))
             .route("/v1/responses", post(responses))
             .route("/v1/messages", post(messages))
+            .route("/generate_stream", post(tgi))
+            .route("/generate", post(generate))
             .route("/v1/models", get(models))
             .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
             .route("/stats", get(stats_handler))
@@ -199,6 +201,15 @@ async fn responses(state: State<Arc<Shared>>, body: Bytes) -> Response {
 
 async fn messages(state: State<Arc<Shared>>, body: Bytes) -> Response {
     respond(state.0, &body, Dialect::Messages).await
+}
+
+async fn tgi(state: State<Arc<Shared>>, body: Bytes) -> Response {
+    respond(state.0, &body, Dialect::Tgi).await
+}
+
+/// `/generate` is TGI's whole answer (`inputs`) or SGLang's (`text`).
+async fn generate(state: State<Arc<Shared>>, body: Bytes) -> Response {
+    respond(state.0, &body, Dialect::of_generate(&body)).await
 }
 
 async fn respond(s: Arc<Shared>, body: &[u8], dialect: Dialect) -> Response {

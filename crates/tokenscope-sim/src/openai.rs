@@ -42,6 +42,8 @@ pub fn prompt_words(body: &Value, dialect: Dialect) -> Box<dyn Iterator<Item = &
     match dialect {
         Dialect::Chat => Box::new(messages(&body["messages"])),
         Dialect::Completions => Box::new(words(&body["prompt"])),
+        Dialect::Tgi => Box::new(words(&body["inputs"])),
+        Dialect::Sglang => Box::new(words(&body["text"])),
         // The system prompt is the body's own field in these two.
         Dialect::Messages => Box::new(words(&body["system"]).chain(messages(&body["messages"]))),
         Dialect::Responses => Box::new(
@@ -65,8 +67,11 @@ impl Ask {
                 "n_predict",
             ]
             .iter()
-            .find_map(|k| body[k].as_u64()),
-            stream: body["stream"].as_bool().unwrap_or(false),
+            .find_map(|k| body[k].as_u64())
+            .or_else(|| body["parameters"]["max_new_tokens"].as_u64())
+            .or_else(|| body["sampling_params"]["max_new_tokens"].as_u64()),
+            // TGI's /generate_stream streams unasked.
+            stream: body["stream"].as_bool().unwrap_or(dialect == Dialect::Tgi),
             include_usage: opts["include_usage"].as_bool().unwrap_or(false),
             continuous_usage: opts["continuous_usage_stats"].as_bool().unwrap_or(false),
         }
@@ -110,12 +115,25 @@ pub enum Dialect {
     Responses,
     /// Anthropic Messages: `/v1/messages`, typed events ending `message_stop`.
     Messages,
+    /// TGI's native `/generate_stream` (and `/generate`): a token an event.
+    Tgi,
+    /// SGLang's native `/generate`: the whole text so far in every event.
+    Sglang,
 }
 
 impl Dialect {
-    /// Whether the prompt is a list of messages (all but completions).
+    /// Whose `/generate` a body is: TGI's carries `inputs`, SGLang's `text`.
+    pub fn of_generate(body: &[u8]) -> Dialect {
+        let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        match v.get("inputs") {
+            Some(_) => Dialect::Tgi,
+            None => Dialect::Sglang,
+        }
+    }
+
+    /// Whether the prompt is a list of messages (not one text).
     pub fn has_messages(self) -> bool {
-        self != Dialect::Completions
+        !matches!(self, Dialect::Completions | Dialect::Tgi | Dialect::Sglang)
     }
 }
 
@@ -149,6 +167,8 @@ impl Writer {
             Dialect::Completions => "cmpl",
             Dialect::Responses => "resp",
             Dialect::Messages => "msg",
+            Dialect::Tgi => "tgi",
+            Dialect::Sglang => "sglang",
         };
         Writer {
             dialect,
@@ -171,13 +191,57 @@ impl Writer {
     /// that follows carries `completion_tokens_details.reasoning_tokens`.
     pub fn set_reasoning(&mut self, n: u64, how: ReasoningAs) {
         self.reasoning_tokens = n;
-        self.reasoning_as = how;
+        // An API with no reasoning field shows the thinking as raw text.
+        self.reasoning_as = match how {
+            ReasoningAs::Field if !self.dialect.has_messages() => ReasoningAs::Tags,
+            how => how,
+        };
+    }
+
+    /// The text of the answer's first `upto` tokens as the stream shows
+    /// it (tags around the thinking, hidden thinking left out).
+    fn text_so_far(&self, upto: u64) -> String {
+        let r = self.reasoning_tokens.min(upto);
+        match self.reasoning_as {
+            _ if self.reasoning_tokens == 0 => text(0, upto),
+            ReasoningAs::Hidden => text(r, upto),
+            _ => {
+                let close = if upto >= self.reasoning_tokens {
+                    "</think>"
+                } else {
+                    ""
+                };
+                format!("<think>{}{close}{}", text(0, r), text(r, upto))
+            }
+        }
+    }
+
+    /// SGLang's event: the text so far, the running counts, and at the
+    /// end the finish and the server's timings.
+    fn sglang_event(&self, upto: u64, end: Option<&Value>) -> Bytes {
+        let mut data = json!({
+            "text": self.text_so_far(upto),
+            "meta_info": {
+                "prompt_tokens": self.prompt_tokens,
+                "completion_tokens": upto,
+                "cached_tokens": self.cached_tokens.unwrap_or(0),
+                "finish_reason": end.map(|_| json!({"type": "length", "length": upto})),
+            },
+        });
+        if let Some(t) = end {
+            data["timings"] = t.clone();
+        }
+        Bytes::from(format!("data: {data}\n\n"))
     }
 
     /// The chunk of tokens `from..to`, their reasoning shown as set;
     /// `None` when all of them are hidden reasoning (nothing to stream).
     pub fn tokens(&self, from: u64, to: u64, usage: Option<u64>) -> Option<Bytes> {
         let r = self.reasoning_tokens;
+        if self.dialect == Dialect::Sglang {
+            let hidden = self.reasoning_as == ReasoningAs::Hidden && to <= r;
+            return (!hidden).then(|| self.sglang_event(to, None));
+        }
         let split = r.clamp(from, to);
         let (thought, answer) = (text(from, split), text(split, to));
         Some(match self.reasoning_as {
@@ -258,6 +322,11 @@ impl Writer {
         match self.dialect {
             Dialect::Responses => return self.responses_delta("output_text", 1, text),
             Dialect::Messages => return self.messages_delta("text", 1, text),
+            Dialect::Tgi => {
+                return Bytes::from(format!(
+                    "data: {{\"index\":0,\"token\":{{\"id\":0,\"text\":\"{text}\",\"logprob\":0.0,\"special\":false}},\"generated_text\":null,\"details\":null}}\n\n"
+                ))
+            }
             _ => {}
         }
         let choice = if self.is_chat {
@@ -280,6 +349,17 @@ impl Writer {
                 });
                 return event("response.incomplete", &data);
             }
+            Dialect::Tgi => {
+                let data = json!({
+                    "index": completion,
+                    "token": {"id": 2, "text": "", "logprob": 0.0, "special": true},
+                    "generated_text": self.text_so_far(completion),
+                    "details": {"finish_reason": "length", "generated_tokens": completion},
+                    "timings": timings,
+                });
+                return Bytes::from(format!("data: {data}\n\n"));
+            }
+            Dialect::Sglang => return self.sglang_event(completion, Some(timings)),
             Dialect::Messages => {
                 let data = json!({
                     "type": "message_delta",
@@ -342,9 +422,11 @@ impl Writer {
     /// none for Responses (its `response.incomplete` was the end).
     pub fn done(&self) -> Option<Bytes> {
         match self.dialect {
-            Dialect::Chat | Dialect::Completions => Some(Bytes::from_static(b"data: [DONE]\n\n")),
+            Dialect::Chat | Dialect::Completions | Dialect::Sglang => {
+                Some(Bytes::from_static(b"data: [DONE]\n\n"))
+            }
             Dialect::Messages => Some(event("message_stop", &json!({"type": "message_stop"}))),
-            Dialect::Responses => None,
+            Dialect::Responses | Dialect::Tgi => None,
         }
     }
 
@@ -395,6 +477,15 @@ impl Writer {
             ReasoningAs::Hidden => (None, answer),
         };
         match self.dialect {
+            Dialect::Tgi => {
+                return json!({"generated_text": self.text_so_far(completion),
+                    "details": {"finish_reason": "length", "generated_tokens": completion}})
+            }
+            Dialect::Sglang => {
+                return json!({"text": self.text_so_far(completion), "meta_info": {
+                    "prompt_tokens": self.prompt_tokens, "completion_tokens": completion,
+                    "finish_reason": {"type": "length", "length": completion}}})
+            }
             Dialect::Responses => return self.whole_response(reasoning, &text, completion),
             Dialect::Messages => return self.whole_message(reasoning, &text, completion, model),
             _ => {}

@@ -265,6 +265,8 @@ impl EngineServer {
             .route("/v1/completions", post(completions))
             .route("/v1/responses", post(responses))
             .route("/v1/messages", post(messages))
+            .route("/generate_stream", post(tgi))
+            .route("/generate", post(generate))
             .route("/v1/models", get(models))
             .route("/health", get(health))
             .route("/version", get(version))
@@ -625,6 +627,15 @@ async fn responses(state: State<Arc<Shared>>, body: Bytes) -> Response {
 
 async fn messages(state: State<Arc<Shared>>, body: Bytes) -> Response {
     respond(state.0, &body, Dialect::Messages).await
+}
+
+async fn tgi(state: State<Arc<Shared>>, body: Bytes) -> Response {
+    respond(state.0, &body, Dialect::Tgi).await
+}
+
+/// `/generate` is TGI's whole answer (`inputs`) or SGLang's (`text`).
+async fn generate(state: State<Arc<Shared>>, body: Bytes) -> Response {
+    respond(state.0, &body, Dialect::of_generate(&body)).await
 }
 
 async fn respond(s: Arc<Shared>, body: &[u8], dialect: Dialect) -> Response {

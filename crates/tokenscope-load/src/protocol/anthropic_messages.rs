@@ -232,14 +232,7 @@ mod tests {
     use crate::protocol::{Piece, Reasoner, ReasoningParser, Shape};
 
     fn events(data: &[&str]) -> (Piece, String) {
-        let (mut piece, mut text) = (Piece::default(), String::new());
-        let mut r = Reasoner::new(ReasoningParser::Auto);
-        for d in data {
-            AnthropicMessages
-                .stream_event(d, &mut |e| piece.add(e, &mut text, &mut r))
-                .unwrap();
-        }
-        (piece, text)
+        crate::protocol::fold_events(&AnthropicMessages, data)
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub mod openai_chat;
 pub mod openai_completions;
 pub mod openai_responses;
 pub mod reasoning;
+pub mod sglang;
+pub mod tgi;
 
 pub use reasoning::{Reasoner, ReasoningParser, Split};
 use serde_json::Value;
@@ -48,6 +50,11 @@ pub trait Protocol: Sync + std::fmt::Debug {
     fn headers(&self, headers: reqwest::header::HeaderMap) -> reqwest::header::HeaderMap {
         headers
     }
+    /// The endpoint for a streamed request or a whole one (TGI has two).
+    fn path_for(&self, stream: bool) -> &'static str {
+        let _ = stream;
+        self.path()
+    }
 }
 
 /// Every API, in the order `--api auto` tries them.
@@ -56,6 +63,8 @@ pub const ALL: &[&dyn Protocol] = &[
     &openai_completions::OpenaiCompletions,
     &openai_responses::OpenaiResponses,
     &anthropic_messages::AnthropicMessages,
+    &tgi::Tgi,
+    &sglang::Sglang,
 ];
 
 /// The API of this `--api` name.
@@ -172,6 +181,41 @@ pub struct Request<'a> {
 pub type Turn<'a> = (&'a str, &'a str);
 
 impl Request<'_> {
+    /// The conversation as one prompt, for the APIs without roles. The
+    /// system prompt, then each earlier turn's text and answer one after
+    /// the other, a blank line after each, then the prompt — so a
+    /// session's prompt only grows.
+    pub fn prompt_text(&self) -> String {
+        let mut prompt = String::new();
+        for m in &self.messages {
+            prompt.push_str(&m.joined_text());
+            if matches!(m.role, Role::System | Role::Assistant) {
+                prompt.push_str("\n\n");
+            }
+        }
+        prompt
+    }
+
+    /// A native engine API's body (TGI's, SGLang's): the conversation as
+    /// one text under `prompt_key`, the length (and `--extra-body`) among
+    /// the API's own `params`, under `params_key`.
+    pub fn native_body(
+        &self,
+        prompt_key: &str,
+        params_key: &str,
+        mut params: serde_json::Map<String, Value>,
+    ) -> Vec<u8> {
+        params.extend(self.extra.clone());
+        if let Some(n) = self.max_tokens {
+            params.insert("max_new_tokens".into(), serde_json::json!(n));
+        }
+        let mut body = serde_json::Map::new();
+        body.insert(prompt_key.into(), serde_json::json!(self.prompt_text()));
+        body.insert(params_key.into(), Value::Object(params));
+        body.insert("stream".into(), serde_json::json!(self.stream));
+        serde_json::to_vec(&body).expect("a JSON value serializes")
+    }
+
     /// The system messages' text, for the APIs that take it apart from
     /// the conversation (Responses' `instructions`, Anthropic's `system`).
     pub fn system_text(&self) -> Option<String> {
@@ -272,6 +316,9 @@ pub struct ToolCallDelta<'a> {
 pub enum Event<'a> {
     /// Text of the answer.
     Answer(Cow<'a, str>),
+    /// All the answer's text so far (SGLang's native stream): what is past
+    /// the text already taken is this event's.
+    AnswerSoFar(Cow<'a, str>),
     /// Text of the model's reasoning before its answer.
     Reasoning(Cow<'a, str>),
     /// Part of a tool call (no API here emits one yet).
@@ -333,6 +380,12 @@ impl Piece {
                 self.text_bytes += s.len();
                 reasoner.reasoning_field(&s, text)
             }
+            Event::AnswerSoFar(s) => {
+                let taken = text.len() + reasoner.held_len();
+                let new = s.get(taken..).unwrap_or("");
+                self.text_bytes += new.len();
+                reasoner.answer(new, text)
+            }
             Event::ToolCall(call) => {
                 self.text_bytes += call.arguments.len();
                 text.push_str(&call.arguments);
@@ -388,6 +441,18 @@ impl Piece {
         piece.answer_bytes += rest.answer;
         Ok(piece)
     }
+}
+
+/// Every event of `data` through `api`, folded into one piece and the text.
+#[cfg(test)]
+pub(crate) fn fold_events(api: &dyn Protocol, data: &[&str]) -> (Piece, String) {
+    let (mut piece, mut text) = (Piece::default(), String::new());
+    let mut r = Reasoner::new(ReasoningParser::Auto);
+    for d in data {
+        api.stream_event(d, &mut |e| piece.add(e, &mut text, &mut r))
+            .unwrap();
+    }
+    (piece, text)
 }
 
 #[cfg(test)]

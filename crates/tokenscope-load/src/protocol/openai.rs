@@ -220,6 +220,13 @@ pub fn whole_events(body: &str, emit: &mut dyn FnMut(Event<'_>)) -> Result<(), M
     Ok(())
 }
 
+/// A body's `error` field, when it holds one, in one short line.
+pub fn error_field(body: &Value) -> Option<String> {
+    body.get("error")
+        .filter(|e| !e.is_null())
+        .map(error_message)
+}
+
 /// An `error` value in one short line: its `message`, or the value itself.
 pub fn error_message(err: &Value) -> String {
     let msg = match err {

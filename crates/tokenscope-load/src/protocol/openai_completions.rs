@@ -1,24 +1,10 @@
 //! OpenAI's completions API: `POST /v1/completions` with one `prompt`.
 
-use super::{openai, Event, Malformed, Protocol, Request, Role};
+use super::{openai, Event, Malformed, Protocol, Request};
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone, Copy)]
 pub struct OpenaiCompletions;
-
-/// The conversation as one prompt. There are no roles: the system prompt,
-/// then each earlier turn's text and answer one after the other, a blank
-/// line after each, then the prompt — so a session's prompt only grows.
-fn prompt(r: &Request<'_>) -> String {
-    let mut prompt = String::new();
-    for m in &r.messages {
-        prompt.push_str(&m.joined_text());
-        if matches!(m.role, Role::System | Role::Assistant) {
-            prompt.push_str("\n\n");
-        }
-    }
-    prompt
-}
 
 impl Protocol for OpenaiCompletions {
     fn name(&self) -> &'static str {
@@ -31,7 +17,7 @@ impl Protocol for OpenaiCompletions {
 
     fn body(&self, r: &Request<'_>) -> Vec<u8> {
         let mut obj = r.extra.clone();
-        obj.insert("prompt".into(), json!(prompt(r)));
+        obj.insert("prompt".into(), json!(r.prompt_text()));
         openai::finish_body(obj, r)
     }
 

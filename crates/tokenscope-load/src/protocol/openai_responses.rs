@@ -157,9 +157,7 @@ impl Protocol for OpenaiResponses {
     }
 
     fn error_message(&self, body: &Value) -> Option<String> {
-        body.get("error")
-            .filter(|e| !e.is_null())
-            .map(super::openai::error_message)
+        super::openai::error_field(body)
     }
 }
 
@@ -169,14 +167,7 @@ mod tests {
     use crate::protocol::{Piece, Reasoner, ReasoningParser, Shape};
 
     fn events(data: &[&str]) -> (Piece, String) {
-        let (mut piece, mut text) = (Piece::default(), String::new());
-        let mut r = Reasoner::new(ReasoningParser::Auto);
-        for d in data {
-            OpenaiResponses
-                .stream_event(d, &mut |e| piece.add(e, &mut text, &mut r))
-                .unwrap();
-        }
-        (piece, text)
+        crate::protocol::fold_events(&OpenaiResponses, data)
     }
 
     #[test]

@@ -114,8 +114,8 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
 /// What every request is sent to and how.
 fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
     let base = &probed.base;
-    let endpoint =
-        reqwest::Url::parse(&format!("{base}{}", probed.api.path())).context("endpoint URL")?;
+    let path = probed.api.path_for(!spec.request.no_stream);
+    let endpoint = reqwest::Url::parse(&format!("{base}{path}")).context("endpoint URL")?;
     let http = http1::Client::new(
         &endpoint,
         &probed.headers,
