@@ -259,10 +259,20 @@ pub fn diagnose(
         ));
     }
     if tokens.multi_token_chunks {
+        // A server's reasoning parser generates the `<think>` tags and
+        // streams nothing for them: their tokens come in the next chunk.
+        let tags = tokens
+            .reasoning
+            .as_ref()
+            .is_some_and(|r| r.sources.contains_key("server_chunks"));
+        let why = match tags {
+            true => "; with reasoning split out by the server, the tokens of its thinking tags are generated and never streamed, so they arrive inside the chunk after them (the server's own counts on every chunk say so)",
+            false => "",
+        };
         out.push(finding(
             "multi_token_chunks",
             "info",
-            "the server sent several tokens per chunk: ITL is each chunk gap split over its tokens; ICL shows the gaps".into(),
+            format!("the server sent several tokens per chunk: ITL is each chunk gap split over its tokens; ICL shows the gaps{why}"),
             &[("tokens_per_chunk", json!(tokens.tokens_per_chunk))],
         ));
     }

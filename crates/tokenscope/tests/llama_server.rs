@@ -994,6 +994,14 @@ fn llamas_reasoning_parser_splits_a_forced_think_prefix_and_tokenscope_agrees() 
         4 * (completion - before_answer)
     );
     assert!(stat(&r, "latency.answer_start_ms.p50") > stat(&r, "latency.ttft_ms.p50"));
+    // The tags' tokens come inside the chunks after them, and the finding says why.
+    let chunky = r["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == "multi_token_chunks")
+        .expect("the tags' tokens make multi-token chunks");
+    assert!(chunky["message"].as_str().unwrap().contains("thinking tags"), "{chunky}");
 }
 
 /// llama.cpp's own `/v1/responses` and `/v1/messages`: every request
