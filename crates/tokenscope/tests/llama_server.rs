@@ -1001,7 +1001,13 @@ fn llamas_reasoning_parser_splits_a_forced_think_prefix_and_tokenscope_agrees() 
         .iter()
         .find(|f| f["rule"] == "multi_token_chunks")
         .expect("the tags' tokens make multi-token chunks");
-    assert!(chunky["message"].as_str().unwrap().contains("thinking tags"), "{chunky}");
+    assert!(
+        chunky["message"]
+            .as_str()
+            .unwrap()
+            .contains("thinking tags"),
+        "{chunky}"
+    );
 }
 
 /// llama.cpp's own `/v1/responses` and `/v1/messages`: every request
