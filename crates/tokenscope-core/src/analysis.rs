@@ -142,11 +142,7 @@ impl Point {
             cost_per_1k: r.efficiency.cost.and_then(|c| c.usd_per_1k_output_tokens),
             answers_per_s: r.throughput.requests_per_s * answered_share(r) / gpus,
             cost_per_answer: r.efficiency.cost.and_then(|c| c.usd_per_answer),
-            reasoning_share: r
-                .tokens
-                .reasoning
-                .as_ref()
-                .map(|x| x.tokens as f64 / r.tokens.output_total.max(1) as f64),
+            reasoning_share: r.tokens.reasoning_share(),
             gpu_util_pct: r
                 .efficiency
                 .gpu

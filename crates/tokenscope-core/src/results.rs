@@ -359,6 +359,14 @@ pub struct Tokens {
     pub reasoning: Option<Reasoning>,
 }
 
+impl Tokens {
+    /// Reasoning ÷ output tokens, when any request reasoned.
+    pub fn reasoning_share(&self) -> Option<f64> {
+        let r = self.reasoning.as_ref()?;
+        Some(r.tokens as f64 / self.output_total.max(1) as f64)
+    }
+}
+
 /// What the successful requests spent reasoning.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Reasoning {

@@ -75,8 +75,7 @@ struct Stream {
     failure: Option<(ErrorKind, String)>,
     /// Sorts the generated text into reasoning and answer.
     reasoner: Reasoner,
-    /// The first chunk known to carry answer text: its arrival and index.
-    first_answer_at: Option<u64>,
+    /// The first chunk known to carry answer text (its index in `chunks`).
     first_answer_chunk: Option<usize>,
     reasoning_bytes: u64,
     /// Chunks that carried reasoning and no answer.
@@ -88,7 +87,6 @@ impl Stream {
         Stream {
             api,
             reasoner: Reasoner::new(reasoning),
-            first_answer_at: None,
             first_answer_chunk: None,
             reasoning_bytes: 0,
             reasoning_chunks: 0,
@@ -126,7 +124,7 @@ impl Stream {
                         self.chunk_usage.push(c);
                     }
                 }
-                self.sort(info.reasoning_bytes, info.answer_bytes, at_us);
+                self.sort(info.reasoning_bytes, info.answer_bytes);
                 if let Some(u) = info.usage {
                     self.usage = Some(self.usage.map_or(u, |was| was.merged(u)));
                 }
@@ -142,11 +140,10 @@ impl Stream {
 }
 
 impl Stream {
-    /// What of a chunk was reasoning and what answer.
-    fn sort(&mut self, reasoning: usize, answer: usize, at_us: u64) {
-        if answer > 0 && self.first_answer_at.is_none() {
-            self.first_answer_at = Some(at_us);
-            self.first_answer_chunk = Some(self.chunks.len().saturating_sub(1));
+    /// What of the latest chunk was reasoning and what answer.
+    fn sort(&mut self, reasoning: usize, answer: usize) {
+        if answer > 0 && self.first_answer_chunk.is_none() {
+            self.first_answer_chunk = self.chunks.len().checked_sub(1);
         }
         if reasoning > 0 {
             self.reasoning_bytes += reasoning as u64;
@@ -158,9 +155,7 @@ impl Stream {
     /// as of the last chunk.
     fn finish_text(&mut self) {
         let rest = self.reasoner.finish(&mut self.text);
-        if let Some(last) = self.chunks.last().map(Chunk::at_us) {
-            self.sort(rest.reasoning, rest.answer, last);
-        }
+        self.sort(rest.reasoning, rest.answer);
     }
 }
 
@@ -570,7 +565,7 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
             None => (n_chunks, TokenSource::Chunks),
         },
     };
-    rec.first_answer_at_us = s.first_answer_at;
+    rec.first_answer_at_us = s.first_answer_chunk.map(|i| s.chunks[i].at_us());
     let reasoning = reasoning_count(&s);
     if let Some((n, source)) = reasoning {
         rec.reasoning_tokens = Some(n);

@@ -494,7 +494,7 @@ fn workload_lines(out: &mut String, r: &RunResults) {
         );
     }
     if let Some(x) = &r.tokens.reasoning {
-        reasoning_line(&mut lines, x, r.tokens.output_total);
+        reasoning_line(&mut lines, x, &r.tokens);
     }
     if let Some(a) = &w.arrivals {
         let disp = |d: Option<f64>| {
@@ -519,7 +519,11 @@ fn workload_lines(out: &mut String, r: &RunResults) {
 }
 
 /// How much of the output was thinking, and how the counts were had.
-fn reasoning_line(out: &mut String, x: &tokenscope_core::results::Reasoning, output_total: u64) {
+fn reasoning_line(
+    out: &mut String,
+    x: &tokenscope_core::results::Reasoning,
+    tokens: &tokenscope_core::results::Tokens,
+) {
     let sources: Vec<String> = x.sources.iter().map(|(k, n)| format!("{k} {n}")).collect();
     let mut notes = vec![format!("counted by {}", sources.join(", "))];
     if x.hidden_requests > 0 {
@@ -535,8 +539,8 @@ fn reasoning_line(out: &mut String, x: &tokenscope_core::results::Reasoning, out
         out,
         "  reasoning             {} of {} output tokens ({:.0} %) in {} requests; {} answer tokens ({})",
         x.tokens,
-        output_total,
-        x.tokens as f64 / output_total.max(1) as f64 * 100.0,
+        tokens.output_total,
+        tokens.reasoning_share().unwrap_or(0.0) * 100.0,
         x.requests,
         x.answer_tokens,
         notes.join("; ")
@@ -648,12 +652,10 @@ pub fn series_table(points: &[(String, RunResults)]) -> String {
             kv.and_then(|k| k["preemptions"].as_u64()).unwrap_or(0),
         );
         if reasoning {
-            let share = r.tokens.reasoning.as_ref().map_or("—".into(), |x| {
-                format!(
-                    "{:.0}%",
-                    x.tokens as f64 / r.tokens.output_total.max(1) as f64 * 100.0
-                )
-            });
+            let share = r
+                .tokens
+                .reasoning_share()
+                .map_or("—".into(), |s| format!("{:.0}%", s * 100.0));
             out.pop();
             out += &format!(" {:>8} {:>8}\n", ms(l.answer_start_ms, |s| s.p99), share);
         }

@@ -16,8 +16,8 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::routing::get;
+use axum::Json;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use std::net::SocketAddr;
@@ -130,13 +130,7 @@ impl ExactServer {
             config,
             stats: stats.clone(),
         });
-        let app = Router::new()
-            .route("/v1/chat/completions", post(chat))
-            .route("/v1/completions", post(completions))
-            .route("/v1/responses", post(responses))
-            .route("/v1/messages", post(messages))
-            .route("/generate_stream", post(tgi))
-            .route("/generate", post(generate))
+        let app = crate::http::api_routes(respond)
             .route("/v1/models", get(models))
             .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
             .route("/stats", get(stats_handler))
@@ -187,33 +181,8 @@ async fn models(State(s): State<Arc<Shared>>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-async fn chat(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    respond(state.0, &body, Dialect::Chat).await
-}
-
-async fn completions(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    respond(state.0, &body, Dialect::Completions).await
-}
-
-async fn responses(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    respond(state.0, &body, Dialect::Responses).await
-}
-
-async fn messages(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    respond(state.0, &body, Dialect::Messages).await
-}
-
-async fn tgi(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    respond(state.0, &body, Dialect::Tgi).await
-}
-
-/// `/generate` is TGI's whole answer (`inputs`) or SGLang's (`text`).
-async fn generate(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    respond(state.0, &body, Dialect::of_generate(&body)).await
-}
-
-async fn respond(s: Arc<Shared>, body: &[u8], dialect: Dialect) -> Response {
-    let body = match parse_body(body) {
+async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
+    let body = match parse_body(&body) {
         Ok(b) => b,
         Err(msg) => return bad_request(&msg),
     };

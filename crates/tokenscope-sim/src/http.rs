@@ -1,9 +1,16 @@
 //! What both built-in servers need from HTTP: a lenient JSON body and a
 //! listener that takes a burst of connections and sends small writes at once.
 
+use crate::openai::Dialect;
+use axum::extract::State;
+use axum::response::Response;
+use axum::routing::post;
 use axum::serve::ListenerExt;
 use axum::Router;
+use bytes::Bytes;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use tokio::net::{TcpListener, TcpSocket};
 
 /// Connections a listener holds before it accepts them. tokio's default,
@@ -21,6 +28,31 @@ pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(BACKLOG)
+}
+
+/// Every API's endpoint, each answered by `respond` in its dialect; a
+/// server adds its own routes (models, health, metrics) and its state.
+pub fn api_routes<S, F, Fut>(respond: F) -> Router<Arc<S>>
+where
+    S: Send + Sync + 'static,
+    F: Fn(Arc<S>, Bytes, Dialect) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response> + Send + 'static,
+{
+    // `None`: `/generate`, which is TGI's whole answer or SGLang's, by body.
+    let answer = |dialect: Option<Dialect>| {
+        let respond = respond.clone();
+        post(move |State(s): State<Arc<S>>, body: Bytes| {
+            let dialect = dialect.unwrap_or_else(|| Dialect::of_generate(&body));
+            respond(s, body, dialect)
+        })
+    };
+    Router::new()
+        .route("/v1/chat/completions", answer(Some(Dialect::Chat)))
+        .route("/v1/completions", answer(Some(Dialect::Completions)))
+        .route("/v1/responses", answer(Some(Dialect::Responses)))
+        .route("/v1/messages", answer(Some(Dialect::Messages)))
+        .route("/generate_stream", answer(Some(Dialect::Tgi)))
+        .route("/generate", answer(None))
 }
 
 /// A request body as JSON, whatever its Content-Type; the error says why not.

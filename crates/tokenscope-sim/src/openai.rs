@@ -140,7 +140,6 @@ impl Dialect {
 /// Writes one response's chunks.
 pub struct Writer {
     dialect: Dialect,
-    is_chat: bool,
     /// `chatcmpl-exact-7`, `cmpl-sim-3`, …
     id: String,
     model_json: String,
@@ -172,7 +171,6 @@ impl Writer {
         };
         Writer {
             dialect,
-            is_chat: dialect == Dialect::Chat,
             id: format!("{kind}-{server}-{n}"),
             model_json: model_json.into(),
             prompt_tokens,
@@ -234,6 +232,10 @@ impl Writer {
         Bytes::from(format!("data: {data}\n\n"))
     }
 
+    fn is_chat(&self) -> bool {
+        self.dialect == Dialect::Chat
+    }
+
     /// The chunk of tokens `from..to`, their reasoning shown as set;
     /// `None` when all of them are hidden reasoning (nothing to stream).
     pub fn tokens(&self, from: u64, to: u64, usage: Option<u64>) -> Option<Bytes> {
@@ -277,7 +279,7 @@ impl Writer {
 
     /// `data: {chunk}\n\n` with `extra` (`,"key":value…`) before the closing brace.
     fn chunk(&self, choice: &str, usage: Option<u64>, extra: &str) -> Bytes {
-        let object = if self.is_chat {
+        let object = if self.is_chat() {
             "chat.completion.chunk"
         } else {
             "text_completion"
@@ -308,7 +310,7 @@ impl Writer {
             }
             _ => {}
         }
-        self.is_chat.then(|| {
+        self.is_chat().then(|| {
             self.chunk(
                 r#"{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}"#,
                 None,
@@ -329,7 +331,7 @@ impl Writer {
             }
             _ => {}
         }
-        let choice = if self.is_chat {
+        let choice = if self.is_chat() {
             format!(r#"{{"index":0,"delta":{{"content":"{text}"}},"finish_reason":null}}"#)
         } else {
             format!(r#"{{"index":0,"text":"{text}","logprobs":null,"finish_reason":null}}"#)
@@ -371,7 +373,7 @@ impl Writer {
             }
             _ => {}
         }
-        let choice = if self.is_chat {
+        let choice = if self.is_chat() {
             r#"{"index":0,"delta":{},"finish_reason":"length"}"#
         } else {
             r#"{"index":0,"text":"","logprobs":null,"finish_reason":"length"}"#
@@ -467,14 +469,12 @@ impl Writer {
     /// shown as set (a completions answer has no reasoning field: there
     /// the thinking is plain text).
     pub fn whole(&self, completion: u64, model: &str) -> Value {
+        // A reasoning field only where the API has one (set_reasoning
+        // turned `field` into tags elsewhere); else the text as streamed.
         let r = self.reasoning_tokens.min(completion);
-        let (thought, answer) = (text(0, r), text(r, completion));
         let (reasoning, text) = match self.reasoning_as {
-            _ if r == 0 => (None, answer),
-            ReasoningAs::Field if self.dialect.has_messages() => (Some(thought), answer),
-            ReasoningAs::Field => (None, format!("{thought}{answer}")),
-            ReasoningAs::Tags => (None, format!("<think>{thought}</think>{answer}")),
-            ReasoningAs::Hidden => (None, answer),
+            ReasoningAs::Field if r > 0 => (Some(text(0, r)), text(r, completion)),
+            _ => (None, self.text_so_far(completion)),
         };
         match self.dialect {
             Dialect::Tgi => {
@@ -490,7 +490,7 @@ impl Writer {
             Dialect::Messages => return self.whole_message(reasoning, &text, completion, model),
             _ => {}
         }
-        let choice = if self.is_chat {
+        let choice = if self.is_chat() {
             let mut message = json!({"role": "assistant", "content": text});
             if let Some(r) = reasoning {
                 message["reasoning_content"] = json!(r);
@@ -501,7 +501,7 @@ impl Writer {
         };
         json!({
             "id": self.id,
-            "object": if self.is_chat { "chat.completion" } else { "text_completion" },
+            "object": if self.is_chat() { "chat.completion" } else { "text_completion" },
             "model": model,
             "choices": [choice],
             "usage": serde_json::from_str::<Value>(&self.usage_json(completion))

@@ -19,8 +19,8 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::routing::get;
+use axum::Json;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -260,13 +260,7 @@ impl EngineServer {
             kv_blocks,
             kv_block_size,
         });
-        let app = Router::new()
-            .route("/v1/chat/completions", post(chat))
-            .route("/v1/completions", post(completions))
-            .route("/v1/responses", post(responses))
-            .route("/v1/messages", post(messages))
-            .route("/generate_stream", post(tgi))
-            .route("/generate", post(generate))
+        let app = crate::http::api_routes(respond)
             .route("/v1/models", get(models))
             .route("/health", get(health))
             .route("/version", get(version))
@@ -613,37 +607,12 @@ async fn metrics_text(State(s): State<Arc<Shared>>) -> Response {
         .into_response()
 }
 
-async fn chat(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    respond(state.0, &body, Dialect::Chat).await
-}
-
-async fn completions(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    respond(state.0, &body, Dialect::Completions).await
-}
-
-async fn responses(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    respond(state.0, &body, Dialect::Responses).await
-}
-
-async fn messages(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    respond(state.0, &body, Dialect::Messages).await
-}
-
-async fn tgi(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    respond(state.0, &body, Dialect::Tgi).await
-}
-
-/// `/generate` is TGI's whole answer (`inputs`) or SGLang's (`text`).
-async fn generate(state: State<Arc<Shared>>, body: Bytes) -> Response {
-    respond(state.0, &body, Dialect::of_generate(&body)).await
-}
-
-async fn respond(s: Arc<Shared>, body: &[u8], dialect: Dialect) -> Response {
+async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
     if let Some(loading) = s.loading() {
         return loading;
     }
     let arrived = Instant::now();
-    let body = match parse_body(body) {
+    let body = match parse_body(&body) {
         Ok(b) => b,
         Err(msg) => return bad_request(&msg),
     };

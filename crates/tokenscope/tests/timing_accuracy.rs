@@ -15,11 +15,6 @@
 mod common;
 use common::*;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
 #[test]
 fn medians_match_the_truth_at_1_64_and_512_streams() {
     let server = Server::start(exact(100, 20));

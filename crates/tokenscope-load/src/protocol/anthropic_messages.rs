@@ -5,7 +5,7 @@
 //! (the stop reason and the output tokens), `message_stop`; no `[DONE]`.
 //! The key goes in `x-api-key`, with an `anthropic-version`.
 
-use super::{Event, Malformed, Message, Protocol, Request, ToolCallDelta, Usage};
+use super::{Event, Malformed, Protocol, Request, ToolCallDelta, Usage};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::borrow::Cow;
@@ -18,10 +18,6 @@ pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 
 /// The API version the bodies are written to.
 pub const VERSION: &str = "2023-06-01";
-
-fn message(m: &Message<'_>) -> Value {
-    json!({"role": m.role.name(), "content": m.content_json("text")})
-}
 
 /// Anthropic's stop reasons in OpenAI's words, so a length limit reads as
 /// one (`short_outputs`, a spent thinking budget) whatever the API.
@@ -100,10 +96,6 @@ struct RawDelta<'a> {
     stop_reason: Option<Cow<'a, str>>,
 }
 
-fn error_text(err: &Value) -> String {
-    super::openai::error_message(err)
-}
-
 impl Protocol for AnthropicMessages {
     fn name(&self) -> &'static str {
         "anthropic-messages"
@@ -114,13 +106,7 @@ impl Protocol for AnthropicMessages {
     }
 
     fn body(&self, r: &Request<'_>) -> Vec<u8> {
-        let mut obj = r.extra.clone();
-        // The system prompt is the body's, not a message.
-        if let Some(system) = r.system_text() {
-            obj.insert("system".into(), json!(system));
-        }
-        obj.insert("messages".into(), r.turns_json(message));
-        r.common_fields(&mut obj);
+        let mut obj = r.roles_body("system", "messages", "text");
         let max = r.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
         obj.insert("max_tokens".into(), json!(max));
         serde_json::to_vec(&obj).expect("a JSON value serializes")
@@ -184,7 +170,7 @@ impl Protocol for AnthropicMessages {
             }
             "error" => {
                 let err = raw.error.unwrap_or(Value::Null);
-                emit(Event::Error(error_text(&err)));
+                emit(Event::Error(super::openai::error_message(&err)));
             }
             // ping, content_block_start/stop, message_stop, and events to come.
             _ => {}
@@ -222,7 +208,7 @@ impl Protocol for AnthropicMessages {
     }
 
     fn error_message(&self, body: &Value) -> Option<String> {
-        body.get("error").map(error_text)
+        super::openai::error_field(body)
     }
 }
 

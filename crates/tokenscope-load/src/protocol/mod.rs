@@ -113,11 +113,11 @@ impl<'a> Message<'a> {
     }
 
     /// Its text parts, joined.
-    /// The content as most APIs write it: a string when it is one text,
-    /// else a list of typed parts, text parts typed `text_type` (`text`;
-    /// Responses' `input_text`).
-    pub fn content_json(&self, text_type: &str) -> Value {
-        match self.content.as_slice() {
+    /// The message as the role-based APIs write it: its role, and its
+    /// content a string when it is one text, else a list of typed parts,
+    /// text parts typed `text_type` (`text`; Responses' `input_text`).
+    pub fn to_json(&self, text_type: &str) -> Value {
+        let content = match self.content.as_slice() {
             [Part::Text(t)] => serde_json::json!(t),
             parts => Value::Array(
                 parts
@@ -127,7 +127,8 @@ impl<'a> Message<'a> {
                     })
                     .collect(),
             ),
-        }
+        };
+        serde_json::json!({"role": self.role.name(), "content": content})
     }
 
     pub fn joined_text(&self) -> Cow<'a, str> {
@@ -216,22 +217,26 @@ impl Request<'_> {
         serde_json::to_vec(&body).expect("a JSON value serializes")
     }
 
-    /// The system messages' text, for the APIs that take it apart from
-    /// the conversation (Responses' `instructions`, Anthropic's `system`).
-    pub fn system_text(&self) -> Option<String> {
-        let system: Vec<_> = self
-            .messages
-            .iter()
-            .filter(|m| m.role == Role::System)
-            .map(|m| m.joined_text())
-            .collect();
-        (!system.is_empty()).then(|| system.join("\n\n"))
-    }
-
-    /// The conversation without its system messages, each as `write` puts it.
-    pub fn turns_json(&self, write: impl Fn(&Message<'_>) -> Value) -> Value {
-        let turns = self.messages.iter().filter(|m| m.role != Role::System);
-        Value::Array(turns.map(write).collect())
+    /// The body of an API that takes the system prompt apart from the
+    /// conversation (Responses' `instructions` and `input`, Anthropic's
+    /// `system` and `messages`), with the common fields, over `--extra-body`.
+    pub fn roles_body(
+        &self,
+        system_key: &str,
+        turns_key: &str,
+        text_type: &str,
+    ) -> serde_json::Map<String, Value> {
+        let mut obj = self.extra.clone();
+        let (system, turns): (Vec<_>, Vec<_>) =
+            self.messages.iter().partition(|m| m.role == Role::System);
+        if !system.is_empty() {
+            let text: Vec<_> = system.iter().map(|m| m.joined_text()).collect();
+            obj.insert(system_key.into(), serde_json::json!(text.join("\n\n")));
+        }
+        let turns = turns.iter().map(|m| m.to_json(text_type)).collect();
+        obj.insert(turns_key.into(), Value::Array(turns));
+        self.common_fields(&mut obj);
+        obj
     }
 
     /// The fields every API's body carries the same way, set over `obj`:

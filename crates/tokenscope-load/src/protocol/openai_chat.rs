@@ -1,15 +1,10 @@
 //! OpenAI's chat API: `POST /v1/chat/completions` with `messages`.
 
-use super::{openai, Event, Malformed, Message, Protocol, Request};
+use super::{openai, Event, Malformed, Protocol, Request};
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone, Copy)]
 pub struct OpenaiChat;
-
-/// A message as chat writes it.
-fn message(m: &Message<'_>) -> Value {
-    json!({"role": m.role.name(), "content": m.content_json("text")})
-}
 
 impl Protocol for OpenaiChat {
     fn name(&self) -> &'static str {
@@ -22,7 +17,7 @@ impl Protocol for OpenaiChat {
 
     fn body(&self, r: &Request<'_>) -> Vec<u8> {
         let mut obj = r.extra.clone();
-        let messages = r.messages.iter().map(message).collect();
+        let messages = r.messages.iter().map(|m| m.to_json("text")).collect();
         obj.insert("messages".into(), Value::Array(messages));
         if !r.tools.is_empty() {
             obj.insert("tools".into(), Value::Array(r.tools.to_vec()));
@@ -50,7 +45,7 @@ impl Protocol for OpenaiChat {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{Part, Role, Shape};
+    use crate::protocol::{Message, Part, Role, Shape};
 
     fn body(r: &Request<'_>) -> Value {
         serde_json::from_slice(&OpenaiChat.body(r)).unwrap()

@@ -6,17 +6,13 @@
 //! `response.completed` / `response.incomplete` with the usage, reasoning
 //! tokens among it; no `[DONE]`.
 
-use super::{Event, Malformed, Message, Protocol, Request, ToolCallDelta, Usage};
+use super::{Event, Malformed, Protocol, Request, ToolCallDelta, Usage};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::borrow::Cow;
 
 #[derive(Debug, Clone, Copy)]
 pub struct OpenaiResponses;
-
-fn input(m: &Message<'_>) -> Value {
-    json!({"role": m.role.name(), "content": m.content_json("input_text")})
-}
 
 #[derive(Deserialize)]
 struct RawEvent<'a> {
@@ -69,12 +65,7 @@ impl Protocol for OpenaiResponses {
     }
 
     fn body(&self, r: &Request<'_>) -> Vec<u8> {
-        let mut obj = r.extra.clone();
-        if let Some(system) = r.system_text() {
-            obj.insert("instructions".into(), json!(system));
-        }
-        obj.insert("input".into(), r.turns_json(input));
-        r.common_fields(&mut obj);
+        let mut obj = r.roles_body("instructions", "input", "input_text");
         if let Some(n) = r.max_tokens {
             obj.insert("max_output_tokens".into(), json!(n));
         }

@@ -447,3 +447,37 @@ impl Drop for SimServe {
         let _ = self.0.wait();
     }
 }
+
+/// The middle value (the upper of the two middle ones for an even count).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Per request, the client's stamp `at` − the exact server's send `sent`
+/// (a `server_timings` key), on the host's shared clock, in ms.
+pub fn read_delays_ms(r: &Value, recs: &[Value], at: &str, sent: &str) -> Vec<f64> {
+    let origin = r["client"]["monotonic_origin_us"]
+        .as_f64()
+        .expect("the run's origin on the shared clock");
+    recs.iter()
+        .map(|q| {
+            let read = q[at].as_f64().unwrap_or_else(|| panic!("{at}: {q}"));
+            let sent = q["server_timings"][sent]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{sent}: {q}"));
+            (origin + read - sent) / 1e3
+        })
+        .collect()
+}
+
+/// No read before its send, and the median read within 1 ms of it: the
+/// client's stamps are the kernel's receive times, so other work on the
+/// machine delays the client's handling, not the stamps.
+pub fn read_within_a_millisecond(delays: Vec<f64>, what: &str) {
+    assert!(
+        delays.iter().all(|&d| d > -0.5),
+        "{what}: read before sent {delays:?}"
+    );
+    assert!(median(delays.clone()) < 1.0, "{what}: {delays:?}");
+}
