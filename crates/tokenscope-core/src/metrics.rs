@@ -302,6 +302,9 @@ impl Aggregator {
         // Saturating: a total never wraps round to a small number.
         t.input_total = t.input_total.saturating_add(r.input_tokens.unwrap_or(0));
         t.output_total = t.output_total.saturating_add(r.output_tokens);
+        if let Some(n) = r.items {
+            t.items_total = Some(t.items_total.unwrap_or(0).saturating_add(n));
+        }
         if let Some(n) = r.reasoning_tokens {
             let s = t.reasoning.get_or_insert_with(Default::default);
             s.tokens = s.tokens.saturating_add(n);
@@ -457,6 +460,8 @@ impl Aggregator {
         let throughput = Throughput {
             output_tokens_per_s: rate(tokens.output_total as f64),
             total_tokens_per_s: rate((tokens.output_total + tokens.input_total) as f64),
+            input_tokens_per_s: rate(tokens.input_total as f64),
+            items_per_s: tokens.items_total.map(|n| rate(n as f64)),
             requests_per_s: rate(counts.succeeded as f64),
             goodput_requests_per_s: judged.then(|| rate(self.good_requests as f64)),
             goodput_output_tokens_per_s: judged.then(|| rate(self.good_tokens as f64)),

@@ -195,6 +195,13 @@ pub struct RequestRecord {
     /// are taken over the tokens that were streamed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub reasoning_hidden: bool,
+    /// A pooling request's items (embeddings: the vectors; rerank: the
+    /// documents scored); absent for the generating APIs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<u64>,
+    /// `--lora`: the adapter the request was sent to (its model name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<String>,
     /// Content-bearing chunks in arrival order. On disk
     /// `{"at_us": [first, gap, …], "tokens": k | [k, …]}`: see [`chunk_format`].
     #[serde(with = "chunk_format")]
@@ -431,6 +438,8 @@ impl RequestRecord {
             reasoning_tokens: None,
             reasoning_token_source: None,
             reasoning_hidden: false,
+            items: None,
+            adapter: None,
             chunks: Vec::new(),
         }
     }

@@ -289,6 +289,12 @@ pub struct Throughput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_tokens_per_s_ci95: Option<(f64, f64)>,
     pub total_tokens_per_s: f64,
+    /// Prompt tokens ÷ window: what a pooling API (embeddings, rerank) carries.
+    #[serde(default)]
+    pub input_tokens_per_s: f64,
+    /// Items (vectors, scored documents) ÷ window, for a pooling API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items_per_s: Option<f64>,
     pub requests_per_s: f64,
     /// Requests meeting every SLO ÷ window (`None` without `--slo`).
     pub goodput_requests_per_s: Option<f64>,
@@ -357,6 +363,10 @@ pub struct Tokens {
     /// Reasoning among the output tokens, when any request reasoned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<Reasoning>,
+    /// A pooling run's items (vectors embedded, documents scored) over
+    /// the successful requests; absent for the generating APIs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items_total: Option<u64>,
 }
 
 impl Tokens {

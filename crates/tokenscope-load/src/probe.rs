@@ -72,8 +72,9 @@ pub async fn detect_api(
     let mut tried = Vec::new();
     for &api in ALL {
         let body = api.probe_body(model);
+        let path = api.endpoint(model, true);
         let resp = client
-            .post(format!("{base}{}", api.path()))
+            .post(format!("{base}{path}"))
             .headers(api.headers(headers.clone()))
             .json(&body)
             .timeout(bounded(timeout))
@@ -86,8 +87,8 @@ pub async fn detect_api(
         let status = resp.status().as_u16();
         let said = server_message(resp).await;
         tried.push(match said {
-            Some(m) => format!("{} → HTTP {status}: {m}", api.path()),
-            None => format!("{} → HTTP {status}", api.path()),
+            Some(m) => format!("{path} → HTTP {status}: {m}"),
+            None => format!("{path} → HTTP {status}"),
         });
     }
     Err(ProbeError::Refused(format!(

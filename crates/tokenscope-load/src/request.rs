@@ -43,6 +43,9 @@ pub struct Target {
     pub shape: Shape,
     /// Where reasoning is recognised (`--reasoning-parser`).
     pub reasoning: ReasoningParser,
+    /// A pooling API's inputs per request besides the prompt (from
+    /// `--batch-size`); 0 for the generating APIs.
+    pub documents: u64,
     /// Longest a whole request may take.
     pub timeout: Duration,
     /// Longest to wait for the response head or the next read of the stream.
@@ -80,6 +83,9 @@ struct Stream {
     reasoning_bytes: u64,
     /// Chunks that carried reasoning and no answer.
     reasoning_chunks: u64,
+    /// Generated tokens the events counted one by one (Triton's
+    /// `num_output_tokens`), so far.
+    counted_tokens: u64,
 }
 
 impl Stream {
@@ -90,6 +96,7 @@ impl Stream {
             first_answer_chunk: None,
             reasoning_bytes: 0,
             reasoning_chunks: 0,
+            counted_tokens: 0,
             chunks: Vec::new(),
             chunk_usage: Vec::new(),
             text: String::new(),
@@ -116,10 +123,15 @@ impl Stream {
                     self.failure = Some((ErrorKind::ServerError, msg));
                     return;
                 }
+                if let Some(n) = info.output_tokens {
+                    self.counted_tokens += n;
+                }
                 if info.text_bytes > 0 {
                     self.chunks
                         .push(Chunk(at_us, info.text_bytes.min(u32::MAX as usize) as u32));
-                    let counted = info.usage.and_then(|u| u.completion_tokens);
+                    let counted = info.usage.and_then(|u| u.completion_tokens).or(
+                        info.output_tokens.map(|_| self.counted_tokens),
+                    );
                     if let Some(c) = counted.or_else(|| generated_so_far(&info.timings)) {
                         self.chunk_usage.push(c);
                     }
@@ -179,10 +191,11 @@ pub async fn execute(
     cancel: &CancellationToken,
     streamed: &AtomicU64,
 ) -> (RequestRecord, String) {
-    let body = target.api.body(&Request {
+    let request = Request {
         max_tokens: spec.max_tokens,
         ignore_eos: target.ignore_eos,
         stream: target.stream,
+        documents: spec.documents.iter().map(String::as_str).collect(),
         ..Request::conversation(
             &target.model,
             &target.shape,
@@ -191,7 +204,10 @@ pub async fn execute(
                 .map(|t| (t.user.as_str(), t.assistant.as_str())),
             &spec.prompt,
         )
-    });
+    };
+    let body = target.api.body(&request);
+    let items_asked = target.api.items_asked(&request);
+    drop(request);
     let mut rec = RequestRecord {
         warmup: ticket.warmup,
         input_tokens: Some(spec.input_tokens),
@@ -272,7 +288,7 @@ pub async fn execute(
         return whole_answer(
             rec,
             (conn, body, head.content_type),
-            target,
+            (target, items_asked),
             clock,
             cancel,
             deadline,
@@ -424,7 +440,7 @@ pub async fn execute(
 async fn whole_answer(
     mut rec: RequestRecord,
     (mut conn, mut body, content_type): (Conn, Body, Option<String>),
-    target: &Target,
+    (target, items_asked): (&Target, u64),
     clock: &Clock,
     cancel: &CancellationToken,
     deadline: Instant,
@@ -456,6 +472,9 @@ async fn whole_answer(
         }
     };
     rec.done_at_us = clock.now_us();
+    if target.api.pooling() {
+        return pooled(rec, &body, target.api, items_asked);
+    }
     let mut text = String::new();
     let mut reasoner = Reasoner::new(target.reasoning);
     let whole = match Piece::of_whole(target.api, &body, &mut text, &mut reasoner) {
@@ -496,7 +515,10 @@ async fn whole_answer(
         rec.input_token_source = Some(TokenSource::ServerUsage);
     }
     rec.cached_tokens = whole.usage.and_then(|u| u.cached_tokens);
-    let counted = whole.usage.and_then(|u| u.completion_tokens);
+    let counted = whole
+        .usage
+        .and_then(|u| u.completion_tokens)
+        .or(whole.output_tokens);
     let (tokens, source) = match counted {
         Some(n) => (n, TokenSource::ServerUsage),
         None => {
@@ -514,6 +536,43 @@ async fn whole_answer(
     (rec, text)
 }
 
+/// A pooling API's answer (embeddings, rerank): nothing generated, so no
+/// tokens out and no chunks; its items must be all that were asked for,
+/// and its prompt tokens are the server's count where it gives one.
+fn pooled(
+    mut rec: RequestRecord,
+    body: &str,
+    api: &dyn Protocol,
+    asked: u64,
+) -> (RequestRecord, String) {
+    let mut none = String::new();
+    let mut reasoner = Reasoner::new(ReasoningParser::None);
+    let whole = match Piece::of_whole(api, body, &mut none, &mut reasoner) {
+        Err(e) => return failed_after(rec, ErrorKind::Malformed, e.to_string()),
+        Ok(w) => w,
+    };
+    if let Some(msg) = whole.error {
+        return failed_after(rec, ErrorKind::ServerError, msg);
+    }
+    rec.items = whole.items;
+    match whole.items.unwrap_or(0) {
+        0 => {
+            let msg = "the answer carried no items (no vectors or scores)".to_string();
+            return failed_after(rec, ErrorKind::EmptyAnswer, msg);
+        }
+        n if n < asked => {
+            let msg = format!("asked for {asked} items, the answer carried {n}");
+            return failed_after(rec, ErrorKind::Malformed, msg);
+        }
+        _ => {}
+    }
+    if let Some(p) = whole.usage.and_then(|u| u.prompt_tokens) {
+        rec.input_tokens = Some(p);
+        rec.input_token_source = Some(TokenSource::ServerUsage);
+    }
+    (rec, String::new())
+}
+
 /// A failure found in a response already read to its end.
 fn failed_after(mut rec: RequestRecord, kind: ErrorKind, msg: String) -> (RequestRecord, String) {
     rec.error_kind = Some(kind);
@@ -527,7 +586,15 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
     rec.first_token_at_us = s.chunks.first().map(Chunk::at_us);
     rec.finish_reason = s.finish_reason.take();
     rec.server_timings = s.timings.take();
-    if s.failure.is_none() && !s.done && rec.finish_reason.is_none() {
+    if s.counted_tokens > 0 && s.usage.is_none_or(|u| u.completion_tokens.is_none()) {
+        let counted = Usage {
+            completion_tokens: Some(s.counted_tokens),
+            ..Usage::default()
+        };
+        s.usage = Some(s.usage.map_or(counted, |u| u.merged(counted)));
+    }
+    let ended_by_body = s.api.ends_with_the_body() && !s.chunks.is_empty();
+    if s.failure.is_none() && !s.done && rec.finish_reason.is_none() && !ended_by_body {
         s.failure = Some((
             ErrorKind::Stream,
             "stream ended without [DONE] or a finish reason".into(),

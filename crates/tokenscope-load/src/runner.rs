@@ -199,7 +199,10 @@ impl Runner {
             }
             let (spec, history) = match turn {
                 Some((spec, history)) => (spec, history),
-                None => (plan.workload.request(ticket.id), &[][..]),
+                None => (
+                    plan.workload.batch(ticket.id, self.target.documents),
+                    &[][..],
+                ),
             };
             execute(
                 &self.target,

@@ -170,6 +170,17 @@ fn cards(out: &mut String, r: &RunResults) {
                 .join(", "),
         ),
     ];
+    if let Some(items) = t.items_per_s {
+        thr.push((
+            Health::Unknown,
+            "items/s".into(),
+            format!("{items:.1}"),
+            format!(
+                "vectors embedded or documents scored; {:.1} input tokens/s",
+                t.input_tokens_per_s
+            ),
+        ));
+    }
     if let Some(g) = t.goodput_requests_per_s {
         thr.push((
             Health::Unknown,

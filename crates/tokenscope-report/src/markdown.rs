@@ -119,6 +119,13 @@ pub fn run(r: &RunResults) -> String {
         c.succeeded,
         c.failed
     );
+    if let Some(items) = t.items_per_s {
+        let _ = writeln!(
+            out,
+            "| input tokens/s | {:.1} |\n| items/s (vectors or scored documents) | {items:.1} |",
+            t.input_tokens_per_s
+        );
+    }
     let e = &r.efficiency;
     let gpu = e
         .gpu

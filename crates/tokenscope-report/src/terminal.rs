@@ -210,6 +210,13 @@ pub fn summary(r: &RunResults) -> String {
         "  total tokens/s        {:>10.1}",
         t.total_tokens_per_s
     );
+    if let Some(items) = t.items_per_s {
+        let _ = writeln!(
+            out,
+            "  input tokens/s        {:>10.1}\n  items/s               {items:>10.1}   (vectors embedded or documents scored)",
+            t.input_tokens_per_s
+        );
+    }
     let _ = writeln!(out, "  requests/s            {:>10.2}", t.requests_per_s);
     if let Some(g) = t.goodput_requests_per_s {
         let _ = writeln!(

@@ -9,12 +9,13 @@
 //! its arrival index, so a run's mix is reproducible.
 
 use crate::faults::{pick_fault, uniform, Fault, Faults};
-use crate::http::{bad_request, parse_body};
+use crate::http::{bad_request, injected_status, parse_body};
+use crate::pooling::Pooled;
 use crate::openai::{Ask, Dialect, Writer};
 use crate::timer::sleep_until;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Json;
@@ -130,7 +131,7 @@ impl ExactServer {
             config,
             stats: stats.clone(),
         });
-        let app = crate::http::api_routes(respond)
+        let app = crate::http::api_routes(respond, pool)
             .route("/v1/models", get(models))
             .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
             .route("/stats", get(stats_handler))
@@ -192,16 +193,10 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
     let cfg = &s.config;
     let fault = pick_fault(&cfg.faults, uniform(cfg.seed, n));
     if let Fault::Status(code) = fault {
-        let status = StatusCode::from_u16(code).expect("valid status");
-        let msg = format!("injected {code}");
-        return (
-            status,
-            Json(json!({"error": {"message": msg, "type": "injected", "code": code}})),
-        )
-            .into_response();
+        return injected_status(code);
     }
     let mut plan = Plan {
-        writer: Writer::new(dialect, "exact", n, &s.model_json, ask.prompt_tokens),
+        writer: Writer::new(dialect, "exact", n, &s.model_json, ask.prompt_tokens).asked(&ask),
         shared: s.clone(),
         arrival,
         tokens: ask.max_tokens.unwrap_or(cfg.default_output_tokens).max(1),
@@ -230,6 +225,28 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
         .header(header::CACHE_CONTROL, "no-cache")
         .body(body)
         .expect("a valid response")
+}
+
+/// An embeddings or rerank request: its answer after the TTFT (the
+/// prefill it stands for), whatever its size — the ground truth a pooling
+/// run's latency is checked against.
+async fn pool(s: Arc<Shared>, body: Bytes, kind: Pooled) -> Response {
+    let arrival = Instant::now();
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(msg) => return bad_request(&msg),
+    };
+    let n = s.stats.requests.fetch_add(1, Ordering::Relaxed);
+    let cfg = &s.config;
+    if let Fault::Status(code) = pick_fault(&cfg.faults, uniform(cfg.seed, n)) {
+        return injected_status(code);
+    }
+    let seqs = match kind.sequences(&body) {
+        Ok(seqs) => seqs,
+        Err(msg) => return bad_request(&msg),
+    };
+    sleep_until(arrival + cfg.ttft).await;
+    Json(kind.answer(&body, &cfg.model, &seqs)).into_response()
 }
 
 /// One response, step by step: 0 = role chunk (chat), 1..=chunks = content,

@@ -2,6 +2,7 @@
 //! listener that takes a burst of connections and sends small writes at once.
 
 use crate::openai::Dialect;
+use crate::pooling::Pooled;
 use axum::extract::State;
 use axum::response::Response;
 use axum::routing::post;
@@ -30,13 +31,16 @@ pub fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(BACKLOG)
 }
 
-/// Every API's endpoint, each answered by `respond` in its dialect; a
-/// server adds its own routes (models, health, metrics) and its state.
-pub fn api_routes<S, F, Fut>(respond: F) -> Router<Arc<S>>
+/// Every API's endpoint: the generating ones answered by `respond` in
+/// their dialect, the pooling ones (embeddings, rerank) by `pool`; a server
+/// adds its own routes (models, health, metrics) and its state.
+pub fn api_routes<S, F, Fut, P, PFut>(respond: F, pool: P) -> Router<Arc<S>>
 where
     S: Send + Sync + 'static,
     F: Fn(Arc<S>, Bytes, Dialect) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response> + Send + 'static,
+    P: Fn(Arc<S>, Bytes, Pooled) -> PFut + Clone + Send + Sync + 'static,
+    PFut: Future<Output = Response> + Send + 'static,
 {
     // `None`: `/generate`, which is TGI's whole answer or SGLang's, by body.
     let answer = |dialect: Option<Dialect>| {
@@ -46,6 +50,10 @@ where
             respond(s, body, dialect)
         })
     };
+    let pooled = |kind: Pooled| {
+        let pool = pool.clone();
+        post(move |State(s): State<Arc<S>>, body: Bytes| pool(s, body, kind))
+    };
     Router::new()
         .route("/v1/chat/completions", answer(Some(Dialect::Chat)))
         .route("/v1/completions", answer(Some(Dialect::Completions)))
@@ -53,11 +61,24 @@ where
         .route("/v1/messages", answer(Some(Dialect::Messages)))
         .route("/generate_stream", answer(Some(Dialect::Tgi)))
         .route("/generate", answer(None))
+        .route("/v2/models/{model}/generate_stream", answer(Some(Dialect::Triton)))
+        .route("/v2/models/{model}/generate", answer(Some(Dialect::Triton)))
+        .route("/v1/embeddings", pooled(Pooled::Embeddings))
+        .route("/v1/rerank", pooled(Pooled::Rerank))
 }
 
 /// A request body as JSON, whatever its Content-Type; the error says why not.
 pub fn parse_body(body: &[u8]) -> Result<serde_json::Value, String> {
     serde_json::from_slice(body).map_err(|e| format!("the request body is not JSON: {e}"))
+}
+
+/// The error answer of an injected `--fault http_CODE`.
+pub fn injected_status(code: u16) -> Response {
+    use axum::response::IntoResponse;
+    let status = axum::http::StatusCode::from_u16(code).expect("valid status");
+    let msg = format!("injected {code}");
+    let err = serde_json::json!({"error": {"message": msg, "type": "injected", "code": code}});
+    (status, axum::Json(err)).into_response()
 }
 
 /// A 400 answer in OpenAI's error shape.

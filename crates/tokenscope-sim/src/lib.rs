@@ -4,7 +4,7 @@
 //! - [`exact`]: a server that streams with exactly the timing it is given
 //!   (and says its own send times), with [`faults`] to inject; [`openai`]
 //!   is what both built-in servers read and write, [`http`] and [`timer`]
-//!   their plumbing.
+//!   their plumbing; [`pooling`] answers embeddings and rerank.
 //! - [`engine`]: a vLLM-like engine (continuous batching, paged KV cache,
 //!   preemption, the schedulers of other engines) on a hardware cost model.
 //! - [`serve`]: the engine as a real-time server with vLLM's `/metrics`
@@ -26,6 +26,7 @@ pub mod http;
 pub mod load;
 pub mod openai;
 pub mod plan;
+pub mod pooling;
 pub mod prom;
 pub mod router;
 pub mod serve;

@@ -27,6 +27,8 @@ pub struct Ask {
     pub include_usage: bool,
     /// Usage on every chunk (vLLM's `continuous_usage_stats`).
     pub continuous_usage: bool,
+    /// Triton's `return_num_output_tokens`: a token count on every response.
+    pub counts_per_event: bool,
 }
 
 /// The prompt's whitespace-separated words in order (every message's, for
@@ -44,6 +46,7 @@ pub fn prompt_words(body: &Value, dialect: Dialect) -> Box<dyn Iterator<Item = &
         Dialect::Completions => Box::new(words(&body["prompt"])),
         Dialect::Tgi => Box::new(words(&body["inputs"])),
         Dialect::Sglang => Box::new(words(&body["text"])),
+        Dialect::Triton => Box::new(words(&body["text_input"])),
         // The system prompt is the body's own field in these two.
         Dialect::Messages => Box::new(words(&body["system"]).chain(messages(&body["messages"]))),
         Dialect::Responses => Box::new(
@@ -71,9 +74,12 @@ impl Ask {
             .or_else(|| body["parameters"]["max_new_tokens"].as_u64())
             .or_else(|| body["sampling_params"]["max_new_tokens"].as_u64()),
             // TGI's /generate_stream streams unasked.
-            stream: body["stream"].as_bool().unwrap_or(dialect == Dialect::Tgi),
+            stream: body["stream"]
+                .as_bool()
+                .unwrap_or(matches!(dialect, Dialect::Tgi | Dialect::Triton)),
             include_usage: opts["include_usage"].as_bool().unwrap_or(false),
             continuous_usage: opts["continuous_usage_stats"].as_bool().unwrap_or(false),
+            counts_per_event: body["return_num_output_tokens"].as_bool().unwrap_or(false),
         }
     }
 }
@@ -119,6 +125,10 @@ pub enum Dialect {
     Tgi,
     /// SGLang's native `/generate`: the whole text so far in every event.
     Sglang,
+    /// Triton's generate extension (`/v2/models/{model}/generate_stream`,
+    /// TensorRT-LLM's ensemble): the text each event adds; the stream's
+    /// end is the answer's.
+    Triton,
 }
 
 impl Dialect {
@@ -133,7 +143,10 @@ impl Dialect {
 
     /// Whether the prompt is a list of messages (not one text).
     pub fn has_messages(self) -> bool {
-        !matches!(self, Dialect::Completions | Dialect::Tgi | Dialect::Sglang)
+        !matches!(
+            self,
+            Dialect::Completions | Dialect::Tgi | Dialect::Sglang | Dialect::Triton
+        )
     }
 }
 
@@ -150,6 +163,8 @@ pub struct Writer {
     /// says so when any), shown as `reasoning_as` says.
     reasoning_tokens: u64,
     reasoning_as: ReasoningAs,
+    /// Triton's `return_num_output_tokens`: each response counts its tokens.
+    counts_per_event: bool,
 }
 
 impl Writer {
@@ -168,6 +183,7 @@ impl Writer {
             Dialect::Messages => "msg",
             Dialect::Tgi => "tgi",
             Dialect::Sglang => "sglang",
+            Dialect::Triton => "triton",
         };
         Writer {
             dialect,
@@ -177,7 +193,15 @@ impl Writer {
             cached_tokens: None,
             reasoning_tokens: 0,
             reasoning_as: ReasoningAs::default(),
+            counts_per_event: false,
         }
+    }
+
+    /// What the request asked the answer to carry beyond its text
+    /// (Triton's per-response token counts).
+    pub fn asked(mut self, ask: &Ask) -> Writer {
+        self.counts_per_event = ask.counts_per_event;
+        self
     }
 
     /// The usage that follows carries `prompt_tokens_details.cached_tokens`.
@@ -246,17 +270,34 @@ impl Writer {
         }
         let split = r.clamp(from, to);
         let (thought, answer) = (text(from, split), text(split, to));
-        Some(match self.reasoning_as {
-            _ if r == 0 || from >= r => self.content(&answer, usage),
-            ReasoningAs::Field => self.reasoning_and_content(&thought, &answer, usage),
+        let shown = match self.reasoning_as {
+            _ if r == 0 || from >= r => answer,
+            ReasoningAs::Field => return Some(self.reasoning_and_content(&thought, &answer, usage)),
             ReasoningAs::Hidden if to <= r => return None,
-            ReasoningAs::Hidden => self.content(&answer, usage),
+            ReasoningAs::Hidden => answer,
             ReasoningAs::Tags => {
                 let open = if from == 0 { "<think>" } else { "" };
                 let close = if to >= r { "</think>" } else { "" };
-                self.content(&format!("{open}{thought}{close}{answer}"), usage)
+                format!("{open}{thought}{close}{answer}")
             }
+        };
+        Some(match self.dialect {
+            Dialect::Triton => self.triton_event(&shown, Some(to - from)),
+            _ => self.content(&shown, usage),
         })
+    }
+
+    /// A Triton response adding `text`, with its token count when the
+    /// request asked for counts (`return_num_output_tokens`).
+    fn triton_event(&self, text: &str, tokens: Option<u64>) -> Bytes {
+        let count = match tokens.filter(|_| self.counts_per_event) {
+            Some(n) => format!(r#","num_output_tokens":{n}"#),
+            None => String::new(),
+        };
+        Bytes::from(format!(
+            "data: {{\"model_name\":{},\"model_version\":\"1\",\"sequence_end\":false,\"text_output\":\"{text}\"{count}}}\n\n",
+            self.model_json
+        ))
     }
 
     fn usage_json(&self, completion: u64) -> String {
@@ -329,6 +370,7 @@ impl Writer {
                     "data: {{\"index\":0,\"token\":{{\"id\":0,\"text\":\"{text}\",\"logprob\":0.0,\"special\":false}},\"generated_text\":null,\"details\":null}}\n\n"
                 ))
             }
+            Dialect::Triton => return self.triton_event(text, None),
             _ => {}
         }
         let choice = if self.is_chat() {
@@ -362,6 +404,17 @@ impl Writer {
                 return Bytes::from(format!("data: {data}\n\n"));
             }
             Dialect::Sglang => return self.sglang_event(completion, Some(timings)),
+            Dialect::Triton => {
+                // Its last response: no text, and (here) the server's timings.
+                let data = json!({
+                    "model_name": serde_json::from_str::<Value>(&self.model_json).unwrap_or(Value::Null),
+                    "model_version": "1",
+                    "sequence_end": true,
+                    "text_output": "",
+                    "timings": timings,
+                });
+                return Bytes::from(format!("data: {data}\n\n"));
+            }
             Dialect::Messages => {
                 let data = json!({
                     "type": "message_delta",
@@ -428,7 +481,7 @@ impl Writer {
                 Some(Bytes::from_static(b"data: [DONE]\n\n"))
             }
             Dialect::Messages => Some(event("message_stop", &json!({"type": "message_stop"}))),
-            Dialect::Responses | Dialect::Tgi => None,
+            Dialect::Responses | Dialect::Tgi | Dialect::Triton => None,
         }
     }
 
@@ -485,6 +538,14 @@ impl Writer {
                 return json!({"text": self.text_so_far(completion), "meta_info": {
                     "prompt_tokens": self.prompt_tokens, "completion_tokens": completion,
                     "finish_reason": {"type": "length", "length": completion}}})
+            }
+            Dialect::Triton => {
+                let mut answer = json!({"model_name": model, "model_version": "1",
+                    "text_output": self.text_so_far(completion)});
+                if self.counts_per_event {
+                    answer["num_output_tokens"] = json!(completion);
+                }
+                return answer;
             }
             Dialect::Responses => return self.whole_response(reasoning, &text, completion),
             Dialect::Messages => return self.whole_message(reasoning, &text, completion, model),

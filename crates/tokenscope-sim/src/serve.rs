@@ -11,7 +11,8 @@ use crate::engine::kv;
 use crate::engine::scheduler::Seq;
 use crate::engine::{Engine, EngineConfig, EngineState};
 use crate::faults::{Fault, Faults};
-use crate::http::{bad_request, parse_body};
+use crate::http::{bad_request, injected_status, parse_body};
+use crate::pooling::Pooled;
 use crate::openai::{self, Ask, Dialect, Writer};
 use crate::prom::{self, Exposition, Histogram};
 use crate::timer;
@@ -260,7 +261,7 @@ impl EngineServer {
             kv_blocks,
             kv_block_size,
         });
-        let app = crate::http::api_routes(respond)
+        let app = crate::http::api_routes(respond, pool)
             .route("/v1/models", get(models))
             .route("/health", get(health))
             .route("/version", get(version))
@@ -620,13 +621,7 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
     let id = s.next_id.fetch_add(1, Ordering::Relaxed);
     let fault = s.options.faults.for_request(s.options.seed, id);
     if let Fault::Status(code) = fault {
-        let status = StatusCode::from_u16(code).expect("valid status");
-        let msg = format!("injected {code}");
-        return (
-            status,
-            Json(json!({"error": {"message": msg, "type": "injected", "code": code}})),
-        )
-            .into_response();
+        return injected_status(code);
     }
     let max_tokens = ask
         .max_tokens
@@ -669,7 +664,7 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
     {
         return (StatusCode::SERVICE_UNAVAILABLE, "engine stopped").into_response();
     }
-    let mut writer = Writer::new(dialect, "sim", id, &s.model_json, prompt);
+    let mut writer = Writer::new(dialect, "sim", id, &s.model_json, prompt).asked(&ask);
     if let Some((n, how)) = s.options.reasoning(id) {
         writer.set_reasoning(n.min(max_tokens), how);
     }
@@ -703,6 +698,57 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
         .header(header::CACHE_CONTROL, "no-cache")
         .body(body)
         .expect("a valid response")
+}
+
+/// An embeddings or rerank request: each of its sequences (an input, a
+/// query–document pair) goes to the engine as a prefill that ends at its
+/// first token, as a pooling model's forward pass ends; the answer leaves
+/// when the last is read. Nothing is generated or streamed.
+async fn pool(s: Arc<Shared>, body: Bytes, kind: Pooled) -> Response {
+    if let Some(loading) = s.loading() {
+        return loading;
+    }
+    let arrived = Instant::now();
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(msg) => return bad_request(&msg),
+    };
+    let seqs = match kind.sequences(&body) {
+        Ok(seqs) => seqs,
+        Err(msg) => return bad_request(&msg),
+    };
+    let first = s.next_id.fetch_add(seqs.len() as u64, Ordering::Relaxed);
+    if let Fault::Status(code) = s.options.faults.for_request(s.options.seed, first) {
+        return injected_status(code);
+    }
+    let max_context = s.config.model.max_context as u64;
+    if let Some(&long) = seqs.iter().find(|&&n| n >= max_context) {
+        return bad_request(&format!(
+            "This model's maximum context length is {max_context} tokens; an input has {long}"
+        ));
+    }
+    let front_end = Duration::from_secs_f64(s.config.efficiency.request_overhead_s);
+    if !front_end.is_zero() {
+        crate::timer::sleep_until(arrived + front_end).await;
+    }
+    let mut waits = Vec::with_capacity(seqs.len());
+    for (k, &tokens) in seqs.iter().enumerate() {
+        let (events, rx) = mpsc::unbounded_channel();
+        let seq = Seq::new(first + k as u64, tokens.max(1) as u32, 1, 0.0);
+        let replica = s.pick(seq.id, &seq.units, seq.prompt);
+        if replica.submit.send(Submit { seq, events, arrived }).is_err() {
+            return (StatusCode::SERVICE_UNAVAILABLE, "engine stopped").into_response();
+        }
+        waits.push(rx);
+    }
+    for mut rx in waits {
+        while let Some(ev) = rx.recv().await {
+            if matches!(ev, Event::Done(_)) {
+                break;
+            }
+        }
+    }
+    Json(kind.answer(&body, &s.options.model_name, &seqs)).into_response()
 }
 
 enum Phase {

@@ -64,6 +64,9 @@ pub struct PromptSpec {
     /// Tokens in the built-in tokenizer (the server's usage count is preferred when it comes).
     pub input_tokens: u64,
     pub max_tokens: Option<u64>,
+    /// A pooling request's other inputs (`--batch-size`): the rest of an
+    /// embeddings batch, or rerank's documents. `input_tokens` counts them.
+    pub documents: Vec<String>,
 }
 
 /// splitmix64: decorrelates per-request seeds.
@@ -153,6 +156,7 @@ impl Workload {
             prompt,
             input_tokens,
             max_tokens,
+            documents: Vec::new(),
         }
     }
 
@@ -192,6 +196,24 @@ impl Workload {
         }
     }
 
+    /// Request `id` of a pooling API with `documents` inputs besides its
+    /// prompt (`--batch-size`: the rest of an embeddings batch, or rerank's
+    /// documents): the workload's prompts from `id × (documents + 1)` on,
+    /// the first its prompt. With none, [`Workload::request`]`(id)`.
+    pub fn batch(&self, id: u64, documents: u64) -> PromptSpec {
+        if documents == 0 {
+            return self.request(id);
+        }
+        let first = id.saturating_mul(documents + 1);
+        let mut spec = self.request(first);
+        for k in 1..=documents {
+            let doc = self.request(first.saturating_add(k));
+            spec.input_tokens += doc.input_tokens;
+            spec.documents.push(doc.prompt);
+        }
+        spec
+    }
+
     /// The prompt and lengths of request `id`: the same for the same seed and id,
     /// whatever the concurrency or timing.
     pub fn request(&self, id: u64) -> PromptSpec {
@@ -222,6 +244,7 @@ impl Workload {
             prompt,
             input_tokens,
             max_tokens,
+            documents: Vec::new(),
         }
     }
 
@@ -411,5 +434,16 @@ mod tests {
         let a2 = (a + 1..).find(|&i| w.prefix_group(i) == 0).unwrap();
         assert_eq!(first(a), first(a2));
         assert_ne!(first(a), first(b));
+    }
+
+    #[test]
+    fn a_batch_takes_the_prompts_after_its_own_and_counts_them_all() {
+        let w = Workload::new(LengthSpec::Fixed(5), None, 7);
+        let b = w.batch(1, 2);
+        assert_eq!(b.prompt, w.request(3).prompt);
+        assert_eq!(b.documents, [w.request(4).prompt, w.request(5).prompt]);
+        assert_eq!(b.input_tokens, 15);
+        assert_eq!(w.batch(1, 2), b, "reproducible");
+        assert_eq!(w.batch(1, 0), w.request(1));
     }
 }

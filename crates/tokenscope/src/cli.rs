@@ -843,6 +843,12 @@ pub struct RequestArgs {
     /// reported apart.
     #[arg(long, default_value = "auto", value_name = "PARSER")]
     pub reasoning_parser: tokenscope_load::protocol::ReasoningParser,
+    /// Inputs per request of a pooling API: `openai-embeddings` embeds this
+    /// many prompts in one `input` list; `rerank` scores this many documents
+    /// against its query (one more prompt). The generating APIs send one
+    /// prompt a request and refuse more.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    pub batch_size: u64,
     /// Longest one request may take.
     #[arg(long, default_value = "10m", value_parser = positive_duration)]
     pub timeout: Duration,

@@ -1,5 +1,5 @@
 //! The APIs past OpenAI's chat — OpenAI Responses, Anthropic Messages,
-//! TGI's and SGLang's native ones — against the built-in exact server
+//! TGI's, SGLang's and Triton's native ones — against the built-in exact server
 //! speaking each: every request succeeds,
 //! counts are exact, the first token and the answer's start are read
 //! within a millisecond of the server's own sends (the host's shared
@@ -13,7 +13,23 @@ use std::time::Duration;
 use tokenscope_sim::exact::{ExactConfig, ReasoningAs};
 use tokenscope_sim::faults::Faults;
 
-const APIS: [&str; 4] = ["openai-responses", "anthropic-messages", "tgi", "sglang"];
+const APIS: [&str; 5] = [
+    "openai-responses",
+    "anthropic-messages",
+    "tgi",
+    "sglang",
+    "triton",
+];
+
+/// `--api NAME`, and for Triton the per-response token counts asked for
+/// (`return_num_output_tokens`), as its users ask them for a count.
+fn api_args(api: &str) -> Vec<&str> {
+    let mut args = vec!["--api", api];
+    if api == "triton" {
+        args.extend(["--extra-body", r#"{"return_num_output_tokens": true}"#]);
+    }
+    args
+}
 
 /// The APIs whose usage counts the thinking (the others show it only as
 /// `<think>` text, or not at all).
@@ -33,9 +49,8 @@ fn server(reasoning_tokens: u64, how: ReasoningAs) -> Server {
 fn run(server: &Server, api: &str, name: &str, more: &[&str]) -> (Value, Vec<Value>) {
     let out = run_dir(name);
     let args = [
+        &api_args(api)[..],
         &[
-            "--api",
-            api,
             "--no-metrics",
             "--concurrency",
             "2",
@@ -187,7 +202,8 @@ fn the_built_in_engine_answers_every_api() {
     for api in APIS {
         let out = run_dir(&format!("api-{api}-engine"));
         let o = tokenscope()
-            .args(["bench", "--api", api, "--quiet", "--no-history"])
+            .args(["bench", "--quiet", "--no-history"])
+            .args(api_args(api))
             .args([
                 "--requests",
                 "8",
@@ -206,5 +222,22 @@ fn the_built_in_engine_answers_every_api() {
         assert_eq!(r["counts"]["succeeded"], 8, "{api}");
         assert_eq!(r["tokens"]["output_total"], 8 * 16, "{api}");
         assert_eq!(r["tokens"]["output_sources"]["server_usage"], 8, "{api}");
+    }
+}
+
+/// Triton without per-response counts: the stream's clean end is the
+/// answer's end, and the tokenizer counts the exact server's one-token
+/// words exactly; a stream cut short is still a failure.
+#[test]
+fn triton_without_counts_ends_with_its_stream_and_is_counted_by_the_tokenizer() {
+    let plain = server(0, ReasoningAs::Field);
+    let out = run_dir("api-triton-no-counts");
+    let args = ["--api", "triton", "--no-metrics", "--requests", "4", "--output-tokens", "30"];
+    assert_ok(&bench(&plain.url, &out, &args));
+    let r = results(&out);
+    assert_eq!(r["counts"]["failed"], 0, "{}", r["counts"]);
+    for q in records(&out) {
+        assert_eq!(q["output_tokens"], 30, "{q}");
+        assert_eq!(q["output_token_source"], "tokenizer", "{q}");
     }
 }

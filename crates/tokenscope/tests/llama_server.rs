@@ -1062,3 +1062,99 @@ fn responses_and_anthropic_messages_run_on_llama_and_agree_with_it() {
         }
     }
 }
+
+/// POSTs `body` to llama-server's `path`; its JSON answer.
+fn post_json(url: &str, path: &str, body: &serde_json::Value) -> serde_json::Value {
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let body = body.to_string();
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let (_, json) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    serde_json::from_str(json).expect("a JSON body")
+}
+
+/// llama.cpp's `/v1/embeddings` (`--embeddings`) and `/v1/rerank`
+/// (`--reranking`) on the random-weight model: every request gets every
+/// vector or score, and the prompt tokens tokenscope records are llama's
+/// own count — for embeddings exactly what its `/tokenize` makes of the
+/// texts sent (a dataset, so the test knows them). llama.cpp's pooling
+/// answers carry no timings to compare the latency with.
+#[test]
+fn embeddings_and_rerank_run_on_llama_and_agree_with_its_counts() {
+    let texts: Vec<String> = (0..6)
+        .map(|i| format!("the river {i} runs past the old stone church and the north station"))
+        .collect();
+    let lines: String = texts
+        .iter()
+        .map(|t| format!("{}\n", serde_json::json!({"prompt": t})))
+        .collect();
+    let dataset = run_dir("llama-pooling-dataset").with_extension("jsonl");
+    std::fs::write(&dataset, lines).unwrap();
+    // The random model has no pooling of its own: embeddings take the mean.
+    let servers: [(&str, &[&str]); 2] = [
+        ("openai-embeddings", &["--embeddings", "--pooling", "mean"]),
+        ("rerank", &["--reranking"]),
+    ];
+    for (api, flags) in servers {
+        let llama = Llama::start_with("LLAMA_MODEL_TINY", 2, 1, flags);
+        let out = run_dir(&format!("llama-{api}"));
+        let o = bench(
+            &llama.url,
+            &out,
+            &[
+                "--api",
+                api,
+                "--dataset",
+                dataset.to_str().unwrap(),
+                "--batch-size",
+                "2",
+                "--concurrency",
+                "2",
+            ],
+        );
+        assert_ok(&o);
+        let r = results(&out);
+        assert_eq!(r["counts"]["failed"], 0, "{api}: {}", r["counts"]);
+        let recs = records(&out);
+        assert!(!recs.is_empty(), "{api}");
+        let tokens = |t: &str| {
+            let v = post_json(
+                &llama.url,
+                "/tokenize",
+                &serde_json::json!({"content": t, "add_special": true}),
+            );
+            v["tokens"].as_array().unwrap().len() as u64
+        };
+        for q in &recs {
+            assert_eq!(q["input_token_source"], "server_usage", "{api}: {q}");
+            let counted = q["input_tokens"].as_u64().unwrap();
+            assert!(q.get("first_token_at_us").is_none_or(|v| v.is_null()), "{api}");
+            let id = q["id"].as_u64().unwrap() as usize;
+            match api {
+                "openai-embeddings" => {
+                    // Request k embeds entries 2k and 2k + 1.
+                    let want = tokens(&texts[2 * id % 6]) + tokens(&texts[(2 * id + 1) % 6]);
+                    assert_eq!(q["items"], 2, "{q}");
+                    assert_eq!(counted, want, "{q}");
+                }
+                _ => {
+                    // Request k: query 3k, documents 3k + 1 and 3k + 2, each
+                    // document read with the query, with llama's separators.
+                    let (query, docs) = (tokens(&texts[3 * id % 6]), [1, 2].map(|d| tokens(&texts[(3 * id + d) % 6])));
+                    let bare: u64 = docs.iter().map(|d| query + d).sum();
+                    assert_eq!(q["items"], 2, "{q}");
+                    assert!((bare - 4..=bare + 8).contains(&counted), "{counted} vs {bare}: {q}");
+                }
+            }
+        }
+        assert!(r["throughput"]["items_per_s"].as_f64().unwrap() > 0.0, "{api}");
+    }
+}

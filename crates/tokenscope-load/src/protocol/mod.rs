@@ -17,10 +17,14 @@ pub mod anthropic_messages;
 pub mod openai;
 pub mod openai_chat;
 pub mod openai_completions;
+pub mod openai_embeddings;
 pub mod openai_responses;
+pub mod pooling;
 pub mod reasoning;
+pub mod rerank;
 pub mod sglang;
 pub mod tgi;
+pub mod triton;
 
 pub use reasoning::{Reasoner, ReasoningParser, Split};
 use serde_json::Value;
@@ -55,6 +59,35 @@ pub trait Protocol: Sync + std::fmt::Debug {
         let _ = stream;
         self.path()
     }
+    /// The endpoint a request goes to: [`Protocol::path_for`], the model
+    /// put in where the path names it (Triton's `/v2/models/{model}/…`).
+    fn endpoint(&self, model: &str, stream: bool) -> String {
+        self.path_for(stream).replace("{model}", model)
+    }
+    /// The stream's clean end is the answer's end: the API sends no
+    /// `[DONE]` and no finish reason (Triton's generate extension).
+    fn ends_with_the_body(&self) -> bool {
+        false
+    }
+    /// A pooling API (embeddings, rerank): it generates nothing and answers
+    /// whole, so its requests have no TTFT, only latency and the items
+    /// they carried.
+    fn pooling(&self) -> bool {
+        false
+    }
+    /// How many items (vectors, scores) a pooling API's answer to this
+    /// request should carry; 0 for the generating APIs.
+    fn items_asked(&self, request: &Request<'_>) -> u64 {
+        let _ = request;
+        0
+    }
+    /// A pooling API's inputs per request besides its prompt, for
+    /// `--batch-size` (an embeddings batch's other inputs; rerank's
+    /// documents); the generating APIs take the prompt alone.
+    fn documents(&self, batch_size: u64) -> u64 {
+        let _ = batch_size;
+        0
+    }
 }
 
 /// Every API, in the order `--api auto` tries them.
@@ -65,6 +98,9 @@ pub const ALL: &[&dyn Protocol] = &[
     &anthropic_messages::AnthropicMessages,
     &tgi::Tgi,
     &sglang::Sglang,
+    &triton::Triton,
+    &openai_embeddings::OpenaiEmbeddings,
+    &rerank::Rerank,
 ];
 
 /// The API of this `--api` name.
@@ -112,7 +148,6 @@ impl<'a> Message<'a> {
         }
     }
 
-    /// Its text parts, joined.
     /// The message as the role-based APIs write it: its role, and its
     /// content a string when it is one text, else a list of typed parts,
     /// text parts typed `text_type` (`text`; Responses' `input_text`).
@@ -131,6 +166,7 @@ impl<'a> Message<'a> {
         serde_json::json!({"role": self.role.name(), "content": content})
     }
 
+    /// Its text parts, joined.
     pub fn joined_text(&self) -> Cow<'a, str> {
         match self.content.as_slice() {
             [Part::Text(t)] => Cow::Borrowed(t),
@@ -176,6 +212,10 @@ pub struct Request<'a> {
     pub stream: bool,
     /// `--extra-body`, under the fields above.
     pub extra: &'a serde_json::Map<String, Value>,
+    /// A pooling request's other inputs (`--batch-size`): an embeddings
+    /// batch's after the prompt; rerank's documents, the prompt being
+    /// its query. Empty for the generating APIs.
+    pub documents: Vec<&'a str>,
 }
 
 /// A session's earlier turn: what the user said and what came back.
@@ -279,7 +319,15 @@ impl<'a> Request<'a> {
             ignore_eos: false,
             stream: true,
             extra: &shape.extra,
+            documents: Vec::new(),
         }
+    }
+
+    /// The prompt: the last message's text.
+    pub fn prompt(&self) -> Cow<'a, str> {
+        self.messages
+            .last()
+            .map_or(Cow::Borrowed(""), Message::joined_text)
     }
 }
 
@@ -335,6 +383,11 @@ pub enum Event<'a> {
     Error(String),
     /// The server's own timings of the request (llama.cpp's `timings`).
     Timings(Value),
+    /// A pooling answer's items: the vectors or scores it carried.
+    Items(u64),
+    /// Generated tokens this event adds, where the API counts per event
+    /// (Triton's `num_output_tokens`), not in a usage total.
+    OutputTokens(u64),
 }
 
 /// An event or body that is not what the API defines.
@@ -370,6 +423,10 @@ pub struct Piece {
     pub finish_reason: Option<String>,
     pub error: Option<String>,
     pub timings: Option<Value>,
+    /// A pooling answer's items.
+    pub items: Option<u64>,
+    /// Generated tokens the events counted one by one (Triton's).
+    pub output_tokens: Option<u64>,
 }
 
 impl Piece {
@@ -413,6 +470,14 @@ impl Piece {
             }
             Event::Timings(t) => {
                 self.timings = Some(t);
+                Split::default()
+            }
+            Event::Items(n) => {
+                self.items = Some(self.items.unwrap_or(0) + n);
+                Split::default()
+            }
+            Event::OutputTokens(n) => {
+                self.output_tokens = Some(self.output_tokens.unwrap_or(0) + n);
                 Split::default()
             }
         };

@@ -114,7 +114,23 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
 /// What every request is sent to and how.
 fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
     let base = &probed.base;
-    let path = probed.api.path_for(!spec.request.no_stream);
+    let api = probed.api;
+    let r = &spec.request;
+    if r.batch_size > 1 && !api.pooling() {
+        return Err(Exit::usage(format!(
+            "--batch-size {} applies to the pooling APIs (openai-embeddings, rerank); {} sends one prompt a request",
+            r.batch_size,
+            api.name()
+        ))
+        .into());
+    }
+    if api.pooling() && spec.plan.workload.multi_turn.is_some() {
+        let why = format!("--multi-turn needs a generating API; {} answers whole vectors or scores", api.name());
+        return Err(Exit::usage(why).into());
+    }
+    // A pooling API answers whole: nothing streams.
+    let stream = !r.no_stream && !api.pooling();
+    let path = api.endpoint(&probed.model, stream);
     let endpoint = reqwest::Url::parse(&format!("{base}{path}")).context("endpoint URL")?;
     let http = http1::Client::new(
         &endpoint,
@@ -123,13 +139,13 @@ fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
         probed.ca_pem.as_deref(),
     )
     .map_err(|why| Exit::usage(format!("--url `{base}`: {why}")))?;
-    let r = &spec.request;
     Ok(Target {
         http: Arc::new(http),
-        api: probed.api,
+        api,
         model: probed.model.clone(),
         ignore_eos: r.ignore_eos,
-        stream: !r.no_stream,
+        stream,
+        documents: api.documents(r.batch_size),
         shape: tokenscope_load::protocol::Shape {
             system_prompt: r.system_prompt.clone(),
             temperature: r.temperature,
