@@ -4,8 +4,8 @@ use crate::compare::{self, RunValues};
 use crate::cost::{Cost, GpuPrice, Produced};
 use crate::record::{RequestRecord, TokenSource};
 use crate::results::{
-    ArrivalFidelity, CacheHits, Concurrency, Counts, ErrorSample, Fidelity, Latency,
-    ObjectiveResult, SloReport, SteadyWindow, Throughput, Tokens, Window,
+    AdapterFigures, ArrivalFidelity, CacheHits, Concurrency, Counts, ErrorSample, Fidelity,
+    Latency, ObjectiveResult, SloReport, SteadyWindow, Throughput, Tokens, Window,
 };
 use crate::slo::{Slo, SloMetric, Verdict};
 use crate::stats::Distribution;
@@ -50,6 +50,8 @@ impl Span {
 /// Everything computed from the records alone.
 #[derive(Debug, Clone)]
 pub struct Measured {
+    /// `--lora`: each adapter's figures.
+    pub adapters: BTreeMap<String, AdapterFigures>,
     pub window: Window,
     pub latency: Latency,
     pub throughput: Throughput,
@@ -169,7 +171,14 @@ pub struct Aggregator {
     cache: CacheHits,
     good_requests: u64,
     good_tokens: u64,
+    /// `--lora`: each adapter's requests, aggregated apart too (`None` in
+    /// an adapter's own aggregator, which splits no further).
+    by_adapter: Option<BTreeMap<String, Aggregator>>,
 }
+
+/// Adapters kept apart past this many are pooled under one name, so a
+/// mistaken flag cannot make the figures grow without bound.
+const MAX_ADAPTERS: usize = 64;
 
 impl Aggregator {
     pub fn new(slo: Option<Slo>, price: Option<GpuPrice>) -> Aggregator {
@@ -203,6 +212,7 @@ impl Aggregator {
             tokens: Tokens::default(),
             cache: CacheHits::default(),
             good_requests: 0,
+            by_adapter: Some(BTreeMap::new()),
             good_tokens: 0,
         }
     }
@@ -212,6 +222,18 @@ impl Aggregator {
         if r.warmup {
             self.warmup += 1;
             return;
+        }
+        if let (Some(name), Some(apart)) = (&r.adapter, self.by_adapter.as_mut()) {
+            let full = apart.len() >= MAX_ADAPTERS && !apart.contains_key(name);
+            let key = if full { "(others)" } else { name.as_str() };
+            let (slo, price) = (self.slo.clone(), self.price);
+            apart
+                .entry(key.to_string())
+                .or_insert_with(|| Aggregator {
+                    by_adapter: None,
+                    ..Aggregator::new(slo, price)
+                })
+                .add(r);
         }
         self.count(r);
         self.spans
@@ -494,7 +516,9 @@ impl Aggregator {
                 },
             )
         });
+        let adapters = self.adapters(window_s);
         Measured {
+            adapters,
             window,
             latency,
             throughput,
@@ -504,6 +528,30 @@ impl Aggregator {
             slo,
             cost,
         }
+    }
+
+    /// Each adapter's figures, its rates over the run's window (`window_s`).
+    fn adapters(&mut self, window_s: f64) -> BTreeMap<String, AdapterFigures> {
+        let rate = |x: f64| if window_s > 0.0 { x / window_s } else { 0.0 };
+        self.by_adapter
+            .iter_mut()
+            .flatten()
+            .map(|(name, agg)| {
+                let m = agg.finish();
+                let figures = AdapterFigures {
+                    requests: m.counts.requests,
+                    succeeded: m.counts.succeeded,
+                    failed: m.counts.failed,
+                    ttft_ms: m.latency.ttft_ms,
+                    tpot_ms: m.latency.tpot_ms,
+                    e2e_ms: m.latency.e2e_ms,
+                    output_tokens: m.tokens.output_total,
+                    output_tokens_per_s: rate(m.tokens.output_total as f64),
+                    requests_per_s: rate(m.counts.succeeded as f64),
+                };
+                (name.clone(), figures)
+            })
+            .collect()
     }
 
     /// tokens/s's 95 % interval, as `compare` bootstraps it, from the

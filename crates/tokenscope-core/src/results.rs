@@ -59,6 +59,9 @@ pub struct RunResults {
     /// shards), each with what to do about it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<RunWarning>,
+    /// `--lora`: each adapter's requests and their figures, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub adapters: BTreeMap<String, AdapterFigures>,
 }
 
 /// One doubt about a run's set-up, as `results.json` keeps it.
@@ -568,4 +571,20 @@ pub struct Finding {
     pub severity: String,
     pub message: String,
     pub evidence: BTreeMap<String, serde_json::Value>,
+}
+
+/// One LoRA adapter's part of a run (`--lora`): its requests and the
+/// figures over them. Its rates are over the run's whole window, so the
+/// adapters' add up to the run's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AdapterFigures {
+    pub requests: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub ttft_ms: Option<Summary>,
+    pub tpot_ms: Option<Summary>,
+    pub e2e_ms: Option<Summary>,
+    pub output_tokens: u64,
+    pub output_tokens_per_s: f64,
+    pub requests_per_s: f64,
 }

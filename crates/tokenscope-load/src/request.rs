@@ -46,6 +46,8 @@ pub struct Target {
     /// A pooling API's inputs per request besides the prompt (from
     /// `--batch-size`); 0 for the generating APIs.
     pub documents: u64,
+    /// `--lora`: each request names its adapter as its model.
+    pub adapters: Option<std::sync::Arc<tokenscope_workload::adapters::Adapters>>,
     /// Longest a whole request may take.
     pub timeout: Duration,
     /// Longest to wait for the response head or the next read of the stream.
@@ -129,9 +131,10 @@ impl Stream {
                 if info.text_bytes > 0 {
                     self.chunks
                         .push(Chunk(at_us, info.text_bytes.min(u32::MAX as usize) as u32));
-                    let counted = info.usage.and_then(|u| u.completion_tokens).or(
-                        info.output_tokens.map(|_| self.counted_tokens),
-                    );
+                    let counted = info
+                        .usage
+                        .and_then(|u| u.completion_tokens)
+                        .or(info.output_tokens.map(|_| self.counted_tokens));
                     if let Some(c) = counted.or_else(|| generated_so_far(&info.timings)) {
                         self.chunk_usage.push(c);
                     }
@@ -191,13 +194,14 @@ pub async fn execute(
     cancel: &CancellationToken,
     streamed: &AtomicU64,
 ) -> (RequestRecord, String) {
+    let adapter = target.adapters.as_ref().map(|a| a.for_request(ticket.id));
     let request = Request {
         max_tokens: spec.max_tokens,
         ignore_eos: target.ignore_eos,
         stream: target.stream,
         documents: spec.documents.iter().map(String::as_str).collect(),
         ..Request::conversation(
-            &target.model,
+            adapter.unwrap_or(&target.model),
             &target.shape,
             history
                 .iter()
@@ -217,6 +221,7 @@ pub async fn execute(
         waited_for_slot: ticket.waited_for_slot,
         session: ticket.turn.map(|t| t.0),
         turn: ticket.turn.map(|t| t.1),
+        adapter: adapter.map(str::to_owned),
         ..RequestRecord::sent(ticket.id, ticket.scheduled_at_us, 0)
     };
     let wire = target.http.post(&body);

@@ -11,12 +11,15 @@ use tokenscope_load::http1::decode_reads;
 use tokenscope_load::protocol::{Piece, Reasoner, ALL};
 use tokenscope_load::sse::SseParser;
 
-/// A stream event through every API's parser (each must survive it).
+/// A stream event, and a whole answer, through every API's parser (each
+/// must survive it).
 fn parse_chunk(data: &str, text: &mut String) {
     for &api in ALL {
         for parser in ["auto", "none"] {
             let mut reasoner = Reasoner::new(parser.parse().expect("a parser"));
             let _ = Piece::of_event(api, data, text, &mut reasoner);
+            // The same bytes as a whole answer (the pooling APIs' only kind).
+            let _ = Piece::of_whole(api, data, text, &mut reasoner);
         }
     }
 }

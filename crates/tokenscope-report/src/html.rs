@@ -674,6 +674,7 @@ pub fn run_page(run: &Run) -> String {
     out.push_str("<h2>Diagnosis</h2>");
     findings(&mut out, &r.diagnosis);
     workload(&mut out, r);
+    adapters(&mut out, r);
     settings(&mut out, r);
     page(&format!("tokenscope run — {}", r.target.model), &out)
 }
@@ -693,6 +694,31 @@ fn workload(out: &mut String, r: &RunResults) {
             esc(&asked),
             esc(&delivered)
         );
+    }
+    out.push_str("</table>");
+}
+
+/// `--lora`: each adapter's figures.
+fn adapters(out: &mut String, r: &RunResults) {
+    let rows = crate::adapters::rows(r);
+    if rows.is_empty() {
+        return;
+    }
+    let _ = write!(
+        out,
+        "<h2>Adapters (--lora, {})</h2><table><tr>",
+        esc(&crate::adapters::assignment(r))
+    );
+    for h in crate::adapters::HEADER {
+        let _ = write!(out, "<th>{}</th>", esc(h));
+    }
+    out.push_str("</tr>");
+    for row in rows {
+        out.push_str("<tr>");
+        for cell in row {
+            let _ = write!(out, "<td>{}</td>", esc(&cell));
+        }
+        out.push_str("</tr>");
     }
     out.push_str("</table>");
 }

@@ -7,6 +7,7 @@
 //! Health bands ([`health`]) and workload fidelity ([`fidelity`]) colour
 //! them all.
 
+pub mod adapters;
 pub mod charts;
 pub mod dashboard;
 pub mod dialects;

@@ -155,6 +155,19 @@ pub fn run(r: &RunResults) -> String {
             let _ = writeln!(out, "| {what} | {asked} | {delivered} |");
         }
     }
+    let rows = crate::adapters::rows(r);
+    if !rows.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nAdapters (--lora, {}):\n\n| {} |\n|---|{}",
+            crate::adapters::assignment(r),
+            crate::adapters::HEADER.join(" | "),
+            "---:|".repeat(crate::adapters::HEADER.len() - 1)
+        );
+        for row in rows {
+            let _ = writeln!(out, "| {} |", row.join(" | "));
+        }
+    }
     if !c.errors.is_empty() {
         out.push_str("\n| error | count |\n|---|---:|\n");
         for (k, v) in &c.errors {

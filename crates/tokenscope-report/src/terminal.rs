@@ -240,6 +240,7 @@ pub fn summary(r: &RunResults) -> String {
     }
 
     workload_lines(&mut out, r);
+    adapter_lines(&mut out, r);
     let _ = writeln!(out, "\nEfficiency");
     match &r.efficiency.cost {
         Some(cost) => {
@@ -473,6 +474,24 @@ fn latency_lines(out: &mut String, r: &RunResults) {
 }
 
 /// What was asked against what was delivered: lengths and arrivals.
+/// `--lora`: each adapter's figures, a row each.
+fn adapter_lines(out: &mut String, r: &RunResults) {
+    let rows = crate::adapters::rows(r);
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nAdapters (--lora, {})",
+        crate::adapters::assignment(r)
+    );
+    for row in std::iter::once(crate::adapters::HEADER.map(str::to_string)).chain(rows) {
+        let [name, rest @ ..] = row;
+        let cells: Vec<String> = rest.iter().map(|c| format!("{c:>12}")).collect();
+        let _ = writeln!(out, "  {name:<20}{}", cells.join(""));
+    }
+}
+
 fn workload_lines(out: &mut String, r: &RunResults) {
     let w = &r.workload;
     let mean = |s: &Option<Summary>| s.as_ref().map(|s| s.mean);

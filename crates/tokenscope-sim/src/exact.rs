@@ -10,8 +10,8 @@
 
 use crate::faults::{pick_fault, uniform, Fault, Faults};
 use crate::http::{bad_request, injected_status, parse_body};
-use crate::pooling::Pooled;
 use crate::openai::{Ask, Dialect, Writer};
+use crate::pooling::Pooled;
 use crate::timer::sleep_until;
 use axum::body::Body;
 use axum::extract::State;
@@ -74,9 +74,17 @@ pub struct ServerStats {
     /// How late chunks left compared with their due time, in µs: the server's
     /// own share of any timing error a client measures. Merged per stream.
     pub lateness_us: std::sync::Mutex<Option<hdrhistogram::Histogram<u64>>>,
+    /// Requests by the `model` they named (a LoRA run's adapters).
+    pub models: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 impl ServerStats {
+    /// One more request naming `model`.
+    fn named(&self, model: Option<&str>) {
+        let mut m = self.models.lock().unwrap_or_else(|p| p.into_inner());
+        *m.entry(model.unwrap_or("").to_string()).or_insert(0) += 1;
+    }
+
     fn add_lateness(&self, h: &hdrhistogram::Histogram<u64>) {
         let mut all = self.lateness_us.lock().unwrap_or_else(|p| p.into_inner());
         match all.as_mut() {
@@ -102,6 +110,7 @@ impl ServerStats {
             "requests": self.requests.load(Ordering::Relaxed),
             "completed_streams": self.completed_streams.load(Ordering::Relaxed),
             "lateness_us": lateness,
+            "models": *self.models.lock().unwrap_or_else(|p| p.into_inner()),
         })
     }
 }
@@ -190,6 +199,7 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
     let ask = Ask::read(&body, dialect);
     let arrival = Instant::now();
     let n = s.stats.requests.fetch_add(1, Ordering::Relaxed);
+    s.stats.named(body["model"].as_str());
     let cfg = &s.config;
     let fault = pick_fault(&cfg.faults, uniform(cfg.seed, n));
     if let Fault::Status(code) = fault {

@@ -61,7 +61,10 @@ where
         .route("/v1/messages", answer(Some(Dialect::Messages)))
         .route("/generate_stream", answer(Some(Dialect::Tgi)))
         .route("/generate", answer(None))
-        .route("/v2/models/{model}/generate_stream", answer(Some(Dialect::Triton)))
+        .route(
+            "/v2/models/{model}/generate_stream",
+            answer(Some(Dialect::Triton)),
+        )
         .route("/v2/models/{model}/generate", answer(Some(Dialect::Triton)))
         .route("/v1/embeddings", pooled(Pooled::Embeddings))
         .route("/v1/rerank", pooled(Pooled::Rerank))

@@ -272,7 +272,9 @@ impl Writer {
         let (thought, answer) = (text(from, split), text(split, to));
         let shown = match self.reasoning_as {
             _ if r == 0 || from >= r => answer,
-            ReasoningAs::Field => return Some(self.reasoning_and_content(&thought, &answer, usage)),
+            ReasoningAs::Field => {
+                return Some(self.reasoning_and_content(&thought, &answer, usage))
+            }
             ReasoningAs::Hidden if to <= r => return None,
             ReasoningAs::Hidden => answer,
             ReasoningAs::Tags => {

@@ -46,7 +46,9 @@ impl Pooled {
             }
         };
         match (self, seqs.is_empty()) {
-            (Pooled::Embeddings, true) => Err("\"input\" must be a string or a non-empty list".into()),
+            (Pooled::Embeddings, true) => {
+                Err("\"input\" must be a string or a non-empty list".into())
+            }
             (Pooled::Rerank, true) => Err("\"documents\" must be a non-empty string array".into()),
             _ => Ok(seqs),
         }
@@ -90,7 +92,12 @@ mod tests {
     fn each_input_or_query_document_pair_is_one_sequence() {
         let body = json!({"input": ["a b", "c d e"]});
         assert_eq!(Pooled::Embeddings.sequences(&body).unwrap(), [2, 3]);
-        assert_eq!(Pooled::Embeddings.sequences(&json!({"input": "a b"})).unwrap(), [2]);
+        assert_eq!(
+            Pooled::Embeddings
+                .sequences(&json!({"input": "a b"}))
+                .unwrap(),
+            [2]
+        );
         let body = json!({"query": "q r", "documents": ["a", "b c"], "top_n": 1});
         let seqs = Pooled::Rerank.sequences(&body).unwrap();
         assert_eq!(seqs, [3, 4]);

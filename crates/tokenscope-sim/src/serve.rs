@@ -12,8 +12,8 @@ use crate::engine::scheduler::Seq;
 use crate::engine::{Engine, EngineConfig, EngineState};
 use crate::faults::{Fault, Faults};
 use crate::http::{bad_request, injected_status, parse_body};
-use crate::pooling::Pooled;
 use crate::openai::{self, Ask, Dialect, Writer};
+use crate::pooling::Pooled;
 use crate::prom::{self, Exposition, Histogram};
 use crate::timer;
 use axum::body::Body;
@@ -736,7 +736,15 @@ async fn pool(s: Arc<Shared>, body: Bytes, kind: Pooled) -> Response {
         let (events, rx) = mpsc::unbounded_channel();
         let seq = Seq::new(first + k as u64, tokens.max(1) as u32, 1, 0.0);
         let replica = s.pick(seq.id, &seq.units, seq.prompt);
-        if replica.submit.send(Submit { seq, events, arrived }).is_err() {
+        if replica
+            .submit
+            .send(Submit {
+                seq,
+                events,
+                arrived,
+            })
+            .is_err()
+        {
             return (StatusCode::SERVICE_UNAVAILABLE, "engine stopped").into_response();
         }
         waits.push(rx);

@@ -14,6 +14,7 @@
 //! - [`arrival`]: when each request leaves (closed loop, Poisson, constant,
 //!   gamma, a trace's own times).
 
+pub mod adapters;
 pub mod arrival;
 pub mod dataset;
 pub mod lengths;

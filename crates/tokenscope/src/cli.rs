@@ -849,6 +849,22 @@ pub struct RequestArgs {
     /// prompt a request and refuse more.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub batch_size: u64,
+    /// LoRA adapters to send the requests to, comma-separated: each request
+    /// names one as its `model`, as vLLM serves adapters (`--lora-modules`).
+    /// Every figure is also reported per adapter.
+    #[arg(long, value_delimiter = ',', value_name = "NAME[,NAME…]")]
+    pub lora: Vec<String>,
+    /// How requests are spread over the --lora adapters: `round-robin`
+    /// (exact equal shares), `random` (uniform draws), or `weights:W1,W2,…`
+    /// (draws with one weight per adapter, in --lora's order: weights:3,1).
+    /// Reproducible with --seed.
+    #[arg(
+        long,
+        default_value = "round-robin",
+        value_name = "HOW",
+        requires = "lora"
+    )]
+    pub lora_assignment: tokenscope_workload::adapters::Assignment,
     /// Longest one request may take.
     #[arg(long, default_value = "10m", value_parser = positive_duration)]
     pub timeout: Duration,

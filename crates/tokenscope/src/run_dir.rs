@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 use tokenscope_core::compare::RunValues;
 use tokenscope_core::metrics::Aggregator;
+use tokenscope_core::record::RequestRecord;
 use tokenscope_core::results::RunResults;
 use tokenscope_report::html;
 pub use tokenscope_report::run_dir::{for_each_record, ReadError, Report, Run, Sweep};
@@ -300,11 +301,23 @@ pub fn read_run(dir: &Path) -> anyhow::Result<Run> {
 /// What the bootstrap resamples of a run, read from its `requests.jsonl` in
 /// two streaming passes (its window, then its values): never every record.
 pub fn values_of(dir: &std::path::Path) -> anyhow::Result<RunValues> {
+    values_where(dir, None)
+}
+
+/// [`values_of`] the requests sent to one `--lora` adapter (`None`: all),
+/// over the run's whole window, as its rate in results.json is.
+pub fn values_where(dir: &std::path::Path, adapter: Option<&str>) -> anyhow::Result<RunValues> {
     let bad = |e: tokenscope_report::run_dir::ReadError| Exit::usage(e.to_string());
     let mut window = None;
     for_each_record(dir, |r| window = RunValues::widen(window, &r)).map_err(bad)?;
     let mut values = RunValues::new(window.unwrap_or((0, 0)));
-    for_each_record(dir, |r| values.add(&r)).map_err(bad)?;
+    let wanted = |r: &RequestRecord| adapter.is_none_or(|a| r.adapter.as_deref() == Some(a));
+    for_each_record(dir, |r| {
+        if wanted(&r) {
+            values.add(&r)
+        }
+    })
+    .map_err(bad)?;
     Ok(values)
 }
 

@@ -232,7 +232,15 @@ fn the_built_in_engine_answers_every_api() {
 fn triton_without_counts_ends_with_its_stream_and_is_counted_by_the_tokenizer() {
     let plain = server(0, ReasoningAs::Field);
     let out = run_dir("api-triton-no-counts");
-    let args = ["--api", "triton", "--no-metrics", "--requests", "4", "--output-tokens", "30"];
+    let args = [
+        "--api",
+        "triton",
+        "--no-metrics",
+        "--requests",
+        "4",
+        "--output-tokens",
+        "30",
+    ];
     assert_ok(&bench(&plain.url, &out, &args));
     let r = results(&out);
     assert_eq!(r["counts"]["failed"], 0, "{}", r["counts"]);

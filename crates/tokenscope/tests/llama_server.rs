@@ -1136,7 +1136,10 @@ fn embeddings_and_rerank_run_on_llama_and_agree_with_its_counts() {
         for q in &recs {
             assert_eq!(q["input_token_source"], "server_usage", "{api}: {q}");
             let counted = q["input_tokens"].as_u64().unwrap();
-            assert!(q.get("first_token_at_us").is_none_or(|v| v.is_null()), "{api}");
+            assert!(
+                q.get("first_token_at_us").is_none_or(|v| v.is_null()),
+                "{api}"
+            );
             let id = q["id"].as_u64().unwrap() as usize;
             match api {
                 "openai-embeddings" => {
@@ -1148,13 +1151,22 @@ fn embeddings_and_rerank_run_on_llama_and_agree_with_its_counts() {
                 _ => {
                     // Request k: query 3k, documents 3k + 1 and 3k + 2, each
                     // document read with the query, with llama's separators.
-                    let (query, docs) = (tokens(&texts[3 * id % 6]), [1, 2].map(|d| tokens(&texts[(3 * id + d) % 6])));
+                    let (query, docs) = (
+                        tokens(&texts[3 * id % 6]),
+                        [1, 2].map(|d| tokens(&texts[(3 * id + d) % 6])),
+                    );
                     let bare: u64 = docs.iter().map(|d| query + d).sum();
                     assert_eq!(q["items"], 2, "{q}");
-                    assert!((bare - 4..=bare + 8).contains(&counted), "{counted} vs {bare}: {q}");
+                    assert!(
+                        (bare - 4..=bare + 8).contains(&counted),
+                        "{counted} vs {bare}: {q}"
+                    );
                 }
             }
         }
-        assert!(r["throughput"]["items_per_s"].as_f64().unwrap() > 0.0, "{api}");
+        assert!(
+            r["throughput"]["items_per_s"].as_f64().unwrap() > 0.0,
+            "{api}"
+        );
     }
 }

@@ -56,16 +56,25 @@ fn embeddings_and_rerank_carry_their_batch_and_are_counted_exactly() {
             let sent = (batch + usize::from(api == "rerank")) * 32;
             assert_eq!(q["requested_input_tokens"], sent, "{api}: {q}");
             assert_eq!(q["output_tokens"], 0, "{api}: {q}");
-            assert!(q.get("first_token_at_us").is_none_or(Value::is_null), "{api}: no TTFT");
+            assert!(
+                q.get("first_token_at_us").is_none_or(Value::is_null),
+                "{api}: no TTFT"
+            );
         }
-        assert!(r["latency"].get("ttft_ms").is_none_or(Value::is_null), "{api}");
+        assert!(
+            r["latency"].get("ttft_ms").is_none_or(Value::is_null),
+            "{api}"
+        );
         // The server answers 40 ms after the request arrives.
         let e2e = stat(&r, "latency.e2e_ms.p50");
         assert!((40.0..120.0).contains(&e2e), "{api}: E2E p50 {e2e}");
         let t = &r["throughput"];
         let rps = t["requests_per_s"].as_f64().unwrap();
         let items_per_s = t["items_per_s"].as_f64().unwrap();
-        assert!((items_per_s / (rps * items as f64) - 1.0).abs() < 1e-9, "{t}");
+        assert!(
+            (items_per_s / (rps * items as f64) - 1.0).abs() < 1e-9,
+            "{t}"
+        );
         let input = t["input_tokens_per_s"].as_f64().unwrap();
         assert!((input / (rps * prompt as f64) - 1.0).abs() < 1e-9, "{t}");
         assert_eq!(r["tokens"]["items_total"], 12 * items, "{api}");
@@ -77,7 +86,14 @@ fn the_summary_shows_items_and_input_tokens_per_second() {
     let server = Server::start(exact(5, 1));
     let out = run_dir("pooling-summary");
     let o = tokenscope()
-        .args(["bench", "--url", &server.url, "--api", "rerank", "--no-metrics"])
+        .args([
+            "bench",
+            "--url",
+            &server.url,
+            "--api",
+            "rerank",
+            "--no-metrics",
+        ])
         .args(["--requests", "4", "--batch-size", "2", "--no-history"])
         .arg("--out")
         .arg(&out)
@@ -124,7 +140,10 @@ fn a_batch_for_a_generating_api_and_sessions_for_a_pooling_one_are_refused() {
         let o = bench(&server.url, &out, &[args, &["--requests", "2"]].concat());
         assert_eq!(o.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.contains("--batch-size") || err.contains("--multi-turn"), "{err}");
+        assert!(
+            err.contains("--batch-size") || err.contains("--multi-turn"),
+            "{err}"
+        );
     }
 }
 
@@ -140,12 +159,23 @@ fn refused_pooling_requests_are_classified_and_none_is_lost() {
     });
     for api in ["openai-embeddings", "rerank"] {
         let out = run_dir(&format!("pooling-{api}-faults"));
-        let args = ["--api", api, "--no-metrics", "--requests", "30", "--concurrency", "3"];
+        let args = [
+            "--api",
+            api,
+            "--no-metrics",
+            "--requests",
+            "30",
+            "--concurrency",
+            "3",
+        ];
         let o = bench(&faulty.url, &out, &args);
         assert!(o.status.code().is_some(), "{api}: no crash");
         let r = results(&out);
         assert_eq!(records(&out).len(), 30, "{api}: every request recorded");
-        assert!(r["counts"]["errors"]["http_503"].as_u64().unwrap_or(0) > 0, "{api}");
+        assert!(
+            r["counts"]["errors"]["http_503"].as_u64().unwrap_or(0) > 0,
+            "{api}"
+        );
         assert!(r["counts"]["succeeded"].as_u64().unwrap() > 0, "{api}");
     }
 }

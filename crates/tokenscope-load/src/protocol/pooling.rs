@@ -88,7 +88,10 @@ mod tests {
 
     fn fold(body: &str) -> Result<Piece, Malformed> {
         let mut p = Piece::default();
-        let (mut text, mut r) = (String::new(), super::super::Reasoner::new(Default::default()));
+        let (mut text, mut r) = (
+            String::new(),
+            super::super::Reasoner::new(Default::default()),
+        );
         whole_events(body, &mut |e| p.add(e, &mut text, &mut r))?;
         assert!(text.is_empty(), "a pooling answer generates no text");
         Ok(p)
@@ -109,7 +112,10 @@ mod tests {
     fn rerank_answers_in_every_peer_shape_are_counted() {
         // vLLM: usage with only total_tokens.
         let p = fold(r#"{"id":"r","results":[{"index":1,"relevance_score":0.9}],"usage":{"total_tokens":12}}"#).unwrap();
-        assert_eq!((p.items, p.usage.unwrap().prompt_tokens), (Some(1), Some(12)));
+        assert_eq!(
+            (p.items, p.usage.unwrap().prompt_tokens),
+            (Some(1), Some(12))
+        );
         // TEI: a bare list.
         let p = fold(r#"[{"index":0,"score":0.5},{"index":1,"score":0.1}]"#).unwrap();
         assert_eq!((p.items, p.usage), (Some(2), None));

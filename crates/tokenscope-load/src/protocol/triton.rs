@@ -127,12 +127,18 @@ mod tests {
             ..Request::conversation("m", &shape, [], "hi")
         };
         let body: Value = serde_json::from_slice(&Triton.body(&r)).unwrap();
-        assert_eq!(body, json!({"text_input": "hi", "stream": true, "max_tokens": 7}));
+        assert_eq!(
+            body,
+            json!({"text_input": "hi", "stream": true, "max_tokens": 7})
+        );
         assert_eq!(
             Triton.endpoint("ensemble", true),
             "/v2/models/ensemble/generate_stream"
         );
-        assert_eq!(Triton.endpoint("ensemble", false), "/v2/models/ensemble/generate");
+        assert_eq!(
+            Triton.endpoint("ensemble", false),
+            "/v2/models/ensemble/generate"
+        );
     }
 
     #[test]

@@ -6,14 +6,14 @@
 
 use crate::cli::CompareArgs;
 use crate::exit::Exit;
-use crate::run_dir::read_run;
-use crate::run_dir::values_of;
+use crate::run_dir::{read_run, values_of, values_where};
 use serde_json::json;
 use std::path::Path;
 use tokenscope_core::compare::{
     compare_values, within_resolution, MetricChange, RunValues, Settings,
 };
 use tokenscope_core::results::RunResults;
+use tokenscope_report::run_dir::Run;
 
 /// What makes two runs measure different things, one line each.
 pub fn unlike(a: &RunResults, b: &RunResults) -> Vec<String> {
@@ -79,7 +79,7 @@ pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
         if !args.json {
             header(&args.a, &a.results, &args.b, &b.results);
         }
-        vec![Pair {
+        let mut pairs = vec![Pair {
             label: None,
             changes: changes(
                 (&values_of(&a.dir)?, &a.results),
@@ -87,7 +87,9 @@ pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
                 &settings,
             ),
             unlike: unlike(&a.results, &b.results),
-        }]
+        }];
+        pairs.extend(adapter_pairs(&a, &b, &settings)?);
+        pairs
     };
     if pairs.iter().all(|p| p.changes.is_empty()) {
         return Err(Exit::usage(
@@ -117,6 +119,7 @@ pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
             "settings": settings,
             "unlike": pairs.iter().flat_map(|p| p.unlike.clone()).collect::<std::collections::BTreeSet<_>>(),
             "metrics": if sweeps { json!(null) } else { json!(pairs[0].changes) },
+            "adapters": (!sweeps).then(|| pairs[1..].iter().map(|p| (p.label.clone().unwrap_or_default(), json!(p.changes))).collect::<serde_json::Map<_, _>>()),
             "points": if sweeps { json!(points) } else { json!(null) },
             "fail_on_regression_pct": args.fail_on_regression,
             "regressions": failing.iter().map(|(l, c)| match l {
@@ -194,6 +197,27 @@ fn sweep_pairs(a: &Path, b: &Path, settings: &Settings) -> anyhow::Result<(Vec<P
         sb.len()
     );
     Ok((pairs, line))
+}
+
+/// `--lora` runs: each adapter both runs sent to, compared apart (its
+/// requests only), labelled `adapter NAME`.
+fn adapter_pairs(a: &Run, b: &Run, settings: &Settings) -> anyhow::Result<Vec<Pair>> {
+    let mut pairs = Vec::new();
+    for name in a.results.adapters.keys() {
+        if !b.results.adapters.contains_key(name) {
+            continue;
+        }
+        pairs.push(Pair {
+            label: Some(format!("adapter {name}")),
+            changes: changes(
+                (&values_where(&a.dir, Some(name))?, &a.results),
+                (&values_where(&b.dir, Some(name))?, &b.results),
+                settings,
+            ),
+            unlike: Vec::new(),
+        });
+    }
+    Ok(pairs)
 }
 
 fn print_pairs(

@@ -231,6 +231,7 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
         simulated: facts.simulated,
         target: facts.target,
         config: facts.config,
+        adapters: m.adapters,
         window: m.window,
         latency: m.latency,
         throughput: m.throughput,

@@ -22,6 +22,7 @@ use tokenscope_load::recorder::Recorder;
 use tokenscope_load::request::Target;
 use tokenscope_load::runner::{Progress, Runner};
 use tokenscope_telemetry::scraper::{ScrapeConfig, Scraper};
+use tokenscope_workload::adapters::Adapters;
 use tokio_util::sync::CancellationToken;
 
 /// A run ready to start: its clock has just started.
@@ -121,13 +122,26 @@ fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
             "--batch-size {} applies to the pooling APIs (openai-embeddings, rerank); {} sends one prompt a request",
             r.batch_size,
             api.name()
-        ))
-        .into());
+        )));
     }
     if api.pooling() && spec.plan.workload.multi_turn.is_some() {
-        let why = format!("--multi-turn needs a generating API; {} answers whole vectors or scores", api.name());
-        return Err(Exit::usage(why).into());
+        let why = format!(
+            "--multi-turn needs a generating API; {} answers whole vectors or scores",
+            api.name()
+        );
+        return Err(Exit::usage(why));
     }
+    let adapters = match r.lora.is_empty() {
+        true => None,
+        false => {
+            let a = Adapters::new(
+                r.lora.clone(),
+                r.lora_assignment.clone(),
+                spec.plan.workload.seed,
+            );
+            Some(Arc::new(a.map_err(Exit::usage)?))
+        }
+    };
     // A pooling API answers whole: nothing streams.
     let stream = !r.no_stream && !api.pooling();
     let path = api.endpoint(&probed.model, stream);
@@ -146,6 +160,7 @@ fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
         ignore_eos: r.ignore_eos,
         stream,
         documents: api.documents(r.batch_size),
+        adapters,
         shape: tokenscope_load::protocol::Shape {
             system_prompt: r.system_prompt.clone(),
             temperature: r.temperature,

@@ -157,6 +157,11 @@ fn run_config(
             "api_key_env": request.api_key_env,
             "timeout_s": request.timeout.as_secs_f64(),
             "idle_timeout_s": request.idle_timeout.as_secs_f64(),
+            "batch_size": (request.batch_size > 1).then_some(request.batch_size),
+            "lora": (!request.lora.is_empty()).then(|| json!({
+                "adapters": request.lora,
+                "assignment": request.lora_assignment.to_string(),
+            })),
         }),
     )
 }
