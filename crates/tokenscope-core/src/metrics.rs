@@ -52,6 +52,8 @@ impl Span {
 pub struct Measured {
     /// `--lora`: each adapter's figures.
     pub adapters: BTreeMap<String, AdapterFigures>,
+    /// The media the requests carried, when any did.
+    pub media: Option<crate::results::MediaFigures>,
     pub window: Window,
     pub latency: Latency,
     pub throughput: Throughput,
@@ -174,6 +176,7 @@ pub struct Aggregator {
     /// `--lora`: each adapter's requests, aggregated apart too (`None` in
     /// an adapter's own aggregator, which splits no further).
     by_adapter: Option<BTreeMap<String, Aggregator>>,
+    media: crate::media::MediaTally,
 }
 
 /// Adapters kept apart past this many are pooled under one name, so a
@@ -213,6 +216,7 @@ impl Aggregator {
             cache: CacheHits::default(),
             good_requests: 0,
             by_adapter: Some(BTreeMap::new()),
+            media: Default::default(),
             good_tokens: 0,
         }
     }
@@ -244,6 +248,7 @@ impl Aggregator {
             return;
         }
         self.time(r);
+        self.media.add(r);
         self.count_tokens(r);
         self.lengths(r);
         if self.slo.as_ref().is_some_and(|s| s.request_is_good(r)) {
@@ -519,6 +524,7 @@ impl Aggregator {
         let adapters = self.adapters(window_s);
         Measured {
             adapters,
+            media: self.media.finish(),
             window,
             latency,
             throughput,

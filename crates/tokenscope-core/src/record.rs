@@ -202,6 +202,9 @@ pub struct RequestRecord {
     /// `--lora`: the adapter the request was sent to (its model name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adapter: Option<String>,
+    /// The images, audio and video it carried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media: Option<MediaSent>,
     /// Content-bearing chunks in arrival order. On disk
     /// `{"at_us": [first, gap, …], "tokens": k | [k, …]}`: see [`chunk_format`].
     #[serde(with = "chunk_format")]
@@ -440,6 +443,7 @@ impl RequestRecord {
             reasoning_hidden: false,
             items: None,
             adapter: None,
+            media: None,
             chunks: Vec::new(),
         }
     }
@@ -667,4 +671,20 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<RequestRecord>(&line).unwrap(), r);
     }
+}
+
+/// What media a request carried (`--images`, `--audio`, a dataset's).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MediaSent {
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub images: u32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub audio: u32,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub video: u32,
+    /// Encoded bytes sent inline (media sent as URLs count none).
+    pub bytes: u64,
+    /// The first image's size (`640x480`; a dataset's: its file name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_size: Option<String>,
 }

@@ -62,6 +62,9 @@ pub struct RunResults {
     /// `--lora`: each adapter's requests and their figures, by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub adapters: BTreeMap<String, AdapterFigures>,
+    /// The media the requests carried, when any did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media: Option<MediaFigures>,
 }
 
 /// One doubt about a run's set-up, as `results.json` keeps it.
@@ -587,4 +590,25 @@ pub struct AdapterFigures {
     pub output_tokens: u64,
     pub output_tokens_per_s: f64,
     pub requests_per_s: f64,
+}
+
+/// What the requests' images, audio and video were and cost: per request
+/// sent with media (and succeeded), and TTFT by image count and size.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MediaFigures {
+    /// Successful requests that carried media.
+    pub requests: u64,
+    pub images_per_request: f64,
+    pub audio_per_request: f64,
+    pub video_per_request: f64,
+    /// Encoded bytes sent inline per request.
+    pub bytes_per_request: f64,
+    /// The server's prompt tokens past the text's own (the client's count
+    /// of what it wrote), per image, where the server counted the prompt:
+    /// what an image costs in tokens (the chat template's few tokens included).
+    pub tokens_per_image: Option<f64>,
+    /// TTFT by how many images a request carried.
+    pub ttft_ms_by_images: BTreeMap<u32, Summary>,
+    /// TTFT by the size of a request's first image (`640x480`).
+    pub ttft_ms_by_size: BTreeMap<String, Summary>,
 }

@@ -174,6 +174,27 @@ impl Stream {
     }
 }
 
+/// What media the request carries, for its record.
+fn media_sent(
+    media: &[std::sync::Arc<tokenscope_workload::media::Media>],
+) -> Option<tokenscope_core::record::MediaSent> {
+    use tokenscope_workload::media::Kind;
+    if media.is_empty() {
+        return None;
+    }
+    let count = |k: Kind| media.iter().filter(|m| m.kind == k).count() as u32;
+    Some(tokenscope_core::record::MediaSent {
+        images: count(Kind::Image),
+        audio: count(Kind::Audio),
+        video: count(Kind::Video),
+        bytes: media.iter().map(|m| m.bytes).sum(),
+        image_size: media
+            .iter()
+            .find(|m| m.kind == Kind::Image)
+            .map(|m| m.label.clone()),
+    })
+}
+
 /// Adds the content chunks one network read brought to the live count.
 fn count_new(streamed: &AtomicU64, arrived: usize) {
     if arrived > 0 {
@@ -208,6 +229,7 @@ pub async fn execute(
                 .map(|t| (t.user.as_str(), t.assistant.as_str())),
             &spec.prompt,
         )
+        .with_media(&spec.media)
     };
     let body = target.api.body(&request);
     let items_asked = target.api.items_asked(&request);
@@ -222,6 +244,7 @@ pub async fn execute(
         session: ticket.turn.map(|t| t.0),
         turn: ticket.turn.map(|t| t.1),
         adapter: adapter.map(str::to_owned),
+        media: media_sent(&spec.media),
         ..RequestRecord::sent(ticket.id, ticket.scheduled_at_us, 0)
     };
     let wire = target.http.post(&body);

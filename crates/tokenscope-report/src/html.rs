@@ -675,6 +675,14 @@ pub fn run_page(run: &Run) -> String {
     findings(&mut out, &r.diagnosis);
     workload(&mut out, r);
     adapters(&mut out, r);
+    let media = crate::media::lines(r);
+    if !media.is_empty() {
+        out.push_str("<h2>Media</h2><ul>");
+        for line in media {
+            let _ = write!(out, "<li>{}</li>", esc(&line));
+        }
+        out.push_str("</ul>");
+    }
     settings(&mut out, r);
     page(&format!("tokenscope run — {}", r.target.model), &out)
 }

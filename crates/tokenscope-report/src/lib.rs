@@ -16,6 +16,7 @@ pub mod fidelity;
 pub mod health;
 pub mod html;
 pub mod markdown;
+pub mod media;
 pub mod run_dir;
 pub mod sizing;
 pub mod terminal;

@@ -155,6 +155,10 @@ pub fn run(r: &RunResults) -> String {
             let _ = writeln!(out, "| {what} | {asked} | {delivered} |");
         }
     }
+    let media = crate::media::lines(r);
+    if !media.is_empty() {
+        let _ = writeln!(out, "\nMedia:\n\n- {}", media.join("\n- "));
+    }
     let rows = crate::adapters::rows(r);
     if !rows.is_empty() {
         let _ = writeln!(

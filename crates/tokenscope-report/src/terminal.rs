@@ -241,6 +241,10 @@ pub fn summary(r: &RunResults) -> String {
 
     workload_lines(&mut out, r);
     adapter_lines(&mut out, r);
+    let media = crate::media::lines(r);
+    if !media.is_empty() {
+        let _ = writeln!(out, "\nMedia\n  {}", media.join("\n  "));
+    }
     let _ = writeln!(out, "\nEfficiency");
     match &r.efficiency.cost {
         Some(cost) => {

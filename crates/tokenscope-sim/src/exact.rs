@@ -76,9 +76,19 @@ pub struct ServerStats {
     pub lateness_us: std::sync::Mutex<Option<hdrhistogram::Histogram<u64>>>,
     /// Requests by the `model` they named (a LoRA run's adapters).
     pub models: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+    /// Images received, by their size read from their headers (`640x480`).
+    pub images: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 impl ServerStats {
+    /// The images one request carried.
+    fn saw_images(&self, sizes: &[(u32, u32)]) {
+        let mut m = self.images.lock().unwrap_or_else(|p| p.into_inner());
+        for (w, h) in sizes {
+            *m.entry(format!("{w}x{h}")).or_insert(0) += 1;
+        }
+    }
+
     /// One more request naming `model`.
     fn named(&self, model: Option<&str>) {
         let mut m = self.models.lock().unwrap_or_else(|p| p.into_inner());
@@ -111,6 +121,7 @@ impl ServerStats {
             "completed_streams": self.completed_streams.load(Ordering::Relaxed),
             "lateness_us": lateness,
             "models": *self.models.lock().unwrap_or_else(|p| p.into_inner()),
+            "images": *self.images.lock().unwrap_or_else(|p| p.into_inner()),
         })
     }
 }
@@ -200,6 +211,9 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
     let arrival = Instant::now();
     let n = s.stats.requests.fetch_add(1, Ordering::Relaxed);
     s.stats.named(body["model"].as_str());
+    if ask.media_tokens > 0 {
+        s.stats.saw_images(&crate::vision::count(&body).images);
+    }
     let cfg = &s.config;
     let fault = pick_fault(&cfg.faults, uniform(cfg.seed, n));
     if let Fault::Status(code) = fault {

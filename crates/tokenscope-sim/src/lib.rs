@@ -4,7 +4,8 @@
 //! - [`exact`]: a server that streams with exactly the timing it is given
 //!   (and says its own send times), with [`faults`] to inject; [`openai`]
 //!   is what both built-in servers read and write, [`http`] and [`timer`]
-//!   their plumbing; [`pooling`] answers embeddings and rerank.
+//!   their plumbing; [`pooling`] answers embeddings and rerank, [`vision`]
+//!   counts the media a request carries.
 //! - [`engine`]: a vLLM-like engine (continuous batching, paged KV cache,
 //!   preemption, the schedulers of other engines) on a hardware cost model.
 //! - [`serve`]: the engine as a real-time server with vLLM's `/metrics`
@@ -33,3 +34,4 @@ pub mod serve;
 pub mod size;
 pub mod timer;
 pub mod traffic;
+pub mod vision;

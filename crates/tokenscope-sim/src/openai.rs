@@ -29,6 +29,10 @@ pub struct Ask {
     pub continuous_usage: bool,
     /// Triton's `return_num_output_tokens`: a token count on every response.
     pub counts_per_event: bool,
+    /// Of `prompt_tokens`, those of its images and audio ([`crate::vision`]).
+    pub media_tokens: u64,
+    /// Of those, the images' (what a vision encoder computes).
+    pub image_tokens: u64,
 }
 
 /// The prompt's whitespace-separated words in order (every message's, for
@@ -37,9 +41,16 @@ pub fn prompt_words(body: &Value, dialect: Dialect) -> Box<dyn Iterator<Item = &
     fn words(v: &Value) -> std::str::SplitWhitespace<'_> {
         v.as_str().unwrap_or("").split_whitespace()
     }
+    /// A message's words: its content as one text, or its text parts'.
+    fn content(c: &Value) -> Box<dyn Iterator<Item = &str> + '_> {
+        match c.as_array() {
+            Some(parts) => Box::new(parts.iter().flat_map(|p| words(&p["text"]))),
+            None => Box::new(words(c)),
+        }
+    }
     fn messages(v: &Value) -> impl Iterator<Item = &str> {
         let list = v.as_array().map_or(&[][..], Vec::as_slice);
-        list.iter().flat_map(|m| words(&m["content"]))
+        list.iter().flat_map(|m| content(&m["content"]))
     }
     match dialect {
         Dialect::Chat => Box::new(messages(&body["messages"])),
@@ -59,7 +70,11 @@ pub fn prompt_words(body: &Value, dialect: Dialect) -> Box<dyn Iterator<Item = &
 
 impl Ask {
     pub fn read(body: &Value, dialect: Dialect) -> Ask {
-        let prompt_tokens = prompt_words(body, dialect).count() as u64;
+        let media = match dialect.has_messages() {
+            true => crate::vision::count(body),
+            false => Default::default(),
+        };
+        let prompt_tokens = prompt_words(body, dialect).count() as u64 + media.tokens;
         let opts = &body["stream_options"];
         Ask {
             prompt_tokens,
@@ -80,6 +95,8 @@ impl Ask {
             include_usage: opts["include_usage"].as_bool().unwrap_or(false),
             continuous_usage: opts["continuous_usage_stats"].as_bool().unwrap_or(false),
             counts_per_event: body["return_num_output_tokens"].as_bool().unwrap_or(false),
+            media_tokens: media.tokens,
+            image_tokens: media.image_tokens,
         }
     }
 }

@@ -185,6 +185,34 @@ impl Shared {
 
 impl Shared {
     /// The engine a request of these cache units goes to.
+    /// The front end's fixed cost (parsing, tokenisation, the hop to the
+    /// engine) before the scheduler sees a request that `arrived`.
+    async fn front_end(&self, arrived: Instant) {
+        let front_end = Duration::from_secs_f64(self.config.efficiency.request_overhead_s);
+        if !front_end.is_zero() {
+            crate::timer::sleep_until(arrived + front_end).await;
+        }
+    }
+
+    /// Hands `seq` to the replica the router picks; its events come on
+    /// `events`. The answer to send instead when the engine has stopped.
+    fn submit(
+        &self,
+        seq: Seq,
+        events: mpsc::UnboundedSender<Event>,
+        arrived: Instant,
+    ) -> Result<(), Box<Response>> {
+        let replica = self.pick(seq.id, &seq.units, seq.prompt);
+        let submitted = replica.submit.send(Submit {
+            seq,
+            events,
+            arrived,
+        });
+        submitted.map_err(|_| {
+            Box::new((StatusCode::SERVICE_UNAVAILABLE, "engine stopped").into_response())
+        })
+    }
+
     fn pick(&self, id: u64, units: &[kv::Unit], prompt: u32) -> &Replica {
         use crate::router::Router;
         let n = self.replicas.len();
@@ -628,7 +656,13 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
         .map_or(s.options.default_max_tokens as u64, |n| {
             n.clamp(1, u32::MAX as u64)
         });
-    let prompt = ask.prompt_tokens.clamp(1, u32::MAX as u64);
+    // The vision encoder's work, charged as the prefill tokens of equal cost.
+    let params = s.config.model.active_params_b * 1e9;
+    let encoder = (ask.image_tokens as f64 * crate::vision::ENCODER_FLOPS_PER_TOKEN
+        / (2.0 * params))
+        .ceil()
+        .min(u32::MAX as f64 / 2.0) as u64;
+    let prompt = ask.prompt_tokens.clamp(1, u32::MAX as u64 / 2);
     if prompt + max_tokens > s.config.model.max_context as u64 {
         return bad_request(&format!(
             "This model's maximum context length is {} tokens; the request asks for {} ({prompt} prompt + {max_tokens} output)",
@@ -636,14 +670,9 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
             prompt + max_tokens
         ));
     }
-    // The front end's fixed cost (parsing, tokenisation, the hop to the
-    // engine) before the scheduler sees the request.
-    let front_end = Duration::from_secs_f64(s.config.efficiency.request_overhead_s);
-    if !front_end.is_zero() {
-        crate::timer::sleep_until(arrived + front_end).await;
-    }
+    s.front_end(arrived).await;
     let (events, mut rx) = mpsc::unbounded_channel();
-    let mut seq = Seq::new(id, prompt as u32, max_tokens as u32, 0.0);
+    let mut seq = Seq::new(id, (prompt + encoder) as u32, max_tokens as u32, 0.0);
     if s.config.prefix_caching {
         // The answer is known ahead (its words are fixed), so the blocks it
         // fills are cached too, as vLLM caches every full block: a next turn
@@ -652,17 +681,8 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
         let words = openai::prompt_words(&body, dialect).chain(answer.split_whitespace());
         seq.units = kv::word_units(words, s.kv_block_size).into();
     }
-    let replica = s.pick(id, &seq.units, seq.prompt);
-    if replica
-        .submit
-        .send(Submit {
-            seq,
-            events,
-            arrived,
-        })
-        .is_err()
-    {
-        return (StatusCode::SERVICE_UNAVAILABLE, "engine stopped").into_response();
+    if let Err(stopped) = s.submit(seq, events, arrived) {
+        return *stopped;
     }
     let mut writer = Writer::new(dialect, "sim", id, &s.model_json, prompt).asked(&ask);
     if let Some((n, how)) = s.options.reasoning(id) {
@@ -727,25 +747,13 @@ async fn pool(s: Arc<Shared>, body: Bytes, kind: Pooled) -> Response {
             "This model's maximum context length is {max_context} tokens; an input has {long}"
         ));
     }
-    let front_end = Duration::from_secs_f64(s.config.efficiency.request_overhead_s);
-    if !front_end.is_zero() {
-        crate::timer::sleep_until(arrived + front_end).await;
-    }
+    s.front_end(arrived).await;
     let mut waits = Vec::with_capacity(seqs.len());
     for (k, &tokens) in seqs.iter().enumerate() {
         let (events, rx) = mpsc::unbounded_channel();
         let seq = Seq::new(first + k as u64, tokens.max(1) as u32, 1, 0.0);
-        let replica = s.pick(seq.id, &seq.units, seq.prompt);
-        if replica
-            .submit
-            .send(Submit {
-                seq,
-                events,
-                arrived,
-            })
-            .is_err()
-        {
-            return (StatusCode::SERVICE_UNAVAILABLE, "engine stopped").into_response();
+        if let Err(stopped) = s.submit(seq, events, arrived) {
+            return *stopped;
         }
         waits.push(rx);
     }

@@ -99,8 +99,8 @@ impl Adapters {
     pub fn for_request(&self, id: u64) -> &str {
         let n = self.names.len();
         let rng = || {
-            StdRng::seed_from_u64(crate::workload::mix(
-                self.seed ^ 0x6c6f_7261 ^ crate::workload::mix(id),
+            StdRng::seed_from_u64(crate::seed::mix(
+                self.seed ^ 0x6c6f_7261 ^ crate::seed::mix(id),
             ))
         };
         let i = match &self.assignment {

@@ -8,6 +8,7 @@
 //! itself says to skip (a ShareGPT conversation without a human turn is
 //! counted and reported).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// The file formats `--dataset-format` names.
@@ -87,6 +88,12 @@ pub struct Entry {
     /// The conversation it is a turn of (JSONL `session_id`; a ShareGPT
     /// conversation under `--multi-turn`).
     pub session: Option<String>,
+    /// Images, audio and video it carries (JSONL `image`/`images`,
+    /// `audio`, `video`; ShareGPT's `image`): a path beside the dataset
+    /// (read and encoded once, at load) or a URL.
+    pub media: Vec<std::sync::Arc<crate::media::Media>>,
+    /// Those as the file names them, until [`Dataset::load`] reads them.
+    media_refs: Vec<(crate::media::Kind, String)>,
 }
 
 /// A loaded dataset.
@@ -176,6 +183,8 @@ impl Dataset {
             path: path.into(),
             what,
         };
+        let dir = path.parent().unwrap_or(Path::new("."));
+        load_media(&mut entries, dir).map_err(|e| whole(format!("media: {e}")))?;
         let sessions = if how.multi_turn {
             let mut sessions = group_sessions(&entries).map_err(whole)?;
             if let Some(n) = how.sample {
@@ -321,7 +330,66 @@ fn entry(prompt: Prompt, output_tokens: Option<u64>, timestamp_ms: Option<f64>) 
         output_tokens,
         timestamp_ms,
         session: None,
+        media: Vec::new(),
+        media_refs: Vec::new(),
     }
+}
+
+/// The media an entry names: each field a path or URL, or a list of them.
+fn media_refs(
+    n: usize,
+    m: &serde_json::Map<String, serde_json::Value>,
+) -> Parsed<Vec<(crate::media::Kind, String)>> {
+    use crate::media::Kind;
+    let fields = [
+        ("image", Kind::Image),
+        ("images", Kind::Image),
+        ("audio", Kind::Audio),
+        ("video", Kind::Video),
+    ];
+    let mut out = Vec::new();
+    for (field, kind) in fields {
+        let list = match m.get(field) {
+            None | Some(serde_json::Value::Null) => continue,
+            Some(serde_json::Value::String(one)) => vec![one.as_str()],
+            Some(serde_json::Value::Array(many)) => many
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .ok_or((n, format!("`{field}` holds {v}: paths or URLs are strings")))
+                })
+                .collect::<Result<_, _>>()?,
+            Some(v) => {
+                return Err((
+                    n,
+                    format!("`{field}` is {v}: a path or URL, or a list of them"),
+                ))
+            }
+        };
+        out.extend(list.into_iter().map(|r| (kind, r.to_string())));
+    }
+    Ok(out)
+}
+
+/// Reads the media every entry names, each distinct path once, relative to
+/// the dataset's own directory.
+fn load_media(entries: &mut [Entry], dir: &Path) -> Result<(), String> {
+    let mut loaded: HashMap<(crate::media::Kind, String), std::sync::Arc<crate::media::Media>> =
+        HashMap::new();
+    for e in entries {
+        for (kind, r) in std::mem::take(&mut e.media_refs) {
+            let m = match loaded.get(&(kind, r.clone())) {
+                Some(m) => m.clone(),
+                None => {
+                    let m = std::sync::Arc::new(crate::media::Media::from_dataset(kind, &r, dir)?);
+                    loaded.insert((kind, r), m.clone());
+                    m
+                }
+            };
+            e.media.push(m);
+        }
+    }
+    Ok(())
 }
 
 fn input_tokens(p: &Prompt) -> u64 {
@@ -403,6 +471,9 @@ fn sharegpt(text: &str, multi_turn: bool) -> Parsed<(Vec<Entry>, usize)> {
     #[derive(serde::Deserialize)]
     struct Conversation {
         conversations: Vec<Turn>,
+        /// LLaVA-style: the conversation's image(s), a path or a list.
+        #[serde(default)]
+        image: Option<serde_json::Value>,
     }
     let all: Vec<Conversation> = serde_json::from_str(text).map_err(|e| {
         (
@@ -443,11 +514,12 @@ fn sharegpt(text: &str, multi_turn: bool) -> Parsed<(Vec<Entry>, usize)> {
             .iter()
             .find(|t| is_reply(t))
             .map(|t| reply_tokens(&t.value));
-        entries.push(entry(
-            Prompt::Text(c.conversations[i].value.clone()),
-            reply,
-            None,
-        ));
+        let mut e = entry(Prompt::Text(c.conversations[i].value.clone()), reply, None);
+        if let Some(image) = c.image {
+            let fields = serde_json::Map::from_iter([("image".to_string(), image)]);
+            e.media_refs = media_refs(n + 1, &fields)?;
+        }
+        entries.push(e);
     }
     Ok((entries, skipped))
 }
@@ -537,6 +609,7 @@ fn jsonl(text: &str) -> Parsed<Vec<Entry>> {
             count(n, &m, &["max_tokens", "output_tokens"])?,
             timestamp(n, &m)?,
         );
+        e.media_refs = media_refs(n, &m)?;
         e.session = match m.get("session_id") {
             None | Some(serde_json::Value::Null) => None,
             Some(serde_json::Value::String(s)) => Some(s.clone()),

@@ -18,6 +18,8 @@ pub mod adapters;
 pub mod arrival;
 pub mod dataset;
 pub mod lengths;
+pub mod media;
+pub mod seed;
 pub mod session;
 pub mod tokenizer;
 pub mod workload;

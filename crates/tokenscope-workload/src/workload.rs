@@ -4,6 +4,7 @@
 //! shared prefix is asked for.
 
 pub use crate::lengths::{LengthSpec, MAX_LENGTH};
+use crate::seed::mix;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::Distribution;
@@ -55,6 +56,9 @@ pub struct Workload {
     pub prefix_zipf: f64,
     /// `--multi-turn`: requests come in sessions.
     pub multi_turn: Option<crate::session::MultiTurn>,
+    /// `--images`, `--audio`: synthetic media every request carries (a
+    /// dataset entry's own media win).
+    pub media: Option<std::sync::Arc<crate::media::Synthetic>>,
 }
 
 /// One request's prompt and length.
@@ -67,14 +71,9 @@ pub struct PromptSpec {
     /// A pooling request's other inputs (`--batch-size`): the rest of an
     /// embeddings batch, or rerank's documents. `input_tokens` counts them.
     pub documents: Vec<String>,
-}
-
-/// splitmix64: decorrelates per-request seeds.
-pub(crate) fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
+    /// Images, audio and video sent with the prompt (text tokens only are
+    /// in `input_tokens`; the server counts the media's).
+    pub media: Vec<std::sync::Arc<crate::media::Media>>,
 }
 
 impl Workload {
@@ -90,6 +89,7 @@ impl Workload {
             prefix_groups: 1,
             prefix_zipf: 1.0,
             multi_turn: None,
+            media: None,
         }
     }
 
@@ -146,6 +146,7 @@ impl Workload {
     /// a session's first turn starts with the shared prefix.
     pub fn turn(&self, s: u64, k: u32) -> PromptSpec {
         let (mut rng, key, input_tokens, max_tokens) = self.draw_turn(s, k);
+        let media = self.media_of(self.session_entry(s, k), key);
         let prompt = match self.session_entry(s, k).map(|e| &e.prompt) {
             Some(crate::dataset::Prompt::Text(t)) => t.clone(),
             Some(_) => self.unique_words(key, input_tokens, &mut rng),
@@ -157,6 +158,21 @@ impl Workload {
             input_tokens,
             max_tokens,
             documents: Vec::new(),
+            media,
+        }
+    }
+
+    /// The media of a request: its dataset entry's, else the run's
+    /// synthetic media drawn for `key`.
+    fn media_of(
+        &self,
+        entry: Option<&crate::dataset::Entry>,
+        key: u64,
+    ) -> Vec<std::sync::Arc<crate::media::Media>> {
+        match (entry.filter(|e| !e.media.is_empty()), &self.media) {
+            (Some(e), _) => e.media.clone(),
+            (None, Some(synthetic)) => synthetic.for_request(key),
+            (None, None) => Vec::new(),
         }
     }
 
@@ -240,11 +256,13 @@ impl Workload {
                 prompt
             }
         };
+        let media = self.media_of(self.dataset.as_ref().map(|d| d.entry(id)), id);
         PromptSpec {
             prompt,
             input_tokens,
             max_tokens,
             documents: Vec::new(),
+            media,
         }
     }
 

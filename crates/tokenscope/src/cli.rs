@@ -1052,6 +1052,51 @@ pub struct LoadArgs {
     /// and a dataset's prompts. Default: the built-in cl100k.
     #[arg(long, value_name = "FILE")]
     pub tokenizer: Option<std::path::PathBuf>,
+    /// Images per request (openai-chat, openai-responses,
+    /// anthropic-messages): synthetic, made from --seed, each of an
+    /// --image-size, sent inline in each API's own form (chat's `image_url`
+    /// data URL, Responses' `input_image`, Anthropic's base64 `image`
+    /// source): --images 2 --image-size 640x480.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub images: u32,
+    /// Image sizes in pixels, WxH; with several (640x480,1280x720) each
+    /// image's is drawn from them.
+    #[arg(
+        long,
+        value_name = "WxH[,WxH…]",
+        value_delimiter = ',',
+        default_value = "512x512",
+        requires = "images"
+    )]
+    pub image_size: Vec<tokenscope_workload::media::Size>,
+    /// How images are encoded: png or jpeg.
+    #[arg(
+        long,
+        value_name = "FORMAT",
+        default_value = "png",
+        requires = "images"
+    )]
+    pub image_format: tokenscope_workload::media::Format,
+    /// Audio clips per request (openai-chat's `input_audio`): synthetic
+    /// 16 kHz mono WAV, --audio-seconds long.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16))]
+    pub audio: u32,
+    /// Length of each synthetic audio clip, seconds.
+    #[arg(long, value_name = "S", default_value_t = 5.0, requires = "audio", value_parser = audio_seconds)]
+    pub audio_seconds: f64,
+    /// Distinct synthetic images (per size) and clips the requests draw
+    /// from; each is encoded once and shared. A server's media cache may
+    /// hit on repeats: raise it to defeat one.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub media_pool: u32,
+}
+
+/// Seconds of a synthetic audio clip: more than 0, at most 10 minutes.
+fn audio_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 600.0 => Ok(v),
+        _ => Err(format!("`{s}`: seconds, more than 0 and at most 600")),
+    }
 }
 
 fn non_negative_f64(s: &str) -> Result<f64, String> {

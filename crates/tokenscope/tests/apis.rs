@@ -47,23 +47,17 @@ fn server(reasoning_tokens: u64, how: ReasoningAs) -> Server {
 
 /// 6 requests of 60 tokens at 2 streams over `api`; results and records.
 fn run(server: &Server, api: &str, name: &str, more: &[&str]) -> (Value, Vec<Value>) {
-    let out = run_dir(name);
-    let args = [
-        &api_args(api)[..],
-        &[
-            "--no-metrics",
-            "--concurrency",
-            "2",
-            "--requests",
-            "6",
-            "--output-tokens",
-            "60",
-        ],
-        more,
-    ]
-    .concat();
-    assert_ok(&bench(&server.url, &out, &args));
-    (results(&out), records(&out))
+    let fixed = [
+        "--no-metrics",
+        "--concurrency",
+        "2",
+        "--requests",
+        "6",
+        "--output-tokens",
+        "60",
+    ];
+    let (_, r, recs) = bench_ok(&server.url, name, &[&api_args(api), &fixed, more]);
+    (r, recs)
 }
 
 #[test]

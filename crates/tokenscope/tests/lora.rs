@@ -9,20 +9,14 @@ use common::*;
 use serde_json::Value;
 
 fn lora_run(server: &Server, name: &str, more: &[&str]) -> (std::path::PathBuf, Value) {
-    let out = run_dir(name);
-    let args = [
-        &[
-            "--no-metrics",
-            "--concurrency",
-            "3",
-            "--output-tokens",
-            "10",
-        ][..],
-        more,
-    ]
-    .concat();
-    assert_ok(&bench(&server.url, &out, &args));
-    let r = results(&out);
+    let fixed = [
+        "--no-metrics",
+        "--concurrency",
+        "3",
+        "--output-tokens",
+        "10",
+    ];
+    let (out, r, _) = bench_ok(&server.url, name, &[&fixed, more]);
     (out, r)
 }
 

@@ -13,26 +13,25 @@ use tokenscope_sim::faults::Faults;
 
 /// 12 requests of `batch` inputs of 32 tokens at 3 streams over `api`.
 fn run(server: &Server, api: &str, batch: &str, more: &[&str]) -> (Value, Vec<Value>) {
-    let out = run_dir(&format!("pooling-{api}-{batch}"));
-    let args = [
-        &[
-            "--api",
-            api,
-            "--no-metrics",
-            "--batch-size",
-            batch,
-            "--concurrency",
-            "3",
-            "--requests",
-            "12",
-            "--input-tokens",
-            "32",
-        ],
-        more,
-    ]
-    .concat();
-    assert_ok(&bench(&server.url, &out, &args));
-    (results(&out), records(&out))
+    let fixed = [
+        "--api",
+        api,
+        "--no-metrics",
+        "--batch-size",
+        batch,
+        "--concurrency",
+        "3",
+        "--requests",
+        "12",
+        "--input-tokens",
+        "32",
+    ];
+    let (_, r, recs) = bench_ok(
+        &server.url,
+        &format!("pooling-{api}-{batch}"),
+        &[&fixed, more],
+    );
+    (r, recs)
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! (the stop reason and the output tokens), `message_stop`; no `[DONE]`.
 //! The key goes in `x-api-key`, with an `anthropic-version`.
 
-use super::{Event, Malformed, Protocol, Request, ToolCallDelta, Usage};
+use super::{Event, Malformed, MediaKind, PartStyle, Protocol, Request, ToolCallDelta, Usage};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::borrow::Cow;
@@ -106,7 +106,7 @@ impl Protocol for AnthropicMessages {
     }
 
     fn body(&self, r: &Request<'_>) -> Vec<u8> {
-        let mut obj = r.roles_body("system", "messages", "text");
+        let mut obj = r.roles_body("system", "messages", PartStyle::Anthropic);
         let max = r.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
         obj.insert("max_tokens".into(), json!(max));
         serde_json::to_vec(&obj).expect("a JSON value serializes")
@@ -205,6 +205,10 @@ impl Protocol for AnthropicMessages {
             emit(Event::Usage(u.usage(false)));
         }
         Ok(())
+    }
+
+    fn media_kinds(&self) -> &'static [MediaKind] {
+        &[MediaKind::Image]
     }
 
     fn error_message(&self, body: &Value) -> Option<String> {

@@ -29,6 +29,7 @@ pub mod triton;
 pub use reasoning::{Reasoner, ReasoningParser, Split};
 use serde_json::Value;
 use std::borrow::Cow;
+pub use tokenscope_workload::media::{Kind as MediaKind, Media};
 
 /// An API: how a request is written and how its answer is read.
 pub trait Protocol: Sync + std::fmt::Debug {
@@ -68,6 +69,12 @@ pub trait Protocol: Sync + std::fmt::Debug {
     /// `[DONE]` and no finish reason (Triton's generate extension).
     fn ends_with_the_body(&self) -> bool {
         false
+    }
+    /// The media this API writes as parts of a message (`--images`,
+    /// `--audio`, a dataset's): chat takes images, audio and video,
+    /// Responses and Anthropic images; the others text only.
+    fn media_kinds(&self) -> &'static [MediaKind] {
+        &[]
     }
     /// A pooling API (embeddings, rerank): it generates nothing and answers
     /// whole, so its requests have no TTFT, only latency and the items
@@ -126,11 +133,62 @@ impl Role {
     }
 }
 
-/// One part of a message's content. Text today; images, audio and tool
-/// results are the parts to come.
+/// One part of a message's content: text, or a piece of media (an
+/// image, an audio clip, a video) the run sends with the prompt.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Part<'a> {
     Text(&'a str),
+    Media(&'a Media),
+}
+
+/// How an API writes a message's typed parts: its text part's type, and
+/// its media parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartStyle {
+    /// OpenAI chat: `text`, `image_url` (a data URL or URL), `input_audio`
+    /// (base64 and its format), `video_url`.
+    Chat,
+    /// OpenAI Responses: `input_text`, `input_image` (its URL).
+    Responses,
+    /// Anthropic Messages: `text`, `image` with a base64 or URL source.
+    Anthropic,
+}
+
+impl PartStyle {
+    fn text_type(self) -> &'static str {
+        match self {
+            PartStyle::Responses => "input_text",
+            _ => "text",
+        }
+    }
+
+    /// A piece of media as this API writes it.
+    fn media(self, m: &Media) -> Value {
+        use serde_json::json;
+        let url = &*m.url;
+        match (self, m.kind, m.base64()) {
+            (PartStyle::Chat, MediaKind::Audio, Some(b64)) => {
+                let format = m.mime.strip_prefix("audio/").unwrap_or("wav");
+                let format = if format == "mpeg" { "mp3" } else { format };
+                json!({"type": "input_audio", "input_audio": {"data": b64, "format": format}})
+            }
+            (PartStyle::Chat, MediaKind::Audio, None) => {
+                json!({"type": "audio_url", "audio_url": {"url": url}})
+            }
+            (PartStyle::Chat, MediaKind::Video, _) => {
+                json!({"type": "video_url", "video_url": {"url": url}})
+            }
+            (PartStyle::Chat, MediaKind::Image, _) => {
+                json!({"type": "image_url", "image_url": {"url": url}})
+            }
+            (PartStyle::Responses, _, _) => json!({"type": "input_image", "image_url": url}),
+            (PartStyle::Anthropic, _, Some(b64)) => json!({"type": "image",
+                "source": {"type": "base64", "media_type": m.mime, "data": b64}}),
+            (PartStyle::Anthropic, _, None) => {
+                json!({"type": "image", "source": {"type": "url", "url": url}})
+            }
+        }
+    }
 }
 
 /// One message of a conversation.
@@ -149,16 +207,17 @@ impl<'a> Message<'a> {
     }
 
     /// The message as the role-based APIs write it: its role, and its
-    /// content a string when it is one text, else a list of typed parts,
-    /// text parts typed `text_type` (`text`; Responses' `input_text`).
-    pub fn to_json(&self, text_type: &str) -> Value {
+    /// content a string when it is one text, else a list of typed parts
+    /// in the API's `style`.
+    pub fn to_json(&self, style: PartStyle) -> Value {
         let content = match self.content.as_slice() {
             [Part::Text(t)] => serde_json::json!(t),
             parts => Value::Array(
                 parts
                     .iter()
                     .map(|p| match p {
-                        Part::Text(t) => serde_json::json!({"type": text_type, "text": t}),
+                        Part::Text(t) => serde_json::json!({"type": style.text_type(), "text": t}),
+                        Part::Media(m) => style.media(m),
                     })
                     .collect(),
             ),
@@ -173,8 +232,9 @@ impl<'a> Message<'a> {
             parts => Cow::Owned(
                 parts
                     .iter()
-                    .map(|p| match p {
-                        Part::Text(t) => *t,
+                    .filter_map(|p| match p {
+                        Part::Text(t) => Some(*t),
+                        Part::Media(_) => None,
                     })
                     .collect(),
             ),
@@ -264,7 +324,7 @@ impl Request<'_> {
         &self,
         system_key: &str,
         turns_key: &str,
-        text_type: &str,
+        style: PartStyle,
     ) -> serde_json::Map<String, Value> {
         let mut obj = self.extra.clone();
         let (system, turns): (Vec<_>, Vec<_>) =
@@ -273,7 +333,7 @@ impl Request<'_> {
             let text: Vec<_> = system.iter().map(|m| m.joined_text()).collect();
             obj.insert(system_key.into(), serde_json::json!(text.join("\n\n")));
         }
-        let turns = turns.iter().map(|m| m.to_json(text_type)).collect();
+        let turns = turns.iter().map(|m| m.to_json(style)).collect();
         obj.insert(turns_key.into(), Value::Array(turns));
         self.common_fields(&mut obj);
         obj
@@ -321,6 +381,21 @@ impl<'a> Request<'a> {
             extra: &shape.extra,
             documents: Vec::new(),
         }
+    }
+
+    /// The prompt carries `media` after its text.
+    pub fn with_media(mut self, media: &'a [std::sync::Arc<Media>]) -> Request<'a> {
+        if let Some(last) = self.messages.last_mut() {
+            last.content.extend(media.iter().map(|m| Part::Media(m)));
+        }
+        self
+    }
+
+    /// Whether any message carries media.
+    pub fn has_media(&self) -> bool {
+        self.messages
+            .iter()
+            .any(|m| m.content.iter().any(|p| matches!(p, Part::Media(_))))
     }
 
     /// The prompt: the last message's text.

@@ -1,6 +1,6 @@
 //! OpenAI's chat API: `POST /v1/chat/completions` with `messages`.
 
-use super::{openai, Event, Malformed, Protocol, Request};
+use super::{openai, Event, Malformed, MediaKind, PartStyle, Protocol, Request};
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone, Copy)]
@@ -17,7 +17,11 @@ impl Protocol for OpenaiChat {
 
     fn body(&self, r: &Request<'_>) -> Vec<u8> {
         let mut obj = r.extra.clone();
-        let messages = r.messages.iter().map(|m| m.to_json("text")).collect();
+        let messages = r
+            .messages
+            .iter()
+            .map(|m| m.to_json(PartStyle::Chat))
+            .collect();
         obj.insert("messages".into(), Value::Array(messages));
         if !r.tools.is_empty() {
             obj.insert("tools".into(), Value::Array(r.tools.to_vec()));
@@ -35,6 +39,10 @@ impl Protocol for OpenaiChat {
 
     fn whole(&self, body: &str, emit: &mut dyn FnMut(Event<'_>)) -> Result<(), Malformed> {
         openai::whole_events(body, emit)
+    }
+
+    fn media_kinds(&self) -> &'static [MediaKind] {
+        &[MediaKind::Image, MediaKind::Audio, MediaKind::Video]
     }
 
     fn error_message(&self, body: &Value) -> Option<String> {

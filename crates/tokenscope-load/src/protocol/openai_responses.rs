@@ -6,7 +6,7 @@
 //! `response.completed` / `response.incomplete` with the usage, reasoning
 //! tokens among it; no `[DONE]`.
 
-use super::{Event, Malformed, Protocol, Request, ToolCallDelta, Usage};
+use super::{Event, Malformed, MediaKind, PartStyle, Protocol, Request, ToolCallDelta, Usage};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::borrow::Cow;
@@ -65,7 +65,7 @@ impl Protocol for OpenaiResponses {
     }
 
     fn body(&self, r: &Request<'_>) -> Vec<u8> {
-        let mut obj = r.roles_body("instructions", "input", "input_text");
+        let mut obj = r.roles_body("instructions", "input", PartStyle::Responses);
         if let Some(n) = r.max_tokens {
             obj.insert("max_output_tokens".into(), json!(n));
         }
@@ -145,6 +145,10 @@ impl Protocol for OpenaiResponses {
             emit(Event::Timings(t.clone()));
         }
         Ok(())
+    }
+
+    fn media_kinds(&self) -> &'static [MediaKind] {
+        &[MediaKind::Image]
     }
 
     fn error_message(&self, body: &Value) -> Option<String> {

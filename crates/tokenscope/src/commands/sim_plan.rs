@@ -260,6 +260,11 @@ fn one_point(
 
 pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
     crate::spec::pricing::check_output(&args.output)?;
+    if args.load.images > 0 || args.load.audio > 0 {
+        return Err(Exit::usage(
+            "sim plan does not model media yet: --images and --audio are for bench (the built-in engine charges them)".into(),
+        ));
+    }
     let work = Load::read(args.load.clone(), args.output.quiet || args.output.json)?;
     let mut cfg = engine_config(&args.engine)?;
     // A fixed fleet's GPUs are all its replicas'; an autoscaled one is paid

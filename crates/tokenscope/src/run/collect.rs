@@ -232,6 +232,7 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
         target: facts.target,
         config: facts.config,
         adapters: m.adapters,
+        media: m.media,
         window: m.window,
         latency: m.latency,
         throughput: m.throughput,

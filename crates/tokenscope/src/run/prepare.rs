@@ -124,6 +124,20 @@ fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
             api.name()
         )));
     }
+    let unsent: Vec<String> = spec
+        .load
+        .media_kinds()
+        .into_iter()
+        .filter(|k| !api.media_kinds().contains(k))
+        .map(|k| format!("{k:?}").to_lowercase())
+        .collect();
+    if !unsent.is_empty() {
+        return Err(Exit::usage(format!(
+            "{} cannot carry {} (requests would go without them): openai-chat takes images, audio and video; openai-responses and anthropic-messages take images",
+            api.name(),
+            unsent.join(" or ")
+        )));
+    }
     if api.pooling() && spec.plan.workload.multi_turn.is_some() {
         let why = format!(
             "--multi-turn needs a generating API; {} answers whole vectors or scores",

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use tokenscope_load::runner::RunPlan;
 use tokenscope_workload::arrival::{LoadPattern, Process};
 use tokenscope_workload::dataset::Dataset;
+use tokenscope_workload::media::{Kind as MediaKind, Spec as MediaSpec, Synthetic};
 use tokenscope_workload::workload::Workload;
 
 /// A load as specified: its flags, and the files they name, read.
@@ -21,6 +22,9 @@ pub struct Load {
     dataset: Option<Arc<Dataset>>,
     /// What `--tokenizer` measured of the synthetic prompts.
     tokenizer_check: Option<serde_json::Value>,
+    /// `--images`, `--audio`: the synthetic media, each piece encoded once
+    /// for every plan of this load.
+    media: Option<Arc<Synthetic>>,
 }
 
 impl Load {
@@ -30,10 +34,12 @@ impl Load {
     pub fn read(flags: LoadArgs, quiet: bool) -> anyhow::Result<Load> {
         let tokenizer_check = load_tokenizer(&flags, quiet)?;
         let dataset = load_dataset(&flags, quiet)?;
+        let media = synthetic_media(&flags, quiet);
         Ok(Load {
             flags,
             dataset,
             tokenizer_check,
+            media,
         })
     }
 
@@ -48,6 +54,29 @@ impl Load {
             },
             ..self.clone()
         }
+    }
+
+    /// The kinds of media the load's requests carry (synthetic, or a
+    /// dataset's), each once.
+    pub fn media_kinds(&self) -> Vec<MediaKind> {
+        let f = &self.flags;
+        let mut kinds: Vec<MediaKind> = [
+            (f.images > 0, MediaKind::Image),
+            (f.audio > 0, MediaKind::Audio),
+        ]
+        .into_iter()
+        .filter_map(|(on, k)| on.then_some(k))
+        .collect();
+        if let Some(d) = &self.dataset {
+            kinds.extend(
+                d.entries
+                    .iter()
+                    .flat_map(|e| e.media.iter().map(|m| m.kind)),
+            );
+        }
+        kinds.sort_unstable();
+        kinds.dedup();
+        kinds
     }
 
     /// The dataset, read.
@@ -131,9 +160,36 @@ fn plan(l: &Load) -> RunPlan {
                     turns: load.turns,
                     think_time: load.think_time,
                 }),
+            media: l.media.clone(),
         },
         seed: load.seed,
     }
+}
+
+/// The synthetic media `--images` and `--audio` ask for, if any, every
+/// distinct piece encoded before the run (never inside its window).
+fn synthetic_media(f: &LoadArgs, quiet: bool) -> Option<Arc<Synthetic>> {
+    (f.images > 0 || f.audio > 0).then(|| {
+        let spec = MediaSpec {
+            images: f.images,
+            sizes: f.image_size.clone(),
+            format: f.image_format,
+            audio: f.audio,
+            audio_seconds: f.audio_seconds,
+            pool: f.media_pool,
+        };
+        let media = Synthetic::new(spec, f.seed);
+        let started = std::time::Instant::now();
+        let n = media.encode_all();
+        if !quiet {
+            eprintln!(
+                "tokenscope: {n} distinct synthetic media encoded in {:.1} s (--media-pool {} per size), before the run",
+                started.elapsed().as_secs_f64(),
+                f.media_pool
+            );
+        }
+        Arc::new(media)
+    })
 }
 
 /// Multi-turn over a dataset: its sessions, each once (unless --requests or
@@ -289,6 +345,17 @@ fn config_json(l: &Load, plan: &RunPlan, output: &OutputArgs) -> serde_json::Val
             "replay_speed": load.replay.then_some(load.replay_speed),
             "replay_window_s": load.replay_window.map(|(a, b)| [a.as_secs_f64(), b.as_secs_f64()]),
         })),
+        "media": l.media.as_ref().map(|m| {
+            let s = m.spec();
+            json!({
+                "images": s.images,
+                "image_sizes": (s.images > 0).then(|| s.sizes.iter().map(ToString::to_string).collect::<Vec<_>>()),
+                "image_format": (s.images > 0).then(|| s.format.name()),
+                "audio": s.audio,
+                "audio_seconds": (s.audio > 0).then_some(s.audio_seconds),
+                "pool": s.pool,
+            })
+        }),
         "seed": load.seed,
         "slo": output.slo,
         "gpu_price_usd_per_hour": output.gpu_price,

@@ -138,6 +138,16 @@ pub fn bench(url: &str, out: &Path, args: &[&str]) -> Output {
         .expect("running tokenscope")
 }
 
+/// [`bench`] into a fresh directory named after `name`, which must
+/// succeed: the directory, its results and its records. `args` are the
+/// pieces of the command line, joined.
+pub fn bench_ok(url: &str, name: &str, args: &[&[&str]]) -> (PathBuf, Value, Vec<Value>) {
+    let out = run_dir(name);
+    assert_ok(&bench(url, &out, &args.concat()));
+    let (r, recs) = (results(&out), records(&out));
+    (out, r, recs)
+}
+
 /// Runs `tokenscope sim plan --quiet --out DIR ARGS…`; returns the output.
 pub fn sim_plan(out: &Path, args: &[&str]) -> Output {
     tokenscope()

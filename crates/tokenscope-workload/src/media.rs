@@ -1,0 +1,433 @@
+//! Images, audio and video a request carries beside its text.
+//!
+//! Synthetic images (`--images N --image-size WxH --image-format png|jpeg`)
+//! and audio clips (`--audio N --audio-seconds S`) are made here, locally
+//! and reproducibly from the seed: a smooth gradient with coloured
+//! rectangles (so it compresses like a photo, not like noise), a chord of
+//! tones. Each distinct piece is encoded once — into the base64 data URL
+//! the APIs take — and shared by every request that draws it, so sending
+//! media costs per distinct piece, never per request or per token. A run
+//! draws from `--media-pool` distinct pieces per size; a server's own
+//! media cache may hit on repeats, and a larger pool defeats it.
+//!
+//! Datasets name their media by path (read and encoded once, at load) or by
+//! URL (sent as it is, for the server to fetch).
+
+use base64::Engine as _;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// What a piece of media is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Image,
+    Audio,
+    Video,
+}
+
+/// One piece of media as requests carry it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Media {
+    pub kind: Kind,
+    /// A `data:` URL (its bytes inline, base64) or a URL the server fetches.
+    pub url: Arc<str>,
+    /// `image/png`, `audio/wav`, … (empty for a URL of unknown type).
+    pub mime: String,
+    /// Its encoded size, bytes (0 for a URL: the server fetches it).
+    pub bytes: u64,
+    /// What it is, for figures by size: `640x480`, `3.0s`, the file name.
+    pub label: String,
+}
+
+impl Media {
+    /// The base64 payload of a data URL (after `;base64,`), for the APIs
+    /// that take it bare (Anthropic's image source, OpenAI's `input_audio`).
+    pub fn base64(&self) -> Option<&str> {
+        self.url
+            .strip_prefix("data:")?
+            .split_once(";base64,")
+            .map(|(_, b64)| b64)
+    }
+
+    /// The data URL of `bytes` of type `mime`.
+    fn inline(kind: Kind, mime: &str, bytes: &[u8], label: String) -> Media {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+        Media {
+            kind,
+            url: format!("data:{mime};base64,{b64}").into(),
+            mime: mime.into(),
+            bytes: bytes.len() as u64,
+            label,
+        }
+    }
+
+    /// A file from a dataset, read and encoded once; or a URL as it is.
+    pub fn from_dataset(
+        kind: Kind,
+        reference: &str,
+        base: &std::path::Path,
+    ) -> Result<Media, String> {
+        if reference.contains("://") || reference.starts_with("data:") {
+            return Ok(Media {
+                kind,
+                url: reference.into(),
+                mime: String::new(),
+                bytes: 0,
+                label: reference.rsplit('/').next().unwrap_or(reference).into(),
+            });
+        }
+        let path = base.join(reference);
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        let mime = match (kind, ext.to_ascii_lowercase().as_str()) {
+            (Kind::Image, "jpg" | "jpeg") => "image/jpeg",
+            (Kind::Image, "webp") => "image/webp",
+            (Kind::Image, "gif") => "image/gif",
+            (Kind::Image, _) => "image/png",
+            (Kind::Audio, "mp3") => "audio/mpeg",
+            (Kind::Audio, _) => "audio/wav",
+            (Kind::Video, _) => "video/mp4",
+        };
+        let label = path
+            .file_name()
+            .map_or(reference.into(), |n| n.to_string_lossy().into_owned());
+        Ok(Media::inline(kind, mime, &bytes, label))
+    }
+}
+
+/// An image size, `WxH` in pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Size {
+    pub width: u32,
+    pub height: u32,
+}
+
+/// The largest side an image may have (JPEG's limit; far past any model's).
+const MAX_SIDE: u32 = 8192;
+
+impl std::str::FromStr for Size {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Size, String> {
+        let (w, h) = s
+            .split_once(['x', 'X'])
+            .ok_or_else(|| format!("`{s}`: expected WIDTHxHEIGHT, e.g. 640x480"))?;
+        let side = |v: &str| match v.trim().parse::<u32>() {
+            Ok(n) if (1..=MAX_SIDE).contains(&n) => Ok(n),
+            _ => Err(format!("`{s}`: each side is 1 to {MAX_SIDE} pixels")),
+        };
+        Ok(Size {
+            width: side(w)?,
+            height: side(h)?,
+        })
+    }
+}
+
+impl std::fmt::Display for Size {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.width, self.height)
+    }
+}
+
+/// How images are encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Format {
+    #[default]
+    Png,
+    Jpeg,
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Format, String> {
+        match s {
+            "png" => Ok(Format::Png),
+            "jpeg" | "jpg" => Ok(Format::Jpeg),
+            _ => Err(format!("`{s}`: png or jpeg")),
+        }
+    }
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Png => "png",
+            Format::Jpeg => "jpeg",
+        }
+    }
+}
+
+/// The synthetic media every request carries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Spec {
+    /// Images per request, each of a size drawn from `sizes`.
+    pub images: u32,
+    pub sizes: Vec<Size>,
+    pub format: Format,
+    /// Audio clips per request, each this long.
+    pub audio: u32,
+    pub audio_seconds: f64,
+    /// Distinct pieces per size (and per clip length) requests draw from.
+    pub pool: u32,
+}
+
+/// Which distinct piece: its kind's size index and its place in the pool.
+type Key = (Kind, usize, u32);
+
+/// The run's synthetic media: drawn per request, encoded once per
+/// distinct piece.
+#[derive(Debug)]
+pub struct Synthetic {
+    spec: Spec,
+    seed: u64,
+    encoded: Mutex<HashMap<Key, Arc<Media>>>,
+}
+
+impl Synthetic {
+    pub fn new(spec: Spec, seed: u64) -> Synthetic {
+        Synthetic {
+            spec,
+            seed,
+            encoded: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn spec(&self) -> &Spec {
+        &self.spec
+    }
+
+    /// Request `id`'s media: its images, then its audio clips. The same
+    /// for the same seed and id.
+    pub fn for_request(&self, id: u64) -> Vec<Arc<Media>> {
+        let mut rng = StdRng::seed_from_u64(crate::seed::mix(
+            self.seed ^ 0x6d65_6469 ^ crate::seed::mix(id),
+        ));
+        let pool = self.spec.pool.max(1);
+        let mut out = Vec::new();
+        for _ in 0..self.spec.images {
+            let size = rng.random_range(0..self.spec.sizes.len().max(1));
+            out.push(self.piece((Kind::Image, size, rng.random_range(0..pool))));
+        }
+        for _ in 0..self.spec.audio {
+            out.push(self.piece((Kind::Audio, 0, rng.random_range(0..pool))));
+        }
+        out
+    }
+
+    /// Encodes every distinct piece the run may draw, on every core, so
+    /// no request waits for an encoding inside the measured window.
+    /// Returns how many there are.
+    pub fn encode_all(&self) -> usize {
+        let mut keys: Vec<Key> = Vec::new();
+        let pool = self.spec.pool.max(1);
+        if self.spec.images > 0 {
+            for size in 0..self.spec.sizes.len() {
+                keys.extend((0..pool).map(|k| (Kind::Image, size, k)));
+            }
+        }
+        if self.spec.audio > 0 {
+            keys.extend((0..pool).map(|k| (Kind::Audio, 0, k)));
+        }
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let per = keys.len().div_ceil(threads).max(1);
+        std::thread::scope(|scope| {
+            for part in keys.chunks(per) {
+                scope.spawn(move || part.iter().for_each(|&k| drop(self.piece(k))));
+            }
+        });
+        keys.len()
+    }
+
+    /// How many distinct pieces have been encoded so far.
+    pub fn encoded(&self) -> usize {
+        self.encoded.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    fn piece(&self, key: Key) -> Arc<Media> {
+        if let Some(m) = self
+            .encoded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return m.clone();
+        }
+        // Encoded outside the lock; two requests racing for the same piece
+        // both encode it, and the first kept wins (the same bytes).
+        let made = Arc::new(self.make(key));
+        let mut all = self.encoded.lock().unwrap_or_else(|p| p.into_inner());
+        all.entry(key).or_insert(made).clone()
+    }
+
+    fn make(&self, (kind, size, k): Key) -> Media {
+        let seed = crate::seed::mix(self.seed ^ crate::seed::mix(((size as u64) << 32) | k as u64));
+        match kind {
+            Kind::Audio => audio(self.spec.audio_seconds, seed),
+            _ => image(self.spec.sizes[size], self.spec.format, seed),
+        }
+    }
+}
+
+/// A synthetic image: a two-colour gradient with a few rectangles.
+pub fn image(size: Size, format: Format, seed: u64) -> Media {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (w, h) = (size.width as usize, size.height as usize);
+    let colour = |rng: &mut StdRng| [rng.random::<u8>(), rng.random::<u8>(), rng.random::<u8>()];
+    let (a, b) = (colour(&mut rng), colour(&mut rng));
+    let mut px = vec![0u8; w * h * 3];
+    for y in 0..h {
+        for x in 0..w {
+            let t = (x + y) as f32 / (w + h) as f32;
+            let i = (y * w + x) * 3;
+            for c in 0..3 {
+                px[i + c] = (a[c] as f32 * (1.0 - t) + b[c] as f32 * t) as u8;
+            }
+        }
+    }
+    for _ in 0..6 {
+        let fill = colour(&mut rng);
+        let (x0, y0) = (rng.random_range(0..w), rng.random_range(0..h));
+        let (x1, y1) = (rng.random_range(x0..=w), rng.random_range(y0..=h));
+        for y in y0..y1 {
+            for x in x0..x1 {
+                px[(y * w + x) * 3..][..3].copy_from_slice(&fill);
+            }
+        }
+    }
+    let mut bytes = Vec::new();
+    match format {
+        Format::Png => {
+            let mut enc = png::Encoder::new(&mut bytes, size.width, size.height);
+            enc.set_color(png::ColorType::Rgb);
+            enc.set_depth(png::BitDepth::Eight);
+            let mut writer = enc.write_header().expect("a PNG header writes to memory");
+            writer
+                .write_image_data(&px)
+                .expect("PNG data writes to memory");
+        }
+        Format::Jpeg => {
+            let enc = jpeg_encoder::Encoder::new(&mut bytes, 85);
+            enc.encode(
+                &px,
+                size.width as u16,
+                size.height as u16,
+                jpeg_encoder::ColorType::Rgb,
+            )
+            .expect("a JPEG writes to memory");
+        }
+    }
+    let mime = format!("image/{}", format.name());
+    Media::inline(Kind::Image, &mime, &bytes, size.to_string())
+}
+
+/// A synthetic audio clip: `seconds` of a three-tone chord, 16 kHz mono
+/// 16-bit WAV (what speech models take).
+pub fn audio(seconds: f64, seed: u64) -> Media {
+    const RATE: u32 = 16_000;
+    let mut rng = StdRng::seed_from_u64(seed);
+    let tones: Vec<f64> = (0..3).map(|_| rng.random_range(110.0..880.0)).collect();
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: RATE,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut bytes = Vec::new();
+    {
+        let mut w = hound::WavWriter::new(std::io::Cursor::new(&mut bytes), spec)
+            .expect("a WAV header writes to memory");
+        let n = (seconds * RATE as f64) as u64;
+        for i in 0..n {
+            let t = i as f64 / RATE as f64;
+            let v: f64 = tones
+                .iter()
+                .map(|f| (t * f * std::f64::consts::TAU).sin())
+                .sum();
+            w.write_sample((v / 3.0 * 8000.0) as i16)
+                .expect("WAV samples write to memory");
+        }
+        w.finalize().expect("a WAV file finishes in memory");
+    }
+    Media::inline(Kind::Audio, "audio/wav", &bytes, format!("{seconds}s"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(images: u32, pool: u32) -> Spec {
+        Spec {
+            images,
+            sizes: vec!["64x48".parse().unwrap()],
+            format: Format::Png,
+            audio: 0,
+            audio_seconds: 1.0,
+            pool,
+        }
+    }
+
+    #[test]
+    fn each_distinct_image_is_encoded_once_and_shared() {
+        let s = Synthetic::new(spec(2, 4), 7);
+        let first: Vec<_> = (0..50).flat_map(|id| s.for_request(id)).collect();
+        assert_eq!(first.len(), 100);
+        assert!(
+            s.encoded() <= 4,
+            "{} encodings for a pool of 4",
+            s.encoded()
+        );
+        let again = s.for_request(3);
+        assert!(
+            Arc::ptr_eq(&again[0], &s.for_request(3)[0]),
+            "the same piece, shared"
+        );
+        assert_eq!(again[0].label, "64x48");
+        let all = Synthetic::new(spec(1, 5), 7);
+        assert_eq!(all.encode_all(), 5);
+        assert_eq!(all.encoded(), 5);
+        let _ = all.for_request(9);
+        assert_eq!(all.encoded(), 5, "nothing left to encode during the run");
+    }
+
+    #[test]
+    fn images_decode_to_their_size_in_both_formats() {
+        for format in [Format::Png, Format::Jpeg] {
+            let m = image("320x200".parse().unwrap(), format, 1);
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(m.base64().unwrap())
+                .unwrap();
+            assert_eq!(bytes.len() as u64, m.bytes);
+            match format {
+                Format::Png => {
+                    assert_eq!(&bytes[1..4], b"PNG");
+                    assert_eq!(u32::from_be_bytes(bytes[16..20].try_into().unwrap()), 320);
+                    assert_eq!(u32::from_be_bytes(bytes[20..24].try_into().unwrap()), 200);
+                }
+                Format::Jpeg => assert_eq!(&bytes[..2], &[0xFF, 0xD8]),
+            }
+            assert!(m
+                .url
+                .starts_with(&format!("data:image/{};base64,", format.name())));
+        }
+        // Smooth content: far smaller than its raw pixels.
+        let m = image("640x480".parse().unwrap(), Format::Png, 2);
+        assert!(m.bytes < 640 * 480 * 3 / 10, "{} bytes", m.bytes);
+    }
+
+    #[test]
+    fn audio_is_a_wav_of_its_length() {
+        let m = audio(0.5, 3);
+        assert_eq!(m.mime, "audio/wav");
+        assert_eq!(m.bytes, 44 + 8000 * 2);
+    }
+
+    #[test]
+    fn sizes_and_formats_parse_with_clear_errors() {
+        assert_eq!("640x480".parse::<Size>().unwrap().to_string(), "640x480");
+        assert!("640".parse::<Size>().unwrap_err().contains("WIDTHxHEIGHT"));
+        assert!("0x10".parse::<Size>().is_err());
+        assert!("99999x10".parse::<Size>().is_err());
+        assert!("gif".parse::<Format>().is_err());
+    }
+}
