@@ -129,12 +129,27 @@ if [[ $sections == *apis* ]]; then
   echo "|---|---|---|---|"
   start_server --ttft 0ms --itl 0ms
   chat=""
-  for api in openai-chat openai-completions openai-responses anthropic-messages tgi sglang; do
-    API=$api client "$work/api-$api" --concurrency 64 --requests 800 --output-tokens 2048
-    f=$(figures "$work/api-$api")
+  # Each row: a name, the API, and its extra flags (Triton's per-event
+  # counts; chat with two 640x480 images a request, encoded once).
+  rows=(
+    "openai-chat|openai-chat|"
+    "openai-completions|openai-completions|"
+    "openai-responses|openai-responses|"
+    "anthropic-messages|anthropic-messages|"
+    "tgi|tgi|"
+    "sglang|sglang|"
+    "triton|triton|--extra-body {\"return_num_output_tokens\":true}"
+    "openai-chat, 2 images 640x480|openai-chat|--images 2 --image-size 640x480"
+  )
+  for row in "${rows[@]}"; do
+    IFS='|' read -r name api extra <<< "$row"
+    dir="$work/api-${name//[^a-z0-9-]/_}"
+    # shellcheck disable=SC2086
+    API=$api client "$dir" --concurrency 64 --requests 800 --output-tokens 2048 $extra
+    f=$(figures "$dir")
     cpu=$(get "$f" cpu100k .3f)
     [ -z "$chat" ] && chat=$cpu
-    printf '| %s | %s | %s | %s |\n' "$api" "$(get "$f" tps .0f)" "$cpu" \
+    printf '| %s | %s | %s | %s |\n' "$name" "$(get "$f" tps .0f)" "$cpu" \
       "$(python3 -c "print(f'{$cpu / $chat:.2f}')")"
   done
   stop_server

@@ -5,9 +5,10 @@
 # Everything is cached outside the checkout, keyed by the source version, so a fresh
 # clone on the same machine (CI) reuses the binary:
 #   ${TOKENSCOPE_CACHE:-~/.cache/tokenscope}/llama-server-<version>/bin/llama-server
-#   ${TOKENSCOPE_CACHE:-~/.cache/tokenscope}/models/{tiny,50m}.gguf
+#   ${TOKENSCOPE_CACHE:-~/.cache/tokenscope}/models/{tiny,50m}.gguf, mmproj-tiny.gguf
 #
-# Prints `KEY=VALUE` lines (LLAMA_SERVER, LLAMA_MODEL_TINY, LLAMA_MODEL_50M) on stdout;
+# Prints `KEY=VALUE` lines (LLAMA_SERVER, LLAMA_MODEL_TINY, LLAMA_MODEL_50M,
+# LLAMA_MMPROJ_TINY) on stdout;
 # progress goes to stderr. Facts behind the recipe: docs/llama-server.md.
 set -euo pipefail
 
@@ -73,4 +74,13 @@ for preset in tiny 50m; do
   fi
   echo "LLAMA_MODEL_$(echo "$preset" | tr '[:lower:]' '[:upper:]')=$model"
 done
+# A random-weight LLaVA-style projector for the tiny model (--mmproj).
+mmproj_hash="$(sha256sum "$HERE/make_mmproj.py" | cut -c1-12)"
+mmproj="$MODELS/mmproj-tiny-$mmproj_hash.gguf"
+if [ ! -s "$mmproj" ]; then
+  log "generating the tiny model's multimodal projector"
+  "$VENV/bin/python" "$HERE/make_mmproj.py" --text-embd 64 --out "$mmproj.tmp" >&2
+  mv "$mmproj.tmp" "$mmproj"
+fi
+echo "LLAMA_MMPROJ_TINY=$mmproj"
 echo "LLAMA_SERVER=$BIN"

@@ -493,13 +493,16 @@ async fn whole_answer(
         }
         Ok(Err(e)) => return fail(rec, clock, ErrorKind::Stream, e.to_string()),
         Ok(Ok(bytes)) => {
+            // The answer's end is the arrival of its last bytes (the
+            // kernel's stamp where there is one), as a stream's is.
+            let now = std::time::Instant::now();
+            rec.done_at_us = clock.us(conn.arrived().unwrap_or(now)).max(rec.sent_at_us);
             if body.reusable() {
                 target.http.checkin(conn);
             }
             String::from_utf8_lossy(&bytes).into_owned()
         }
     };
-    rec.done_at_us = clock.now_us();
     if target.api.pooling() {
         return pooled(rec, &body, target.api, items_asked);
     }
@@ -583,6 +586,7 @@ fn pooled(
         return failed_after(rec, ErrorKind::ServerError, msg);
     }
     rec.items = whole.items;
+    rec.server_timings = whole.timings;
     match whole.items.unwrap_or(0) {
         0 => {
             let msg = "the answer carried no items (no vectors or scores)".to_string();

@@ -4,6 +4,17 @@
 
 use tokenscope_core::results::RunResults;
 
+/// What the tokens per image rest on: the client's count of the text is
+/// the server's only where they tokenize alike — the built-in servers,
+/// or `--tokenizer` with the model's own.
+fn basis(r: &RunResults) -> &'static str {
+    let own_tokenizer = r.config["tokenizer"]["path"].is_string();
+    match (r.target.builtin.is_some(), own_tokenizer) {
+        (true, _) | (_, true) => "",
+        _ => " ‡ the text counted with the built-in cl100k: off by as much as the server tokenizes it differently (--tokenizer with the model's own makes it exact)",
+    }
+}
+
 /// One line each; none when no request carried media.
 pub fn lines(r: &RunResults) -> Vec<String> {
     let Some(m) = &r.media else {
@@ -26,7 +37,10 @@ pub fn lines(r: &RunResults) -> Vec<String> {
         m.requests
     )];
     out.push(match m.tokens_per_image {
-        Some(t) => format!("{t:.0} prompt tokens per image (the server's count past the text's)"),
+        Some(t) => format!(
+            "{t:.0} prompt tokens per image (the server's count past the text's){}",
+            basis(r)
+        ),
         None => "tokens per image: the server counted no prompt tokens".into(),
     });
     let by = |what: &str, cells: Vec<String>| {

@@ -262,7 +262,8 @@ async fn pool(s: Arc<Shared>, body: Bytes, kind: Pooled) -> Response {
     };
     let n = s.stats.requests.fetch_add(1, Ordering::Relaxed);
     let cfg = &s.config;
-    if let Fault::Status(code) = pick_fault(&cfg.faults, uniform(cfg.seed, n)) {
+    let fault = pick_fault(&cfg.faults, uniform(cfg.seed, n));
+    if let Fault::Status(code) = fault {
         return injected_status(code);
     }
     let seqs = match kind.sequences(&body) {
@@ -270,7 +271,22 @@ async fn pool(s: Arc<Shared>, body: Bytes, kind: Pooled) -> Response {
         Err(msg) => return bad_request(&msg),
     };
     sleep_until(arrival + cfg.ttft).await;
-    Json(kind.answer(&body, &cfg.model, &seqs)).into_response()
+    if matches!(fault, Fault::Malformed) {
+        // An answer cut in the middle of its JSON.
+        return (
+            [(header::CONTENT_TYPE, "application/json")],
+            r#"{"data":[{"embedding":["#,
+        )
+            .into_response();
+    }
+    let mut answer = kind.answer(&body, &cfg.model, &seqs);
+    let mono = tokenscope_core::clock::monotonic_us;
+    // Its send on the host's shared clock: the answer is written as this returns.
+    answer["timings"] = json!({
+        "arrived_mono_us": mono(arrival),
+        "last_sent_mono_us": mono(Instant::now()),
+    });
+    Json(answer).into_response()
 }
 
 /// One response, step by step: 0 = role chunk (chat), 1..=chunks = content,

@@ -1170,3 +1170,52 @@ fn embeddings_and_rerank_run_on_llama_and_agree_with_its_counts() {
         );
     }
 }
+
+/// llama.cpp with a generated random-weight LLaVA-style projector
+/// (scripts/make_mmproj.py, loaded with `--mmproj`): two 640×480 images a
+/// request run there in each API's own form, and llama.cpp's own count of
+/// each request's prompt is the same request's count without images plus
+/// 16 tokens an image (the projector's 56-pixel input in 14-pixel patches).
+#[test]
+fn images_run_on_llama_with_a_generated_projector_and_cost_its_tokens() {
+    let mmproj = fixture("LLAMA_MMPROJ_TINY");
+    let llama = Llama::start_with("LLAMA_MODEL_TINY", 2, 1, &["--mmproj", &mmproj]);
+    let prompts = |api: &str, media: &[&str]| {
+        let name = format!("llama-media-{api}-{}", media.len());
+        let fixed = [
+            "--api",
+            api,
+            "--input-tokens",
+            "16",
+            "--output-tokens",
+            "8",
+            "--requests",
+            "4",
+            "--concurrency",
+            "2",
+            "--seed",
+            "5",
+        ];
+        let (_, r, recs) = bench_ok(&llama.url, &name, &[&fixed, media]);
+        assert_eq!(r["counts"]["failed"], 0, "{api}: {}", r["counts"]);
+        let mut by_id: Vec<(u64, u64)> = recs
+            .iter()
+            .map(|q| {
+                (
+                    q["id"].as_u64().unwrap(),
+                    q["input_tokens"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        by_id.sort_unstable();
+        (r, by_id)
+    };
+    for api in ["openai-chat", "openai-responses", "anthropic-messages"] {
+        let (_, text) = prompts(api, &[]);
+        let (r, with) = prompts(api, &["--images", "2", "--image-size", "640x480"]);
+        for ((id, plain), (_, counted)) in text.iter().zip(&with) {
+            assert_eq!(*counted, plain + 2 * 16, "{api}: request {id}");
+        }
+        assert_eq!(r["media"]["images_per_request"], 2.0, "{api}");
+    }
+}

@@ -64,9 +64,14 @@ fn embeddings_and_rerank_carry_their_batch_and_are_counted_exactly() {
             r["latency"].get("ttft_ms").is_none_or(Value::is_null),
             "{api}"
         );
-        // The server answers 40 ms after the request arrives.
+        // The server answers 40 ms after the request arrives, and the
+        // answer's end is read within a millisecond of its send.
         let e2e = stat(&r, "latency.e2e_ms.p50");
         assert!((40.0..120.0).contains(&e2e), "{api}: E2E p50 {e2e}");
+        read_within_a_millisecond(
+            read_delays_ms(&r, &recs, "done_at_us", "last_sent_mono_us"),
+            api,
+        );
         let t = &r["throughput"];
         let rps = t["requests_per_s"].as_f64().unwrap();
         let items_per_s = t["items_per_s"].as_f64().unwrap();
@@ -147,10 +152,11 @@ fn a_batch_for_a_generating_api_and_sessions_for_a_pooling_one_are_refused() {
 }
 
 #[test]
-fn refused_pooling_requests_are_classified_and_none_is_lost() {
+fn refused_and_broken_pooling_answers_are_classified_and_none_is_lost() {
     let faulty = Server::start(ExactConfig {
         faults: Faults {
-            http_503: 0.4,
+            http_503: 0.3,
+            malformed: 0.3,
             ..Faults::default()
         },
         seed: 3,
@@ -171,9 +177,14 @@ fn refused_pooling_requests_are_classified_and_none_is_lost() {
         assert!(o.status.code().is_some(), "{api}: no crash");
         let r = results(&out);
         assert_eq!(records(&out).len(), 30, "{api}: every request recorded");
+        let errors = &r["counts"]["errors"];
         assert!(
-            r["counts"]["errors"]["http_503"].as_u64().unwrap_or(0) > 0,
-            "{api}"
+            errors["http_503"].as_u64().unwrap_or(0) > 0,
+            "{api}: {errors}"
+        );
+        assert!(
+            errors["malformed"].as_u64().unwrap_or(0) > 0,
+            "{api}: {errors}"
         );
         assert!(r["counts"]["succeeded"].as_u64().unwrap() > 0, "{api}");
     }

@@ -61,14 +61,17 @@ impl RawUsage {
 
 #[derive(Deserialize)]
 struct RawEvent<'a> {
-    #[serde(borrow, rename = "type")]
+    /// Absent in a bare `{"error": …}` object.
+    #[serde(borrow, rename = "type", default)]
     kind: Cow<'a, str>,
     #[serde(borrow, default)]
     delta: Option<RawDelta<'a>>,
     #[serde(default)]
     index: Option<u32>,
+    /// `message_start`'s message; a string where a server sends a bare
+    /// error object instead of Anthropic's `error` event (llama.cpp does).
     #[serde(default)]
-    message: Option<RawStart>,
+    message: Option<Value>,
     #[serde(default)]
     usage: Option<RawUsage>,
     #[serde(default)]
@@ -76,12 +79,6 @@ struct RawEvent<'a> {
     /// A server's own timings, where it adds them (the built-in servers do).
     #[serde(default)]
     timings: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct RawStart {
-    #[serde(default)]
-    usage: Option<RawUsage>,
 }
 
 #[derive(Deserialize)]
@@ -135,6 +132,10 @@ impl Protocol for AnthropicMessages {
     fn stream_event(&self, data: &str, emit: &mut dyn FnMut(Event<'_>)) -> Result<(), Malformed> {
         let raw: RawEvent<'_> = serde_json::from_str(data).map_err(|e| Malformed::of(e, data))?;
         match raw.kind.as_ref() {
+            _ if raw.error.is_some() && raw.kind != "error" => {
+                let err = raw.error.unwrap_or(Value::Null);
+                emit(Event::Error(super::openai::error_message(&err)));
+            }
             "content_block_delta" => {
                 let Some(d) = raw.delta else { return Ok(()) };
                 if let Some(t) = d.text.filter(|t| !t.is_empty()) {
@@ -153,7 +154,8 @@ impl Protocol for AnthropicMessages {
                 }
             }
             "message_start" => {
-                if let Some(u) = raw.message.and_then(|m| m.usage) {
+                let usage = raw.message.map(|mut m| m["usage"].take());
+                if let Some(u) = usage.and_then(|u| RawUsage::deserialize(u).ok()) {
                     emit(Event::Usage(u.usage(true)));
                 }
             }
@@ -171,6 +173,12 @@ impl Protocol for AnthropicMessages {
             "error" => {
                 let err = raw.error.unwrap_or(Value::Null);
                 emit(Event::Error(super::openai::error_message(&err)));
+            }
+            // A bare error object (`{"code": 500, "message": "…", "type":
+            // "exceed_context_size_error"}`), as llama.cpp sends one.
+            _ if raw.message.as_ref().is_some_and(Value::is_string) => {
+                let said = raw.message.unwrap_or_default();
+                emit(Event::Error(super::openai::error_message(&said)));
             }
             // ping, content_block_start/stop, message_stop, and events to come.
             _ => {}
@@ -251,6 +259,18 @@ mod tests {
             r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
         ]);
         assert_eq!(p.error.as_deref(), Some("Overloaded"));
+        // llama.cpp's bare error objects, where a typed event was due.
+        for bare in [
+            r#"{"code":500,"message":"Context size has been exceeded.","type":"exceed_context_size_error"}"#,
+            r#"{"error":{"code":500,"message":"Context size has been exceeded.","type":"server_error"}}"#,
+        ] {
+            let (p, _) = events(&[bare]);
+            assert_eq!(
+                p.error.as_deref(),
+                Some("Context size has been exceeded."),
+                "{bare}"
+            );
+        }
         let mut sink = |_: Event<'_>| {};
         assert!(AnthropicMessages
             .stream_event("{\"type\":", &mut sink)

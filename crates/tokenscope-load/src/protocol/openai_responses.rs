@@ -16,7 +16,8 @@ pub struct OpenaiResponses;
 
 #[derive(Deserialize)]
 struct RawEvent<'a> {
-    #[serde(borrow, rename = "type")]
+    /// Absent in a bare `{"error": …}` object (llama.cpp sends one).
+    #[serde(borrow, rename = "type", default)]
     kind: Cow<'a, str>,
     #[serde(borrow, default)]
     delta: Option<Cow<'a, str>>,
@@ -26,6 +27,8 @@ struct RawEvent<'a> {
     response: Option<Value>,
     #[serde(default)]
     message: Option<String>,
+    #[serde(default)]
+    error: Option<Value>,
     #[serde(default)]
     timings: Option<Value>,
 }
@@ -114,6 +117,11 @@ impl Protocol for OpenaiResponses {
                     .unwrap_or_else(|| "error event in stream".into());
                 emit(Event::Error(said));
             }
+            // A bare error object where a typed event was due.
+            _ if raw.error.as_ref().is_some_and(|e| !e.is_null()) => {
+                let err = raw.error.unwrap_or(Value::Null);
+                emit(Event::Error(super::openai::error_message(&err)));
+            }
             // created, in_progress, output_item.*, content_part.*, *.done, …
             _ => {}
         }
@@ -197,6 +205,11 @@ mod tests {
             r#"{"type":"response.failed","response":{"status":"failed","error":{"code":"x","message":"no"}}}"#,
         ]);
         assert_eq!(p.error.as_deref(), Some("no"));
+        // llama.cpp's bare error object, where a typed event was due.
+        let (p, _) = events(&[
+            r#"{"error":{"code":500,"message":"failed to process mtmd chunk","type":"server_error"}}"#,
+        ]);
+        assert_eq!(p.error.as_deref(), Some("failed to process mtmd chunk"));
         let mut sink = |_: Event<'_>| {};
         assert!(OpenaiResponses.stream_event("[1,", &mut sink).is_err());
     }

@@ -28,6 +28,9 @@ struct RawObject {
     usage: Option<RawUsage>,
     #[serde(default)]
     error: Option<Value>,
+    /// The built-in servers' own timings, where given.
+    #[serde(default)]
+    timings: Option<Value>,
 }
 
 /// Pooling usage: `prompt_tokens`, or only `total_tokens` (vLLM's
@@ -69,6 +72,9 @@ pub fn whole_events(body: &str, emit: &mut dyn FnMut(Event<'_>)) -> Result<(), M
             completion_tokens: Some(0),
             ..Usage::default()
         }));
+    }
+    if let Some(t) = o.timings {
+        emit(Event::Timings(t));
     }
     Ok(())
 }
