@@ -519,7 +519,14 @@ impl Piece {
             }
             Event::AnswerSoFar(s) => {
                 let taken = text.len() + reasoner.held_len();
-                let new = s.get(taken..).unwrap_or("");
+                // A server set to stream increments (SGLang's
+                // `--incremental-streaming-output`) sends only the new text
+                // under the same field: it does not go on from the text
+                // taken, and is all new.
+                let new = match continues(&s, text, taken) {
+                    true => s.get(taken..).unwrap_or(""),
+                    false => &s,
+                };
                 self.text_bytes += new.len();
                 reasoner.answer(new, text)
             }
@@ -586,6 +593,16 @@ impl Piece {
         piece.answer_bytes += rest.answer;
         Ok(piece)
     }
+}
+
+/// Whether `so_far`, a whole text so far, goes on from the `taken` bytes
+/// of the stream's `text` (the rest held back by the reasoner): at least
+/// as long, and the same as `text` where `text` ends (its last 32 bytes,
+/// so the check costs the same whatever the answer's length).
+fn continues(so_far: &str, text: &str, taken: usize) -> bool {
+    let end = text.len();
+    let tail = end.saturating_sub(32);
+    so_far.len() >= taken && so_far.as_bytes().get(tail..end) == Some(&text.as_bytes()[tail..])
 }
 
 /// Every event of `data` through `api`, folded into one piece and the text.

@@ -123,4 +123,21 @@ mod tests {
         assert_eq!(pieces[2].finish_reason.as_deref(), Some("length"));
         assert_eq!(pieces[2].usage.unwrap().cached_tokens, Some(2));
     }
+
+    #[test]
+    fn an_incremental_stream_is_read_as_one() {
+        // `--incremental-streaming-output`: each event's text is its own.
+        let data = [
+            r#"{"text":" the river","meta_info":{"completion_tokens":2}}"#,
+            r#"{"text":" runs","meta_info":{"completion_tokens":3}}"#,
+            r#"{"text":" past the old stone church and on to the sea","meta_info":{"completion_tokens":12}}"#,
+            r#"{"text":"","meta_info":{"completion_tokens":12,"finish_reason":{"type":"length"}}}"#,
+        ];
+        let (p, text) = crate::protocol::fold_events(&Sglang, &data);
+        assert_eq!(
+            text,
+            " the river runs past the old stone church and on to the sea"
+        );
+        assert_eq!(p.finish_reason.as_deref(), Some("length"));
+    }
 }
