@@ -16,6 +16,8 @@ pub enum ServerKind {
     VllmV0,
     Sglang,
     Tgi,
+    /// Hugging Face text-embeddings-inference (embeddings and rerank).
+    Tei,
     LlamaCpp,
     /// Triton Inference Server with the TensorRT-LLM backend.
     TritonTrtllm,
@@ -33,6 +35,7 @@ impl ServerKind {
             ServerKind::VllmV0 => "vllm-v0",
             ServerKind::Sglang => "sglang",
             ServerKind::Tgi => "tgi",
+            ServerKind::Tei => "tei",
             ServerKind::LlamaCpp => "llama.cpp",
             ServerKind::TritonTrtllm => "triton-trtllm",
             ServerKind::TrtllmServe => "trtllm-serve",
@@ -56,6 +59,8 @@ pub fn detect(e: &Exposition) -> ServerKind {
         ServerKind::Sglang
     } else if e.has_prefix("tgi_") {
         ServerKind::Tgi
+    } else if e.has_prefix("te_request_") || e.has_prefix("te_queue_size") {
+        ServerKind::Tei
     } else if e.has_prefix("llamacpp:") {
         ServerKind::LlamaCpp
     } else if e.has_prefix("nv_trt_llm_") || e.has_prefix("nv_inference_") {
@@ -208,6 +213,14 @@ pub fn concepts(kind: ServerKind, e: &Exposition) -> Concepts {
             c.generation_tokens = e.sum("tgi_request_generated_tokens_sum");
             c.queue_time = histogram(e, "tgi_request_queue_duration");
             c.e2e = histogram(e, "tgi_request_duration");
+        }
+        ServerKind::Tei => {
+            // A pooling server: its forward pass is all prefill.
+            c.waiting = e.sum("te_queue_size");
+            c.prompt_tokens = e.sum("te_request_input_length_sum");
+            c.queue_time = histogram(e, "te_request_queue_duration");
+            c.prefill_time = histogram(e, "te_request_inference_duration");
+            c.e2e = histogram(e, "te_request_duration");
         }
         ServerKind::LlamaCpp => {
             c.running = e.sum("llamacpp:requests_processing");

@@ -126,6 +126,31 @@ fn tgi_without_total_suffixes() {
     );
 }
 
+/// Hugging Face text-embeddings-inference, as its `metrics` exporter writes
+/// it (histograms named without a unit suffix).
+#[test]
+fn tei_the_embeddings_and_rerank_server() {
+    let text = "# TYPE te_queue_size gauge\nte_queue_size 3\n# TYPE te_request_count counter\nte_request_count{method=\"single\"} 10\n\
+                # TYPE te_request_input_length histogram\nte_request_input_length_bucket{le=\"512\"} 10\nte_request_input_length_bucket{le=\"+Inf\"} 10\n\
+                te_request_input_length_sum 2560\nte_request_input_length_count 10\n\
+                # TYPE te_request_duration histogram\nte_request_duration_bucket{le=\"0.05\"} 9\nte_request_duration_bucket{le=\"+Inf\"} 10\n\
+                te_request_duration_sum 0.31\nte_request_duration_count 10\n\
+                # TYPE te_request_queue_duration histogram\nte_request_queue_duration_bucket{le=\"+Inf\"} 10\n\
+                te_request_queue_duration_sum 0.02\nte_request_queue_duration_count 10\n\
+                # TYPE te_request_inference_duration histogram\nte_request_inference_duration_bucket{le=\"+Inf\"} 10\n\
+                te_request_inference_duration_sum 0.25\nte_request_inference_duration_count 10\n";
+    let (kind, c) = read(text);
+    assert_eq!(kind, ServerKind::Tei);
+    assert_eq!((c.waiting, c.prompt_tokens), (Some(3.0), Some(2560.0)));
+    assert_eq!(c.e2e.unwrap().count, 10.0);
+    assert!((c.prefill_time.unwrap().sum - 0.25).abs() < 1e-12);
+    assert_eq!(c.queue_time.unwrap().count, 10.0);
+    assert!(
+        c.generation_tokens.is_none(),
+        "a pooling server generates nothing"
+    );
+}
+
 #[test]
 fn llama_cpp_as_this_build_writes_it() {
     let text = "# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.\n# TYPE llamacpp:prompt_tokens_total counter\n\
