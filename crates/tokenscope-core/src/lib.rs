@@ -20,6 +20,7 @@ pub mod compare;
 pub mod cost;
 pub mod diagnosis;
 pub mod duration;
+pub mod formats;
 pub mod media;
 pub mod metrics;
 pub mod mutate;

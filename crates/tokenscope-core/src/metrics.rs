@@ -54,6 +54,8 @@ pub struct Measured {
     pub adapters: BTreeMap<String, AdapterFigures>,
     /// The media the requests carried, when any did.
     pub media: Option<crate::results::MediaFigures>,
+    /// `--response-format`: the answers' checks.
+    pub structured_output: Option<crate::results::StructuredOutput>,
     pub window: Window,
     pub latency: Latency,
     pub throughput: Throughput,
@@ -177,6 +179,7 @@ pub struct Aggregator {
     /// an adapter's own aggregator, which splits no further).
     by_adapter: Option<BTreeMap<String, Aggregator>>,
     media: crate::media::MediaTally,
+    formats: crate::formats::FormatTally,
 }
 
 /// Adapters kept apart past this many are pooled under one name, so a
@@ -217,6 +220,7 @@ impl Aggregator {
             good_requests: 0,
             by_adapter: Some(BTreeMap::new()),
             media: Default::default(),
+            formats: Default::default(),
             good_tokens: 0,
         }
     }
@@ -249,6 +253,7 @@ impl Aggregator {
         }
         self.time(r);
         self.media.add(r);
+        self.formats.add(r);
         self.count_tokens(r);
         self.lengths(r);
         if self.slo.as_ref().is_some_and(|s| s.request_is_good(r)) {
@@ -525,6 +530,7 @@ impl Aggregator {
         Measured {
             adapters,
             media: self.media.finish(),
+            structured_output: self.formats.finish(),
             window,
             latency,
             throughput,

@@ -205,6 +205,12 @@ pub struct RequestRecord {
     /// The images, audio and video it carried.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media: Option<MediaSent>,
+    /// `--response-format`: whether the answer was valid (JSON, and
+    /// against the schema), and why not; absent when none was asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format_valid: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format_error: Option<String>,
     /// Content-bearing chunks in arrival order. On disk
     /// `{"at_us": [first, gap, …], "tokens": k | [k, …]}`: see [`chunk_format`].
     #[serde(with = "chunk_format")]
@@ -444,6 +450,8 @@ impl RequestRecord {
             items: None,
             adapter: None,
             media: None,
+            format_valid: None,
+            format_error: None,
             chunks: Vec::new(),
         }
     }

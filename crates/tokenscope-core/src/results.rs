@@ -65,6 +65,9 @@ pub struct RunResults {
     /// The media the requests carried, when any did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media: Option<MediaFigures>,
+    /// `--response-format`: how many answers were what was asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_output: Option<StructuredOutput>,
 }
 
 /// One doubt about a run's set-up, as `results.json` keeps it.
@@ -611,4 +614,24 @@ pub struct MediaFigures {
     pub ttft_ms_by_images: BTreeMap<u32, Summary>,
     /// TTFT by the size of a request's first image (`640x480`).
     pub ttft_ms_by_size: BTreeMap<String, Summary>,
+}
+
+/// `--response-format`: the successful requests' answers checked against
+/// the format asked for (valid JSON; valid against the schema).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StructuredOutput {
+    pub checked: u64,
+    pub valid: u64,
+    pub valid_share: f64,
+    /// The Wilson 95 % interval of the share.
+    pub valid_share_ci95: (f64, f64),
+    /// Why the others were not, most frequent first (eight reasons kept).
+    pub failures: Vec<FormatFailure>,
+}
+
+/// One reason answers failed their format, and how many.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FormatFailure {
+    pub reason: String,
+    pub count: u64,
 }

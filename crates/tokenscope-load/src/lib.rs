@@ -19,3 +19,4 @@ pub mod runner;
 pub mod runtime;
 pub mod rx_stamp;
 pub mod sse;
+pub mod structured;

@@ -46,6 +46,8 @@ pub struct Target {
     /// A pooling API's inputs per request besides the prompt (from
     /// `--batch-size`); 0 for the generating APIs.
     pub documents: u64,
+    /// `--response-format`: every successful answer is checked.
+    pub check: Option<std::sync::Arc<crate::structured::AnswerCheck>>,
     /// `--lora`: each request names its adapter as its model.
     pub adapters: Option<std::sync::Arc<tokenscope_workload::adapters::Adapters>>,
     /// Longest a whole request may take.
@@ -88,11 +90,21 @@ struct Stream {
     /// Generated tokens the events counted one by one (Triton's
     /// `num_output_tokens`), so far.
     counted_tokens: u64,
+    /// Bytes of the text that were answer (after any reasoning).
+    answer_bytes: usize,
+    /// `--response-format`: what the answer is checked against.
+    check: Option<std::sync::Arc<crate::structured::AnswerCheck>>,
 }
 
 impl Stream {
-    fn new(api: &'static dyn Protocol, reasoning: ReasoningParser) -> Stream {
+    fn new(
+        api: &'static dyn Protocol,
+        reasoning: ReasoningParser,
+        check: Option<std::sync::Arc<crate::structured::AnswerCheck>>,
+    ) -> Stream {
         Stream {
+            answer_bytes: 0,
+            check,
             api,
             reasoner: Reasoner::new(reasoning),
             first_answer_chunk: None,
@@ -157,6 +169,7 @@ impl Stream {
 impl Stream {
     /// What of the latest chunk was reasoning and what answer.
     fn sort(&mut self, reasoning: usize, answer: usize) {
+        self.answer_bytes += answer;
         if answer > 0 && self.first_answer_chunk.is_none() {
             self.first_answer_chunk = self.chunks.len().checked_sub(1);
         }
@@ -359,7 +372,7 @@ pub async fn execute(
         return fail(rec, clock, ErrorKind::Http(head.status), msg);
     }
 
-    let mut stream = Stream::new(target.api, target.reasoning);
+    let mut stream = Stream::new(target.api, target.reasoning, target.check.clone());
     let mut sse = SseParser::new();
     // The body bytes that came with the head, stamped with its arrival.
     let mut ended = match conn.decode(&mut body, |d| sse.feed(d, |ev| stream.event(ev.data, at))) {
@@ -564,6 +577,9 @@ async fn whole_answer(
     rec.output_tokens = tokens;
     rec.output_token_source = Some(source);
     rec.chunks = vec![Chunk(rec.done_at_us, tokens.min(u32::MAX as u64) as u32)];
+    if let Some(check) = &target.check {
+        judge(&mut rec, check, answer_of(&text, whole.answer_bytes));
+    }
     (rec, text)
 }
 
@@ -603,6 +619,21 @@ fn pooled(
         rec.input_token_source = Some(TokenSource::ServerUsage);
     }
     (rec, String::new())
+}
+
+/// The answer: the last `answer_bytes` of the generated text (reasoning
+/// comes first).
+fn answer_of(text: &str, answer_bytes: usize) -> &str {
+    text.get(text.len().saturating_sub(answer_bytes)..)
+        .unwrap_or(text)
+}
+
+/// `--response-format`: whether the answer is what was asked for. A
+/// wrong answer is still a successful request: it is counted apart.
+fn judge(rec: &mut RequestRecord, check: &crate::structured::AnswerCheck, answer: &str) {
+    let verdict = check.check(answer);
+    rec.format_valid = Some(verdict.is_ok());
+    rec.format_error = verdict.err();
 }
 
 /// A failure found in a response already read to its end.
@@ -695,6 +726,8 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
     if let Some((kind, msg)) = s.failure {
         rec.error_kind = Some(kind);
         rec.error = Some(msg);
+    } else if let Some(check) = &s.check {
+        judge(&mut rec, check, answer_of(&s.text, s.answer_bytes));
     }
     (rec, s.text)
 }

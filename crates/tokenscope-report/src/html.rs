@@ -675,10 +675,18 @@ pub fn run_page(run: &Run) -> String {
     findings(&mut out, &r.diagnosis);
     workload(&mut out, r);
     adapters(&mut out, r);
-    let media = crate::media::lines(r);
-    if !media.is_empty() {
-        out.push_str("<h2>Media</h2><ul>");
-        for line in media {
+    for (title, lines) in [
+        ("Media".to_string(), crate::media::lines(r)),
+        (
+            format!("Structured output ({})", crate::formats::label(r)),
+            crate::formats::lines(r),
+        ),
+    ] {
+        if lines.is_empty() {
+            continue;
+        }
+        let _ = write!(out, "<h2>{}</h2><ul>", esc(&title));
+        for line in lines {
             let _ = write!(out, "<li>{}</li>", esc(&line));
         }
         out.push_str("</ul>");

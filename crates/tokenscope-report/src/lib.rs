@@ -13,6 +13,7 @@ pub mod dashboard;
 pub mod dialects;
 pub mod export;
 pub mod fidelity;
+pub mod formats;
 pub mod health;
 pub mod html;
 pub mod markdown;

@@ -159,6 +159,15 @@ pub fn run(r: &RunResults) -> String {
     if !media.is_empty() {
         let _ = writeln!(out, "\nMedia:\n\n- {}", media.join("\n- "));
     }
+    let formats = crate::formats::lines(r);
+    if !formats.is_empty() {
+        let label = crate::formats::label(r);
+        let _ = writeln!(
+            out,
+            "\nStructured output ({label}):\n\n- {}",
+            formats.join("\n- ")
+        );
+    }
     let rows = crate::adapters::rows(r);
     if !rows.is_empty() {
         let _ = writeln!(

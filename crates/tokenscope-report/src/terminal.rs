@@ -245,6 +245,15 @@ pub fn summary(r: &RunResults) -> String {
     if !media.is_empty() {
         let _ = writeln!(out, "\nMedia\n  {}", media.join("\n  "));
     }
+    let formats = crate::formats::lines(r);
+    if !formats.is_empty() {
+        let label = crate::formats::label(r);
+        let _ = writeln!(
+            out,
+            "\nStructured output ({label})\n  {}",
+            formats.join("\n  ")
+        );
+    }
     let _ = writeln!(out, "\nEfficiency");
     match &r.efficiency.cost {
         Some(cost) => {

@@ -76,6 +76,8 @@ pub struct ServerStats {
     pub lateness_us: std::sync::Mutex<Option<hdrhistogram::Histogram<u64>>>,
     /// Requests by the `model` they named (a LoRA run's adapters).
     pub models: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+    /// JSON answers sent broken (`--bad-json`).
+    pub broken_json: AtomicU64,
     /// Images received, by their size read from their headers (`640x480`).
     pub images: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
@@ -121,6 +123,7 @@ impl ServerStats {
             "completed_streams": self.completed_streams.load(Ordering::Relaxed),
             "lateness_us": lateness,
             "models": *self.models.lock().unwrap_or_else(|p| p.into_inner()),
+            "broken_json": self.broken_json.load(Ordering::Relaxed),
             "images": *self.images.lock().unwrap_or_else(|p| p.into_inner()),
         })
     }
@@ -234,6 +237,13 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
     };
     let reasoning = plan.reasoning();
     plan.writer.set_reasoning(reasoning, cfg.reasoning_as);
+    if ask.wants_json {
+        let broken = cfg.faults.breaks_json(cfg.seed, n);
+        s.stats
+            .broken_json
+            .fetch_add(u64::from(broken), Ordering::Relaxed);
+        plan.writer.set_json(plan.tokens, broken);
+    }
     if !ask.stream {
         return plan.whole().await.into_response();
     }

@@ -15,6 +15,9 @@ pub struct Faults {
     pub malformed: f64,
     /// The stream stops sending halfway for `stall` before going on.
     pub stall: f64,
+    /// Of the answers asked for as JSON, the share whose JSON is broken
+    /// (cut before its end). Drawn apart from the faults above.
+    pub bad_json: f64,
 }
 
 impl Faults {
@@ -31,6 +34,13 @@ impl Faults {
             + self.disconnect
             + self.malformed
             + self.stall
+    }
+}
+
+impl Faults {
+    /// Whether request `n`'s JSON answer is broken under `seed`.
+    pub fn breaks_json(&self, seed: u64, n: u64) -> bool {
+        uniform(seed ^ 0x6a73_6f6e, n) < self.bad_json
     }
 }
 

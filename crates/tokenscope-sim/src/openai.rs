@@ -29,6 +29,10 @@ pub struct Ask {
     pub continuous_usage: bool,
     /// Triton's `return_num_output_tokens`: a token count on every response.
     pub counts_per_event: bool,
+    /// The answer is asked for as JSON: OpenAI's `response_format`,
+    /// Responses' `text.format`, Anthropic's `output_format`, TGI's
+    /// `grammar`, SGLang's `json_schema`.
+    pub wants_json: bool,
     /// Of `prompt_tokens`, those of its images and audio ([`crate::vision`]).
     pub media_tokens: u64,
     /// Of those, the images' (what a vision encoder computes).
@@ -95,6 +99,15 @@ impl Ask {
             include_usage: opts["include_usage"].as_bool().unwrap_or(false),
             continuous_usage: opts["continuous_usage_stats"].as_bool().unwrap_or(false),
             counts_per_event: body["return_num_output_tokens"].as_bool().unwrap_or(false),
+            wants_json: [
+                &body["response_format"],
+                &body["text"]["format"],
+                &body["output_format"],
+                &body["parameters"]["grammar"],
+                &body["sampling_params"]["json_schema"],
+            ]
+            .iter()
+            .any(|v| !v.is_null()),
             media_tokens: media.tokens,
             image_tokens: media.image_tokens,
         }
@@ -182,6 +195,9 @@ pub struct Writer {
     reasoning_as: ReasoningAs,
     /// Triton's `return_num_output_tokens`: each response counts its tokens.
     counts_per_event: bool,
+    /// The answer as JSON (`{"answer": "…"}`) of this many tokens, broken
+    /// (its end cut) or not.
+    json: Option<(u64, bool)>,
 }
 
 impl Writer {
@@ -211,7 +227,32 @@ impl Writer {
             reasoning_tokens: 0,
             reasoning_as: ReasoningAs::default(),
             counts_per_event: false,
+            json: None,
         }
+    }
+
+    /// The answer, of `total` tokens, is written as the JSON object
+    /// `{"answer": "…"}` (its words the string); `broken`: its closing
+    /// `"}` never comes, so it is not JSON.
+    pub fn set_json(&mut self, total: u64, broken: bool) {
+        self.json = Some((total, broken));
+    }
+
+    /// `answer`, the answer's tokens `from..to`, in its JSON object where
+    /// one was asked: the opening on the chunk of its first token, the
+    /// closing on the last's. `escaped`: as it goes inside a JSON string.
+    fn in_json(&self, answer: String, (from, to): (u64, u64), escaped: bool) -> String {
+        let Some((total, broken)) = self.json else {
+            return answer;
+        };
+        let r = self.reasoning_tokens.min(total);
+        let (open, close) = match escaped {
+            true => (r#"{\"answer\":\""#, r#"\"}"#),
+            false => (r#"{"answer":""#, r#""}"#),
+        };
+        let open = if (from..to).contains(&r) { open } else { "" };
+        let close = if to >= total && !broken { close } else { "" };
+        format!("{open}{answer}{close}")
     }
 
     /// What the request asked the answer to carry beyond its text
@@ -259,7 +300,7 @@ impl Writer {
     /// end the finish and the server's timings.
     fn sglang_event(&self, upto: u64, end: Option<&Value>) -> Bytes {
         let mut data = json!({
-            "text": self.text_so_far(upto),
+            "text": self.in_json(self.text_so_far(upto), (0, upto), false),
             "meta_info": {
                 "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": upto,
@@ -287,6 +328,7 @@ impl Writer {
         }
         let split = r.clamp(from, to);
         let (thought, answer) = (text(from, split), text(split, to));
+        let answer = self.in_json(answer, (from, to), true);
         let shown = match self.reasoning_as {
             _ if r == 0 || from >= r => answer,
             ReasoningAs::Field => {
@@ -548,19 +590,24 @@ impl Writer {
             ReasoningAs::Field if r > 0 => (Some(text(0, r)), text(r, completion)),
             _ => (None, self.text_so_far(completion)),
         };
+        // A JSON answer after reasoning shown in its field, or with none.
+        let text = match reasoning.is_some() || r == 0 {
+            true => self.in_json(text, (r, completion), false),
+            false => text,
+        };
         match self.dialect {
             Dialect::Tgi => {
-                return json!({"generated_text": self.text_so_far(completion),
+                return json!({"generated_text": text,
                     "details": {"finish_reason": "length", "generated_tokens": completion}})
             }
             Dialect::Sglang => {
-                return json!({"text": self.text_so_far(completion), "meta_info": {
+                return json!({"text": text, "meta_info": {
                     "prompt_tokens": self.prompt_tokens, "completion_tokens": completion,
                     "finish_reason": {"type": "length", "length": completion}}})
             }
             Dialect::Triton => {
                 let mut answer = json!({"model_name": model, "model_version": "1",
-                    "text_output": self.text_so_far(completion)});
+                    "text_output": text});
                 if self.counts_per_event {
                     answer["num_output_tokens"] = json!(completion);
                 }

@@ -688,6 +688,9 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
     if let Some((n, how)) = s.options.reasoning(id) {
         writer.set_reasoning(n.min(max_tokens), how);
     }
+    if ask.wants_json {
+        writer.set_json(max_tokens, s.options.faults.breaks_json(s.options.seed, id));
+    }
     if !ask.stream {
         let mut n = 0;
         while let Some(ev) = rx.recv().await {

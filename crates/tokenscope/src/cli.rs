@@ -849,6 +849,13 @@ pub struct RequestArgs {
     /// prompt a request and refuse more.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=4096))]
     pub batch_size: u64,
+    /// Ask for structured answers and check every one: `json` (any JSON
+    /// object: OpenAI's `json_object`) or `schema:FILE` (a JSON Schema,
+    /// sent as each API takes one — `response_format`, Responses'
+    /// `text.format`, Anthropic's `output_format`, TGI's `grammar`,
+    /// SGLang's `json_schema`). The share of valid answers is reported.
+    #[arg(long, value_name = "json|schema:FILE", value_parser = response_format)]
+    pub response_format: Option<tokenscope_load::structured::ResponseFormat>,
     /// LoRA adapters to send the requests to, comma-separated: each request
     /// names one as its `model`, as vLLM serves adapters (`--lora-modules`).
     /// Every figure is also reported per adapter.
@@ -1091,6 +1098,29 @@ pub struct LoadArgs {
     pub media_pool: u32,
 }
 
+/// `json`, or `schema:FILE` read at once (its name: the file's stem).
+fn response_format(s: &str) -> Result<tokenscope_load::structured::ResponseFormat, String> {
+    use tokenscope_load::structured::ResponseFormat;
+    if s == "json" {
+        return Ok(ResponseFormat::Json);
+    }
+    let path = s
+        .strip_prefix("schema:")
+        .ok_or_else(|| format!("`{s}`: json, or schema:FILE (a JSON Schema)"))?;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let schema: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{path}: not JSON: {e}"))?;
+    let name = std::path::Path::new(path)
+        .file_stem()
+        .map_or("answer".into(), |n| {
+            n.to_string_lossy().replace(
+                |c: char| !c.is_ascii_alphanumeric() && c != '_' && c != '-',
+                "_",
+            )
+        });
+    Ok(ResponseFormat::Schema { name, schema })
+}
+
 /// Seconds of a synthetic audio clip: more than 0, at most 10 minutes.
 fn audio_seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -1191,6 +1221,10 @@ pub struct FaultArgs {
     /// Share of streams that stall halfway for --stall-for.
     #[arg(long, default_value_t = 0.0, value_parser = probability)]
     pub stall: f64,
+    /// Share of the answers asked for as JSON (`response_format` and the
+    /// like) whose JSON is cut before its end (drawn apart from the rest).
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub bad_json: f64,
     #[arg(long, default_value = "5s", value_parser = duration)]
     pub stall_for: Duration,
     /// Seed of the fault draw.

@@ -194,24 +194,18 @@ fn broken_streams_are_classified_and_no_record_is_lost() {
 #[test]
 fn the_built_in_engine_answers_every_api() {
     for api in APIS {
-        let out = run_dir(&format!("api-{api}-engine"));
-        let o = tokenscope()
-            .args(["bench", "--quiet", "--no-history"])
-            .args(api_args(api))
-            .args([
-                "--requests",
-                "8",
-                "--concurrency",
-                "4",
-                "--output-tokens",
-                "16",
-            ])
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert_ok(&o);
-        let r = results(&out);
+        let fixed = [
+            "--requests",
+            "8",
+            "--concurrency",
+            "4",
+            "--output-tokens",
+            "16",
+        ];
+        let r = bench_builtin(
+            &format!("api-{api}-engine"),
+            &[&api_args(api)[..], &fixed].concat(),
+        );
         assert_eq!(r["target"]["api"], api);
         assert_eq!(r["counts"]["succeeded"], 8, "{api}");
         assert_eq!(r["tokens"]["output_total"], 8 * 16, "{api}");

@@ -112,17 +112,19 @@ fn the_summary_shows_items_and_input_tokens_per_second() {
 #[test]
 fn the_built_in_engine_embeds_and_reranks() {
     for (api, items) in [("openai-embeddings", 8), ("rerank", 8)] {
-        let out = run_dir(&format!("pooling-{api}-engine"));
-        let o = tokenscope()
-            .args(["bench", "--api", api, "--quiet", "--no-history"])
-            .args(["--requests", "6", "--concurrency", "3", "--batch-size", "8"])
-            .args(["--input-tokens", "256"])
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert_ok(&o);
-        let r = results(&out);
+        let args = [
+            "--api",
+            api,
+            "--requests",
+            "6",
+            "--concurrency",
+            "3",
+            "--batch-size",
+            "8",
+            "--input-tokens",
+            "256",
+        ];
+        let r = bench_builtin(&format!("pooling-{api}-engine"), &args);
         assert_eq!(r["counts"]["succeeded"], 6, "{api}: {}", r["counts"]);
         assert_eq!(r["tokens"]["items_total"], 6 * items, "{api}");
         assert_eq!(r["tokens"]["output_total"], 0, "{api}");
@@ -140,10 +142,7 @@ fn a_batch_for_a_generating_api_and_sessions_for_a_pooling_one_are_refused() {
         &["--api", "openai-embeddings", "--multi-turn"],
     ];
     for args in cases {
-        let out = run_dir("pooling-refused");
-        let o = bench(&server.url, &out, &[args, &["--requests", "2"]].concat());
-        assert_eq!(o.status.code(), Some(2), "{args:?}");
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = refused(&server.url, args);
         assert!(
             err.contains("--batch-size") || err.contains("--multi-turn"),
             "{err}"

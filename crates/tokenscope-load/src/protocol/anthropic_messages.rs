@@ -106,6 +106,11 @@ impl Protocol for AnthropicMessages {
         let mut obj = r.roles_body("system", "messages", PartStyle::Anthropic);
         let max = r.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
         obj.insert("max_tokens".into(), json!(max));
+        if let Some(f) = r.response_format {
+            // Anthropic's structured outputs.
+            let format = json!({"type": "json_schema", "schema": f.schema()});
+            obj.insert("output_format".into(), format);
+        }
         serde_json::to_vec(&obj).expect("a JSON value serializes")
     }
 
@@ -217,6 +222,10 @@ impl Protocol for AnthropicMessages {
 
     fn media_kinds(&self) -> &'static [MediaKind] {
         &[MediaKind::Image]
+    }
+
+    fn response_formats(&self) -> bool {
+        true
     }
 
     fn error_message(&self, body: &Value) -> Option<String> {

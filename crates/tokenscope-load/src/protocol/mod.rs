@@ -26,6 +26,7 @@ pub mod sglang;
 pub mod tgi;
 pub mod triton;
 
+pub use crate::structured::ResponseFormat;
 pub use reasoning::{Reasoner, ReasoningParser, Split};
 use serde_json::Value;
 use std::borrow::Cow;
@@ -75,6 +76,10 @@ pub trait Protocol: Sync + std::fmt::Debug {
     /// Responses and Anthropic images; the others text only.
     fn media_kinds(&self) -> &'static [MediaKind] {
         &[]
+    }
+    /// The API has a field for `--response-format` (each writes its own).
+    fn response_formats(&self) -> bool {
+        false
     }
     /// A pooling API (embeddings, rerank): it generates nothing and answers
     /// whole, so its requests have no TTFT, only latency and the items
@@ -253,6 +258,8 @@ pub struct Shape {
     /// Merged into the body first: the fields tokenscope times by (`model`,
     /// the prompt, `stream`, `stream_options`, lengths) are set after it and win.
     pub extra: serde_json::Map<String, Value>,
+    /// `--response-format`: the answer's format, in each API's own field.
+    pub response_format: Option<ResponseFormat>,
 }
 
 /// One request, whatever the API.
@@ -272,6 +279,8 @@ pub struct Request<'a> {
     pub stream: bool,
     /// `--extra-body`, under the fields above.
     pub extra: &'a serde_json::Map<String, Value>,
+    /// `--response-format`.
+    pub response_format: Option<&'a ResponseFormat>,
     /// A pooling request's other inputs (`--batch-size`): an embeddings
     /// batch's after the prompt; rerank's documents, the prompt being
     /// its query. Empty for the generating APIs.
@@ -379,6 +388,7 @@ impl<'a> Request<'a> {
             ignore_eos: false,
             stream: true,
             extra: &shape.extra,
+            response_format: shape.response_format.as_ref(),
             documents: Vec::new(),
         }
     }
@@ -669,5 +679,46 @@ mod tests {
         assert_eq!((p.text_bytes, text.as_str()), (7, "abcde{}"));
         assert_eq!((p.reasoning_bytes, p.answer_bytes), (2, 5));
         assert_eq!(p.finish_reason.as_deref(), Some("stop"));
+    }
+
+    #[test]
+    fn each_api_asks_for_the_response_format_in_its_own_field() {
+        let schema = serde_json::json!({"type": "object", "required": ["a"]});
+        let shape = Shape {
+            response_format: Some(ResponseFormat::Schema {
+                name: "s".into(),
+                schema: schema.clone(),
+            }),
+            ..Shape::default()
+        };
+        let r = Request::conversation("m", &shape, [], "hi");
+        let body = |api: &str| -> Value {
+            serde_json::from_slice(&by_name(api).unwrap().body(&r)).unwrap()
+        };
+        assert_eq!(
+            body("openai-chat")["response_format"]["json_schema"]["schema"],
+            schema
+        );
+        assert_eq!(
+            body("openai-completions")["response_format"]["type"],
+            "json_schema"
+        );
+        assert_eq!(body("openai-responses")["text"]["format"]["schema"], schema);
+        assert_eq!(
+            body("anthropic-messages")["output_format"]["schema"],
+            schema
+        );
+        assert_eq!(body("tgi")["parameters"]["grammar"]["value"], schema);
+        let sglang = body("sglang")["sampling_params"]["json_schema"].clone();
+        assert_eq!(
+            serde_json::from_str::<Value>(sglang.as_str().unwrap()).unwrap(),
+            schema
+        );
+        let takes: Vec<_> = ALL
+            .iter()
+            .filter(|a| a.response_formats())
+            .map(|a| a.name())
+            .collect();
+        assert_eq!(takes.len(), 6, "{takes:?}");
     }
 }

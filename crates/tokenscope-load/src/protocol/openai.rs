@@ -16,6 +16,9 @@ use std::borrow::Cow;
 /// one whole answer, which carries its usage anyway; the lengths.
 pub fn finish_body(mut obj: serde_json::Map<String, Value>, r: &Request<'_>) -> Vec<u8> {
     r.common_fields(&mut obj);
+    if let Some(f) = r.response_format {
+        obj.insert("response_format".into(), f.openai());
+    }
     if r.stream {
         obj.insert("stream_options".into(), json!({"include_usage": true}));
     } else {

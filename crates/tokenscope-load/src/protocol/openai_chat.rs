@@ -45,6 +45,10 @@ impl Protocol for OpenaiChat {
         &[MediaKind::Image, MediaKind::Audio, MediaKind::Video]
     }
 
+    fn response_formats(&self) -> bool {
+        true
+    }
+
     fn error_message(&self, body: &Value) -> Option<String> {
         body.get("error").map(openai::error_message)
     }
@@ -99,6 +103,7 @@ mod tests {
             system_prompt: Some("Be brief.".into()),
             temperature: Some(0.0),
             extra,
+            response_format: None,
         };
         let chat = body(&Request::conversation("m", &shape, [], "hi"));
         assert_eq!(

@@ -33,6 +33,10 @@ impl Protocol for OpenaiCompletions {
         openai::whole_events(body, emit)
     }
 
+    fn response_formats(&self) -> bool {
+        true
+    }
+
     fn error_message(&self, body: &Value) -> Option<String> {
         body.get("error").map(openai::error_message)
     }

@@ -72,6 +72,9 @@ impl Protocol for OpenaiResponses {
         if let Some(n) = r.max_tokens {
             obj.insert("max_output_tokens".into(), json!(n));
         }
+        if let Some(f) = r.response_format {
+            obj.insert("text".into(), json!({"format": f.responses()}));
+        }
         serde_json::to_vec(&obj).expect("a JSON value serializes")
     }
 
@@ -157,6 +160,10 @@ impl Protocol for OpenaiResponses {
 
     fn media_kinds(&self) -> &'static [MediaKind] {
         &[MediaKind::Image]
+    }
+
+    fn response_formats(&self) -> bool {
+        true
     }
 
     fn error_message(&self, body: &Value) -> Option<String> {

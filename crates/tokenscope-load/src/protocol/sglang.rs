@@ -55,6 +55,9 @@ impl Protocol for Sglang {
         if let Some(t) = r.temperature {
             params.insert("temperature".into(), json!(t));
         }
+        if let Some(f) = r.response_format {
+            params.insert("json_schema".into(), json!(f.schema().to_string()));
+        }
         r.native_body("text", "sampling_params", params)
     }
 
@@ -89,6 +92,10 @@ impl Protocol for Sglang {
         }
         meta(&v["meta_info"], emit);
         Ok(())
+    }
+
+    fn response_formats(&self) -> bool {
+        true
     }
 
     fn error_message(&self, body: &Value) -> Option<String> {

@@ -83,6 +83,12 @@ impl Protocol for Tgi {
         if let Some(t) = r.temperature.filter(|&t| t > 0.0) {
             params.insert("temperature".into(), json!(t));
         }
+        if let Some(f) = r.response_format {
+            params.insert(
+                "grammar".into(),
+                json!({"type": "json", "value": f.schema()}),
+            );
+        }
         r.native_body("inputs", "parameters", params)
     }
 
@@ -124,6 +130,10 @@ impl Protocol for Tgi {
             ended(d, emit);
         }
         Ok(())
+    }
+
+    fn response_formats(&self) -> bool {
+        true
     }
 
     fn error_message(&self, body: &Value) -> Option<String> {

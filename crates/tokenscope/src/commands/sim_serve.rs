@@ -30,6 +30,7 @@ fn faults(a: &FaultArgs) -> Faults {
         disconnect: a.disconnect,
         malformed: a.malformed,
         stall: a.stall,
+        bad_json: a.bad_json,
     }
 }
 

@@ -21,6 +21,7 @@ use tokenscope_load::loop_delay;
 use tokenscope_load::recorder::Recorder;
 use tokenscope_load::request::Target;
 use tokenscope_load::runner::{Progress, Runner};
+use tokenscope_load::structured::AnswerCheck;
 use tokenscope_telemetry::scraper::{ScrapeConfig, Scraper};
 use tokenscope_workload::adapters::Adapters;
 use tokio_util::sync::CancellationToken;
@@ -156,6 +157,20 @@ fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
             Some(Arc::new(a.map_err(Exit::usage)?))
         }
     };
+    let check = match &r.response_format {
+        None => None,
+        Some(_) if !api.response_formats() => {
+            return Err(Exit::usage(format!(
+                "--response-format: {} has no field for it (chat, completions, Responses, Anthropic, TGI and SGLang do)",
+                api.name()
+            )))
+        }
+        Some(f) => {
+            let check = AnswerCheck::new(f.clone())
+                .map_err(|e| Exit::usage(format!("--response-format: {e}")))?;
+            Some(Arc::new(check))
+        }
+    };
     // A pooling API answers whole: nothing streams.
     let stream = !r.no_stream && !api.pooling();
     let path = api.endpoint(&probed.model, stream);
@@ -175,10 +190,12 @@ fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
         stream,
         documents: api.documents(r.batch_size),
         adapters,
+        check,
         shape: tokenscope_load::protocol::Shape {
             system_prompt: r.system_prompt.clone(),
             temperature: r.temperature,
             extra: r.extra_body.clone().unwrap_or_default(),
+            response_format: r.response_format.clone(),
         },
         reasoning: r.reasoning_parser,
         timeout: r.timeout,

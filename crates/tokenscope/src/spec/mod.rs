@@ -158,6 +158,7 @@ fn run_config(
             "timeout_s": request.timeout.as_secs_f64(),
             "idle_timeout_s": request.idle_timeout.as_secs_f64(),
             "batch_size": (request.batch_size > 1).then_some(request.batch_size),
+            "response_format": request.response_format.as_ref().map(|f| f.label()),
             "lora": (!request.lora.is_empty()).then(|| json!({
                 "adapters": request.lora,
                 "assignment": request.lora_assignment.to_string(),

@@ -148,6 +148,30 @@ pub fn bench_ok(url: &str, name: &str, args: &[&[&str]]) -> (PathBuf, Value, Vec
     (out, r, recs)
 }
 
+/// [`bench`] with `args` (and two requests), which must be refused before
+/// it starts (exit 2): what it said on stderr.
+pub fn refused(url: &str, args: &[&str]) -> String {
+    let out = run_dir("refused");
+    let o = bench(url, &out, &[args, &["--requests", "2"]].concat());
+    assert_eq!(o.status.code(), Some(2), "{args:?} was not refused");
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `tokenscope bench --quiet --no-history ARGS…` against the built-in
+/// default target (the simulated engine), which must succeed: its results.
+pub fn bench_builtin(name: &str, args: &[&str]) -> Value {
+    let out = run_dir(name);
+    let o = tokenscope()
+        .args(["bench", "--quiet", "--no-history"])
+        .args(args)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("running tokenscope");
+    assert_ok(&o);
+    results(&out)
+}
+
 /// Runs `tokenscope sim plan --quiet --out DIR ARGS…`; returns the output.
 pub fn sim_plan(out: &Path, args: &[&str]) -> Output {
     tokenscope()
