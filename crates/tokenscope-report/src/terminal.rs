@@ -500,7 +500,7 @@ fn adapter_lines(out: &mut String, r: &RunResults) {
     );
     for row in std::iter::once(crate::adapters::HEADER.map(str::to_string)).chain(rows) {
         let [name, rest @ ..] = row;
-        let cells: Vec<String> = rest.iter().map(|c| format!("{c:>12}")).collect();
+        let cells: Vec<String> = rest.iter().map(|c| format!(" {c:>12}")).collect();
         let _ = writeln!(out, "  {name:<20}{}", cells.join(""));
     }
 }
