@@ -52,28 +52,24 @@ impl ResponseFormat {
     }
 }
 
-/// Checks answers against the run's format.
+/// Checks answers against the run's format: JSON mode (any object) has
+/// no schema to compile.
 #[derive(Debug)]
 pub struct AnswerCheck {
-    format: ResponseFormat,
     validator: Option<jsonschema::Validator>,
 }
 
 impl AnswerCheck {
     /// The check of `format`; an error when its schema is not one.
-    pub fn new(format: ResponseFormat) -> Result<AnswerCheck, String> {
-        let validator = match &format {
+    pub fn new(format: &ResponseFormat) -> Result<AnswerCheck, String> {
+        let validator = match format {
             ResponseFormat::Json => None,
             ResponseFormat::Schema { schema, .. } => Some(
                 jsonschema::validator_for(schema)
                     .map_err(|e| format!("not a valid JSON Schema: {e}"))?,
             ),
         };
-        Ok(AnswerCheck { format, validator })
-    }
-
-    pub fn format(&self) -> &ResponseFormat {
-        &self.format
+        Ok(AnswerCheck { validator })
     }
 
     /// `Ok` for a valid answer; else why not, in one short line (the
@@ -111,13 +107,13 @@ mod tests {
 
     #[test]
     fn json_mode_wants_an_object_and_schema_mode_its_schema() {
-        let json = AnswerCheck::new(ResponseFormat::Json).unwrap();
+        let json = AnswerCheck::new(&ResponseFormat::Json).unwrap();
         assert!(json.check(r#" {"a": 1} "#).is_ok());
         assert!(json.check("[1]").unwrap_err().contains("not an object"));
         assert!(json.check(r#"{"a": "#).unwrap_err().starts_with("not JSON"));
         let schema = json!({"type": "object", "required": ["answer"],
             "properties": {"answer": {"type": "string"}}});
-        let s = AnswerCheck::new(ResponseFormat::Schema {
+        let s = AnswerCheck::new(&ResponseFormat::Schema {
             name: "a".into(),
             schema,
         })
@@ -130,6 +126,6 @@ mod tests {
             name: "x".into(),
             schema: json!({"type": 7}),
         };
-        assert!(AnswerCheck::new(bad).is_err());
+        assert!(AnswerCheck::new(&bad).is_err());
     }
 }

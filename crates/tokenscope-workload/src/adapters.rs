@@ -91,10 +91,6 @@ impl Adapters {
         &self.names
     }
 
-    pub fn assignment(&self) -> &Assignment {
-        &self.assignment
-    }
-
     /// The adapter request `id` goes to.
     pub fn for_request(&self, id: u64) -> &str {
         let n = self.names.len();

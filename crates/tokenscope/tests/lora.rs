@@ -44,9 +44,11 @@ fn round_robin_sends_each_adapter_its_share_and_reports_them_apart() {
     for (name, a) in adapters {
         assert_eq!(a["requests"], 10, "{name}");
         assert_eq!(a["output_tokens"], 100, "{name}");
-        // TTFT is the server's 5 ms, whichever adapter.
+        // Its TTFT summary is its own ten requests', none under the
+        // server's 5 ms (no upper bound: a loaded machine delays reads).
+        assert_eq!(a["ttft_ms"]["count"], 10, "{name}");
         let ttft = a["ttft_ms"]["p50"].as_f64().unwrap();
-        assert!((5.0..60.0).contains(&ttft), "{name}: {ttft}");
+        assert!(ttft >= 5.0, "{name}: {ttft}");
         rate += a["output_tokens_per_s"].as_f64().unwrap();
     }
     let total = r["throughput"]["output_tokens_per_s"].as_f64().unwrap();

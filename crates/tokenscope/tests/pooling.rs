@@ -65,9 +65,10 @@ fn embeddings_and_rerank_carry_their_batch_and_are_counted_exactly() {
             "{api}"
         );
         // The server answers 40 ms after the request arrives, and the
-        // answer's end is read within a millisecond of its send.
+        // answer's end is read within a millisecond of its send (the
+        // server's own stamp: no bound a loaded machine could break).
         let e2e = stat(&r, "latency.e2e_ms.p50");
-        assert!((40.0..120.0).contains(&e2e), "{api}: E2E p50 {e2e}");
+        assert!(e2e >= 40.0, "{api}: E2E p50 {e2e}");
         read_within_a_millisecond(
             read_delays_ms(&r, &recs, "done_at_us", "last_sent_mono_us"),
             api,

@@ -227,10 +227,6 @@ impl Protocol for AnthropicMessages {
     fn response_formats(&self) -> bool {
         true
     }
-
-    fn error_message(&self, body: &Value) -> Option<String> {
-        super::openai::error_field(body)
-    }
 }
 
 #[cfg(test)]

@@ -49,8 +49,11 @@ pub trait Protocol: Sync + std::fmt::Debug {
     /// A whole (not streamed) answer's body, as events.
     fn whole(&self, body: &str, emit: &mut dyn FnMut(Event<'_>)) -> Result<(), Malformed>;
     /// What an error response's body says, in one short line, if it says
-    /// anything this API defines.
-    fn error_message(&self, body: &Value) -> Option<String>;
+    /// anything: an `error` field, as every API here writes one (a string,
+    /// or an object with its `message`).
+    fn error_message(&self, body: &Value) -> Option<String> {
+        openai::error_field(body)
+    }
     /// The target's headers as this API wants them (the key where it looks
     /// for one, its version header); most take them as they are.
     fn headers(&self, headers: reqwest::header::HeaderMap) -> reqwest::header::HeaderMap {
@@ -399,13 +402,6 @@ impl<'a> Request<'a> {
             last.content.extend(media.iter().map(|m| Part::Media(m)));
         }
         self
-    }
-
-    /// Whether any message carries media.
-    pub fn has_media(&self) -> bool {
-        self.messages
-            .iter()
-            .any(|m| m.content.iter().any(|p| matches!(p, Part::Media(_))))
     }
 
     /// The prompt: the last message's text.

@@ -48,10 +48,6 @@ impl Protocol for OpenaiChat {
     fn response_formats(&self) -> bool {
         true
     }
-
-    fn error_message(&self, body: &Value) -> Option<String> {
-        body.get("error").map(openai::error_message)
-    }
 }
 
 #[cfg(test)]

@@ -36,10 +36,6 @@ impl Protocol for OpenaiCompletions {
     fn response_formats(&self) -> bool {
         true
     }
-
-    fn error_message(&self, body: &Value) -> Option<String> {
-        body.get("error").map(openai::error_message)
-    }
 }
 
 #[cfg(test)]

@@ -42,10 +42,6 @@ impl Protocol for OpenaiEmbeddings {
         pooling::whole_events(body, emit)
     }
 
-    fn error_message(&self, body: &Value) -> Option<String> {
-        super::openai::error_field(body)
-    }
-
     fn pooling(&self) -> bool {
         true
     }

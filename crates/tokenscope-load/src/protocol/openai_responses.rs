@@ -165,10 +165,6 @@ impl Protocol for OpenaiResponses {
     fn response_formats(&self) -> bool {
         true
     }
-
-    fn error_message(&self, body: &Value) -> Option<String> {
-        super::openai::error_field(body)
-    }
 }
 
 #[cfg(test)]

@@ -97,10 +97,6 @@ impl Protocol for Sglang {
     fn response_formats(&self) -> bool {
         true
     }
-
-    fn error_message(&self, body: &Value) -> Option<String> {
-        super::openai::error_field(body)
-    }
 }
 
 #[cfg(test)]

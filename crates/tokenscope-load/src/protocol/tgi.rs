@@ -135,10 +135,6 @@ impl Protocol for Tgi {
     fn response_formats(&self) -> bool {
         true
     }
-
-    fn error_message(&self, body: &Value) -> Option<String> {
-        super::openai::error_field(body)
-    }
 }
 
 #[cfg(test)]

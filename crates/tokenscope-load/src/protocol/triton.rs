@@ -105,10 +105,6 @@ impl Protocol for Triton {
         Ok(())
     }
 
-    fn error_message(&self, body: &Value) -> Option<String> {
-        openai::error_field(body)
-    }
-
     fn ends_with_the_body(&self) -> bool {
         true
     }

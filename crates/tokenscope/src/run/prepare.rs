@@ -166,7 +166,7 @@ fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
             )))
         }
         Some(f) => {
-            let check = AnswerCheck::new(f.clone())
+            let check = AnswerCheck::new(f)
                 .map_err(|e| Exit::usage(format!("--response-format: {e}")))?;
             Some(Arc::new(check))
         }
