@@ -9,12 +9,39 @@ use std::collections::BTreeMap;
 /// Distinct reasons kept apart; past them, the rest are counted as `(other)`.
 const MAX_REASONS: usize = 8;
 
+/// Reasons answers failed, counted: the first [`MAX_REASONS`] distinct
+/// ones apart, the rest as `(other)`, so memory stays flat.
+#[derive(Debug, Clone, Default)]
+pub struct Reasons(BTreeMap<String, u64>);
+
+impl Reasons {
+    pub fn add(&mut self, why: &str) {
+        let full = self.0.len() >= MAX_REASONS && !self.0.contains_key(why);
+        let key = if full { "(other)" } else { why };
+        *self.0.entry(key.to_string()).or_insert(0) += 1;
+    }
+
+    /// The reasons, most frequent first.
+    pub fn list(&self) -> Vec<FormatFailure> {
+        let mut failures: Vec<FormatFailure> = self
+            .0
+            .iter()
+            .map(|(reason, &count)| FormatFailure {
+                reason: reason.clone(),
+                count,
+            })
+            .collect();
+        failures.sort_by(|a, b| b.count.cmp(&a.count).then(a.reason.cmp(&b.reason)));
+        failures
+    }
+}
+
 /// The successful requests' format checks, gathered one record at a time.
 #[derive(Debug, Clone, Default)]
 pub struct FormatTally {
     checked: u64,
     valid: u64,
-    reasons: BTreeMap<String, u64>,
+    reasons: Reasons,
 }
 
 impl FormatTally {
@@ -22,36 +49,21 @@ impl FormatTally {
     pub fn add(&mut self, r: &RequestRecord) {
         let Some(valid) = r.format_valid else { return };
         self.checked += 1;
-        if valid {
-            self.valid += 1;
-            return;
+        match valid {
+            true => self.valid += 1,
+            false => self.reasons.add(r.format_error.as_deref().unwrap_or("")),
         }
-        let why = r.format_error.clone().unwrap_or_default();
-        let full = self.reasons.len() >= MAX_REASONS && !self.reasons.contains_key(&why);
-        let key = if full { "(other)".to_string() } else { why };
-        *self.reasons.entry(key).or_insert(0) += 1;
     }
 
     /// The figures, when any answer was checked.
     pub fn finish(&self) -> Option<StructuredOutput> {
         let n = self.checked;
-        (n > 0).then(|| {
-            let mut failures: Vec<FormatFailure> = self
-                .reasons
-                .iter()
-                .map(|(reason, &count)| FormatFailure {
-                    reason: reason.clone(),
-                    count,
-                })
-                .collect();
-            failures.sort_by(|a, b| b.count.cmp(&a.count).then(a.reason.cmp(&b.reason)));
-            StructuredOutput {
-                checked: n,
-                valid: self.valid,
-                valid_share: self.valid as f64 / n as f64,
-                valid_share_ci95: wilson(self.valid, n),
-                failures,
-            }
+        (n > 0).then(|| StructuredOutput {
+            checked: n,
+            valid: self.valid,
+            valid_share: self.valid as f64 / n as f64,
+            valid_share_ci95: wilson(self.valid, n),
+            failures: self.reasons.list(),
         })
     }
 }

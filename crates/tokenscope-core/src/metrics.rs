@@ -56,6 +56,11 @@ pub struct Measured {
     pub media: Option<crate::results::MediaFigures>,
     /// `--response-format`: the answers' checks.
     pub structured_output: Option<crate::results::StructuredOutput>,
+    /// `--tools`: the calls the answers made.
+    pub tool_calls: Option<crate::results::ToolCallFigures>,
+    /// `--grade`: the answers graded right (its rule left empty: the run's
+    /// config says it).
+    pub accuracy: Option<crate::results::Accuracy>,
     pub window: Window,
     pub latency: Latency,
     pub throughput: Throughput,
@@ -180,6 +185,8 @@ pub struct Aggregator {
     by_adapter: Option<BTreeMap<String, Aggregator>>,
     media: crate::media::MediaTally,
     formats: crate::formats::FormatTally,
+    tool_calls: crate::tool_calls::ToolTally,
+    grades: crate::grading::GradeTally,
 }
 
 /// Adapters kept apart past this many are pooled under one name, so a
@@ -221,6 +228,8 @@ impl Aggregator {
             by_adapter: Some(BTreeMap::new()),
             media: Default::default(),
             formats: Default::default(),
+            tool_calls: Default::default(),
+            grades: Default::default(),
             good_tokens: 0,
         }
     }
@@ -254,6 +263,8 @@ impl Aggregator {
         self.time(r);
         self.media.add(r);
         self.formats.add(r);
+        self.tool_calls.add(r);
+        self.grades.add(r);
         self.count_tokens(r);
         self.lengths(r);
         if self.slo.as_ref().is_some_and(|s| s.request_is_good(r)) {
@@ -531,6 +542,8 @@ impl Aggregator {
             adapters,
             media: self.media.finish(),
             structured_output: self.formats.finish(),
+            tool_calls: self.tool_calls.finish(),
+            accuracy: self.grades.finish(""),
             window,
             latency,
             throughput,

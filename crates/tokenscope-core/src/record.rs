@@ -211,10 +211,40 @@ pub struct RequestRecord {
     pub format_valid: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format_error: Option<String>,
+    /// `--tools`: how many tools the request offered (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools_offered: Option<u32>,
+    /// The tool calls the answer made, each checked against its tool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCallMade>,
+    /// When the first token of a tool call arrived (its name or arguments).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_tool_call_at_us: Option<u64>,
+    /// `--grade`: whether the answer matched the entry's `expected`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correct: Option<bool>,
+    /// A hash of the answer's text (FNV-1a 64, hex), kept for every
+    /// generated answer so two runs' answers can be compared for free.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_hash: Option<String>,
+    /// `--keep-text`: the answer's text itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_text: Option<String>,
     /// Content-bearing chunks in arrival order. On disk
     /// `{"at_us": [first, gap, …], "tokens": k | [k, …]}`: see [`chunk_format`].
     #[serde(with = "chunk_format")]
     pub chunks: Vec<Chunk>,
+}
+
+/// One tool call an answer made: the tool it named, and whether its
+/// arguments were JSON valid against that tool's parameter schema.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallMade {
+    pub name: String,
+    pub valid: bool,
+    /// Why not, in one short line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// How `chunks` is written to `requests.jsonl`: compact, because a long run
@@ -452,6 +482,12 @@ impl RequestRecord {
             media: None,
             format_valid: None,
             format_error: None,
+            tools_offered: None,
+            tool_calls: Vec::new(),
+            first_tool_call_at_us: None,
+            correct: None,
+            answer_hash: None,
+            answer_text: None,
             chunks: Vec::new(),
         }
     }

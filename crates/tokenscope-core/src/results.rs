@@ -68,6 +68,12 @@ pub struct RunResults {
     /// `--response-format`: how many answers were what was asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub structured_output: Option<StructuredOutput>,
+    /// `--tools`: the calls the answers made and how many were valid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<ToolCallFigures>,
+    /// `--grade`: how many answers were right.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accuracy: Option<Accuracy>,
 }
 
 /// One doubt about a run's set-up, as `results.json` keeps it.
@@ -627,6 +633,40 @@ pub struct StructuredOutput {
     pub valid_share_ci95: (f64, f64),
     /// Why the others were not, most frequent first (eight reasons kept).
     pub failures: Vec<FormatFailure>,
+}
+
+/// `--tools`: the successful requests that offered tools, the calls their
+/// answers made, and the calls whose arguments were valid (JSON, and valid
+/// against the named tool's `parameters` schema).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallFigures {
+    /// Successful requests that offered tools.
+    pub requests: u64,
+    /// Of those, the requests whose answer made at least one call.
+    pub requests_with_calls: u64,
+    pub calls: u64,
+    pub calls_per_request: f64,
+    pub valid: u64,
+    /// Of the calls, the share valid, and its Wilson 95 % interval.
+    pub valid_share: f64,
+    pub valid_share_ci95: (f64, f64),
+    /// Why the others were not, most frequent first (eight reasons kept).
+    pub failures: Vec<FormatFailure>,
+    /// Time to the first tool-call token (from the send), ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_to_first_call_ms: Option<crate::stats::Summary>,
+}
+
+/// `--grade`: the graded answers and the share right, with its interval.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Accuracy {
+    /// How answers were graded (`exact`, `number`, `regex:…`).
+    pub rule: String,
+    pub graded: u64,
+    pub correct: u64,
+    pub share: f64,
+    /// The Wilson 95 % interval of the share.
+    pub share_ci95: (f64, f64),
 }
 
 /// One reason answers failed their format, and how many.

@@ -9,6 +9,7 @@
 
 pub mod connections;
 pub mod cpu;
+pub mod grading;
 pub mod http1;
 pub mod loop_delay;
 pub mod probe;
@@ -20,3 +21,4 @@ pub mod runtime;
 pub mod rx_stamp;
 pub mod sse;
 pub mod structured;
+pub mod tools;

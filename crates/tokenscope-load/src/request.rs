@@ -7,7 +7,9 @@
 use crate::http1::{Body, Conn, HttpError};
 use crate::protocol::{Piece, Protocol, Reasoner, ReasoningParser, Request, Shape, Usage};
 use crate::sse::SseParser;
+use crate::tools::{merge, CallSoFar, ToolUse};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokenscope_core::clock::Clock;
 use tokenscope_core::record::{Chunk, ErrorKind, RequestRecord, TokenSource};
@@ -48,6 +50,12 @@ pub struct Target {
     pub documents: u64,
     /// `--response-format`: every successful answer is checked.
     pub check: Option<std::sync::Arc<crate::structured::AnswerCheck>>,
+    /// `--tools` (or a dataset's): what is offered, and every call checked.
+    pub tools: Option<std::sync::Arc<crate::tools::ToolUse>>,
+    /// `--grade`: answers with an `expected` are graded.
+    pub grade: Option<std::sync::Arc<crate::grading::Grade>>,
+    /// `--keep-text`: each record keeps its answer's text.
+    pub keep_text: bool,
     /// `--lora`: each request names its adapter as its model.
     pub adapters: Option<std::sync::Arc<tokenscope_workload::adapters::Adapters>>,
     /// Longest a whole request may take.
@@ -92,19 +100,73 @@ struct Stream {
     counted_tokens: u64,
     /// Bytes of the text that were answer (after any reasoning).
     answer_bytes: usize,
-    /// `--response-format`: what the answer is checked against.
-    check: Option<std::sync::Arc<crate::structured::AnswerCheck>>,
+    /// What the answer is checked for, once it is whole.
+    judging: Judging,
+    /// The tool calls, put together from their pieces.
+    calls: Vec<CallSoFar>,
+    /// The first chunk that carried a piece of a tool call.
+    first_call_chunk: Option<usize>,
+}
+
+/// What a successful answer is checked for, and against what: the run's
+/// format, tools, grade and `--keep-text`, with the request's own tools and
+/// expected answer.
+struct Judging {
+    check: Option<Arc<crate::structured::AnswerCheck>>,
+    tools: Option<(Arc<ToolUse>, Arc<Vec<serde_json::Value>>)>,
+    grade: Option<(Arc<crate::grading::Grade>, String)>,
+    keep_text: bool,
+}
+
+impl Judging {
+    fn of(target: &Target, spec: &PromptSpec) -> Judging {
+        let tools = target.tools.as_ref().map(|t| {
+            let list = spec.tools.clone().unwrap_or_else(|| t.tools.clone());
+            (t.clone(), list)
+        });
+        let grade = target.grade.clone().zip(spec.expected.clone());
+        Judging {
+            check: target.check.clone(),
+            tools,
+            grade,
+            keep_text: target.keep_text,
+        }
+    }
+
+    /// The checks of a whole answer, into its record: `text` the generated
+    /// text, of which the last `answer_bytes` are answer (not reasoning).
+    fn judge(&self, rec: &mut RequestRecord, text: &str, answer_bytes: usize, calls: &[CallSoFar]) {
+        let answer = answer_of(text, answer_bytes);
+        if let Some(check) = &self.check {
+            let verdict = check.check(answer);
+            rec.format_valid = Some(verdict.is_ok());
+            rec.format_error = verdict.err();
+        }
+        if let Some((tools, list)) = &self.tools {
+            rec.tool_calls = calls.iter().map(|c| tools.check.judge(list, c)).collect();
+        }
+        if let Some((grade, expected)) = &self.grade {
+            rec.correct = Some(grade.right(answer, expected));
+        }
+        let mut said = std::borrow::Cow::Borrowed(answer);
+        for c in calls {
+            said.to_mut()
+                .push_str(&format!("\u{1f}{}\u{1f}{}", c.name, c.arguments));
+        }
+        rec.answer_hash = Some(crate::grading::answer_hash(&said));
+        if self.keep_text {
+            rec.answer_text = Some(said.into_owned());
+        }
+    }
 }
 
 impl Stream {
-    fn new(
-        api: &'static dyn Protocol,
-        reasoning: ReasoningParser,
-        check: Option<std::sync::Arc<crate::structured::AnswerCheck>>,
-    ) -> Stream {
+    fn new(api: &'static dyn Protocol, reasoning: ReasoningParser, judging: Judging) -> Stream {
         Stream {
             answer_bytes: 0,
-            check,
+            judging,
+            calls: Vec::new(),
+            first_call_chunk: None,
             api,
             reasoner: Reasoner::new(reasoning),
             first_answer_chunk: None,
@@ -152,6 +214,7 @@ impl Stream {
                     }
                 }
                 self.sort(info.reasoning_bytes, info.answer_bytes);
+                self.take_calls(info.calls);
                 if let Some(u) = info.usage {
                     self.usage = Some(self.usage.map_or(u, |was| was.merged(u)));
                 }
@@ -177,6 +240,18 @@ impl Stream {
             self.reasoning_bytes += reasoning as u64;
             self.reasoning_chunks += u64::from(answer == 0);
         }
+    }
+
+    /// Pieces of tool calls the latest chunk carried: a call is generated
+    /// output, so its first piece also starts the answer.
+    fn take_calls(&mut self, pieces: Vec<crate::protocol::ToolCallDelta<'static>>) {
+        if pieces.is_empty() {
+            return;
+        }
+        let latest = self.chunks.len().checked_sub(1);
+        self.first_call_chunk = self.first_call_chunk.or(latest);
+        self.first_answer_chunk = self.first_answer_chunk.or(latest);
+        pieces.into_iter().for_each(|p| merge(&mut self.calls, p));
     }
 
     /// The end of the stream: text held back to be told apart is sorted,
@@ -229,7 +304,11 @@ pub async fn execute(
     streamed: &AtomicU64,
 ) -> (RequestRecord, String) {
     let adapter = target.adapters.as_ref().map(|a| a.for_request(ticket.id));
+    let judging = Judging::of(target, spec);
+    let offered = judging.tools.as_ref();
     let request = Request {
+        tools: offered.map_or(&[][..], |(_, list)| list.as_slice()),
+        tool_choice: offered.map(|(t, _)| &t.choice),
         max_tokens: spec.max_tokens,
         ignore_eos: target.ignore_eos,
         stream: target.stream,
@@ -258,6 +337,7 @@ pub async fn execute(
         turn: ticket.turn.map(|t| t.1),
         adapter: adapter.map(str::to_owned),
         media: media_sent(&spec.media),
+        tools_offered: offered.map(|(_, list)| list.len() as u32),
         ..RequestRecord::sent(ticket.id, ticket.scheduled_at_us, 0)
     };
     let wire = target.http.post(&body);
@@ -329,7 +409,7 @@ pub async fn execute(
         return whole_answer(
             rec,
             (conn, body, head.content_type),
-            (target, items_asked),
+            (target, items_asked, judging),
             clock,
             cancel,
             deadline,
@@ -372,7 +452,7 @@ pub async fn execute(
         return fail(rec, clock, ErrorKind::Http(head.status), msg);
     }
 
-    let mut stream = Stream::new(target.api, target.reasoning, target.check.clone());
+    let mut stream = Stream::new(target.api, target.reasoning, judging);
     let mut sse = SseParser::new();
     // The body bytes that came with the head, stamped with its arrival.
     let mut ended = match conn.decode(&mut body, |d| sse.feed(d, |ev| stream.event(ev.data, at))) {
@@ -462,7 +542,7 @@ pub async fn execute(
         stream.reasoning_bytes > 0 && stream.usage.is_none_or(|u| u.reasoning_tokens.is_none());
     let needs_tokenizer = stream.failure.is_none()
         && (stream.usage.is_none_or(|u| u.completion_tokens.is_none()) || counts_reasoning)
-        && !stream.text.is_empty();
+        && (!stream.text.is_empty() || !stream.calls.is_empty());
     if !needs_tokenizer {
         return settle(rec, stream);
     }
@@ -481,7 +561,7 @@ pub async fn execute(
 async fn whole_answer(
     mut rec: RequestRecord,
     (mut conn, mut body, content_type): (Conn, Body, Option<String>),
-    (target, items_asked): (&Target, u64),
+    (target, items_asked, judging): (&Target, u64, Judging),
     clock: &Clock,
     cancel: &CancellationToken,
     deadline: Instant,
@@ -521,21 +601,30 @@ async fn whole_answer(
     }
     let mut text = String::new();
     let mut reasoner = Reasoner::new(target.reasoning);
-    let whole = match Piece::of_whole(target.api, &body, &mut text, &mut reasoner) {
+    let mut whole = match Piece::of_whole(target.api, &body, &mut text, &mut reasoner) {
         Err(e) => return failed_after(rec, ErrorKind::Malformed, e.to_string()),
         Ok(w) => w,
     };
     if let Some(msg) = whole.error {
         return failed_after(rec, ErrorKind::ServerError, msg);
     }
-    if text.is_empty() && !thought_to_its_limit(whole.usage, whole.finish_reason.as_deref()) {
+    let mut calls = Vec::new();
+    std::mem::take(&mut whole.calls)
+        .into_iter()
+        .for_each(|p| merge(&mut calls, p));
+    rec.first_tool_call_at_us = (!calls.is_empty()).then_some(rec.done_at_us);
+    if text.is_empty()
+        && calls.is_empty()
+        && !thought_to_its_limit(whole.usage, whole.finish_reason.as_deref())
+    {
         let msg = "the answer carried no generated text".to_string();
         return failed_after(rec, ErrorKind::EmptyAnswer, msg);
     }
     rec.finish_reason = whole.finish_reason;
     rec.server_timings = whole.timings;
     // The answer, if any, came with the rest at the end.
-    rec.first_answer_at_us = (whole.answer_bytes > 0).then_some(rec.done_at_us);
+    rec.first_answer_at_us =
+        (whole.answer_bytes > 0 || !calls.is_empty()).then_some(rec.done_at_us);
     let usage_reasoning = whole
         .usage
         .and_then(|u| u.reasoning_tokens)
@@ -566,7 +655,7 @@ async fn whole_answer(
     let (tokens, source) = match counted {
         Some(n) => (n, TokenSource::ServerUsage),
         None => {
-            let counted = text.clone();
+            let counted = with_calls(&text, &calls).into_owned();
             let n = tokio::task::spawn_blocking(move || tokenizer::count_tokens(&counted)).await;
             match n.ok().flatten() {
                 Some(n) => (n, TokenSource::Tokenizer),
@@ -577,9 +666,7 @@ async fn whole_answer(
     rec.output_tokens = tokens;
     rec.output_token_source = Some(source);
     rec.chunks = vec![Chunk(rec.done_at_us, tokens.min(u32::MAX as u64) as u32)];
-    if let Some(check) = &target.check {
-        judge(&mut rec, check, answer_of(&text, whole.answer_bytes));
-    }
+    judging.judge(&mut rec, &text, whole.answer_bytes, &calls);
     (rec, text)
 }
 
@@ -628,12 +715,16 @@ fn answer_of(text: &str, answer_bytes: usize) -> &str {
         .unwrap_or(text)
 }
 
-/// `--response-format`: whether the answer is what was asked for. A
-/// wrong answer is still a successful request: it is counted apart.
-fn judge(rec: &mut RequestRecord, check: &crate::structured::AnswerCheck, answer: &str) {
-    let verdict = check.check(answer);
-    rec.format_valid = Some(verdict.is_ok());
-    rec.format_error = verdict.err();
+/// The generated text with the tool calls' names and arguments after it:
+/// what the tokenizer counts when the server gives no count.
+fn with_calls<'a>(text: &'a str, calls: &[CallSoFar]) -> std::borrow::Cow<'a, str> {
+    let mut all = std::borrow::Cow::Borrowed(text);
+    for c in calls {
+        let s = all.to_mut();
+        s.push_str(&c.name);
+        s.push_str(&c.arguments);
+    }
+    all
 }
 
 /// A failure found in a response already read to its end.
@@ -690,12 +781,15 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
     });
     let (total, source) = match s.usage.and_then(|u| u.completion_tokens) {
         Some(n) if s.failure.is_none() => (n, TokenSource::ServerUsage),
-        _ => match tokenizer::count_tokens(&s.text).filter(|_| s.failure.is_none()) {
+        _ => match tokenizer::count_tokens(&with_calls(&s.text, &s.calls))
+            .filter(|_| s.failure.is_none())
+        {
             Some(n) => (n.max(n_chunks), TokenSource::Tokenizer),
             None => (n_chunks, TokenSource::Chunks),
         },
     };
     rec.first_answer_at_us = s.first_answer_chunk.map(|i| s.chunks[i].at_us());
+    rec.first_tool_call_at_us = s.first_call_chunk.map(|i| s.chunks[i].at_us());
     let reasoning = reasoning_count(&s);
     if let Some((n, source)) = reasoning {
         rec.reasoning_tokens = Some(n);
@@ -726,8 +820,8 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
     if let Some((kind, msg)) = s.failure {
         rec.error_kind = Some(kind);
         rec.error = Some(msg);
-    } else if let Some(check) = &s.check {
-        judge(&mut rec, check, answer_of(&s.text, s.answer_bytes));
+    } else {
+        s.judging.judge(&mut rec, &s.text, s.answer_bytes, &s.calls);
     }
     (rec, s.text)
 }

@@ -675,13 +675,8 @@ pub fn run_page(run: &Run) -> String {
     findings(&mut out, &r.diagnosis);
     workload(&mut out, r);
     adapters(&mut out, r);
-    for (title, lines) in [
-        ("Media".to_string(), crate::media::lines(r)),
-        (
-            format!("Structured output ({})", crate::formats::label(r)),
-            crate::formats::lines(r),
-        ),
-    ] {
+    let media = ("Media".to_string(), crate::media::lines(r));
+    for (title, lines) in std::iter::once(media).chain(crate::answers::sections(r)) {
         if lines.is_empty() {
             continue;
         }

@@ -8,12 +8,12 @@
 //! them all.
 
 pub mod adapters;
+pub mod answers;
 pub mod charts;
 pub mod dashboard;
 pub mod dialects;
 pub mod export;
 pub mod fidelity;
-pub mod formats;
 pub mod health;
 pub mod html;
 pub mod markdown;

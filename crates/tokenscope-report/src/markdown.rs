@@ -159,14 +159,8 @@ pub fn run(r: &RunResults) -> String {
     if !media.is_empty() {
         let _ = writeln!(out, "\nMedia:\n\n- {}", media.join("\n- "));
     }
-    let formats = crate::formats::lines(r);
-    if !formats.is_empty() {
-        let label = crate::formats::label(r);
-        let _ = writeln!(
-            out,
-            "\nStructured output ({label}):\n\n- {}",
-            formats.join("\n- ")
-        );
+    for (title, lines) in crate::answers::sections(r) {
+        let _ = writeln!(out, "\n{title}:\n\n- {}", lines.join("\n- "));
     }
     let rows = crate::adapters::rows(r);
     if !rows.is_empty() {

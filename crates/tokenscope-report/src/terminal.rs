@@ -245,14 +245,8 @@ pub fn summary(r: &RunResults) -> String {
     if !media.is_empty() {
         let _ = writeln!(out, "\nMedia\n  {}", media.join("\n  "));
     }
-    let formats = crate::formats::lines(r);
-    if !formats.is_empty() {
-        let label = crate::formats::label(r);
-        let _ = writeln!(
-            out,
-            "\nStructured output ({label})\n  {}",
-            formats.join("\n  ")
-        );
+    for (title, lines) in crate::answers::sections(r) {
+        let _ = writeln!(out, "\n{title}\n  {}", lines.join("\n  "));
     }
     let _ = writeln!(out, "\nEfficiency");
     match &r.efficiency.cost {

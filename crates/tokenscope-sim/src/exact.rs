@@ -8,6 +8,7 @@
 //! are one token per word). Faults are drawn per request from a seeded hash of
 //! its arrival index, so a run's mix is reproducible.
 
+use crate::answers::InFlight;
 use crate::faults::{pick_fault, uniform, Fault, Faults};
 use crate::http::{bad_request, injected_status, parse_body};
 use crate::openai::{Ask, Dialect, Writer};
@@ -78,6 +79,16 @@ pub struct ServerStats {
     pub models: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
     /// JSON answers sent broken (`--bad-json`).
     pub broken_json: AtomicU64,
+    /// Answers that were tool calls, and those with broken arguments.
+    pub tool_calls: AtomicU64,
+    pub broken_tool_args: AtomicU64,
+    /// Questions with a known answer, and those answered wrong.
+    pub graded: AtomicU64,
+    pub wrong_answers: AtomicU64,
+    /// Answers changed for the load (`--diverge-above`).
+    pub diverged: AtomicU64,
+    /// Requests in flight now.
+    pub in_flight: Arc<AtomicU64>,
     /// Images received, by their size read from their headers (`640x480`).
     pub images: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
@@ -95,6 +106,19 @@ impl ServerStats {
     fn named(&self, model: Option<&str>) {
         let mut m = self.models.lock().unwrap_or_else(|p| p.into_inner());
         *m.entry(model.unwrap_or("").to_string()).or_insert(0) += 1;
+    }
+
+    /// What was done to one answer, counted.
+    fn shaped(&self, done: crate::answers::Shaped) {
+        let add = |c: &AtomicU64, yes: bool| {
+            c.fetch_add(u64::from(yes), Ordering::Relaxed);
+        };
+        add(&self.broken_json, done.broken_json);
+        add(&self.tool_calls, done.tool_call);
+        add(&self.broken_tool_args, done.broken_args);
+        add(&self.graded, done.graded);
+        add(&self.wrong_answers, done.wrong);
+        add(&self.diverged, done.diverged);
     }
 
     fn add_lateness(&self, h: &hdrhistogram::Histogram<u64>) {
@@ -124,6 +148,11 @@ impl ServerStats {
             "lateness_us": lateness,
             "models": *self.models.lock().unwrap_or_else(|p| p.into_inner()),
             "broken_json": self.broken_json.load(Ordering::Relaxed),
+            "tool_calls": self.tool_calls.load(Ordering::Relaxed),
+            "broken_tool_args": self.broken_tool_args.load(Ordering::Relaxed),
+            "graded": self.graded.load(Ordering::Relaxed),
+            "wrong_answers": self.wrong_answers.load(Ordering::Relaxed),
+            "diverged": self.diverged.load(Ordering::Relaxed),
             "images": *self.images.lock().unwrap_or_else(|p| p.into_inner()),
         })
     }
@@ -213,6 +242,7 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
     let ask = Ask::read(&body, dialect);
     let arrival = Instant::now();
     let n = s.stats.requests.fetch_add(1, Ordering::Relaxed);
+    let in_flight = InFlight::enter(&s.stats.in_flight);
     s.stats.named(body["model"].as_str());
     if ask.media_tokens > 0 {
         s.stats.saw_images(&crate::vision::count(&body).images);
@@ -234,16 +264,23 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
         first_sent: None,
         answer_sent: None,
         last_sent: arrival,
+        in_flight,
     };
     let reasoning = plan.reasoning();
     plan.writer.set_reasoning(reasoning, cfg.reasoning_as);
-    if ask.wants_json {
-        let broken = cfg.faults.breaks_json(cfg.seed, n);
-        s.stats
-            .broken_json
-            .fetch_add(u64::from(broken), Ordering::Relaxed);
-        plan.writer.set_json(plan.tokens, broken);
-    }
+    let context = crate::answers::Context {
+        body: &body,
+        ask: &ask,
+        dialect,
+        faults: &cfg.faults,
+        seed: cfg.seed,
+        n,
+        tokens: plan.tokens,
+        reasoning,
+        in_flight: plan.in_flight.at_arrival,
+    };
+    s.stats
+        .shaped(crate::answers::shape(&mut plan.writer, &context));
     if !ask.stream {
         return plan.whole().await.into_response();
     }
@@ -316,6 +353,8 @@ struct Plan {
     /// When the first answer (not reasoning) chunk was.
     answer_sent: Option<Instant>,
     last_sent: Instant,
+    /// Counted in flight until the answer is done with.
+    in_flight: InFlight,
 }
 
 impl Plan {

@@ -18,6 +18,17 @@ pub struct Faults {
     /// Of the answers asked for as JSON, the share whose JSON is broken
     /// (cut before its end). Drawn apart from the faults above.
     pub bad_json: f64,
+    /// Of the answers that call a tool, the share whose arguments are
+    /// broken (cut before their end). Drawn apart.
+    pub bad_tool_args: f64,
+    /// Of the questions with a known answer (`builtin:arithmetic`), the
+    /// share answered wrong (off by one). Drawn apart.
+    pub wrong_answers: f64,
+    /// Above this many requests in flight (at a request's arrival, itself
+    /// counted), `diverge` of the answers change one word: the ground
+    /// truth of answers that change with load.
+    pub diverge_above: Option<u64>,
+    pub diverge: f64,
 }
 
 impl Faults {
@@ -41,6 +52,25 @@ impl Faults {
     /// Whether request `n`'s JSON answer is broken under `seed`.
     pub fn breaks_json(&self, seed: u64, n: u64) -> bool {
         uniform(seed ^ 0x6a73_6f6e, n) < self.bad_json
+    }
+
+    /// Whether request `n`'s tool-call arguments are broken.
+    pub fn breaks_tool_args(&self, seed: u64, n: u64) -> bool {
+        uniform(seed ^ 0x746f_6f6c, n) < self.bad_tool_args
+    }
+
+    /// Whether request `n`'s known answer is given wrong.
+    pub fn answers_wrong(&self, seed: u64, n: u64) -> bool {
+        uniform(seed ^ 0x7772_6f6e, n) < self.wrong_answers
+    }
+
+    /// Whether request `n`, arriving with `in_flight` requests in flight
+    /// (itself counted), changes its answer. Drawn on its prompt's hash,
+    /// not its arrival: the same prompt diverges at every load above the
+    /// threshold, as a batch-variance bug would.
+    pub fn diverges(&self, seed: u64, prompt_hash: u64, in_flight: u64) -> bool {
+        self.diverge_above.is_some_and(|k| in_flight > k)
+            && uniform(seed ^ 0x6469_7665, prompt_hash) < self.diverge
     }
 }
 

@@ -18,6 +18,7 @@
 //! Its workload types come from `tokenscope-workload`; it never depends on
 //! the HTTP client.
 
+pub mod answers;
 pub mod autoscale;
 pub mod calibrate;
 pub mod engine;

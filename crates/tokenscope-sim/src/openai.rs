@@ -198,6 +198,26 @@ pub struct Writer {
     /// The answer as JSON (`{"answer": "…"}`) of this many tokens, broken
     /// (its end cut) or not.
     json: Option<(u64, bool)>,
+    /// Words put in place of the usual ones, by token index: a graded
+    /// question's number, the word an answer diverged at.
+    overrides: Vec<(u64, String)>,
+    /// The answer is this tool call.
+    call: Option<Call>,
+}
+
+/// An answer that is a tool call: its arguments' text is the answer's
+/// words (after any reasoning) between `open` and `close` — or, where the
+/// tool has no string to carry them, as many spaces (JSON whitespace).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub id: String,
+    pub name: String,
+    pub open: String,
+    pub close: String,
+    pub spaces: bool,
+    /// The answer's length in tokens, and whether `close` never comes.
+    pub total: u64,
+    pub broken: bool,
 }
 
 impl Writer {
@@ -228,7 +248,124 @@ impl Writer {
             reasoning_as: ReasoningAs::default(),
             counts_per_event: false,
             json: None,
+            overrides: Vec::new(),
+            call: None,
         }
+    }
+
+    /// Token `i` of the answer is `word` (one token, its space first).
+    pub fn set_word(&mut self, i: u64, word: String) {
+        self.overrides.retain(|(j, _)| *j != i);
+        self.overrides.push((i, word));
+    }
+
+    /// Whether token `i` was set by [`Writer::set_word`].
+    pub fn has_word(&self, i: u64) -> bool {
+        self.overrides.iter().any(|(j, _)| *j == i)
+    }
+
+    /// The answer is `call` (in the APIs with tool calls: chat,
+    /// Responses, Anthropic).
+    pub fn set_call(&mut self, call: Call) {
+        self.call = Some(call);
+    }
+
+    /// The text of tokens `from..to`, the words set in place of others.
+    fn words(&self, from: u64, to: u64) -> String {
+        if self.overrides.is_empty() {
+            return text(from, to);
+        }
+        (from..to)
+            .map(|i| match self.overrides.iter().find(|(j, _)| *j == i) {
+                Some((_, w)) => w.as_str(),
+                None => TOKENS[(i % TOKENS.len() as u64) as usize],
+            })
+            .collect()
+    }
+
+    /// The call's arguments' text of answer tokens `from..to`: the opening
+    /// with the first answer token, the closing with the last (unless broken).
+    fn call_args(&self, call: &Call, (from, to): (u64, u64)) -> String {
+        let r = self.reasoning_tokens.min(call.total);
+        let words = match call.spaces {
+            true => " ".repeat((to - from) as usize),
+            false => self.words(from, to),
+        };
+        let open = if (from..to).contains(&r) {
+            call.open.as_str()
+        } else {
+            ""
+        };
+        let close = match to >= call.total && !call.broken {
+            true => call.close.as_str(),
+            false => "",
+        };
+        format!("{open}{words}{close}")
+    }
+
+    /// The stream's piece of the call carrying `args`; `first` opens the call.
+    fn call_chunk(&self, call: &Call, args: &str, first: bool, usage: Option<u64>) -> Vec<u8> {
+        match self.dialect {
+            Dialect::Responses => {
+                let mut out = Vec::new();
+                if first {
+                    let item = json!({"type": "response.output_item.added", "output_index": 1,
+                        "item": {"type": "function_call", "id": call.id, "call_id": call.id,
+                            "name": call.name, "arguments": ""}});
+                    out.extend_from_slice(&event("response.output_item.added", &item));
+                }
+                let delta = json!({"type": "response.function_call_arguments.delta",
+                    "output_index": 1, "delta": args});
+                out.extend_from_slice(&event("response.function_call_arguments.delta", &delta));
+                out
+            }
+            Dialect::Messages => {
+                let mut out = Vec::new();
+                if first {
+                    let start = json!({"type": "content_block_start", "index": 1,
+                        "content_block": {"type": "tool_use", "id": call.id, "name": call.name,
+                            "input": {}}});
+                    out.extend_from_slice(&event("content_block_start", &start));
+                }
+                let delta = json!({"type": "content_block_delta", "index": 1,
+                    "delta": {"type": "input_json_delta", "partial_json": args}});
+                out.extend_from_slice(&event("content_block_delta", &delta));
+                out
+            }
+            Dialect::Chat => {
+                let function = match first {
+                    true => json!({"index": 0, "id": call.id, "type": "function",
+                        "function": {"name": call.name, "arguments": args}}),
+                    false => json!({"index": 0, "function": {"arguments": args}}),
+                };
+                let choice = json!({"index": 0, "delta": {"tool_calls": [function]},
+                    "finish_reason": null});
+                self.chunk(&choice.to_string(), usage, "").to_vec()
+            }
+            _ => self.content(args, usage).to_vec(),
+        }
+    }
+
+    /// Tokens `from..to` of an answer that is a tool call: the thinking
+    /// among them (unless hidden), then the call's piece.
+    fn call_tokens(
+        &self,
+        call: &Call,
+        (from, to): (u64, u64),
+        usage: Option<u64>,
+    ) -> Option<Bytes> {
+        let r = self.reasoning_tokens;
+        let split = r.clamp(from, to);
+        let mut out = Vec::new();
+        if split > from && self.reasoning_as != ReasoningAs::Hidden {
+            let thought = self.words(from, split);
+            out.extend_from_slice(&self.reasoning_and_content(&thought, "", usage));
+        }
+        if to > split {
+            let args = self.call_args(call, (split, to));
+            out.extend(self.call_chunk(call, &args, split == r, usage));
+        }
+        (!out.is_empty()).then(|| Bytes::from(out))
     }
 
     /// The answer, of `total` tokens, is written as the JSON object
@@ -283,15 +420,15 @@ impl Writer {
     fn text_so_far(&self, upto: u64) -> String {
         let r = self.reasoning_tokens.min(upto);
         match self.reasoning_as {
-            _ if self.reasoning_tokens == 0 => text(0, upto),
-            ReasoningAs::Hidden => text(r, upto),
+            _ if self.reasoning_tokens == 0 => self.words(0, upto),
+            ReasoningAs::Hidden => self.words(r, upto),
             _ => {
                 let close = if upto >= self.reasoning_tokens {
                     "</think>"
                 } else {
                     ""
                 };
-                format!("<think>{}{close}{}", text(0, r), text(r, upto))
+                format!("<think>{}{close}{}", self.words(0, r), self.words(r, upto))
             }
         }
     }
@@ -326,8 +463,11 @@ impl Writer {
             let hidden = self.reasoning_as == ReasoningAs::Hidden && to <= r;
             return (!hidden).then(|| self.sglang_event(to, None));
         }
+        if let Some(call) = self.call.as_ref().filter(|_| self.dialect.has_messages()) {
+            return self.call_tokens(call, (from, to), usage);
+        }
         let split = r.clamp(from, to);
-        let (thought, answer) = (text(from, split), text(split, to));
+        let (thought, answer) = (self.words(from, split), self.words(split, to));
         let answer = self.in_json(answer, (from, to), true);
         let shown = match self.reasoning_as {
             _ if r == 0 || from >= r => answer,
@@ -477,9 +617,13 @@ impl Writer {
                 return Bytes::from(format!("data: {data}\n\n"));
             }
             Dialect::Messages => {
+                let stop = match self.call {
+                    Some(_) => "tool_use",
+                    None => "max_tokens",
+                };
                 let data = json!({
                     "type": "message_delta",
-                    "delta": {"stop_reason": "max_tokens", "stop_sequence": null},
+                    "delta": {"stop_reason": stop, "stop_sequence": null},
                     "usage": {"output_tokens": completion},
                     "timings": timings,
                 });
@@ -487,7 +631,9 @@ impl Writer {
             }
             _ => {}
         }
-        let choice = if self.is_chat() {
+        let choice = if self.is_chat() && self.call.is_some() {
+            r#"{"index":0,"delta":{},"finish_reason":"tool_calls"}"#
+        } else if self.is_chat() {
             r#"{"index":0,"delta":{},"finish_reason":"length"}"#
         } else {
             r#"{"index":0,"text":"","logprobs":null,"finish_reason":"length"}"#
@@ -587,9 +733,13 @@ impl Writer {
         // turned `field` into tags elsewhere); else the text as streamed.
         let r = self.reasoning_tokens.min(completion);
         let (reasoning, text) = match self.reasoning_as {
-            ReasoningAs::Field if r > 0 => (Some(text(0, r)), text(r, completion)),
+            ReasoningAs::Field if r > 0 => (Some(self.words(0, r)), self.words(r, completion)),
             _ => (None, self.text_so_far(completion)),
         };
+        if let Some(call) = self.call.as_ref().filter(|_| self.dialect.has_messages()) {
+            let args = self.call_args(call, (r, completion));
+            return self.whole_call(call, reasoning, &args, completion, model);
+        }
         // A JSON answer after reasoning shown in its field, or with none.
         let text = match reasoning.is_some() || r == 0 {
             true => self.in_json(text, (r, completion), false),
@@ -638,6 +788,60 @@ impl Writer {
 }
 
 impl Writer {
+    /// A whole answer that is a tool call with arguments `args`.
+    fn whole_call(
+        &self,
+        call: &Call,
+        reasoning: Option<String>,
+        args: &str,
+        completion: u64,
+        model: &str,
+    ) -> Value {
+        match self.dialect {
+            Dialect::Responses => {
+                let mut output = Vec::new();
+                if let Some(r) = reasoning {
+                    output.push(json!({"type": "reasoning",
+                        "content": [{"type": "reasoning_text", "text": r}]}));
+                }
+                output.push(json!({"type": "function_call", "id": call.id,
+                    "call_id": call.id, "name": call.name, "arguments": args}));
+                self.response_object(completion, Value::Array(output))
+            }
+            Dialect::Messages => {
+                // Its input is an object; arguments that are not one stay
+                // the text they are.
+                let input = serde_json::from_str::<Value>(args)
+                    .unwrap_or_else(|_| Value::String(args.into()));
+                let mut content = Vec::new();
+                if let Some(r) = reasoning {
+                    content.push(json!({"type": "thinking", "thinking": r}));
+                }
+                content.push(json!({"type": "tool_use", "id": call.id, "name": call.name,
+                    "input": input}));
+                json!({
+                    "id": self.id, "type": "message", "role": "assistant", "model": model,
+                    "content": content, "stop_reason": "tool_use",
+                    "usage": {"input_tokens": self.prompt_tokens, "output_tokens": completion},
+                })
+            }
+            _ => {
+                let mut message = json!({"role": "assistant", "content": null,
+                    "tool_calls": [{"id": call.id, "type": "function",
+                        "function": {"name": call.name, "arguments": args}}]});
+                if let Some(r) = reasoning {
+                    message["reasoning_content"] = json!(r);
+                }
+                json!({
+                    "id": self.id, "object": "chat.completion", "model": model,
+                    "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+                    "usage": serde_json::from_str::<Value>(&self.usage_json(completion))
+                        .expect("usage_json writes JSON"),
+                })
+            }
+        }
+    }
+
     fn whole_response(&self, reasoning: Option<String>, text: &str, completion: u64) -> Value {
         let mut output = Vec::new();
         if let Some(r) = reasoning {

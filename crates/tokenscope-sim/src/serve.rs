@@ -158,6 +158,8 @@ struct Replica {
 struct Shared {
     replicas: Vec<Replica>,
     next_id: AtomicU64,
+    /// Requests in flight (the built-in answers' load-dependent faults).
+    in_flight: Arc<AtomicU64>,
     options: ServeOptions,
     config: EngineConfig,
     kv_blocks: u64,
@@ -282,6 +284,7 @@ impl EngineServer {
         let shared = Arc::new(Shared {
             replicas,
             next_id: AtomicU64::new(0),
+            in_flight: Arc::default(),
             model_json: serde_json::to_string(&options.model_name).expect("a string serializes"),
             ready_at: Instant::now() + options.load_time,
             options,
@@ -647,6 +650,7 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
     };
     let ask = Ask::read(&body, dialect);
     let id = s.next_id.fetch_add(1, Ordering::Relaxed);
+    let in_flight = crate::answers::InFlight::enter(&s.in_flight);
     let fault = s.options.faults.for_request(s.options.seed, id);
     if let Fault::Status(code) = fault {
         return injected_status(code);
@@ -685,12 +689,25 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
         return *stopped;
     }
     let mut writer = Writer::new(dialect, "sim", id, &s.model_json, prompt).asked(&ask);
-    if let Some((n, how)) = s.options.reasoning(id) {
-        writer.set_reasoning(n.min(max_tokens), how);
+    let reasoning = s
+        .options
+        .reasoning(id)
+        .map(|(n, how)| (n.min(max_tokens), how));
+    if let Some((n, how)) = reasoning {
+        writer.set_reasoning(n, how);
     }
-    if ask.wants_json {
-        writer.set_json(max_tokens, s.options.faults.breaks_json(s.options.seed, id));
-    }
+    let context = crate::answers::Context {
+        body: &body,
+        ask: &ask,
+        dialect,
+        faults: &s.options.faults,
+        seed: s.options.seed,
+        n: id,
+        tokens: max_tokens,
+        reasoning: reasoning.map_or(0, |r| r.0),
+        in_flight: in_flight.at_arrival,
+    };
+    crate::answers::shape(&mut writer, &context);
     if !ask.stream {
         let mut n = 0;
         while let Some(ev) = rx.recv().await {
@@ -711,6 +728,7 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
         include_usage: ask.include_usage,
         fault,
         half: max_tokens / 2,
+        _in_flight: in_flight,
     };
     let body = Body::from_stream(futures_util::stream::unfold(state, |mut st| async move {
         let item = st.next().await?;
@@ -787,6 +805,8 @@ struct StreamState {
     include_usage: bool,
     fault: Fault,
     half: u64,
+    /// Counted in flight until the stream is done with.
+    _in_flight: crate::answers::InFlight,
 }
 
 impl StreamState {

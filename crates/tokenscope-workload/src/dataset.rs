@@ -94,6 +94,11 @@ pub struct Entry {
     pub media: Vec<std::sync::Arc<crate::media::Media>>,
     /// Those as the file names them, until [`Dataset::load`] reads them.
     media_refs: Vec<(crate::media::Kind, String)>,
+    /// Tools it offers the model (JSONL `tools`, OpenAI's or BFCL's
+    /// form), put in OpenAI chat's form; they win over `--tools`.
+    pub tools: Option<std::sync::Arc<Vec<serde_json::Value>>>,
+    /// The answer it should get (JSONL `expected`), for `--grade`.
+    pub expected: Option<String>,
 }
 
 /// A loaded dataset.
@@ -148,10 +153,13 @@ pub struct Load {
 
 impl Dataset {
     pub fn load(path: &Path, how: &Load) -> Result<Dataset, DatasetError> {
-        let text = std::fs::read_to_string(path).map_err(|source| DatasetError::Io {
-            path: path.into(),
-            source,
-        })?;
+        let text = match path.to_str() == Some(crate::arithmetic::NAME) {
+            true => crate::arithmetic::jsonl(),
+            false => std::fs::read_to_string(path).map_err(|source| DatasetError::Io {
+                path: path.into(),
+                source,
+            })?,
+        };
         let format = match how.format {
             Some(f) => f,
             None => detect(&text).ok_or_else(|| DatasetError::Whole {
@@ -332,6 +340,8 @@ fn entry(prompt: Prompt, output_tokens: Option<u64>, timestamp_ms: Option<f64>) 
         session: None,
         media: Vec::new(),
         media_refs: Vec::new(),
+        tools: None,
+        expected: None,
     }
 }
 
@@ -610,6 +620,20 @@ fn jsonl(text: &str) -> Parsed<Vec<Entry>> {
             timestamp(n, &m)?,
         );
         e.media_refs = media_refs(n, &m)?;
+        e.tools = match m.get("tools") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(t) => Some(std::sync::Arc::new(
+                crate::tools::normalize(t).map_err(|why| (n, format!("`tools`: {why}")))?,
+            )),
+        };
+        e.expected = match m.get("expected") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            Some(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => {
+                Some(v.to_string())
+            }
+            Some(v) => Some(v.to_string()),
+        };
         e.session = match m.get("session_id") {
             None | Some(serde_json::Value::Null) => None,
             Some(serde_json::Value::String(s)) => Some(s.clone()),

@@ -8,6 +8,7 @@
 //! - [`tokenizer`]: token counts, cl100k built in or a local `tokenizer.json`;
 //! - [`dataset`]: prompts and recorded lengths from files (ShareGPT, JSONL,
 //!   Azure, BurstGPT and Mooncake traces);
+//! - [`tools`]: the tools a request offers, in one form;
 //! - [`session`]: multi-turn conversations and the user's think time;
 //! - [`workload`]: what every request asks for (synthetic prompts, shared
 //!   prefixes, the dataset entry it sends);
@@ -15,6 +16,7 @@
 //!   gamma, a trace's own times).
 
 pub mod adapters;
+pub mod arithmetic;
 pub mod arrival;
 pub mod dataset;
 pub mod lengths;
@@ -22,4 +24,5 @@ pub mod media;
 pub mod seed;
 pub mod session;
 pub mod tokenizer;
+pub mod tools;
 pub mod workload;

@@ -74,6 +74,10 @@ pub struct PromptSpec {
     /// Images, audio and video sent with the prompt (text tokens only are
     /// in `input_tokens`; the server counts the media's).
     pub media: Vec<std::sync::Arc<crate::media::Media>>,
+    /// Its dataset entry's own tools (they win over `--tools`).
+    pub tools: Option<std::sync::Arc<Vec<serde_json::Value>>>,
+    /// Its dataset entry's expected answer (`--grade`).
+    pub expected: Option<String>,
 }
 
 impl Workload {
@@ -153,12 +157,15 @@ impl Workload {
             None if k == 0 => self.synthetic(s, input_tokens, &mut rng),
             None => self.unique_words(key, input_tokens, &mut rng),
         };
+        let entry = self.session_entry(s, k);
         PromptSpec {
             prompt,
             input_tokens,
             max_tokens,
             documents: Vec::new(),
             media,
+            tools: entry.and_then(|e| e.tools.clone()),
+            expected: entry.and_then(|e| e.expected.clone()),
         }
     }
 
@@ -256,13 +263,15 @@ impl Workload {
                 prompt
             }
         };
-        let media = self.media_of(self.dataset.as_ref().map(|d| d.entry(id)), id);
+        let entry = self.dataset.as_ref().map(|d| d.entry(id));
         PromptSpec {
             prompt,
             input_tokens,
             max_tokens,
             documents: Vec::new(),
-            media,
+            media: self.media_of(entry, id),
+            tools: entry.and_then(|e| e.tools.clone()),
+            expected: entry.and_then(|e| e.expected.clone()),
         }
     }
 

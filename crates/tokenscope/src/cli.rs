@@ -302,7 +302,7 @@ impl ReportArgs {
 #[derive(Subcommand, Debug)]
 pub enum SimCommand {
     /// Serve the exact server: OpenAI-compatible streaming with exactly the given timing.
-    Exact(ExactArgs),
+    Exact(Box<ExactArgs>),
     /// Serve the simulated engine in real time: OpenAI-compatible, with vLLM's /metrics.
     Serve(Box<ServeArgs>),
     /// Predict a deployment on a virtual clock: the same workload flags as bench, results in seconds.
@@ -856,6 +856,29 @@ pub struct RequestArgs {
     /// SGLang's `json_schema`). The share of valid answers is reported.
     #[arg(long, value_name = "json|schema:FILE", value_parser = response_format)]
     pub response_format: Option<tokenscope_load::structured::ResponseFormat>,
+    /// Tools every request offers the model: a JSON file holding a list in
+    /// OpenAI's form (`[{"type": "function", "function": {"name",
+    /// "parameters"}}]`; BFCL's bare functions are taken too). Sent in each
+    /// API's form (chat, Responses, Anthropic); streamed calls are timed as
+    /// output, and every call's arguments are checked against its tool's
+    /// schema. A dataset entry's own `tools` win.
+    #[arg(long, value_name = "FILE", value_parser = tools_file)]
+    pub tools: Option<std::sync::Arc<Vec<serde_json::Value>>>,
+    /// Whether the model may call a tool: `auto` (it decides), `required`
+    /// (it must), `none` (it must not) or a tool's name (it must call that one).
+    #[arg(long, value_name = "auto|required|none|NAME")]
+    pub tool_choice: Option<tokenscope_load::tools::ToolChoice>,
+    /// Grade every answer against its dataset entry's `expected`: `exact`
+    /// (case and a final period ignored), `contains`, `number` (the
+    /// answer's last number), `json` (equal JSON) or `regex:PATTERN` (its
+    /// first group, exactly). Accuracy is reported with its 95 % interval;
+    /// `--dataset builtin:arithmetic` is a set with known answers.
+    #[arg(long, value_name = "RULE")]
+    pub grade: Option<tokenscope_load::grading::Grade>,
+    /// Keep each answer's text in requests.jsonl (every record keeps a hash
+    /// of it anyway): what tells where two runs' answers first differ.
+    #[arg(long)]
+    pub keep_text: bool,
     /// LoRA adapters to send the requests to, comma-separated: each request
     /// names one as its `model`, as vLLM serves adapters (`--lora-modules`).
     /// Every figure is also reported per adapter.
@@ -1098,6 +1121,18 @@ pub struct LoadArgs {
     pub media_pool: u32,
 }
 
+/// A tools file read at once, in OpenAI's form.
+fn tools_file(path: &str) -> Result<std::sync::Arc<Vec<serde_json::Value>>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{path}: not JSON: {e}"))?;
+    let tools = tokenscope_workload::tools::normalize(&v).map_err(|e| format!("{path}: {e}"))?;
+    match tools.is_empty() {
+        true => Err(format!("{path}: the list of tools is empty")),
+        false => Ok(std::sync::Arc::new(tools)),
+    }
+}
+
 /// `json`, or `schema:FILE` read at once (its name: the file's stem).
 fn response_format(s: &str) -> Result<tokenscope_load::structured::ResponseFormat, String> {
     use tokenscope_load::structured::ResponseFormat;
@@ -1225,6 +1260,22 @@ pub struct FaultArgs {
     /// like) whose JSON is cut before its end (drawn apart from the rest).
     #[arg(long, default_value_t = 0.0, value_parser = probability)]
     pub bad_json: f64,
+    /// Share of the answers that call a tool (the request offered tools)
+    /// whose arguments are cut before their end (drawn apart).
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub bad_tool_args: f64,
+    /// Share of the questions with a known answer (--dataset
+    /// builtin:arithmetic) answered wrong, off by one (drawn apart).
+    #[arg(long, default_value_t = 0.0, value_parser = probability)]
+    pub wrong_answers: f64,
+    /// Above this many requests in flight, --diverge of the answers change
+    /// one word (the same prompts at every such load): answers that
+    /// change with load, as batch-variance bugs make them.
+    #[arg(long, value_name = "N", requires = "diverge")]
+    pub diverge_above: Option<u64>,
+    /// The share of answers that change above --diverge-above.
+    #[arg(long, default_value_t = 0.0, value_parser = probability, requires = "diverge_above")]
+    pub diverge: f64,
     #[arg(long, default_value = "5s", value_parser = duration)]
     pub stall_for: Duration,
     /// Seed of the fault draw.

@@ -15,7 +15,7 @@ fn injected_failures_are_each_counted_under_their_kind() {
         disconnect: 0.1,
         malformed: 0.1,
         stall: 0.05,
-        bad_json: 0.0,
+        ..Faults::default()
     };
     config.stall = Duration::from_secs(3);
     config.seed = 11;

@@ -74,6 +74,9 @@ struct RawEvent<'a> {
     message: Option<Value>,
     #[serde(default)]
     usage: Option<RawUsage>,
+    /// `content_block_start`'s block (a `tool_use`'s id and name).
+    #[serde(default)]
+    content_block: Option<Value>,
     #[serde(default)]
     error: Option<Value>,
     /// A server's own timings, where it adds them (the built-in servers do).
@@ -93,6 +96,22 @@ struct RawDelta<'a> {
     stop_reason: Option<Cow<'a, str>>,
 }
 
+/// A `tool_use` block as a tool-call event: its name, and its `input`
+/// where it comes whole (`with_input`; streamed, the input comes in
+/// `input_json_delta`s after a block opened with `{}`).
+fn tool_use(index: u32, block: &Value, with_input: bool) -> Event<'_> {
+    let arguments = match with_input {
+        true => Cow::Owned(block["input"].to_string()),
+        false => Cow::Borrowed(""),
+    };
+    Event::ToolCall(ToolCallDelta {
+        index,
+        id: block["id"].as_str().map(Cow::Borrowed),
+        name: block["name"].as_str().map(Cow::Borrowed),
+        arguments,
+    })
+}
+
 impl Protocol for AnthropicMessages {
     fn name(&self) -> &'static str {
         "anthropic-messages"
@@ -110,6 +129,13 @@ impl Protocol for AnthropicMessages {
             // Anthropic's structured outputs.
             let format = json!({"type": "json_schema", "schema": f.schema()});
             obj.insert("output_format".into(), format);
+        }
+        if !r.tools.is_empty() {
+            let tools = r.tools.iter().map(crate::tools::anthropic_tool).collect();
+            obj.insert("tools".into(), Value::Array(tools));
+            if let Some(c) = r.tool_choice {
+                obj.insert("tool_choice".into(), c.anthropic());
+            }
         }
         serde_json::to_vec(&obj).expect("a JSON value serializes")
     }
@@ -158,6 +184,12 @@ impl Protocol for AnthropicMessages {
                     }));
                 }
             }
+            "content_block_start" => {
+                let block = raw.content_block.unwrap_or(Value::Null);
+                if block["type"] == "tool_use" {
+                    emit(tool_use(raw.index.unwrap_or(0), &block, false));
+                }
+            }
             "message_start" => {
                 let usage = raw.message.map(|mut m| m["usage"].take());
                 if let Some(u) = usage.and_then(|u| RawUsage::deserialize(u).ok()) {
@@ -196,8 +228,9 @@ impl Protocol for AnthropicMessages {
         if let Some(err) = self.error_message(&v) {
             emit(Event::Error(err));
         }
-        for block in v["content"].as_array().into_iter().flatten() {
+        for (i, block) in v["content"].as_array().into_iter().flatten().enumerate() {
             match block["type"].as_str() {
+                Some("tool_use") => emit(tool_use(i as u32, block, true)),
                 Some("text") => {
                     if let Some(t) = block["text"].as_str().filter(|t| !t.is_empty()) {
                         emit(Event::Answer(t.into()));
@@ -225,6 +258,10 @@ impl Protocol for AnthropicMessages {
     }
 
     fn response_formats(&self) -> bool {
+        true
+    }
+
+    fn tool_calls(&self) -> bool {
         true
     }
 }

@@ -27,6 +27,7 @@ pub mod tgi;
 pub mod triton;
 
 pub use crate::structured::ResponseFormat;
+pub use crate::tools::ToolChoice;
 pub use reasoning::{Reasoner, ReasoningParser, Split};
 use serde_json::Value;
 use std::borrow::Cow;
@@ -82,6 +83,11 @@ pub trait Protocol: Sync + std::fmt::Debug {
     }
     /// The API has a field for `--response-format` (each writes its own).
     fn response_formats(&self) -> bool {
+        false
+    }
+    /// The API has fields for tools and streams the calls back (`--tools`):
+    /// chat, Responses and Anthropic.
+    fn tool_calls(&self) -> bool {
         false
     }
     /// A pooling API (embeddings, rerank): it generates nothing and answers
@@ -271,8 +277,11 @@ pub struct Request<'a> {
     pub model: &'a str,
     /// The conversation, oldest first; the last is the prompt.
     pub messages: Vec<Message<'a>>,
-    /// Tools the model may call (an OpenAI `tools` array); none today.
+    /// Tools the model may call, in OpenAI chat's form (`--tools`, a
+    /// dataset entry's); each API writes them its own way.
     pub tools: &'a [Value],
+    /// `--tool-choice`, sent when tools are.
+    pub tool_choice: Option<&'a ToolChoice>,
     pub temperature: Option<f64>,
     /// `None`: the server decides how long the answer is.
     pub max_tokens: Option<u64>,
@@ -386,6 +395,7 @@ impl<'a> Request<'a> {
             model,
             messages,
             tools: &[],
+            tool_choice: None,
             temperature: shape.temperature,
             max_tokens: None,
             ignore_eos: false,
@@ -445,6 +455,18 @@ pub struct ToolCallDelta<'a> {
     pub arguments: Cow<'a, str>,
 }
 
+impl ToolCallDelta<'_> {
+    /// The piece with its text owned, to outlive the event it came in.
+    pub fn into_owned(self) -> ToolCallDelta<'static> {
+        ToolCallDelta {
+            index: self.index,
+            id: self.id.map(|c| Cow::Owned(c.into_owned())),
+            name: self.name.map(|c| Cow::Owned(c.into_owned())),
+            arguments: Cow::Owned(self.arguments.into_owned()),
+        }
+    }
+}
+
 /// What a piece of an answer carries, whatever the API.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event<'a> {
@@ -455,7 +477,7 @@ pub enum Event<'a> {
     AnswerSoFar(Cow<'a, str>),
     /// Text of the model's reasoning before its answer.
     Reasoning(Cow<'a, str>),
-    /// Part of a tool call (no API here emits one yet).
+    /// Part of a tool call: its name, its arguments' text, or both.
     ToolCall(ToolCallDelta<'a>),
     Usage(Usage),
     /// Why the answer ended (`stop`, `length`, …).
@@ -508,6 +530,9 @@ pub struct Piece {
     pub items: Option<u64>,
     /// Generated tokens the events counted one by one (Triton's).
     pub output_tokens: Option<u64>,
+    /// Pieces of tool calls (their text counted in `text_bytes`, not put
+    /// in the answer's text).
+    pub calls: Vec<ToolCallDelta<'static>>,
 }
 
 impl Piece {
@@ -537,12 +562,9 @@ impl Piece {
                 reasoner.answer(new, text)
             }
             Event::ToolCall(call) => {
-                self.text_bytes += call.arguments.len();
-                text.push_str(&call.arguments);
-                Split {
-                    reasoning: 0,
-                    answer: call.arguments.len(),
-                }
+                self.text_bytes += call.name.as_ref().map_or(0, |n| n.len()) + call.arguments.len();
+                self.calls.push(call.into_owned());
+                Split::default()
             }
             Event::Usage(u) => {
                 self.usage = Some(self.usage.map_or(u, |was| was.merged(u)));
@@ -672,8 +694,13 @@ mod tests {
             r,
         );
         p.add(Event::Finish("stop".into()), &mut text, r);
-        assert_eq!((p.text_bytes, text.as_str()), (7, "abcde{}"));
-        assert_eq!((p.reasoning_bytes, p.answer_bytes), (2, 5));
+        assert_eq!(
+            (p.text_bytes, text.as_str()),
+            (8, "abcde"),
+            "a call is not answer text"
+        );
+        assert_eq!((p.reasoning_bytes, p.answer_bytes), (2, 3));
+        assert_eq!(p.calls[0].name.as_deref(), Some("f"));
         assert_eq!(p.finish_reason.as_deref(), Some("stop"));
     }
 

@@ -6,7 +6,7 @@
 //! Chunks are parsed borrowing from the event's text, so a token costs one
 //! JSON scan and no allocation unless its text has escapes.
 
-use super::{Event, Malformed, Request, Usage};
+use super::{Event, Malformed, Request, ToolCallDelta, Usage};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::borrow::Cow;
@@ -18,6 +18,12 @@ pub fn finish_body(mut obj: serde_json::Map<String, Value>, r: &Request<'_>) -> 
     r.common_fields(&mut obj);
     if let Some(f) = r.response_format {
         obj.insert("response_format".into(), f.openai());
+    }
+    if !r.tools.is_empty() {
+        obj.insert("tools".into(), Value::Array(r.tools.to_vec()));
+        if let Some(c) = r.tool_choice {
+            obj.insert("tool_choice".into(), c.openai());
+        }
     }
     if r.stream {
         obj.insert("stream_options".into(), json!({"include_usage": true}));
@@ -132,6 +138,46 @@ struct RawDelta<'a> {
     reasoning_content: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     reasoning: Option<Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "null_as_empty")]
+    tool_calls: Vec<RawToolCall<'a>>,
+}
+
+/// A piece of a streamed tool call: the first of a call carries its id
+/// and name, the rest its arguments' text.
+#[derive(Deserialize)]
+struct RawToolCall<'a> {
+    #[serde(default)]
+    index: u32,
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    function: Option<RawFunction<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RawFunction<'a> {
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    arguments: Option<Cow<'a, str>>,
+}
+
+/// A whole answer's tool call (`message.tool_calls[i]`), as an event.
+fn whole_call(i: usize, call: &Value) -> Event<'_> {
+    let f = &call["function"];
+    // Arguments are a string of JSON; a server that sends the object
+    // itself is read as that object's text.
+    let arguments = match &f["arguments"] {
+        Value::String(s) => Cow::Borrowed(s.as_str()),
+        Value::Null => Cow::Borrowed(""),
+        other => Cow::Owned(other.to_string()),
+    };
+    Event::ToolCall(ToolCallDelta {
+        index: call["index"].as_u64().unwrap_or(i as u64) as u32,
+        id: call["id"].as_str().map(Cow::Borrowed),
+        name: f["name"].as_str().map(Cow::Borrowed),
+        arguments,
+    })
 }
 
 /// Text that is there: an empty or missing field is no event (a role-only
@@ -160,6 +206,16 @@ pub fn chunk_events(data: &str, emit: &mut dyn FnMut(Event<'_>)) -> Result<(), M
                 text_event(d.content, Event::Answer),
             ];
             texts.into_iter().flatten().for_each(&mut *emit);
+            for call in d.tool_calls {
+                let f = call.function;
+                let (name, arguments) = f.map_or((None, None), |f| (f.name, f.arguments));
+                emit(Event::ToolCall(ToolCallDelta {
+                    index: call.index,
+                    id: call.id,
+                    name: name.filter(|n| !n.is_empty()),
+                    arguments: arguments.unwrap_or_default(),
+                }));
+            }
         }
         if let Some(e) = text_event(choice.text, Event::Answer) {
             emit(e);
@@ -210,6 +266,10 @@ pub fn whole_events(body: &str, emit: &mut dyn FnMut(Event<'_>)) -> Result<(), M
                 });
             }
         }
+        let calls = m["tool_calls"].as_array().into_iter().flatten();
+        calls
+            .enumerate()
+            .for_each(|(i, call)| emit(whole_call(i, call)));
         if let Some(f) = c["finish_reason"].as_str() {
             emit(Event::Finish(f.into()));
         }
@@ -398,6 +458,35 @@ mod tests {
         let (err, _) = whole(r#"{"error":{"message":"no such model"}}"#).unwrap();
         assert_eq!(err.error.as_deref(), Some("no such model"));
         assert!(whole("<html>").is_err());
+    }
+
+    #[test]
+    fn streamed_and_whole_tool_calls_are_read() {
+        let (p, text) = parse(
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}}]}"#,
+        );
+        assert_eq!(
+            (p.text_bytes, text.as_str()),
+            (11, ""),
+            "the name is generated"
+        );
+        assert_eq!(p.calls[0].name.as_deref(), Some("get_weather"));
+        let (p, _) = parse(
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\""}}]}}]}"#,
+        );
+        assert_eq!(
+            (p.calls[0].arguments.as_ref(), p.text_bytes),
+            ("{\"city\"", 7)
+        );
+        let mut piece = Piece::default();
+        let (mut text, mut r) = (String::new(), Reasoner::new(ReasoningParser::Auto));
+        whole_events(
+            r#"{"choices":[{"message":{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{"a":1}}}]},"finish_reason":"tool_calls"}]}"#,
+            &mut |e| piece.add(e, &mut text, &mut r),
+        )
+        .unwrap();
+        assert_eq!(piece.calls[0].arguments, r#"{"a":1}"#);
+        assert_eq!(piece.finish_reason.as_deref(), Some("tool_calls"));
     }
 
     #[test]

@@ -23,9 +23,6 @@ impl Protocol for OpenaiChat {
             .map(|m| m.to_json(PartStyle::Chat))
             .collect();
         obj.insert("messages".into(), Value::Array(messages));
-        if !r.tools.is_empty() {
-            obj.insert("tools".into(), Value::Array(r.tools.to_vec()));
-        }
         openai::finish_body(obj, r)
     }
 
@@ -46,6 +43,10 @@ impl Protocol for OpenaiChat {
     }
 
     fn response_formats(&self) -> bool {
+        true
+    }
+
+    fn tool_calls(&self) -> bool {
         true
     }
 }

@@ -23,6 +23,9 @@ struct RawEvent<'a> {
     delta: Option<Cow<'a, str>>,
     #[serde(default)]
     output_index: Option<u32>,
+    /// `response.output_item.added`'s item (a function call's name).
+    #[serde(default)]
+    item: Option<Value>,
     #[serde(default)]
     response: Option<Value>,
     #[serde(default)]
@@ -58,6 +61,22 @@ fn finished(response: &Value, emit: &mut dyn FnMut(Event<'_>)) {
     }
 }
 
+/// A `function_call` output item as a tool-call event: its name, and its
+/// arguments where they come whole (`with_arguments`; streamed, they come
+/// in their own deltas).
+fn function_call(index: u32, item: &Value, with_arguments: bool) -> Event<'_> {
+    let arguments = match with_arguments {
+        true => item["arguments"].as_str().unwrap_or(""),
+        false => "",
+    };
+    Event::ToolCall(ToolCallDelta {
+        index,
+        id: item["call_id"].as_str().map(Cow::Borrowed),
+        name: item["name"].as_str().map(Cow::Borrowed),
+        arguments: arguments.into(),
+    })
+}
+
 impl Protocol for OpenaiResponses {
     fn name(&self) -> &'static str {
         "openai-responses"
@@ -75,6 +94,13 @@ impl Protocol for OpenaiResponses {
         if let Some(f) = r.response_format {
             obj.insert("text".into(), json!({"format": f.responses()}));
         }
+        if !r.tools.is_empty() {
+            let tools = r.tools.iter().map(crate::tools::responses_tool).collect();
+            obj.insert("tools".into(), Value::Array(tools));
+            if let Some(c) = r.tool_choice {
+                obj.insert("tool_choice".into(), c.responses());
+            }
+        }
         serde_json::to_vec(&obj).expect("a JSON value serializes")
     }
 
@@ -90,6 +116,12 @@ impl Protocol for OpenaiResponses {
             "response.output_text.delta" => text.map(Event::Answer).into_iter().for_each(emit),
             "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
                 text.map(Event::Reasoning).into_iter().for_each(emit)
+            }
+            "response.output_item.added" => {
+                let item = raw.item.unwrap_or(Value::Null);
+                if item["type"] == "function_call" {
+                    emit(function_call(raw.output_index.unwrap_or(0), &item, false));
+                }
             }
             "response.function_call_arguments.delta" => {
                 if let Some(args) = text {
@@ -136,7 +168,10 @@ impl Protocol for OpenaiResponses {
         if let Some(err) = self.error_message(&v) {
             emit(Event::Error(err));
         }
-        for item in v["output"].as_array().into_iter().flatten() {
+        for (i, item) in v["output"].as_array().into_iter().flatten().enumerate() {
+            if item["type"] == "function_call" {
+                emit(function_call(i as u32, item, true));
+            }
             let parts = item["content"].as_array().into_iter().flatten();
             let summary = item["summary"].as_array().into_iter().flatten();
             for part in parts.chain(summary) {
@@ -163,6 +198,10 @@ impl Protocol for OpenaiResponses {
     }
 
     fn response_formats(&self) -> bool {
+        true
+    }
+
+    fn tool_calls(&self) -> bool {
         true
     }
 }

@@ -30,7 +30,7 @@ pub fn run(command: Command) -> anyhow::Result<Exit> {
         Command::Selftest(args) => selftest::run(args),
         Command::Merge(args) => merge::run(args),
         Command::History(args) => history::run(args),
-        Command::Sim(SimCommand::Exact(args)) => sim_serve::exact(args),
+        Command::Sim(SimCommand::Exact(args)) => sim_serve::exact(*args),
         Command::Sim(SimCommand::Serve(args)) => sim_serve::engine(*args),
         Command::Sim(SimCommand::Plan(args)) => sim_plan::run(*args),
         Command::Sim(SimCommand::List(args)) => sim_list::run(args),

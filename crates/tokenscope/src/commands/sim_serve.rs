@@ -31,6 +31,10 @@ fn faults(a: &FaultArgs) -> Faults {
         malformed: a.malformed,
         stall: a.stall,
         bad_json: a.bad_json,
+        bad_tool_args: a.bad_tool_args,
+        wrong_answers: a.wrong_answers,
+        diverge_above: a.diverge_above,
+        diverge: a.diverge,
     }
 }
 

@@ -141,42 +141,6 @@ impl Telemetry {
 }
 
 /// Assembles `results.json` from the run's figures and facts.
-/// `--response-format`: a finding when any answer was not the format asked
-/// for, with its count, interval and most frequent reason.
-fn invalid_structured_output(m: &Measured, config: &serde_json::Value) -> Option<Finding> {
-    let s = m
-        .structured_output
-        .as_ref()
-        .filter(|s| s.valid < s.checked)?;
-    let label = config["response_format"]
-        .as_str()
-        .unwrap_or("the asked format");
-    let worst = s
-        .failures
-        .first()
-        .map(|f| format!("; most often ×{} {}", f.count, f.reason))
-        .unwrap_or_default();
-    Some(Finding {
-        rule: "invalid_structured_output".into(),
-        severity: "warning".into(),
-        message: format!(
-            "{} of {} answers were not valid {label} ({:.1} % valid, 95 % interval {:.1}–{:.1} %){worst}",
-            s.checked - s.valid,
-            s.checked,
-            s.valid_share * 100.0,
-            s.valid_share_ci95.0 * 100.0,
-            s.valid_share_ci95.1 * 100.0
-        ),
-        evidence: [
-            ("checked".to_string(), json!(s.checked)),
-            ("valid".to_string(), json!(s.valid)),
-            ("valid_share_ci95".to_string(), json!(s.valid_share_ci95)),
-        ]
-        .into_iter()
-        .collect(),
-    })
-}
-
 pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
     let client = match facts.client_cpu {
         // Over the client's own working time, not the requests' window: token
@@ -198,9 +162,13 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
             && facts.config["dataset"].is_null()
             && facts.config["multi_turn"].is_null(),
     };
+    let accuracy = m
+        .accuracy
+        .clone()
+        .map(|a| super::answers::with_rule(a, &facts.config));
     let mut diagnosis = diagnose(&m.counts, &m.latency, &m.tokens, &client, asked);
     diagnosis.extend(facts.extra_findings);
-    diagnosis.extend(invalid_structured_output(&m, &facts.config));
+    diagnosis.extend(super::answers::findings(&m, &facts.config));
     let (mut server, mut kv_cache, mut gpu) = (facts.server, facts.kv_cache, None);
     if let Some(t) = &facts.telemetry {
         diagnosis.extend(tokenscope_telemetry::diagnose::diagnose(
@@ -271,6 +239,8 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
         adapters: m.adapters,
         media: m.media,
         structured_output: m.structured_output,
+        tool_calls: m.tool_calls,
+        accuracy,
         window: m.window,
         latency: m.latency,
         throughput: m.throughput,

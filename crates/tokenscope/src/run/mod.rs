@@ -19,6 +19,7 @@
 //! asks for first); [`builtin`] starts the client runtime (and a built-in
 //! server when there is no `--url`) they run on.
 
+pub mod answers;
 pub mod builtin;
 pub mod cold_start;
 pub mod collect;

@@ -18,10 +18,12 @@ use tokenscope_core::clock::Clock;
 use tokenscope_load::connections::{self, Warmed};
 use tokenscope_load::http1;
 use tokenscope_load::loop_delay;
+use tokenscope_load::protocol::Protocol;
 use tokenscope_load::recorder::Recorder;
 use tokenscope_load::request::Target;
 use tokenscope_load::runner::{Progress, Runner};
 use tokenscope_load::structured::AnswerCheck;
+use tokenscope_load::tools::ToolUse;
 use tokenscope_telemetry::scraper::{ScrapeConfig, Scraper};
 use tokenscope_workload::adapters::Adapters;
 use tokio_util::sync::CancellationToken;
@@ -171,6 +173,16 @@ fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
             Some(Arc::new(check))
         }
     };
+    let tools = tool_use(spec, api)?;
+    let grade = match &r.grade {
+        None => None,
+        Some(_) if !spec.load.has_expected_answers() => {
+            return Err(Exit::usage(
+                "--grade needs answers to grade against: a --dataset whose entries carry `expected` (or --dataset builtin:arithmetic)".into(),
+            ))
+        }
+        Some(g) => Some(Arc::new(g.clone())),
+    };
     // A pooling API answers whole: nothing streams.
     let stream = !r.no_stream && !api.pooling();
     let path = api.endpoint(&probed.model, stream);
@@ -191,6 +203,9 @@ fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
         documents: api.documents(r.batch_size),
         adapters,
         check,
+        tools,
+        grade,
+        keep_text: r.keep_text,
         shape: tokenscope_load::protocol::Shape {
             system_prompt: r.system_prompt.clone(),
             temperature: r.temperature,
@@ -201,6 +216,41 @@ fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
         timeout: r.timeout,
         idle_timeout: r.idle_timeout,
     })
+}
+
+/// `--tools` and `--tool-choice` (or a dataset's tools): what every
+/// request offers, refused where the API has no tools or nothing is offered.
+fn tool_use(spec: &RunSpec, api: &dyn Protocol) -> anyhow::Result<Option<Arc<ToolUse>>> {
+    let r = &spec.request;
+    let from_dataset = spec.load.has_tools();
+    if r.tools.is_none() && !from_dataset {
+        return match r.tool_choice {
+            Some(_) => Err(Exit::usage(
+                "--tool-choice needs tools to choose from: --tools FILE, or a --dataset whose entries carry `tools`".into(),
+            )),
+            None => Ok(None),
+        };
+    }
+    if !api.tool_calls() {
+        return Err(Exit::usage(format!(
+            "{} has no tools (chat, Responses and Anthropic do): the requests would go without them",
+            api.name()
+        )));
+    }
+    if let (Some(tokenscope_load::tools::ToolChoice::Named(name)), Some(tools)) =
+        (&r.tool_choice, &r.tools)
+    {
+        if !tools.iter().any(|t| t["function"]["name"] == name.as_str()) {
+            return Err(Exit::usage(format!(
+                "--tool-choice {name}: no tool of that name in --tools"
+            )));
+        }
+    }
+    Ok(Some(Arc::new(ToolUse {
+        tools: r.tools.clone().unwrap_or_default(),
+        choice: r.tool_choice.clone().unwrap_or_default(),
+        check: Default::default(),
+    })))
 }
 
 /// The scraper of the server's metrics and the GPUs, its baseline taken;

@@ -159,6 +159,12 @@ fn run_config(
             "idle_timeout_s": request.idle_timeout.as_secs_f64(),
             "batch_size": (request.batch_size > 1).then_some(request.batch_size),
             "response_format": request.response_format.as_ref().map(|f| f.label()),
+            "tools": (request.tools.is_some() || request.tool_choice.is_some()).then(|| json!({
+                "offered": request.tools.as_ref().map(|t| t.len()),
+                "choice": request.tool_choice.as_ref().map_or("auto", |c| c.label()),
+            })),
+            "grade": request.grade.as_ref().map(|g| g.label()),
+            "keep_text": request.keep_text.then_some(true),
             "lora": (!request.lora.is_empty()).then(|| json!({
                 "adapters": request.lora,
                 "assignment": request.lora_assignment.to_string(),

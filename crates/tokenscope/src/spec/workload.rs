@@ -56,6 +56,20 @@ impl Load {
         }
     }
 
+    /// Some dataset entry offers its own tools.
+    pub fn has_tools(&self) -> bool {
+        self.dataset
+            .as_ref()
+            .is_some_and(|d| d.entries.iter().any(|e| e.tools.is_some()))
+    }
+
+    /// Some dataset entry carries the answer it should get (`--grade`).
+    pub fn has_expected_answers(&self) -> bool {
+        self.dataset
+            .as_ref()
+            .is_some_and(|d| d.entries.iter().any(|e| e.expected.is_some()))
+    }
+
     /// The kinds of media the load's requests carry (synthetic, or a
     /// dataset's), each once.
     pub fn media_kinds(&self) -> Vec<MediaKind> {

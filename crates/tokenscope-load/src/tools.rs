@@ -1,0 +1,283 @@
+//! Tool calls (`--tools FILE`, `--tool-choice`): the tools a request
+//! offers, written in each API's form, the calls its answer makes put
+//! together from their streamed pieces, and every call's arguments checked
+//! against the tool's parameter schema — so a server whose tool calls break
+//! under load is seen, not just timed.
+
+use crate::protocol::ToolCallDelta;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokenscope_core::record::ToolCallMade;
+
+/// `--tool-choice`: whether the model may, must or must not call a tool.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ToolChoice {
+    /// The model decides (every API's default).
+    #[default]
+    Auto,
+    /// The model must call some tool.
+    Required,
+    /// The model must not call one.
+    None,
+    /// The model must call this tool.
+    Named(String),
+}
+
+impl std::str::FromStr for ToolChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            "none" => ToolChoice::None,
+            "" => return Err("auto, required, none, or a tool's name".into()),
+            name => ToolChoice::Named(name.to_string()),
+        })
+    }
+}
+
+impl ToolChoice {
+    /// Whether an answer must hold a call.
+    pub fn requires_a_call(&self) -> bool {
+        matches!(self, ToolChoice::Required | ToolChoice::Named(_))
+    }
+
+    /// Its name in the run's config (`auto`, `required`, `none`, the tool's).
+    pub fn label(&self) -> &str {
+        match self {
+            ToolChoice::Auto => "auto",
+            ToolChoice::Required => "required",
+            ToolChoice::None => "none",
+            ToolChoice::Named(n) => n,
+        }
+    }
+
+    /// OpenAI chat's `tool_choice`.
+    pub fn openai(&self) -> Value {
+        match self {
+            ToolChoice::Named(n) => json!({"type": "function", "function": {"name": n}}),
+            other => json!(other.label()),
+        }
+    }
+
+    /// OpenAI Responses' `tool_choice`.
+    pub fn responses(&self) -> Value {
+        match self {
+            ToolChoice::Named(n) => json!({"type": "function", "name": n}),
+            other => json!(other.label()),
+        }
+    }
+
+    /// Anthropic's `tool_choice` (`any` is its word for required).
+    pub fn anthropic(&self) -> Value {
+        match self {
+            ToolChoice::Auto => json!({"type": "auto"}),
+            ToolChoice::Required => json!({"type": "any"}),
+            ToolChoice::None => json!({"type": "none"}),
+            ToolChoice::Named(n) => json!({"type": "tool", "name": n}),
+        }
+    }
+}
+
+pub use tokenscope_workload::tools::normalize;
+
+/// A tool (OpenAI chat's form) as the Responses API takes it: flat.
+pub fn responses_tool(tool: &Value) -> Value {
+    let f = &tool["function"];
+    json!({"type": "function", "name": f["name"], "description": f["description"],
+        "parameters": f["parameters"]})
+}
+
+/// A tool (OpenAI chat's form) as Anthropic takes it.
+pub fn anthropic_tool(tool: &Value) -> Value {
+    let f = &tool["function"];
+    let mut t = json!({"name": f["name"], "input_schema": f["parameters"]});
+    if let Some(d) = f["description"].as_str() {
+        t["description"] = json!(d);
+    }
+    t
+}
+
+/// What a run offers the model: its tools (`--tools`; a dataset entry's
+/// own win), how it may use them, and the check of the calls made.
+#[derive(Debug, Default)]
+pub struct ToolUse {
+    pub tools: Arc<Vec<Value>>,
+    pub choice: ToolChoice,
+    pub check: ToolCheck,
+}
+
+/// One call as its pieces came: the tool it names and its arguments' text.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallSoFar {
+    pub index: u32,
+    pub id: Option<String>,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// Adds one streamed piece to the calls it belongs to (by its index: a
+/// piece of a new index opens a new call).
+pub fn merge(calls: &mut Vec<CallSoFar>, d: ToolCallDelta<'_>) {
+    let i = match calls.iter().position(|c| c.index == d.index) {
+        Some(i) => i,
+        None => {
+            calls.push(CallSoFar {
+                index: d.index,
+                ..CallSoFar::default()
+            });
+            calls.len() - 1
+        }
+    };
+    let call = &mut calls[i];
+    if let Some(id) = d.id {
+        call.id = Some(id.into_owned());
+    }
+    if let Some(name) = d.name {
+        call.name.push_str(&name);
+    }
+    call.arguments.push_str(&d.arguments);
+}
+
+/// Checks calls against the tools offered. Each distinct parameter schema
+/// is compiled once for the run (a dataset's entries may each bring their
+/// own tools); the cache is shared by every request.
+#[derive(Debug, Default)]
+pub struct ToolCheck {
+    compiled: Mutex<HashMap<String, Arc<Result<jsonschema::Validator, String>>>>,
+}
+
+impl ToolCheck {
+    /// `call` judged against `tools`: it must name one of them, and its
+    /// arguments must be a JSON object valid against that tool's
+    /// `parameters`.
+    pub fn judge(&self, tools: &[Value], call: &CallSoFar) -> ToolCallMade {
+        let verdict = self.check(tools, call);
+        ToolCallMade {
+            name: call.name.clone(),
+            valid: verdict.is_ok(),
+            error: verdict.err(),
+        }
+    }
+
+    fn check(&self, tools: &[Value], call: &CallSoFar) -> Result<(), String> {
+        let tool = tools
+            .iter()
+            .find(|t| t["function"]["name"] == call.name.as_str())
+            .ok_or_else(|| format!("no such tool: `{}`", first_words(&call.name)))?;
+        // An empty argument string is an empty object (servers send `""`
+        // for a call with no parameters).
+        let text = match call.arguments.trim() {
+            "" => "{}",
+            t => t,
+        };
+        let args: Value = serde_json::from_str(text)
+            .map_err(|e| format!("arguments not JSON: {}", first_words(&e.to_string())))?;
+        if !args.is_object() {
+            return Err("arguments are JSON, but not an object".into());
+        }
+        let validator = self.validator(&tool["function"]["parameters"]);
+        let v = match validator.as_ref() {
+            Ok(v) => v,
+            Err(why) => return Err(why.clone()),
+        };
+        let first = v.iter_errors(&args).next().map(|e| {
+            let at = e.instance_path().to_string();
+            let at = if at.is_empty() { "/".to_string() } else { at };
+            format!(
+                "arguments against the schema: at {at}: {}",
+                first_words(&e.to_string())
+            )
+        });
+        match first {
+            None => Ok(()),
+            Some(why) => Err(why),
+        }
+    }
+
+    fn validator(&self, schema: &Value) -> Arc<Result<jsonschema::Validator, String>> {
+        let key = schema.to_string();
+        let mut compiled = self.compiled.lock().unwrap_or_else(|p| p.into_inner());
+        compiled
+            .entry(key)
+            .or_insert_with(|| {
+                Arc::new(
+                    jsonschema::validator_for(schema)
+                        .map_err(|e| format!("the tool's parameters are not a JSON Schema: {e}")),
+                )
+            })
+            .clone()
+    }
+}
+
+/// A message cut to its first 100 characters, one line.
+fn first_words(s: &str) -> String {
+    s.lines().next().unwrap_or("").chars().take(100).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn weather() -> Vec<Value> {
+        normalize(
+            &json!([{"name": "get_weather", "parameters": {"type": "object",
+            "required": ["city"], "properties": {"city": {"type": "string"}}}}]),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn each_api_gets_the_tools_in_its_own_form() {
+        let tools = weather();
+        assert_eq!(responses_tool(&tools[0])["name"], "get_weather");
+        assert_eq!(
+            anthropic_tool(&tools[0])["input_schema"]["required"][0],
+            "city"
+        );
+    }
+
+    #[test]
+    fn calls_are_put_together_from_their_pieces_by_index() {
+        let mut calls = Vec::new();
+        let piece = |index, name: Option<&'static str>, args: &'static str| ToolCallDelta {
+            index,
+            id: None,
+            name: name.map(Into::into),
+            arguments: args.into(),
+        };
+        merge(&mut calls, piece(0, Some("get_weather"), ""));
+        merge(&mut calls, piece(0, None, "{\"city\":"));
+        merge(&mut calls, piece(1, Some("f"), "{}"));
+        merge(&mut calls, piece(0, None, "\"Oslo\"}"));
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].arguments, r#"{"city":"Oslo"}"#);
+        assert_eq!(calls[1].name, "f");
+    }
+
+    #[test]
+    fn arguments_are_judged_against_the_named_tool() {
+        let tools = weather();
+        let check = ToolCheck::default();
+        let call = |name: &str, args: &str| CallSoFar {
+            name: name.into(),
+            arguments: args.into(),
+            ..CallSoFar::default()
+        };
+        assert!(
+            check
+                .judge(&tools, &call("get_weather", r#"{"city":"Oslo"}"#))
+                .valid
+        );
+        let bad = check.judge(&tools, &call("get_weather", r#"{"city":"Oslo""#));
+        assert!(!bad.valid && bad.error.unwrap().starts_with("arguments not JSON"));
+        let wrong = check.judge(&tools, &call("get_weather", r#"{"city": 3}"#));
+        assert!(wrong.error.unwrap().contains("/city"));
+        let missing = check.judge(&tools, &call("get_weather", ""));
+        assert!(missing.error.unwrap().contains("city"));
+        let unknown = check.judge(&tools, &call("get_time", "{}"));
+        assert!(unknown.error.unwrap().contains("no such tool"));
+    }
+}

@@ -1,0 +1,74 @@
+//! What the answers said, as titled sections every format shows the same
+//! way: the structured outputs that were the format asked for
+//! (`--response-format`), the tool calls and their valid arguments
+//! (`--tools`), and the answers graded right (`--grade`) — each share with
+//! its 95 % interval and count, never a bare percentage.
+
+use tokenscope_core::results::{FormatFailure, RunResults};
+
+/// `(title, lines)` per section the run has; none when it asked for none.
+pub fn sections(r: &RunResults) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    if let Some(s) = &r.structured_output {
+        let label = r.config["response_format"].as_str().unwrap_or("—");
+        let mut lines = vec![share_line(
+            "valid",
+            (s.valid, s.checked, "answers"),
+            s.valid_share,
+            s.valid_share_ci95,
+        )];
+        lines.extend(reasons(&s.failures));
+        out.push((format!("Structured output ({label})"), lines));
+    }
+    if let Some(t) = &r.tool_calls {
+        let choice = r.config["tools"]["choice"].as_str().unwrap_or("auto");
+        let mut lines = vec![format!(
+            "{} calls in {} answers ({:.2} a request; {} answers made none)",
+            t.calls,
+            t.requests,
+            t.calls_per_request,
+            t.requests - t.requests_with_calls
+        )];
+        if t.calls > 0 {
+            let counts = (t.valid, t.calls, "calls");
+            lines.push(share_line(
+                "arguments valid",
+                counts,
+                t.valid_share,
+                t.valid_share_ci95,
+            ));
+        }
+        if let Some(s) = &t.time_to_first_call_ms {
+            lines.push(format!(
+                "time to first tool-call token p50 {:.2} ms, p99 {:.2} ms",
+                s.p50, s.p99
+            ));
+        }
+        lines.extend(reasons(&t.failures));
+        out.push((format!("Tool calls (--tool-choice {choice})"), lines));
+    }
+    if let Some(a) = &r.accuracy {
+        let counts = (a.correct, a.graded, "answers");
+        let line = share_line("right", counts, a.share, a.share_ci95);
+        out.push((format!("Accuracy (--grade {})", a.rule), vec![line]));
+    }
+    out
+}
+
+/// `LABEL 75.0 % (k of n WHAT; 95 % interval a–b %)`.
+fn share_line(label: &str, (k, n, what): (u64, u64, &str), share: f64, ci: (f64, f64)) -> String {
+    format!(
+        "{label} {:.1} % ({k} of {n} {what}; 95 % interval {:.1}–{:.1} %)",
+        share * 100.0,
+        ci.0 * 100.0,
+        ci.1 * 100.0
+    )
+}
+
+/// The three most frequent reasons, `×N reason`.
+fn reasons(failures: &[FormatFailure]) -> impl Iterator<Item = String> + '_ {
+    failures
+        .iter()
+        .take(3)
+        .map(|f| format!("×{} {}", f.count, f.reason))
+}
