@@ -727,6 +727,9 @@ pub struct Analysis {
     /// With `--slo`: what an autoscaler should hold per replica.
     #[serde(default)]
     pub scaling: Option<crate::autoscale::Scaling>,
+    /// What the answers did across the loads (`--consistency`, `--grade`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers: Option<crate::consistency::AcrossLoads>,
 }
 
 /// The knee by Kneedle on tokens/s against TTFT p99 (falling back to load),
@@ -813,6 +816,7 @@ pub fn analyse(series: Vec<Point>, objectives: Objectives, slo: Option<SloCapaci
         objectives,
         slo,
         scaling: None,
+        answers: None,
         series,
     }
 }

@@ -17,6 +17,7 @@ pub mod autoscale;
 pub mod capacity;
 pub mod clock;
 pub mod compare;
+pub mod consistency;
 pub mod cost;
 pub mod diagnosis;
 pub mod duration;

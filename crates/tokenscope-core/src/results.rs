@@ -575,7 +575,7 @@ pub struct Connections {
 }
 
 /// One statement of the diagnosis, with the numbers behind it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
     /// Stable rule name (`client_saturated`, `short_outputs`, ...).
     pub rule: String,

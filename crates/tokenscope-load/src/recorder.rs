@@ -5,6 +5,10 @@
 //! Records are not kept: each is written, then taken into the run's figures
 //! (an [`Aggregator`]) and dropped, so memory does not grow with the run.
 //!
+//! Answers' texts (`--keep-text`) go apart, into `answers.jsonl.gz` beside
+//! it (`{"id", "text"}` a line, gzip), so the records stay short and the
+//! texts compress.
+//!
 //! When a write fails (a full disk), the line is cut back so the file ends on
 //! a whole record, the run is told to stop (`on_failure`), and every later
 //! record still counts in the figures: [`Recorded`] says how many reached
@@ -97,6 +101,58 @@ impl Recorder {
     }
 }
 
+/// The file answers' texts go to, beside `requests.jsonl`.
+pub const ANSWERS: &str = "answers.jsonl.gz";
+
+/// `answers.jsonl.gz`, opened at the first text: a gzip stream flushed
+/// every [`Texts::FLUSH_EVERY`] texts, so a crash loses at most those.
+struct Texts {
+    path: PathBuf,
+    gz: Option<flate2::write::GzEncoder<File>>,
+    since_flush: u32,
+}
+
+impl Texts {
+    const FLUSH_EVERY: u32 = 64;
+
+    fn new(records: &Path) -> Texts {
+        Texts {
+            path: records.with_file_name(ANSWERS),
+            gz: None,
+            since_flush: 0,
+        }
+    }
+
+    fn write(&mut self, id: u64, text: &str) -> std::io::Result<()> {
+        let gz = match &mut self.gz {
+            Some(gz) => gz,
+            None => {
+                let file = File::create(&self.path)?;
+                self.gz.insert(flate2::write::GzEncoder::new(
+                    file,
+                    flate2::Compression::default(),
+                ))
+            }
+        };
+        let line = serde_json::json!({"id": id, "text": text}).to_string();
+        gz.write_all(line.as_bytes())?;
+        gz.write_all(b"\n")?;
+        self.since_flush += 1;
+        if self.since_flush >= Self::FLUSH_EVERY {
+            self.since_flush = 0;
+            gz.flush()?;
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> std::io::Result<()> {
+        match self.gz {
+            Some(gz) => gz.finish().map(drop),
+            None => Ok(()),
+        }
+    }
+}
+
 /// The writer thread: a line per record, each written whole with one call.
 fn write_all(
     mut file: File,
@@ -105,6 +161,7 @@ fn write_all(
     on_failure: CancellationToken,
     figures: Aggregator,
 ) -> Recorded {
+    let mut texts = Texts::new(path);
     let mut done = Recorded {
         figures,
         total: 0,
@@ -113,7 +170,16 @@ fn write_all(
     };
     let mut written: u64 = 0;
     let mut line = Vec::with_capacity(4096);
-    for r in rx {
+    for mut r in rx {
+        if let Some(text) = r.answer_text.take().filter(|_| done.error.is_none()) {
+            if let Err(source) = texts.write(r.id, &text) {
+                done.error = Some(RecorderError::Io {
+                    path: texts.path.clone(),
+                    source,
+                });
+                on_failure.cancel();
+            }
+        }
         if done.error.is_none() {
             line.clear();
             let wrote = serde_json::to_writer(&mut line, &r)
@@ -141,12 +207,63 @@ fn write_all(
         done.figures.add(&r);
         done.total += 1;
     }
+    let path = texts.path.clone();
+    if let (Err(source), None) = (texts.finish(), &done.error) {
+        done.error = Some(RecorderError::Io { path, source });
+    }
     done
+}
+
+/// The texts of `answers.jsonl.gz` in `dir`, by request id (empty when
+/// the run kept none). A torn end (a crash) keeps what came before it.
+pub fn read_texts(dir: &Path) -> std::collections::HashMap<u64, String> {
+    use std::io::BufRead;
+    let mut out = std::collections::HashMap::new();
+    let Ok(file) = File::open(dir.join(ANSWERS)) else {
+        return out;
+    };
+    let lines = std::io::BufReader::new(flate2::read::GzDecoder::new(file)).lines();
+    for line in lines.map_while(Result::ok) {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else {
+            break;
+        };
+        if let (Some(id), Some(text)) = (v["id"].as_u64(), v["text"].as_str()) {
+            out.insert(id, text.to_string());
+        }
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kept_texts_go_to_their_own_compressed_file_and_read_back() {
+        let dir = std::env::temp_dir().join(format!("ts-texts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("requests.jsonl");
+        let rec = Recorder::create(&path, CancellationToken::new(), Aggregator::new(None, None));
+        let rec = rec.unwrap();
+        for id in 0..100 {
+            let mut r = RequestRecord::sent(id, 0, 0);
+            r.answer_text = Some(format!(" the answer{}", " of".repeat(50 + id as usize)));
+            rec.sink().record(r);
+        }
+        let done = rec.finish();
+        assert!(done.error.is_none());
+        let lines = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            !lines.contains("answer_text"),
+            "texts stay out of the records"
+        );
+        let texts = read_texts(&dir);
+        assert_eq!(texts.len(), 100);
+        assert!(texts[&7].ends_with(&" of".repeat(57)));
+        let gz = std::fs::metadata(dir.join(ANSWERS)).unwrap().len();
+        assert!(gz < 100 * 150 / 4, "compressed: {gz} bytes");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn a_failed_write_stops_the_run_and_keeps_every_record() {

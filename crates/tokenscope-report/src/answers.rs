@@ -4,6 +4,7 @@
 //! (`--tools`), and the answers graded right (`--grade`) — each share with
 //! its 95 % interval and count, never a bare percentage.
 
+use tokenscope_core::consistency::AcrossLoads;
 use tokenscope_core::results::{FormatFailure, RunResults};
 
 /// `(title, lines)` per section the run has; none when it asked for none.
@@ -71,4 +72,41 @@ fn reasons(failures: &[FormatFailure]) -> impl Iterator<Item = String> + '_ {
         .iter()
         .take(3)
         .map(|f| format!("×{} {}", f.count, f.reason))
+}
+
+/// A series' answers across its loads: a heading, a line per point (the
+/// share identical to the baseline's, the accuracy), then the findings.
+pub fn across_loads(a: &AcrossLoads) -> Vec<String> {
+    let mut out = vec![format!(
+        "\nAnswers across loads (compared with {})",
+        a.baseline
+    )];
+    for p in &a.points {
+        let mut parts = Vec::new();
+        if let Some(c) = &p.consistency {
+            let at = c
+                .first_divergence_token
+                .map(|s| format!(", first difference at token p50 {:.0}", s.p50))
+                .unwrap_or_default();
+            parts.push(format!(
+                "identical {:.1} % ({} of {}; 95 % interval {:.1}–{:.1} %{at})",
+                c.share * 100.0,
+                c.identical,
+                c.compared,
+                c.share_ci95.0 * 100.0,
+                c.share_ci95.1 * 100.0
+            ));
+        }
+        if let Some(acc) = &p.accuracy {
+            let counts = (acc.correct, acc.graded, "graded");
+            parts.push(share_line("right", counts, acc.share, acc.share_ci95));
+        }
+        out.push(format!("  {:<16} {}", p.point, parts.join(" · ")));
+    }
+    out.extend(
+        a.findings
+            .iter()
+            .map(|f| format!("  [{}] {}", f.severity, f.message)),
+    );
+    out
 }

@@ -759,6 +759,11 @@ pub fn analysis(a: &Analysis) -> String {
     if let Some(s) = &a.scaling {
         scaling_lines(&mut out, s);
     }
+    if let Some(answers) = &a.answers {
+        for line in crate::answers::across_loads(answers) {
+            _ = writeln!(out, "{line}");
+        }
+    }
     _ = writeln!(out, "\nRecommended operating points");
     for r in &a.recommendations {
         match r.load {

@@ -424,6 +424,12 @@ pub struct SweepArgs {
     /// meets --slo only if every run does.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub repeat: u32,
+    /// Send the same prompts at temperature 0 at every point and report,
+    /// per point, the share of answers identical to the lowest load's (and,
+    /// with --keep-text, where the first difference falls): answers that
+    /// change with load are batch-variance, KV-cache or kernel bugs.
+    #[arg(long)]
+    pub consistency: bool,
     /// A sharded sweep (--shard/--shards with --start-at and --duration): the
     /// time from one point's end to the next point's shared start, for the
     /// requests in flight to finish. Point k starts at --start-at + k × (--duration + this).

@@ -22,6 +22,7 @@
 //!
 //! `docs/architecture.md` draws the crates and the path of a run.
 
+pub mod answers;
 pub mod cli;
 pub mod commands;
 pub mod config_file;

@@ -89,6 +89,7 @@ fn is_run_file(name: &str) -> bool {
         "results.json"
             | "results.json.tmp"
             | "requests.jsonl"
+            | "answers.jsonl.gz"
             | "timeseries.jsonl"
             | "report.html"
             | "sweep.json"

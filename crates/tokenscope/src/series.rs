@@ -57,6 +57,21 @@ fn point_seed(seed: u64, load: f64) -> u64 {
     seed.wrapping_add(load.to_bits())
 }
 
+/// The level sending the series' own prompts (`--seed` unchanged) instead
+/// of its own: `sweep --consistency` compares the answers to the same
+/// prompts at every load (and accepts that later points may be served
+/// from the prefix cache).
+pub fn same_prompts(level: Level, seed: u64) -> Level {
+    let flags = LoadArgs {
+        seed,
+        ..level.work.flags.clone()
+    };
+    Level {
+        work: level.work.with_flags(flags),
+        ..level
+    }
+}
+
 /// An open-loop point at `r` requests/s.
 pub fn open(base: &Load, r: f64) -> Level {
     let flags = &base.flags;
@@ -159,6 +174,7 @@ pub fn analyse(points: &[Done], output: &OutputArgs, series: &SeriesArgs) -> Ana
         analysis::slo_capacity(&loads, &per_load, slo.describe(), series.target_load)
     });
     let mut a = analysis::analyse(analysis::combine_repeats(reduced), series.objectives, slo);
+    a.answers = crate::answers::across(points);
     a.scaling = a.slo.as_ref().and_then(|capacity| {
         let kind = points.iter().find_map(|d| d.results.server.kind.clone());
         let (scale, from) = scale_points(points);

@@ -68,6 +68,7 @@ pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
         seed: 0,
     };
     let sweeps = crate::run_dir::holds_sweep(&args.a) && crate::run_dir::holds_sweep(&args.b);
+    let mut answers = None;
     let pairs = if sweeps {
         let (pairs, line) = sweep_pairs(&args.a, &args.b, &settings)?;
         if !args.json {
@@ -89,6 +90,7 @@ pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
             unlike: unlike(&a.results, &b.results),
         }];
         pairs.extend(adapter_pairs(&a, &b, &settings)?);
+        answers = crate::answers::between((&a.dir, &a.results), (&b.dir, &b.results));
         pairs
     };
     if pairs.iter().all(|p| p.changes.is_empty()) {
@@ -121,6 +123,7 @@ pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
             "metrics": if sweeps { json!(null) } else { json!(pairs[0].changes) },
             "adapters": (!sweeps).then(|| pairs[1..].iter().map(|p| (p.label.clone().unwrap_or_default(), json!(p.changes))).collect::<serde_json::Map<_, _>>()),
             "points": if sweeps { json!(points) } else { json!(null) },
+            "answers": answers,
             "fail_on_regression_pct": args.fail_on_regression,
             "regressions": failing.iter().map(|(l, c)| match l {
                 Some(l) => format!("{l}: {}", c.metric),
@@ -130,6 +133,18 @@ pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         print_pairs(&pairs, &settings, &args, gated, &failing);
+        if let Some(c) = &answers {
+            let line = tokenscope_core::consistency::finding(c, "B", "A").map_or_else(
+                || {
+                    format!(
+                        "answers: all {} identical (the same prompts at temperature 0)",
+                        c.compared
+                    )
+                },
+                |f| format!("answers: {}", f.message),
+            );
+            println!("\n{line}");
+        }
     }
     Ok(if failing.is_empty() {
         Exit::Success

@@ -19,6 +19,16 @@ use tokenscope_core::results::RunResults;
 
 pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
     let sharded = sharded_schedule(&args)?;
+    if args.consistency {
+        match args.bench.request.temperature {
+            Some(t) if t != 0.0 => {
+                return Err(Exit::usage(format!(
+                    "--consistency compares answers at temperature 0; --temperature {t} would make them differ by sampling"
+                )))
+            }
+            _ => args.bench.request.temperature = Some(0.0),
+        }
+    }
     crate::spec::pricing::price_builtin(&mut args.bench);
     let base = Load::read(args.bench.load.clone(), args.bench.output.quiet)?;
     let flags = &base.flags;
@@ -146,6 +156,10 @@ impl Series<'_> {
     /// Runs one point `--repeat` times (each run taken from a previous one
     /// with `--resume` where it can be); false when it was interrupted.
     async fn point(&mut self, level: Level) -> anyhow::Result<bool> {
+        let level = match self.args.consistency {
+            true => crate::series::same_prompts(level, self.base.flags.seed),
+            false => level,
+        };
         let k = self.args.repeat;
         for run in 1..=k {
             let label = if k > 1 {
