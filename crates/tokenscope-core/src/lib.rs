@@ -29,6 +29,7 @@ pub mod mutate;
 pub mod prices;
 pub mod record;
 pub mod results;
+pub mod sessions;
 pub mod slo;
 pub mod stats;
 pub mod tool_calls;

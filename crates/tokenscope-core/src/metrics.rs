@@ -61,6 +61,8 @@ pub struct Measured {
     /// `--grade`: the answers graded right (its rule left empty: the run's
     /// config says it).
     pub accuracy: Option<crate::results::Accuracy>,
+    /// `--multi-turn`: whole sessions.
+    pub sessions: Option<crate::results::SessionFigures>,
     pub window: Window,
     pub latency: Latency,
     pub throughput: Throughput,
@@ -187,6 +189,7 @@ pub struct Aggregator {
     formats: crate::formats::FormatTally,
     tool_calls: crate::tool_calls::ToolTally,
     grades: crate::grading::GradeTally,
+    sessions: crate::sessions::SessionTally,
 }
 
 /// Adapters kept apart past this many are pooled under one name, so a
@@ -230,6 +233,7 @@ impl Aggregator {
             formats: Default::default(),
             tool_calls: Default::default(),
             grades: Default::default(),
+            sessions: Default::default(),
             good_tokens: 0,
         }
     }
@@ -257,6 +261,7 @@ impl Aggregator {
             .push(Span::new(r.sent_at_us, r.done_at_us, r.succeeded()));
         self.scheduled.push(r.scheduled_at_us);
         self.lag.record(r.lag_us() as f64);
+        self.sessions.add(r);
         if !r.succeeded() {
             return;
         }
@@ -544,6 +549,7 @@ impl Aggregator {
             structured_output: self.formats.finish(),
             tool_calls: self.tool_calls.finish(),
             accuracy: self.grades.finish(""),
+            sessions: self.sessions.finish(),
             window,
             latency,
             throughput,

@@ -227,20 +227,50 @@ pub struct RequestRecord {
     /// generated answer so two runs' answers can be compared for free.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer_hash: Option<String>,
-    /// `--keep-text`: the answer's text itself.
+    /// `--keep-text`: the answer's text itself (written apart, to
+    /// `answers.jsonl.gz`, never into `requests.jsonl`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer_text: Option<String>,
+    /// An agent's turn after tool results: the tools' run time before it
+    /// was sent (`--tool-latency`), µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_wait_us: Option<u64>,
+    /// A session's last request carries the session's figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_end: Option<SessionEnd>,
     /// Content-bearing chunks in arrival order. On disk
     /// `{"at_us": [first, gap, …], "tokens": k | [k, …]}`: see [`chunk_format`].
     #[serde(with = "chunk_format")]
     pub chunks: Vec<Chunk>,
 }
 
+/// A finished session (`--multi-turn`): an agent's task, from its first
+/// send to its last answer, and where its time went.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionEnd {
+    /// Requests it made: user turns and turns after tool results.
+    pub requests: u32,
+    /// Of those, the turns that went on from tool results.
+    pub tool_rounds: u32,
+    /// From its first send to its last answer's end, µs.
+    pub e2e_us: u64,
+    /// The server's part: each request's send to its end, summed.
+    pub server_us: u64,
+    /// The tools' part: their run times, summed.
+    pub tool_us: u64,
+}
+
 /// One tool call an answer made: the tool it named, and whether its
 /// arguments were JSON valid against that tool's parameter schema.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ToolCallMade {
+    /// The call's id, where the API gave one (what its result answers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
     pub name: String,
+    /// Its arguments' text, as it came.
+    #[serde(default)]
+    pub arguments: String,
     pub valid: bool,
     /// Why not, in one short line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -488,6 +518,8 @@ impl RequestRecord {
             correct: None,
             answer_hash: None,
             answer_text: None,
+            tool_wait_us: None,
+            session_end: None,
             chunks: Vec::new(),
         }
     }

@@ -74,6 +74,9 @@ pub struct RunResults {
     /// `--grade`: how many answers were right.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accuracy: Option<Accuracy>,
+    /// `--multi-turn`: the sessions (an agent's tasks) end to end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<SessionFigures>,
 }
 
 /// One doubt about a run's set-up, as `results.json` keeps it.
@@ -655,6 +658,24 @@ pub struct ToolCallFigures {
     /// Time to the first tool-call token (from the send), ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_to_first_call_ms: Option<crate::stats::Summary>,
+}
+
+/// `--multi-turn`: whole sessions, from their first send to their last
+/// answer — with `--tools`, an agent's task latency — and where the time
+/// went: the server (each request's send to its end), the tools
+/// (`--tool-latency`), the rest (think time, the client's gaps).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionFigures {
+    pub sessions: u64,
+    /// Requests a session made, and of those the turns after tool results.
+    pub requests_per_session: f64,
+    pub tool_rounds_per_session: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e2e_ms: Option<crate::stats::Summary>,
+    /// Shares of all sessions' time (they add up to 1).
+    pub server_share: f64,
+    pub tool_share: f64,
+    pub other_share: f64,
 }
 
 /// `--grade`: the graded answers and the share right, with its interval.

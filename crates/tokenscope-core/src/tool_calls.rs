@@ -68,6 +68,7 @@ mod tests {
             name: "f".into(),
             valid,
             error: error.map(str::to_owned),
+            ..ToolCallMade::default()
         };
         let mut r = RequestRecord::sent(0, 0, 1_000);
         t.add(&r); // no tools offered: not counted

@@ -313,13 +313,12 @@ pub async fn execute(
         ignore_eos: target.ignore_eos,
         stream: target.stream,
         documents: spec.documents.iter().map(String::as_str).collect(),
-        ..Request::conversation(
+        // An empty prompt after tool results: the turn goes on from them.
+        ..Request::session(
             adapter.unwrap_or(&target.model),
             &target.shape,
-            history
-                .iter()
-                .map(|t| (t.user.as_str(), t.assistant.as_str())),
-            &spec.prompt,
+            history,
+            (!spec.prompt.is_empty() || history.is_empty()).then_some(spec.prompt.as_str()),
         )
         .with_media(&spec.media)
     };

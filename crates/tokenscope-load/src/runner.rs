@@ -12,7 +12,7 @@ use tokenscope_core::clock::Clock;
 use tokenscope_core::record::ErrorKind;
 use tokenscope_core::record::RequestRecord;
 use tokenscope_workload::arrival::{LoadPattern, Schedule};
-use tokenscope_workload::session::Exchange;
+use tokenscope_workload::session::{Exchange, ToolExchange};
 use tokenscope_workload::workload::{PromptSpec, Workload};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -57,6 +57,66 @@ struct Outcome {
     output_tokens: u64,
     /// The answer's text, when the request succeeded.
     answer: Option<String>,
+    /// The tool calls it made (with --tools).
+    calls: Vec<tokenscope_core::record::ToolCallMade>,
+}
+
+/// The request of a turn that goes on from the last exchange's tool
+/// results: no user message (an empty prompt), its tokens the results',
+/// its length the turn's own.
+fn results_turn(history: &[Exchange], max_tokens: Option<u64>) -> PromptSpec {
+    let results = history.last().map_or(&[][..], |e| e.calls.as_slice());
+    let words: u64 = results
+        .iter()
+        .map(|c| c.result.split_whitespace().count() as u64)
+        .sum();
+    PromptSpec {
+        prompt: String::new(),
+        input_tokens: words,
+        max_tokens,
+        documents: Vec::new(),
+        media: Vec::new(),
+        tools: None,
+        expected: None,
+    }
+}
+
+/// A session's figures as its turns finish, and its latest record, held
+/// until the session knows whether it was the last (which carries them).
+#[derive(Default)]
+struct SessionTally {
+    held: Option<RequestRecord>,
+    end: tokenscope_core::record::SessionEnd,
+    first_sent_us: Option<u64>,
+}
+
+impl SessionTally {
+    /// Takes a turn's record (held); `after_tools`: it went on from tool results.
+    fn took(&mut self, rec: RequestRecord, after_tools: bool) {
+        let e = &mut self.end;
+        e.requests += 1;
+        e.tool_rounds += u32::from(after_tools);
+        e.server_us += rec.done_at_us.saturating_sub(rec.sent_at_us);
+        e.tool_us += rec.tool_wait_us.unwrap_or(0);
+        let first = *self.first_sent_us.get_or_insert(rec.sent_at_us);
+        e.e2e_us = rec.done_at_us.saturating_sub(first);
+        self.held = Some(rec);
+    }
+
+    /// Another turn follows: the held record was not the last.
+    fn sink_held(&mut self, sink: &RecordSink) {
+        if let Some(r) = self.held.take() {
+            sink.record(r);
+        }
+    }
+
+    /// The session is over: its last record carries its figures.
+    fn finish(mut self, sink: &RecordSink) {
+        if let Some(mut r) = self.held.take() {
+            r.session_end = Some(self.end);
+            sink.record(r);
+        }
+    }
 }
 
 /// One request: its ticket, and for a session's turn the user message and the history.
@@ -190,6 +250,19 @@ impl Runner {
     /// of ours) is caught and recorded as an `internal` error. `turn`: a
     /// session's turn (else the workload's request `ticket.id`).
     async fn one(&self, plan: &RunPlan, ticket: Ticket, turn: Turn<'_>) -> Outcome {
+        let (rec, outcome) = self.attempt(plan, ticket, turn).await;
+        self.sink.record(rec);
+        outcome
+    }
+
+    /// One request to its record, not yet recorded (a session holds its
+    /// turn's record until it knows whether it was the last).
+    async fn attempt(
+        &self,
+        plan: &RunPlan,
+        ticket: Ticket,
+        turn: Turn<'_>,
+    ) -> (RequestRecord, Outcome) {
         use futures_util::FutureExt;
         self.progress.sent.fetch_add(1, Ordering::Relaxed);
         let (id, scheduled, warmup) = (ticket.id, ticket.scheduled_at_us, ticket.warmup);
@@ -238,16 +311,19 @@ impl Runner {
             prompt_tokens: rec.input_tokens.unwrap_or(0),
             output_tokens: rec.output_tokens,
             answer: rec.succeeded().then_some(answer),
+            calls: rec.tool_calls.clone(),
         };
-        self.sink.record(rec);
-        outcome
+        (rec, outcome)
     }
 
     /// Session `s`, turn by turn from `intended` (µs): each turn carries the
-    /// answers so far and leaves a think time after the last answer. Ends
-    /// after its last turn, a failed turn (the conversation cannot go on),
-    /// the request budget, the deadline or cancellation. Returns when its
-    /// last turn was done.
+    /// answers so far and leaves a think time after the last answer. An
+    /// answer that calls tools (`--tools`) is followed, after the tools' run
+    /// time, by a turn carrying their results, up to `--max-tool-rounds`.
+    /// Ends after its last turn, a failed turn (the conversation cannot go
+    /// on), the request budget, the deadline or cancellation; its last
+    /// record carries the session's figures. Returns when its last turn was
+    /// done.
     async fn session(
         &self,
         plan: &RunPlan,
@@ -258,16 +334,19 @@ impl Runner {
     ) -> u64 {
         use rand::SeedableRng;
         let w = &plan.workload;
-        let think = w
+        let (think, tools) = w
             .multi_turn
             .as_ref()
-            .map(|m| m.think_time)
+            .map(|m| (m.think_time, m.tools.clone()))
             .unwrap_or_default();
         let mut rng = rand::rngs::StdRng::seed_from_u64(plan.seed ^ s.rotate_left(32));
         let mut history: Vec<Exchange> = Vec::new();
         let mut context = 0u64; // tokens of the history as the server counted them
-        for k in 0..w.session_turns(s) {
-            if k > 0 {
+        let mut tally = SessionTally::default();
+        let (mut k, turns, mut round) = (0u32, w.session_turns(s), 0u32);
+        let mut tool_wait = None;
+        while k < turns {
+            if !history.is_empty() {
                 let at = self.clock.at(Duration::from_micros(intended));
                 tokio::select! {
                     _ = self.cancel.cancelled() => break,
@@ -281,8 +360,15 @@ impl Runner {
             if plan.total().is_some_and(|t| id >= t) {
                 break;
             }
-            let mut spec = w.turn(s, k);
-            let user = spec.prompt.clone();
+            // A turn after tool results carries them and no user message.
+            let (mut spec, user) = match round {
+                0 => {
+                    let spec = w.turn(s, k);
+                    let user = Some(spec.prompt.clone());
+                    (spec, user)
+                }
+                _ => (results_turn(&history, w.turn_lengths(s, k).1), None),
+            };
             spec.input_tokens += context;
             let ticket = Ticket {
                 id,
@@ -291,14 +377,55 @@ impl Runner {
                 waited_for_slot: false,
                 turn: Some((s, k)),
             };
-            let out = self.one(plan, ticket, Some((spec, &history))).await;
+            tally.sink_held(&self.sink);
+            let (mut rec, out) = self.attempt(plan, ticket, Some((spec, &history))).await;
+            rec.tool_wait_us = tool_wait.take();
+            tally.took(rec, round > 0);
             intended = out.done_at_us;
             let Some(assistant) = out.answer else { break };
             context = out.prompt_tokens + out.output_tokens;
-            history.push(Exchange { user, assistant });
+            let calls = match round < tools.max_rounds {
+                true => self.tool_results(w, s, (k, round), &out.calls),
+                false => Vec::new(),
+            };
+            let called = !calls.is_empty();
+            history.push(Exchange {
+                user,
+                assistant,
+                calls,
+            });
+            if called {
+                // The tools run, then the model reads their results.
+                let wait = tools.latency.sample(&mut rng).as_micros() as u64;
+                (intended, tool_wait, round) = (intended + wait, Some(wait), round + 1);
+                continue;
+            }
+            (k, round) = (k + 1, 0);
             intended += think.sample(&mut rng).as_micros() as u64;
         }
+        tally.finish(&self.sink);
         intended
+    }
+
+    /// The results of an answer's tool calls (`--tool-result-tokens` of
+    /// words each), for the turn that goes on from them.
+    fn tool_results(
+        &self,
+        w: &tokenscope_workload::workload::Workload,
+        s: u64,
+        (k, round): (u32, u32),
+        calls: &[tokenscope_core::record::ToolCallMade],
+    ) -> Vec<ToolExchange> {
+        calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ToolExchange {
+                id: c.id.clone().unwrap_or_else(|| format!("call_{s}_{k}_{round}_{i}")),
+                name: c.name.clone(),
+                arguments: c.arguments.clone(),
+                result: w.tool_result(s, (k, round, i as u32)).0,
+            })
+            .collect()
     }
 
     async fn closed(

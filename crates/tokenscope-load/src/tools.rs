@@ -156,7 +156,9 @@ impl ToolCheck {
     pub fn judge(&self, tools: &[Value], call: &CallSoFar) -> ToolCallMade {
         let verdict = self.check(tools, call);
         ToolCallMade {
+            id: call.id.clone(),
             name: call.name.clone(),
+            arguments: call.arguments.clone(),
             valid: verdict.is_ok(),
             error: verdict.err(),
         }

@@ -48,6 +48,25 @@ pub fn sections(r: &RunResults) -> Vec<(String, Vec<String>)> {
         lines.extend(reasons(&t.failures));
         out.push((format!("Tool calls (--tool-choice {choice})"), lines));
     }
+    if let Some(s) = &r.sessions {
+        let mut lines = vec![format!(
+            "{} sessions, {:.2} requests each ({:.2} after tool results)",
+            s.sessions, s.requests_per_session, s.tool_rounds_per_session
+        )];
+        if let Some(e) = &s.e2e_ms {
+            lines.push(format!(
+                "session end to end p50 {:.1} ms, p99 {:.1} ms",
+                e.p50, e.p99
+            ));
+        }
+        lines.push(format!(
+            "time in the server {:.1} %, in tools {:.1} %, elsewhere (think time, the client) {:.1} %",
+            s.server_share * 100.0,
+            s.tool_share * 100.0,
+            s.other_share * 100.0
+        ));
+        out.push(("Sessions".to_string(), lines));
+    }
     if let Some(a) = &r.accuracy {
         let counts = (a.correct, a.graded, "answers");
         let line = share_line("right", counts, a.share, a.share_ci95);

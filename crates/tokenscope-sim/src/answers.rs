@@ -20,6 +20,8 @@ pub struct Shaped {
     pub graded: bool,
     pub wrong: bool,
     pub diverged: bool,
+    /// The conversation ended with tool results (an agent's next turn).
+    pub after_tools: bool,
 }
 
 /// One request's answer, in its context.
@@ -41,7 +43,10 @@ pub struct Context<'a> {
 /// Sets the writer's answer for the request: its JSON, its tool call, its
 /// number, its divergence.
 pub fn shape(writer: &mut Writer, c: &Context<'_>) -> Shaped {
-    let mut done = Shaped::default();
+    let mut done = Shaped {
+        after_tools: after_tool_results(c.body, c.dialect),
+        ..Shaped::default()
+    };
     if c.ask.wants_json {
         done.broken_json = c.faults.breaks_json(c.seed, c.n);
         writer.set_json(c.tokens, done.broken_json);
@@ -116,7 +121,7 @@ pub fn tool_call(body: &Value, dialect: Dialect, n: u64) -> Option<Call> {
     };
     let choice = &body["tool_choice"];
     let forbidden = choice == "none" || choice["type"] == "none";
-    if forbidden || !dialect.has_messages() {
+    if forbidden || !dialect.has_messages() || after_tool_results(body, dialect) {
         return None;
     }
     let named = choice["function"]["name"]
@@ -136,6 +141,22 @@ pub fn tool_call(body: &Value, dialect: Dialect, n: u64) -> Option<Call> {
         total: 0,
         broken: false,
     })
+}
+
+/// Whether the conversation ends with tool results: the model has what it
+/// called for, and answers (an agent's task ends) rather than calling again.
+fn after_tool_results(body: &Value, dialect: Dialect) -> bool {
+    let last = |key: &str| body[key].as_array().and_then(|l| l.last()).cloned();
+    match dialect {
+        Dialect::Chat => last("messages").is_some_and(|m| m["role"] == "tool"),
+        Dialect::Responses => last("input").is_some_and(|i| i["type"] == "function_call_output"),
+        Dialect::Messages => last("messages").is_some_and(|m| {
+            m["content"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|p| p["type"] == "tool_result"))
+        }),
+        _ => false,
+    }
 }
 
 /// A tool's name, in chat's form (`function.name`) or the flat ones.
@@ -257,5 +278,8 @@ mod tests {
             "t"
         );
         assert!(tool_call(&json!({"tools": []}), Dialect::Chat, 0).is_none());
+        let answered = json!({"tools": tools, "messages": [{"role": "user", "content": "q"},
+            {"role": "assistant", "tool_calls": []}, {"role": "tool", "content": "r"}]});
+        assert!(tool_call(&answered, Dialect::Chat, 0).is_none(), "the results are read");
     }
 }

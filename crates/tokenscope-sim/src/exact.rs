@@ -87,6 +87,8 @@ pub struct ServerStats {
     pub wrong_answers: AtomicU64,
     /// Answers changed for the load (`--diverge-above`).
     pub diverged: AtomicU64,
+    /// Requests whose conversation ended with tool results.
+    pub after_tool_results: AtomicU64,
     /// Requests in flight now.
     pub in_flight: Arc<AtomicU64>,
     /// Images received, by their size read from their headers (`640x480`).
@@ -119,6 +121,7 @@ impl ServerStats {
         add(&self.graded, done.graded);
         add(&self.wrong_answers, done.wrong);
         add(&self.diverged, done.diverged);
+        add(&self.after_tool_results, done.after_tools);
     }
 
     fn add_lateness(&self, h: &hdrhistogram::Histogram<u64>) {
@@ -153,6 +156,7 @@ impl ServerStats {
             "graded": self.graded.load(Ordering::Relaxed),
             "wrong_answers": self.wrong_answers.load(Ordering::Relaxed),
             "diverged": self.diverged.load(Ordering::Relaxed),
+            "after_tool_results": self.after_tool_results.load(Ordering::Relaxed),
             "images": *self.images.lock().unwrap_or_else(|p| p.into_inner()),
         })
     }

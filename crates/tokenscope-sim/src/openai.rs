@@ -46,15 +46,22 @@ pub fn prompt_words(body: &Value, dialect: Dialect) -> Box<dyn Iterator<Item = &
         v.as_str().unwrap_or("").split_whitespace()
     }
     /// A message's words: its content as one text, or its text parts'.
+    /// (An Anthropic tool result's text is its `content`.)
     fn content(c: &Value) -> Box<dyn Iterator<Item = &str> + '_> {
         match c.as_array() {
-            Some(parts) => Box::new(parts.iter().flat_map(|p| words(&p["text"]))),
+            Some(parts) => Box::new(
+                parts
+                    .iter()
+                    .flat_map(|p| words(&p["text"]).chain(words(&p["content"]))),
+            ),
             None => Box::new(words(c)),
         }
     }
+    /// (A Responses tool result's text is its item's `output`.)
     fn messages(v: &Value) -> impl Iterator<Item = &str> {
         let list = v.as_array().map_or(&[][..], Vec::as_slice);
-        list.iter().flat_map(|m| content(&m["content"]))
+        list.iter()
+            .flat_map(|m| content(&m["content"]).chain(words(&m["output"])))
     }
     match dialect {
         Dialect::Chat => Box::new(messages(&body["messages"])),

@@ -3,6 +3,11 @@
 //! so each prompt extends the last, which is what prefix caching serves.
 //! Sessions come from a dataset (ShareGPT conversations, JSONL lines sharing
 //! a `session_id`) or are synthetic (`--turns`, `--think-time`).
+//!
+//! With tools (`--tools`), a session is an agent's task: an answer that
+//! calls tools is followed, after the tools' run time (`--tool-latency`), by
+//! a turn that carries their results (`--tool-result-tokens` long) and no
+//! new user message, until the model answers without a call.
 
 use crate::workload::LengthSpec;
 use rand::Rng;
@@ -17,13 +22,51 @@ pub struct MultiTurn {
     pub turns: LengthSpec,
     /// The user's pause between an answer and the next turn.
     pub think_time: ThinkTime,
+    /// An agent's tools: how long they run, and how long their results are.
+    pub tools: AgentTools,
+}
+
+/// How an agent's tools answer its calls (`--tool-latency`,
+/// `--tool-result-tokens`, `--max-tool-rounds`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentTools {
+    /// A tool's run time, between the answer that called it and the turn
+    /// that carries its result.
+    pub latency: ThinkTime,
+    /// Tokens of a tool's result.
+    pub result_tokens: LengthSpec,
+    /// Turns that go on from tool results, at most, per user message: a
+    /// model that calls tools forever cannot hold a session forever.
+    pub max_rounds: u32,
+}
+
+impl Default for AgentTools {
+    fn default() -> Self {
+        AgentTools {
+            latency: ThinkTime::default(),
+            result_tokens: LengthSpec::Fixed(64),
+            max_rounds: 8,
+        }
+    }
 }
 
 /// One finished turn, as the next turn's request carries it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Exchange {
-    pub user: String,
+    /// What the user said; `None` for a turn that went on from tool results.
+    pub user: Option<String>,
     pub assistant: String,
+    /// The tool calls the answer made, each with its result.
+    pub calls: Vec<ToolExchange>,
+}
+
+/// A tool call an answer made, and the result the next turn carries.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolExchange {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+    pub result: String,
 }
 
 /// A pause: `0`, `2s`, `uniform:1s..3s` or `exponential:2s` (mean).

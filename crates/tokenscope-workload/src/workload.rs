@@ -145,6 +145,16 @@ impl Workload {
         turns.sample(&mut rng).min(u32::MAX as u64) as u32
     }
 
+    /// The result of tool call `call` in round `round` after turn `k` of
+    /// session `s`: one-token words, as many as `--tool-result-tokens` draws.
+    pub fn tool_result(&self, s: u64, (k, round, call): (u32, u32, u32)) -> (String, u64) {
+        let tools = self.multi_turn.as_ref().map(|m| m.tools.clone()).unwrap_or_default();
+        let key = mix(mix(s) ^ mix(((k as u64) << 40) | ((round as u64) << 20) | call as u64));
+        let mut rng = StdRng::seed_from_u64(mix(self.seed ^ key ^ 0x746f_6f6c));
+        let n = tools.result_tokens.sample(&mut rng);
+        (self.unique_words(key, n, &mut rng), n)
+    }
+
     /// The user message of turn `k` of session `s` and its lengths (the
     /// history is not in it: the runner carries the server's answers). Only
     /// a session's first turn starts with the shared prefix.

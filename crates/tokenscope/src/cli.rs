@@ -1050,6 +1050,19 @@ pub struct LoadArgs {
         requires = "multi_turn"
     )]
     pub think_time: tokenscope_workload::session::ThinkTime,
+    /// With --tools: how long a called tool runs before the next turn carries
+    /// its result (0, 2s, uniform:1s..3s, exponential:500ms): the agent's
+    /// time in tools, reported apart from the server's.
+    #[arg(long, value_name = "DIST", default_value = "0", requires = "multi_turn")]
+    pub tool_latency: tokenscope_workload::session::ThinkTime,
+    /// With --tools: tokens of a tool's result (a length spec: 64,
+    /// uniform:16..256, …).
+    #[arg(long, value_name = "SPEC", default_value = "64", requires = "multi_turn")]
+    pub tool_result_tokens: LengthSpec,
+    /// With --tools: turns that go on from tool results, at most, per user
+    /// message (a model that keeps calling cannot hold a session forever).
+    #[arg(long, value_name = "N", default_value_t = 8, requires = "multi_turn", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub max_tool_rounds: u32,
     /// Seed for prompts, lengths and arrivals.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

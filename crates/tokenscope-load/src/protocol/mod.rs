@@ -135,6 +135,8 @@ pub enum Role {
     System,
     User,
     Assistant,
+    /// A tool's result, answering one of the assistant's calls.
+    Tool,
 }
 
 impl Role {
@@ -143,8 +145,17 @@ impl Role {
             Role::System => "system",
             Role::User => "user",
             Role::Assistant => "assistant",
+            Role::Tool => "tool",
         }
     }
+}
+
+/// A tool call an earlier answer made, as a later turn carries it back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CallMade<'a> {
+    pub id: &'a str,
+    pub name: &'a str,
+    pub arguments: &'a str,
 }
 
 /// One part of a message's content: text, or a piece of media (an
@@ -210,6 +221,10 @@ impl PartStyle {
 pub struct Message<'a> {
     pub role: Role,
     pub content: Vec<Part<'a>>,
+    /// An assistant's: the tool calls its answer made.
+    pub calls: Vec<CallMade<'a>>,
+    /// A tool's: the call it answers.
+    pub call_id: Option<&'a str>,
 }
 
 impl<'a> Message<'a> {
@@ -217,6 +232,53 @@ impl<'a> Message<'a> {
         Message {
             role,
             content: vec![Part::Text(text)],
+            calls: Vec::new(),
+            call_id: None,
+        }
+    }
+
+    /// The message as the role-based APIs write it, as the items of their
+    /// list (Responses writes a call, and its result, as items of their own).
+    pub fn to_items(&self, style: PartStyle) -> Vec<Value> {
+        use serde_json::json;
+        let text = self.joined_text();
+        match (self.role, style) {
+            (Role::Tool, PartStyle::Chat) => vec![json!({"role": "tool",
+                "tool_call_id": self.call_id, "content": text})],
+            (Role::Tool, PartStyle::Responses) => vec![json!({"type": "function_call_output",
+                "call_id": self.call_id, "output": text})],
+            (Role::Tool, PartStyle::Anthropic) => vec![json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": self.call_id, "content": text}]})],
+            _ if self.calls.is_empty() => vec![self.to_json(style)],
+            (_, PartStyle::Chat) => {
+                let calls: Vec<Value> = self.calls.iter().map(|c| json!({"id": c.id,
+                    "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+                    .collect();
+                let content = match text.is_empty() {
+                    true => Value::Null,
+                    false => json!(text),
+                };
+                vec![json!({"role": "assistant", "content": content, "tool_calls": calls})]
+            }
+            (_, PartStyle::Responses) => {
+                let said = (!text.is_empty()).then(|| self.to_json(style));
+                said.into_iter()
+                    .chain(self.calls.iter().map(|c| json!({"type": "function_call",
+                        "call_id": c.id, "name": c.name, "arguments": c.arguments})))
+                    .collect()
+            }
+            (_, PartStyle::Anthropic) => {
+                let said = (!text.is_empty()).then(|| json!({"type": "text", "text": text}));
+                let uses = self.calls.iter().map(|c| {
+                    let input = serde_json::from_str::<Value>(c.arguments)
+                        .ok()
+                        .filter(Value::is_object)
+                        .unwrap_or_else(|| json!({}));
+                    json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input})
+                });
+                let content: Vec<Value> = said.into_iter().chain(uses).collect();
+                vec![json!({"role": "assistant", "content": content})]
+            }
         }
     }
 
@@ -269,6 +331,17 @@ pub struct Shape {
     pub extra: serde_json::Map<String, Value>,
     /// `--response-format`: the answer's format, in each API's own field.
     pub response_format: Option<ResponseFormat>,
+}
+
+/// Whether two Anthropic messages both hold tool results only.
+fn both_tool_results(a: &Value, b: &Value) -> bool {
+    let results = |m: &Value| {
+        m["role"] == "user"
+            && m["content"]
+                .as_array()
+                .is_some_and(|c| c.iter().all(|p| p["type"] == "tool_result"))
+    };
+    results(a) && results(b)
 }
 
 /// One request, whatever the API.
@@ -354,8 +427,23 @@ impl Request<'_> {
             let text: Vec<_> = system.iter().map(|m| m.joined_text()).collect();
             obj.insert(system_key.into(), serde_json::json!(text.join("\n\n")));
         }
-        let turns = turns.iter().map(|m| m.to_json(style)).collect();
-        obj.insert(turns_key.into(), Value::Array(turns));
+        let mut items: Vec<Value> = Vec::new();
+        for m in turns {
+            for item in m.to_items(style) {
+                match items.last_mut() {
+                    // Anthropic's results of one answer's calls go in one
+                    // user message (its roles alternate).
+                    Some(last) if style == PartStyle::Anthropic && both_tool_results(last, &item) => {
+                        let more = item["content"].as_array().cloned().unwrap_or_default();
+                        if let Some(list) = last["content"].as_array_mut() {
+                            list.extend(more);
+                        }
+                    }
+                    _ => items.push(item),
+                }
+            }
+        }
+        obj.insert(turns_key.into(), Value::Array(items));
         self.common_fields(&mut obj);
         obj
     }
@@ -404,6 +492,42 @@ impl<'a> Request<'a> {
             response_format: shape.response_format.as_ref(),
             documents: Vec::new(),
         }
+    }
+
+    /// A session's next request: its earlier exchanges (each user message,
+    /// answer, tool calls and their results) then `prompt` — none where the
+    /// turn goes on from the last exchange's tool results.
+    pub fn session(
+        model: &'a str,
+        shape: &'a Shape,
+        history: &'a [tokenscope_workload::session::Exchange],
+        prompt: Option<&'a str>,
+    ) -> Request<'a> {
+        let mut r = Request::conversation(model, shape, [], prompt.unwrap_or(""));
+        let prompt_message = r.messages.pop();
+        for e in history {
+            if let Some(user) = &e.user {
+                r.messages.push(Message::text(Role::User, user));
+            }
+            let mut said = Message::text(Role::Assistant, &e.assistant);
+            said.calls = e
+                .calls
+                .iter()
+                .map(|c| CallMade {
+                    id: &c.id,
+                    name: &c.name,
+                    arguments: &c.arguments,
+                })
+                .collect();
+            r.messages.push(said);
+            for c in &e.calls {
+                let mut result = Message::text(Role::Tool, &c.result);
+                result.call_id = Some(&c.id);
+                r.messages.push(result);
+            }
+        }
+        r.messages.extend(prompt_message.filter(|_| prompt.is_some()));
+        r
     }
 
     /// The prompt carries `media` after its text.

@@ -20,7 +20,7 @@ impl Protocol for OpenaiChat {
         let messages = r
             .messages
             .iter()
-            .map(|m| m.to_json(PartStyle::Chat))
+            .flat_map(|m| m.to_items(PartStyle::Chat))
             .collect();
         obj.insert("messages".into(), Value::Array(messages));
         openai::finish_body(obj, r)
@@ -146,8 +146,8 @@ mod tests {
         let tools = [json!({"type": "function", "function": {"name": "f"}})];
         let mut r = Request::conversation("m", &shape, [], "hi");
         r.messages.push(Message {
-            role: Role::User,
             content: vec![Part::Text("a"), Part::Text("b")],
+            ..Message::text(Role::User, "")
         });
         r.tools = &tools;
         let chat = body(&r);

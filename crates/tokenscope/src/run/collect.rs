@@ -240,6 +240,7 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
         media: m.media,
         structured_output: m.structured_output,
         tool_calls: m.tool_calls,
+        sessions: m.sessions,
         accuracy,
         window: m.window,
         latency: m.latency,

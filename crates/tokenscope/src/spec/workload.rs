@@ -173,6 +173,11 @@ fn plan(l: &Load) -> RunPlan {
                 .then_some(tokenscope_workload::session::MultiTurn {
                     turns: load.turns,
                     think_time: load.think_time,
+                    tools: tokenscope_workload::session::AgentTools {
+                        latency: load.tool_latency,
+                        result_tokens: load.tool_result_tokens,
+                        max_rounds: load.max_tool_rounds,
+                    },
                 }),
             media: l.media.clone(),
         },
