@@ -68,14 +68,20 @@ pub fn compare(base: &Answers, run: &Answers, count_tokens: &dyn Fn(&str) -> u64
     }
 }
 
-/// The longest beginning two texts share, cut at a character boundary.
+/// The longest beginning two texts share in whole words: cut back to
+/// the last word's start unless both go on with a new word there, so its
+/// tokens are the tokens the two answers have in common.
 fn common_start<'a>(a: &'a str, b: &str) -> &'a str {
     let n = a
         .char_indices()
         .zip(b.chars())
         .find(|((_, x), y)| x != y)
         .map_or(a.len().min(b.len()), |((i, _), _)| i);
-    &a[..n]
+    let word_ends = |s: &str| s[n..].chars().next().is_none_or(char::is_whitespace);
+    match word_ends(a) && b.get(n..).is_some_and(|_| word_ends(b)) {
+        true => &a[..n],
+        false => &a[..a[..n].rfind(char::is_whitespace).unwrap_or(0)],
+    }
 }
 
 /// The finding when answers at `label` differed from the baseline's.
@@ -203,7 +209,9 @@ mod tests {
         let same = compare(&base, &base, &words);
         assert_eq!(same.identical, same.compared);
         assert!(finding(&same, "x", "y").is_none());
-        assert_eq!(common_start("héllo", "hélp"), "hél");
+        assert_eq!(common_start(" the héllo", " the hélp"), " the");
+        assert_eq!(common_start(" the of x", " the of y"), " the of");
+        assert_eq!(common_start(" a b", " a b c"), " a b");
     }
 
     #[test]

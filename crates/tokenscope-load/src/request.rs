@@ -611,7 +611,7 @@ async fn whole_answer(
     std::mem::take(&mut whole.calls)
         .into_iter()
         .for_each(|p| merge(&mut calls, p));
-    rec.first_tool_call_at_us = (!calls.is_empty()).then_some(rec.done_at_us);
+    // No first tool-call token to time in a whole answer, as no TTFT.
     if text.is_empty()
         && calls.is_empty()
         && !thought_to_its_limit(whole.usage, whole.finish_reason.as_deref())

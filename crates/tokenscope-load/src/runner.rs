@@ -420,7 +420,10 @@ impl Runner {
             .iter()
             .enumerate()
             .map(|(i, c)| ToolExchange {
-                id: c.id.clone().unwrap_or_else(|| format!("call_{s}_{k}_{round}_{i}")),
+                id: c
+                    .id
+                    .clone()
+                    .unwrap_or_else(|| format!("call_{s}_{k}_{round}_{i}")),
                 name: c.name.clone(),
                 arguments: c.arguments.clone(),
                 result: w.tool_result(s, (k, round, i as u32)).0,

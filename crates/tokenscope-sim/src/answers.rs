@@ -280,6 +280,9 @@ mod tests {
         assert!(tool_call(&json!({"tools": []}), Dialect::Chat, 0).is_none());
         let answered = json!({"tools": tools, "messages": [{"role": "user", "content": "q"},
             {"role": "assistant", "tool_calls": []}, {"role": "tool", "content": "r"}]});
-        assert!(tool_call(&answered, Dialect::Chat, 0).is_none(), "the results are read");
+        assert!(
+            tool_call(&answered, Dialect::Chat, 0).is_none(),
+            "the results are read"
+        );
     }
 }

@@ -45,6 +45,8 @@ pub struct ExactConfig {
     /// its length, as servers count them), shown as `reasoning_as` says.
     pub reasoning_tokens: u64,
     pub reasoning_as: ReasoningAs,
+    /// Keep the first this many request bodies (for tests: what a client sent).
+    pub keep_bodies: usize,
 }
 
 pub use crate::openai::ReasoningAs;
@@ -62,6 +64,7 @@ impl Default for ExactConfig {
             seed: 0,
             reasoning_tokens: 0,
             reasoning_as: ReasoningAs::Field,
+            keep_bodies: 0,
         }
     }
 }
@@ -91,6 +94,8 @@ pub struct ServerStats {
     pub after_tool_results: AtomicU64,
     /// Requests in flight now.
     pub in_flight: Arc<AtomicU64>,
+    /// The first `keep_bodies` request bodies, in arrival order.
+    pub bodies: std::sync::Mutex<Vec<Value>>,
     /// Images received, by their size read from their headers (`640x480`).
     pub images: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
@@ -245,6 +250,12 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
     };
     let ask = Ask::read(&body, dialect);
     let arrival = Instant::now();
+    {
+        let mut kept = s.stats.bodies.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() < s.config.keep_bodies {
+            kept.push(body.clone());
+        }
+    }
     let n = s.stats.requests.fetch_add(1, Ordering::Relaxed);
     let in_flight = InFlight::enter(&s.stats.in_flight);
     s.stats.named(body["model"].as_str());

@@ -148,7 +148,11 @@ impl Workload {
     /// The result of tool call `call` in round `round` after turn `k` of
     /// session `s`: one-token words, as many as `--tool-result-tokens` draws.
     pub fn tool_result(&self, s: u64, (k, round, call): (u32, u32, u32)) -> (String, u64) {
-        let tools = self.multi_turn.as_ref().map(|m| m.tools.clone()).unwrap_or_default();
+        let tools = self
+            .multi_turn
+            .as_ref()
+            .map(|m| m.tools.clone())
+            .unwrap_or_default();
         let key = mix(mix(s) ^ mix(((k as u64) << 40) | ((round as u64) << 20) | call as u64));
         let mut rng = StdRng::seed_from_u64(mix(self.seed ^ key ^ 0x746f_6f6c));
         let n = tools.result_tokens.sample(&mut rng);

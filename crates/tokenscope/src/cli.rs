@@ -1053,11 +1053,21 @@ pub struct LoadArgs {
     /// With --tools: how long a called tool runs before the next turn carries
     /// its result (0, 2s, uniform:1s..3s, exponential:500ms): the agent's
     /// time in tools, reported apart from the server's.
-    #[arg(long, value_name = "DIST", default_value = "0", requires = "multi_turn")]
+    #[arg(
+        long,
+        value_name = "DIST",
+        default_value = "0",
+        requires = "multi_turn"
+    )]
     pub tool_latency: tokenscope_workload::session::ThinkTime,
     /// With --tools: tokens of a tool's result (a length spec: 64,
     /// uniform:16..256, …).
-    #[arg(long, value_name = "SPEC", default_value = "64", requires = "multi_turn")]
+    #[arg(
+        long,
+        value_name = "SPEC",
+        default_value = "64",
+        requires = "multi_turn"
+    )]
     pub tool_result_tokens: LengthSpec,
     /// With --tools: turns that go on from tool results, at most, per user
     /// message (a model that keeps calling cannot hold a session forever).

@@ -251,8 +251,13 @@ impl<'a> Message<'a> {
                 {"type": "tool_result", "tool_use_id": self.call_id, "content": text}]})],
             _ if self.calls.is_empty() => vec![self.to_json(style)],
             (_, PartStyle::Chat) => {
-                let calls: Vec<Value> = self.calls.iter().map(|c| json!({"id": c.id,
-                    "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+                let calls: Vec<Value> = self
+                    .calls
+                    .iter()
+                    .map(|c| {
+                        json!({"id": c.id,
+                    "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
+                    })
                     .collect();
                 let content = match text.is_empty() {
                     true => Value::Null,
@@ -263,8 +268,10 @@ impl<'a> Message<'a> {
             (_, PartStyle::Responses) => {
                 let said = (!text.is_empty()).then(|| self.to_json(style));
                 said.into_iter()
-                    .chain(self.calls.iter().map(|c| json!({"type": "function_call",
-                        "call_id": c.id, "name": c.name, "arguments": c.arguments})))
+                    .chain(self.calls.iter().map(|c| {
+                        json!({"type": "function_call",
+                        "call_id": c.id, "name": c.name, "arguments": c.arguments})
+                    }))
                     .collect()
             }
             (_, PartStyle::Anthropic) => {
@@ -433,7 +440,9 @@ impl Request<'_> {
                 match items.last_mut() {
                     // Anthropic's results of one answer's calls go in one
                     // user message (its roles alternate).
-                    Some(last) if style == PartStyle::Anthropic && both_tool_results(last, &item) => {
+                    Some(last)
+                        if style == PartStyle::Anthropic && both_tool_results(last, &item) =>
+                    {
                         let more = item["content"].as_array().cloned().unwrap_or_default();
                         if let Some(list) = last["content"].as_array_mut() {
                             list.extend(more);
@@ -526,7 +535,8 @@ impl<'a> Request<'a> {
                 r.messages.push(result);
             }
         }
-        r.messages.extend(prompt_message.filter(|_| prompt.is_some()));
+        r.messages
+            .extend(prompt_message.filter(|_| prompt.is_some()));
         r
     }
 

@@ -19,6 +19,7 @@ pub fn exact_config(a: &ExactArgs) -> ExactConfig {
         seed: a.faults.fault_seed,
         reasoning_tokens: a.reasoning_tokens,
         reasoning_as: a.reasoning_as,
+        keep_bodies: 0,
     }
 }
 
