@@ -756,7 +756,10 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
     let n_chunks = s.chunks.len() as u64;
     // Before the split, a chunk's second field is its text bytes.
     let bytes: u64 = s.chunks.iter().map(|c| c.1 as u64).sum();
-    if let Some(why) = implausible(s.usage, bytes, n_chunks, rec.requested_output_tokens) {
+    // A tool call's framing (`{"name": …, "arguments": `) is generated and
+    // never streamed as text: with calls, the bytes bound no count.
+    let text_bound = (s.calls.is_empty()).then_some((bytes, n_chunks));
+    if let Some(why) = implausible(s.usage, text_bound, rec.requested_output_tokens) {
         rec.implausible_usage = Some(why);
         s.usage = None;
     }
@@ -876,8 +879,7 @@ const MAX_PLAUSIBLE_PROMPT: u64 = 1 << 32;
 /// billions of tokens.
 fn implausible(
     usage: Option<Usage>,
-    bytes: u64,
-    chunks: u64,
+    text: Option<(u64, u64)>,
     max_tokens: Option<u64>,
 ) -> Option<String> {
     let u = usage?;
@@ -890,7 +892,7 @@ fn implausible(
         }
         // Reasoning may have been counted and never shown (hidden): only
         // the rest needs text.
-        if n - hidden > bytes.saturating_add(chunks) {
+        if let Some((bytes, chunks)) = text.filter(|(b, c)| n - hidden > b.saturating_add(*c)) {
             return Some(format!(
                 "completion_tokens {n} from {chunks} chunks carrying {bytes} bytes"
             ));

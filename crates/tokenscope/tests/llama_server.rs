@@ -1262,3 +1262,155 @@ fn llamas_grammar_makes_every_answer_valid_against_the_schema() {
         "{recs:?}"
     );
 }
+
+/// llama.cpp's tool calls (`--jinja`, a template with bare JSON calls): its
+/// required-call grammar lets text come before the call, which a
+/// random-weight model would write to the end, so a bias on `{` (found by
+/// llama's own /tokenize) opens the call at once; the grammar then holds
+/// it to the tool's schema. Every answer is one call, timed from its first
+/// piece, and tokenscope's check agrees with llama's own end: a call that
+/// finished (`tool_calls`) is valid, one cut at the length is not. The
+/// space prefix of the test model's SentencePiece vocabulary is turned off:
+/// llama.cpp feeds the generation prompt to the call grammar as tokens, and
+/// would see a space before `assistant` the grammar does not have.
+#[test]
+fn llamas_tool_calls_are_timed_and_checked_against_its_own_finish() {
+    let template = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/json-tools.jinja"
+    );
+    let llama = Llama::start_with(
+        "LLAMA_MODEL_TINY",
+        2,
+        1,
+        &[
+            "--jinja",
+            "--chat-template-file",
+            template,
+            "--override-kv",
+            "tokenizer.ggml.add_space_prefix=bool:false",
+        ],
+    );
+    let ids = post_json(
+        &llama.url,
+        "/tokenize",
+        &serde_json::json!({"content": "{ {", "with_pieces": true}),
+    );
+    let bias: serde_json::Map<String, serde_json::Value> = ids["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["id"].to_string(), serde_json::json!(100)))
+        .collect();
+    assert_eq!(bias.len(), 2, "`{{` and ` {{` are tokens: {ids}");
+    let extra = serde_json::json!({"parallel_tool_calls": false, "logit_bias": bias}).to_string();
+    let tools = r#"[{"type": "function", "function": {"name": "add",
+        "parameters": {"type": "object", "required": ["a", "b"],
+          "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}]"#;
+    let tools = write_file("llama-add-tool.json", tools)
+        .display()
+        .to_string();
+    let args = [
+        "--api",
+        "openai-chat",
+        "--requests",
+        "12",
+        "--concurrency",
+        "2",
+        "--input-tokens",
+        "16",
+        "--output-tokens",
+        "96",
+        "--tools",
+        &tools,
+        "--tool-choice",
+        "required",
+        "--extra-body",
+        &extra,
+    ];
+    let (_, r, recs) = bench_ok(&llama.url, "llama-tools", &[&args]);
+    assert_eq!(r["counts"]["failed"], 0, "{}", r["counts"]);
+    assert_eq!(r["tool_calls"]["calls"], 12, "{}", r["tool_calls"]);
+    let finished = recs
+        .iter()
+        .filter(|q| q["finish_reason"] == "tool_calls")
+        .count();
+    assert!(finished > 0, "no call finished within 96 tokens: {recs:?}");
+    assert_eq!(
+        r["tool_calls"]["valid"], finished as u64,
+        "{}",
+        r["tool_calls"]
+    );
+    for q in &recs {
+        let call = &q["tool_calls"][0];
+        assert_eq!(call["name"], "add");
+        assert_eq!(call["valid"], q["finish_reason"] == "tool_calls", "{q}");
+        assert_eq!(q["first_tool_call_at_us"], q["first_token_at_us"], "{q}");
+        assert!(
+            q.get("implausible_usage").is_none(),
+            "the call's framing is not streamed: {q}"
+        );
+    }
+}
+
+/// The same prompts at temperature 0 on llama.cpp at one and four slots
+/// in use: tokenscope compares every answer with its first run's and says
+/// where they part. What llama.cpp does is reported, not assumed; the
+/// comparison is checked against the kept texts themselves.
+#[test]
+fn a_consistency_sweep_reports_what_llama_does_across_slots() {
+    let llama = Llama::start("LLAMA_MODEL_TINY", 4, 2);
+    let out = run_dir("llama-consistency");
+    let o = tokenscope()
+        .args([
+            "sweep",
+            "--url",
+            &llama.url,
+            "--quiet",
+            "--api",
+            "openai-completions",
+        ])
+        .args([
+            "--concurrency",
+            "1,4",
+            "--requests",
+            "16",
+            "--input-tokens",
+            "64",
+        ])
+        .args([
+            "--output-tokens",
+            "24",
+            "--ignore-eos",
+            "--consistency",
+            "--keep-text",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let doc = sweep_doc(&out);
+    let points = doc["analysis"]["answers"]["points"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let texts = |p: &str| tokenscope_load::recorder::read_texts(&out.join(p));
+    let (base, high) = (texts("point-00"), texts("point-01"));
+    assert_eq!((base.len(), high.len()), (16, 16));
+    let differ = base
+        .iter()
+        .filter(|(id, t)| high.get(id) != Some(t))
+        .count() as u64;
+    let c = &points[1]["consistency"];
+    eprintln!("llama.cpp at 4 slots against 1: {c}");
+    assert_eq!(points[0]["consistency"]["identical"], 16);
+    assert_eq!(c["compared"], 16);
+    assert_eq!(16 - c["identical"].as_u64().unwrap(), differ, "{c}");
+    assert_eq!(c["texts_compared"].as_u64(), Some(differ));
+    let found = doc["analysis"]["answers"]["findings"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(found, usize::from(differ > 0));
+}
