@@ -79,7 +79,8 @@ tokenscope sweep --concurrency 1,2,4,8,16 --requests 100\n  \
 tokenscope sweep --auto --requests 50\n  \
 tokenscope sweep --url http://localhost:8000 --rate 1,2,4,8 --duration 60s --slo ttft_p99=500ms\n  \
 tokenscope sweep --url http://localhost:8000 --auto --slo ttft_p99=1s,tpot_p99=50ms --target-load 32   # CI gate\n  \
-tokenscope sweep --concurrency 1,4,16,64 --out runs/s1 --resume   # re-runs only the missing points")]
+tokenscope sweep --concurrency 1,4,16,64 --out runs/s1 --resume   # re-runs only the missing points\n  \
+tokenscope sweep --url http://localhost:8000 --concurrency 1,8,64 --consistency --keep-text   # answers that change with load")]
     Sweep(Box<SweepArgs>),
     /// Re-render a run or sweep directory: HTML (default), Markdown, CSV or the terminal summary.
     #[command(after_help = "Examples:\n  \
@@ -773,7 +774,9 @@ fn api_choice() -> impl clap::builder::TypedValueParser<Value = ApiChoice> {
 tokenscope bench\n  \
 tokenscope bench --url http://localhost:8000 --model meta-llama/Llama-3.1-8B-Instruct --concurrency 64 --requests 1000 --ignore-eos\n  \
 tokenscope bench --url http://localhost:8080 --rate 4 --arrival gamma:0.5 --duration 2m --input-tokens normal:1024,128 --output-tokens 256\n  \
-tokenscope bench --url http://localhost:8000 --slo ttft_p99=500ms,tpot_p99=50ms --gpu-price 2.50 --gpus 1 --json > results.json")]
+tokenscope bench --url http://localhost:8000 --slo ttft_p99=500ms,tpot_p99=50ms --gpu-price 2.50 --gpus 1 --json > results.json\n  \
+tokenscope bench --url http://localhost:8000 --tools tools.json --tool-choice required --multi-turn --tool-latency 200ms\n  \
+tokenscope bench --url http://localhost:8000 --dataset builtin:arithmetic --grade number --concurrency 64")]
 pub struct BenchArgs {
     #[command(flatten)]
     pub target: TargetArgs,
