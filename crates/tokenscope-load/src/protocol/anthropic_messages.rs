@@ -131,7 +131,11 @@ impl Protocol for AnthropicMessages {
             obj.insert("output_format".into(), format);
         }
         if !r.tools.is_empty() {
-            let tools = r.tools.iter().map(crate::tools::anthropic_tool).collect();
+            let tools = r
+                .tools
+                .iter()
+                .map(super::tool_forms::anthropic_tool)
+                .collect();
             obj.insert("tools".into(), Value::Array(tools));
             if let Some(c) = r.tool_choice {
                 obj.insert("tool_choice".into(), c.anthropic());

@@ -24,14 +24,15 @@ pub mod reasoning;
 pub mod rerank;
 pub mod sglang;
 pub mod tgi;
+pub mod tool_forms;
 pub mod triton;
 
 pub use crate::structured::ResponseFormat;
-pub use crate::tools::ToolChoice;
 pub use reasoning::{Reasoner, ReasoningParser, Split};
 use serde_json::Value;
 use std::borrow::Cow;
 pub use tokenscope_workload::media::{Kind as MediaKind, Media};
+pub use tool_forms::ToolChoice;
 
 /// An API: how a request is written and how its answer is read.
 pub trait Protocol: Sync + std::fmt::Debug {

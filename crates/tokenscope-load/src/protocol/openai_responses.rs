@@ -95,7 +95,11 @@ impl Protocol for OpenaiResponses {
             obj.insert("text".into(), json!({"format": f.responses()}));
         }
         if !r.tools.is_empty() {
-            let tools = r.tools.iter().map(crate::tools::responses_tool).collect();
+            let tools = r
+                .tools
+                .iter()
+                .map(super::tool_forms::responses_tool)
+                .collect();
             obj.insert("tools".into(), Value::Array(tools));
             if let Some(c) = r.tool_choice {
                 obj.insert("tool_choice".into(), c.responses());

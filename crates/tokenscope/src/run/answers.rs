@@ -43,6 +43,34 @@ fn share(share: f64, ci: (f64, f64)) -> String {
     )
 }
 
+/// A finding on a share of items that were not valid: `bad` of `checked`
+/// `what` (`answers were not valid json`), with the share's interval and
+/// the most frequent reason.
+fn invalid_share(
+    rule: &str,
+    (checked, valid, what): (u64, u64, String),
+    (valid_share, ci): (f64, (f64, f64)),
+    failures: &[FormatFailure],
+) -> Finding {
+    Finding {
+        rule: rule.into(),
+        severity: "warning".into(),
+        message: format!(
+            "{} of {checked} {what} ({}){}",
+            checked - valid,
+            share(valid_share, ci),
+            worst(failures)
+        ),
+        evidence: [
+            ("checked".to_string(), json!(checked)),
+            ("valid".to_string(), json!(valid)),
+            ("valid_share_ci95".to_string(), json!(ci)),
+        ]
+        .into_iter()
+        .collect(),
+    }
+}
+
 /// `--response-format`: a finding when any answer was not the format asked
 /// for, with its count, interval and most frequent reason.
 fn invalid_structured_output(m: &Measured, config: &serde_json::Value) -> Option<Finding> {
@@ -53,47 +81,23 @@ fn invalid_structured_output(m: &Measured, config: &serde_json::Value) -> Option
     let label = config["response_format"]
         .as_str()
         .unwrap_or("the asked format");
-    Some(Finding {
-        rule: "invalid_structured_output".into(),
-        severity: "warning".into(),
-        message: format!(
-            "{} of {} answers were not valid {label} ({}){}",
-            s.checked - s.valid,
-            s.checked,
-            share(s.valid_share, s.valid_share_ci95),
-            worst(&s.failures)
-        ),
-        evidence: [
-            ("checked".to_string(), json!(s.checked)),
-            ("valid".to_string(), json!(s.valid)),
-            ("valid_share_ci95".to_string(), json!(s.valid_share_ci95)),
-        ]
-        .into_iter()
-        .collect(),
-    })
+    Some(invalid_share(
+        "invalid_structured_output",
+        (s.checked, s.valid, format!("answers were not valid {label}")),
+        (s.valid_share, s.valid_share_ci95),
+        &s.failures,
+    ))
 }
 
 /// `--tools`: a finding when any call's arguments were not valid.
 fn invalid_tool_calls(m: &Measured) -> Option<Finding> {
     let t = m.tool_calls.as_ref().filter(|t| t.valid < t.calls)?;
-    Some(Finding {
-        rule: "invalid_tool_calls".into(),
-        severity: "warning".into(),
-        message: format!(
-            "{} of {} tool calls had invalid arguments ({}){}",
-            t.calls - t.valid,
-            t.calls,
-            share(t.valid_share, t.valid_share_ci95),
-            worst(&t.failures)
-        ),
-        evidence: [
-            ("calls".to_string(), json!(t.calls)),
-            ("valid".to_string(), json!(t.valid)),
-            ("valid_share_ci95".to_string(), json!(t.valid_share_ci95)),
-        ]
-        .into_iter()
-        .collect(),
-    })
+    Some(invalid_share(
+        "invalid_tool_calls",
+        (t.calls, t.valid, "tool calls had invalid arguments".into()),
+        (t.valid_share, t.valid_share_ci95),
+        &t.failures,
+    ))
 }
 
 /// `--tool-choice required` (or a named tool): a finding when answers made
