@@ -82,7 +82,7 @@ pub struct RunResults {
 /// One doubt about a run's set-up, as `results.json` keeps it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunWarning {
-    /// Its kind, stable for scripts (`slo_sample_size`, `arrival_split`, …).
+    /// Its kind, stable for scripts (`slo_sample_size`, …).
     pub kind: String,
     /// What is in doubt and what to do, as printed.
     pub message: String,
@@ -153,6 +153,21 @@ pub struct Merged {
     pub origin_spread_ms: f64,
     /// What the alignment rests on.
     pub clock_note: String,
+    /// An open loop's shards against the single-process schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<ScheduleCheck>,
+}
+
+/// Each shard's intended send times against the whole run's schedule
+/// (drawn again from its seed, rate and process), request by request: the
+/// shards of an open loop send every N-th arrival of one schedule, so
+/// together they are the single process's, to the microsecond.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScheduleCheck {
+    pub requests: u64,
+    /// Those whose intended send time is the schedule's, to the µs.
+    pub exact: u64,
+    pub max_error_us: u64,
 }
 
 /// One shard's own figures, kept in a merged run.

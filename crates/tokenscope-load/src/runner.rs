@@ -33,6 +33,9 @@ pub struct RunPlan {
     pub workload: Workload,
     /// Seeds the arrival process (the workload has its own).
     pub seed: u64,
+    /// A shard's share of the whole run's schedule (`--shard I/N`, open
+    /// loop): every N-th arrival of the whole schedule, from arrival I.
+    pub share: Option<tokenscope_workload::arrival::ScheduleShare>,
     /// Multi-turn: start at most this many sessions (a dataset's sessions
     /// each once); `requests` and `duration` still bound the run.
     pub sessions: Option<u64>,
@@ -240,7 +243,10 @@ impl Runner {
                 process,
                 max_concurrency,
             } => {
-                let schedule = Schedule::for_load(rate, process, plan.seed, &plan.workload);
+                let schedule = match plan.share {
+                    Some(share) => Schedule::shared(process, share),
+                    None => Schedule::for_load(rate, process, plan.seed, &plan.workload),
+                };
                 self.open(plan, schedule, max_concurrency, deadline).await
             }
         }

@@ -74,6 +74,19 @@ impl LoadPattern {
     }
 }
 
+/// A shard's share of a whole run's schedule (`--shard I/N`): the whole
+/// schedule, drawn at the whole rate from the whole run's seed, of which
+/// the shard sends arrivals I, I + N, I + 2N, … — so the shards' arrivals
+/// together are exactly the single process's, whatever the process.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScheduleShare {
+    pub index: u64,
+    pub count: u64,
+    /// The whole run's rate and arrival seed.
+    pub rate: f64,
+    pub seed: u64,
+}
+
 /// Send times of an open loop, as offsets from the start: the first at 0.
 /// A replay's end when its entries are all sent.
 pub struct Schedule {
@@ -83,6 +96,9 @@ pub struct Schedule {
     next_s: f64,
     /// A replay: the recorded offsets (s, at speed 1) and the next one's index.
     recorded: Option<(std::sync::Arc<Vec<f64>>, usize)>,
+    /// A shard's share: arrivals to pass before the next one it sends
+    /// (its index before its first, then N − 1 between its own).
+    skip: Option<(u64, u64)>,
 }
 
 impl Schedule {
@@ -93,7 +109,15 @@ impl Schedule {
             process,
             next_s: 0.0,
             recorded: None,
+            skip: None,
         }
+    }
+
+    /// The whole run's schedule of which `share` sends every N-th arrival.
+    pub fn shared(process: Process, share: ScheduleShare) -> Self {
+        let mut s = Schedule::new(share.rate, process, share.seed);
+        s.skip = Some((share.index, share.count.max(1) - 1));
+        s
     }
 
     /// The schedule of an open loop: drawn from its process, or for a
@@ -127,6 +151,18 @@ impl Schedule {
 impl Iterator for Schedule {
     type Item = Duration;
     fn next(&mut self) -> Option<Duration> {
+        if let Some((first, between)) = self.skip {
+            for _ in 0..first {
+                self.next_arrival()?;
+            }
+            self.skip = Some((between, between));
+        }
+        self.next_arrival()
+    }
+}
+
+impl Schedule {
+    fn next_arrival(&mut self) -> Option<Duration> {
         if let (Some((offsets, i)), Process::Replay { speed }) = (&mut self.recorded, self.process)
         {
             let at = *offsets.get(*i)? / speed;
@@ -155,6 +191,33 @@ mod tests {
         let m = g.iter().sum::<f64>() / g.len() as f64;
         let v = g.iter().map(|x| (x - m).powi(2)).sum::<f64>() / g.len() as f64;
         (m, v.sqrt() / m)
+    }
+
+    #[test]
+    fn shards_together_send_exactly_the_whole_schedule() {
+        for process in [Process::Constant, Process::Gamma(0.5), Process::Poisson] {
+            let whole: Vec<Duration> = Schedule::new(8.0, process, 7).take(100).collect();
+            for count in [1u64, 2, 3, 4] {
+                let mut merged = vec![Duration::ZERO; 100];
+                for index in 0..count {
+                    let share = ScheduleShare {
+                        index,
+                        count,
+                        rate: 8.0,
+                        seed: 7,
+                    };
+                    let local = Schedule::shared(process, share);
+                    // Local arrival k is whole arrival k × count + index.
+                    for (k, at) in local
+                        .enumerate()
+                        .take_while(|(k, _)| (*k as u64) * count + index < 100)
+                    {
+                        merged[k * count as usize + index as usize] = at;
+                    }
+                }
+                assert_eq!(merged, whole, "{process} over {count}");
+            }
+        }
     }
 
     #[test]

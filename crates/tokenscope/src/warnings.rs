@@ -19,9 +19,6 @@ pub enum Warning {
         /// Requests the run (or a series' smallest point) sends.
         sent: u64,
     },
-    /// A non-Poisson arrival process split over shards does not add up to
-    /// that process at the whole rate.
-    ArrivalSplit { arrival: String, shards: u32 },
     /// `report.html` could not be written; the run itself is whole.
     NoReportHtml { why: String },
     /// The run could not be recorded in the results history.
@@ -43,7 +40,6 @@ impl Warning {
     pub fn kind(&self) -> &'static str {
         match self {
             Warning::SloSampleSize { .. } => "slo_sample_size",
-            Warning::ArrivalSplit { .. } => "arrival_split",
             Warning::NoReportHtml { .. } => "no_report_html",
             Warning::HistoryNotRecorded { .. } => "history_not_recorded",
             Warning::ConfigNotStored { .. } => "config_not_stored",
@@ -62,9 +58,6 @@ impl Warning {
             } => format!(
                 "--slo {objective} needs ≈ {} requests to be judged on its own; {sent} will be sent (pass --requests {needed}; fewer are judged only where the data already decides)",
                 thousands(*needed)
-            ),
-            Warning::ArrivalSplit { arrival, shards } => format!(
-                "--arrival {arrival} split over {shards} shards is not that process at the whole rate (only Poisson processes superpose to one): constant shards started together send in step"
             ),
             Warning::NoReportHtml { why } => format!("no report.html: {why}"),
             Warning::HistoryNotRecorded { what } => format!("history {what}"),
@@ -134,13 +127,12 @@ mod tests {
 
     #[test]
     fn a_warning_is_kept_as_it_is_said() {
-        let w = Warning::ArrivalSplit {
-            arrival: "constant".into(),
-            shards: 4,
+        let w = Warning::NoReportHtml {
+            why: "disk full".into(),
         };
         let kept = w.record();
-        assert_eq!(kept.kind, "arrival_split");
+        assert_eq!(kept.kind, "no_report_html");
         assert_eq!(kept.message, w.message());
-        assert!(kept.message.contains("4 shards"));
+        assert!(kept.message.contains("disk full"));
     }
 }

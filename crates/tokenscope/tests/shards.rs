@@ -502,3 +502,59 @@ fn a_sharded_sweep_runs_each_point_together_and_merges_point_by_point() {
     }
     assert!(out.join("report.html").exists());
 }
+
+/// Constant and gamma arrivals split over 1, 2 and 4 shards: every shard
+/// sends every N-th arrival of the whole run's schedule, so the merged run
+/// intends each request at the single process's time for it, to the µs —
+/// which `merge` checks itself (`merged.schedule`).
+#[test]
+fn constant_and_gamma_arrivals_add_up_over_shards_to_the_microsecond() {
+    let server = Server::start(exact(2, 1));
+    for arrival in ["constant", "gamma:0.5"] {
+        let load = [
+            "--no-metrics",
+            "--rate",
+            "40",
+            "--arrival",
+            arrival,
+            "--requests",
+            "24",
+            "--output-tokens",
+            "4",
+            "--seed",
+            "9",
+        ];
+        let single = run_dir(&format!("schedule-{arrival}-single"));
+        assert_ok(&bench(&server.url, &single, &load));
+        let mut truth: Vec<(u64, u64)> = records(&single)
+            .iter()
+            .map(|r| {
+                (
+                    r["id"].as_u64().unwrap(),
+                    r["scheduled_at_us"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        truth.sort_unstable();
+        for count in [1, 2, 4] {
+            let name = format!("schedule-{}-{count}", arrival.replace(':', ""));
+            let shards = run_shards(&name, &server.url, count, &load);
+            let out = run_dir(&format!("{name}-merged"));
+            assert_ok(&merge(&shards, &out));
+            let check = &results(&out)["merged"]["schedule"];
+            assert_eq!(check["requests"], 24, "{arrival} over {count}: {check}");
+            assert_eq!(check["exact"], 24, "{arrival} over {count}: {check}");
+            // Each shard's own intended times, by the whole run's id.
+            let mut merged: Vec<(u64, u64)> = Vec::new();
+            for (i, dir) in shards.iter().enumerate() {
+                for r in records(dir) {
+                    let local = r["id"].as_u64().unwrap();
+                    let id = local * count as u64 + i as u64;
+                    merged.push((id, r["scheduled_at_us"].as_u64().unwrap()));
+                }
+            }
+            merged.sort_unstable();
+            assert_eq!(merged, truth, "{arrival} over {count} shards");
+        }
+    }
+}

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use tokenscope_core::cost::GpuPrice;
 use tokenscope_core::metrics::Aggregator;
 use tokenscope_core::results::{
-    ClientUsage, ClockSync, Finding, Merged, MergedShard, RunResults, ShardInfo,
+    ClientUsage, ClockSync, Finding, Merged, MergedShard, RunResults, ScheduleCheck, ShardInfo,
 };
 use tokenscope_core::slo::Slo;
 use tokenscope_history::Kind;
@@ -275,11 +275,14 @@ fn merge(parts: &[Part], out: &Path) -> anyhow::Result<RunResults> {
         std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
     let mut writer = std::io::BufWriter::new(file);
     let mut shards = Vec::new();
+    // (whole-run id, the shard's intended send µs) of every record.
+    let mut intended: Vec<(u64, u64)> = Vec::new();
     for p in parts {
         let (index, count) = (p.shard.index as u64, p.shard.count as u64);
         let offset_us = p.shard.origin_unix_us - origin;
         let mut failed: Option<std::io::Error> = None;
         let n = for_each_record(&p.dir, |mut r| {
+            intended.push((r.id * count + index, r.scheduled_at_us));
             r.shift(offset_us);
             // Ids and sessions unique across shards, and each shard's own recoverable.
             r.id = r.id * count + index;
@@ -315,12 +318,66 @@ fn merge(parts: &[Part], out: &Path) -> anyhow::Result<RunResults> {
         - origin;
     let (clock_note, doubt) = clocks(parts);
     results.diagnosis.extend(doubt);
+    let schedule = check_schedule(whole, intended);
+    if let Some(f) = schedule.as_ref().and_then(schedule_finding) {
+        results.diagnosis.push(f);
+    }
     results.merged = Some(Merged {
         shards,
         origin_spread_ms: spread as f64 / 1e3,
         clock_note,
+        schedule,
     });
     Ok(results)
+}
+
+/// An open loop's (not a replay's) intended send times against the whole
+/// run's schedule, drawn again from its rate, process and seed: request
+/// `i` of the whole run was sent by shard `i mod N` as its own `i div N`.
+fn check_schedule(
+    whole: &serde_json::Value,
+    mut intended: Vec<(u64, u64)>,
+) -> Option<ScheduleCheck> {
+    use tokenscope_workload::arrival::{Process, Schedule};
+    let load = &whole["load"];
+    // A session's later turns leave when the last answer came, not on
+    // the schedule: only single requests are checked.
+    let single = whole["multi_turn"].is_null();
+    let rate = load["rate"]
+        .as_f64()
+        .filter(|_| load["mode"] == "open" && single)?;
+    let process: Process = load["arrival"].as_str()?.parse().ok()?;
+    let seed = whole["seed"].as_u64()?;
+    intended.sort_unstable();
+    let mut schedule = Schedule::new(rate, process, seed).enumerate();
+    let mut check = ScheduleCheck::default();
+    for (id, at_us) in intended {
+        let Some((_, due)) = schedule.find(|(i, _)| *i as u64 == id) else {
+            break;
+        };
+        let error = (due.as_micros() as u64).abs_diff(at_us);
+        check.requests += 1;
+        check.exact += u64::from(error == 0);
+        check.max_error_us = check.max_error_us.max(error);
+    }
+    Some(check)
+}
+
+/// A finding when some shard's intended send times were not the schedule's.
+fn schedule_finding(c: &ScheduleCheck) -> Option<Finding> {
+    (c.exact < c.requests).then(|| Finding {
+        rule: "schedule_mismatch".into(),
+        severity: "warning".into(),
+        message: format!(
+            "{} of {} requests were not intended at the whole run's schedule (up to {} µs off): the shards did not split one schedule (shards of different versions or settings?)",
+            c.requests - c.exact,
+            c.requests,
+            c.max_error_us
+        ),
+        evidence: [("requests".to_string(), serde_json::json!(c.requests))]
+            .into_iter()
+            .collect(),
+    })
 }
 
 /// What the alignment of the shards' records rests on, and a finding when

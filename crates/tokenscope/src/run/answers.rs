@@ -83,7 +83,11 @@ fn invalid_structured_output(m: &Measured, config: &serde_json::Value) -> Option
         .unwrap_or("the asked format");
     Some(invalid_share(
         "invalid_structured_output",
-        (s.checked, s.valid, format!("answers were not valid {label}")),
+        (
+            s.checked,
+            s.valid,
+            format!("answers were not valid {label}"),
+        ),
         (s.valid_share, s.valid_share_ci95),
         &s.failures,
     ))

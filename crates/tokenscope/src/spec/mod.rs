@@ -18,7 +18,6 @@ use crate::warnings::Warning;
 use serde_json::json;
 use shard::ShardSpec;
 use tokenscope_load::runner::RunPlan;
-use tokenscope_workload::arrival::Process;
 use workload::Load;
 
 /// One run, as specified.
@@ -74,10 +73,6 @@ impl RunSpec {
             None => None,
             Some(part) => {
                 let whole = run_config(&load, &load.plan(), &request, &output);
-                let flags = &load.flags;
-                let arrival = (!flags.rate.is_empty()
-                    && !matches!(flags.arrival, Process::Poisson))
-                .then(|| flags.arrival.to_string());
                 part.apply(&mut load).map_err(Exit::usage)?;
                 // Shards past 0 leave the server's metrics and the GPUs to
                 // shard 0, so the server is not scraped N times.
@@ -90,7 +85,6 @@ impl RunSpec {
                     shard: part,
                     whole,
                     start_at: shard.start_at,
-                    split_arrival: arrival,
                 })
             }
         };
@@ -110,19 +104,10 @@ impl RunSpec {
         })
     }
 
-    /// The doubts this run's set-up raises, in the order they are said:
-    /// an arrival process that shards do not add up to, and an SLO that
-    /// the requests sent cannot judge on their own.
+    /// The doubts this run's set-up raises: an SLO that the requests sent
+    /// cannot judge on their own.
     pub fn warnings(&self) -> Vec<Warning> {
         let mut out = Vec::new();
-        if let Some(s) = &self.shard {
-            if let Some(arrival) = &s.split_arrival {
-                out.push(Warning::ArrivalSplit {
-                    arrival: arrival.clone(),
-                    shards: s.shard.count,
-                });
-            }
-        }
         if let (Some(slo), Some(n)) = (&self.output.slo, self.plan.requests) {
             out.extend(crate::warnings::slo_sample_size(slo, n));
         }
@@ -233,9 +218,11 @@ pub(crate) mod tests {
         let flags = "--url http://h:1 --rate 8 --arrival constant --requests 200 --shard 0/2 --slo ttft_p99=1s";
         let spec = RunSpec::build(bench_args(flags)).unwrap();
         let kinds: Vec<_> = spec.warnings().iter().map(|w| w.kind()).collect();
-        assert_eq!(kinds, ["arrival_split", "slo_sample_size"]);
-        let poisson = RunSpec::build(bench_args(&flags.replace("constant", "poisson"))).unwrap();
-        assert_eq!(poisson.warnings().len(), 1, "Poisson shards add up");
+        assert_eq!(kinds, ["slo_sample_size"], "constant shards add up too");
+        // The shard walks the whole schedule, every second arrival of it.
+        let share = spec.plan.share.unwrap();
+        assert_eq!((share.index, share.count, share.rate), (0, 2, 8.0));
+        assert_eq!(spec.config["load"]["rate"], 4.0, "its own rate");
     }
 
     #[test]

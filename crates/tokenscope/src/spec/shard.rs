@@ -3,13 +3,16 @@
 //! one shared start instant, and `tokenscope merge` pools their records.
 //!
 //! The parts are exact: concurrency, requests and warm-up split so the
-//! shards' parts sum to the whole; a rate split in N (independent Poisson
-//! processes at rate/N superpose to one at the whole rate); a dataset dealt
-//! out without overlap. Only shard 0 reads the server's metrics and GPUs.
+//! shards' parts sum to the whole; an open loop's whole schedule drawn by
+//! every shard from the whole run's seed and rate, each sending every N-th
+//! arrival (so constant and gamma arrivals add up as Poisson ones do, to
+//! the microsecond: `merge` checks it); a dataset dealt out without
+//! overlap. Only shard 0 reads the server's metrics and GPUs.
 
 use super::workload::Load;
 use crate::cli::{parse_shard, Shard, ShardArgs, StartAt};
 use std::time::{Duration, SystemTime};
+use tokenscope_workload::arrival::ScheduleShare;
 
 /// A shard of a run, as the spec holds it: which part this process sends,
 /// the whole run's settings (for the merge), and the shared start instant.
@@ -18,9 +21,6 @@ pub struct ShardSpec {
     pub shard: Shard,
     pub whole: serde_json::Value,
     pub start_at: Option<StartAt>,
-    /// A non-Poisson `--arrival` split over the shards (its name): the
-    /// shards' arrivals do not add up to that process.
-    pub split_arrival: Option<String>,
 }
 
 impl ShardArgs {
@@ -68,6 +68,16 @@ impl Shard {
             if *c == 0 {
                 return Err(too_small("--concurrency", whole));
             }
+        }
+        // The whole schedule, of which this shard sends every N-th arrival
+        // (its own rate, for the summary, is the whole's ÷ N).
+        if let Some(&rate) = load.rate.first().filter(|_| !load.replay) {
+            l.share = Some(ScheduleShare {
+                index: self.index as u64,
+                count: self.count as u64,
+                rate,
+                seed: load.seed,
+            });
         }
         for r in &mut load.rate {
             *r /= self.count as f64;

@@ -25,6 +25,8 @@ pub struct Load {
     /// `--images`, `--audio`: the synthetic media, each piece encoded once
     /// for every plan of this load.
     media: Option<Arc<Synthetic>>,
+    /// A shard's share of the whole run's open-loop schedule.
+    pub share: Option<tokenscope_workload::arrival::ScheduleShare>,
 }
 
 impl Load {
@@ -40,6 +42,7 @@ impl Load {
             dataset,
             tokenizer_check,
             media,
+            share: None,
         })
     }
 
@@ -182,6 +185,7 @@ fn plan(l: &Load) -> RunPlan {
             media: l.media.clone(),
         },
         seed: load.seed,
+        share: l.share,
     }
 }
 
