@@ -11,6 +11,7 @@
 #   scripts/bench-client.sh > /tmp/bench.md
 #   SECTIONS="timing memory" scripts/bench-client.sh   # a subset
 #   SECTIONS=apis scripts/bench-client.sh              # each streaming API against chat
+#   SECTIONS=exporter scripts/bench-client.sh          # --serve-metrics on and off
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
@@ -151,6 +152,37 @@ if [[ $sections == *apis* ]]; then
     [ -z "$chat" ] && chat=$cpu
     printf '| %s | %s | %s | %s |\n' "$name" "$(get "$f" tps .0f)" "$cpu" \
       "$(python3 -c "print(f'{$cpu / $chat:.2f}')")"
+  done
+  stop_server
+fi
+
+if [[ $sections == *exporter* ]]; then
+  echo
+  echo "## The live exporter's cost (--serve-metrics, scraped every 100 ms; 64 streams, 800 requests of 2,048 tokens, TTFT 0, ITL 0)"
+  echo
+  echo "| run | output tokens/s | client CPU-s per 100k tokens | × without | whole process CPU-s (recorder and exporter threads too) | × without |"
+  echo "|---|---|---|---|---|---|"
+  start_server --ttft 0ms --itl 0ms
+  base=""
+  base_all=""
+  for with in no yes; do
+    extra=()
+    scraper=""
+    if [ "$with" = yes ]; then
+      mport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+      extra=(--serve-metrics "127.0.0.1:$mport")
+      # A scraper on the server's core, as Prometheus would be elsewhere.
+      (while true; do taskset -c 1 curl -s "http://127.0.0.1:$mport/metrics" > /dev/null || true; sleep 0.1; done) &
+      scraper=$!
+    fi
+    client "$work/exp-$with" --concurrency 64 --requests 800 --output-tokens 2048 "${extra[@]}"
+    [ -n "$scraper" ] && { kill "$scraper" 2>/dev/null || true; }
+    f=$(figures "$work/exp-$with")
+    cpu=$(get "$f" cpu100k .3f)
+    all=$(cpu_s)
+    [ -z "$base" ] && base=$cpu && base_all=$all
+    printf '| %s | %s | %s | %s | %s | %s |\n' "--serve-metrics: $with" "$(get "$f" tps .0f)" "$cpu" \
+      "$(python3 -c "print(f'{$cpu / $base:.3f}')")" "$all" "$(python3 -c "print(f'{$all / $base_all:.3f}')")"
   done
   stop_server
 fi

@@ -4,8 +4,9 @@
 #    cached under ~/.cache/tokenscope (scripts/llama-fixture.sh);
 #  - a PostgreSQL server from Debian's packages for the history tests, on
 #    127.0.0.1, in a temporary directory, stopped after (scripts/postgres-fixture.sh);
-#  - Debian's chromium (the HTML report is checked in headless Chromium) and
-#    tmux (the live dashboard is checked in a tmux pane), when missing;
+#  - Debian's chromium (the HTML report is checked in headless Chromium),
+#    tmux (the live dashboard is checked in a tmux pane) and prometheus (a
+#    real Prometheus server scrapes --serve-metrics), when missing;
 #  - no import circle between the source files of any crate, and no HTTP
 #    client under the simulator (scripts/check-imports.py);
 #  - the Rust workspace's tests, in release mode (timing tests need optimised code).
@@ -19,6 +20,7 @@ python3 scripts/check-imports.py
 need=()
 command -v chromium >/dev/null || need+=(chromium)
 command -v tmux >/dev/null || need+=(tmux)
+command -v prometheus >/dev/null || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]} (Debian packages)" >&2
   sudo_cmd=""

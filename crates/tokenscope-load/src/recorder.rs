@@ -62,6 +62,10 @@ pub struct Recorder {
     writer: JoinHandle<Recorded>,
 }
 
+/// Shown every finished record on the writer's thread, never the load's
+/// (`--serve-metrics`: the live figures a scraper reads).
+pub type Tap = std::sync::Arc<dyn Fn(&RequestRecord) + Send + Sync>;
+
 impl Recorder {
     /// Creates (truncates) `path` and starts the writer thread, which takes
     /// each record into `figures` once written; a failed write cancels `on_failure`.
@@ -69,6 +73,16 @@ impl Recorder {
         path: &Path,
         on_failure: CancellationToken,
         figures: Aggregator,
+    ) -> Result<Recorder, RecorderError> {
+        Recorder::create_with(path, on_failure, figures, None)
+    }
+
+    /// [`Recorder::create`], each record also shown to `tap`.
+    pub fn create_with(
+        path: &Path,
+        on_failure: CancellationToken,
+        figures: Aggregator,
+        tap: Option<Tap>,
     ) -> Result<Recorder, RecorderError> {
         let io = |source| RecorderError::Io {
             path: path.to_owned(),
@@ -79,7 +93,7 @@ impl Recorder {
         let (tx, rx) = mpsc::channel::<RequestRecord>();
         let writer = std::thread::Builder::new()
             .name("ts-recorder".into())
-            .spawn(move || write_all(file, &path, rx, on_failure, figures))
+            .spawn(move || write_all(file, &path, rx, (on_failure, tap), figures))
             .map_err(io)?;
         Ok(Recorder {
             sink: RecordSink { tx },
@@ -158,7 +172,7 @@ fn write_all(
     mut file: File,
     path: &Path,
     rx: mpsc::Receiver<RequestRecord>,
-    on_failure: CancellationToken,
+    (on_failure, tap): (CancellationToken, Option<Tap>),
     figures: Aggregator,
 ) -> Recorded {
     let mut texts = Texts::new(path);
@@ -203,6 +217,9 @@ fn write_all(
                     on_failure.cancel();
                 }
             }
+        }
+        if let Some(tap) = &tap {
+            tap(&r);
         }
         done.figures.add(&r);
         done.total += 1;
@@ -281,7 +298,7 @@ mod tests {
             file,
             Path::new("/dev/full"),
             rx,
-            stop.clone(),
+            (stop.clone(), None),
             Aggregator::new(None, None),
         );
         assert!(stop.is_cancelled(), "the run is told to stop");

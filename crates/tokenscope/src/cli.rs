@@ -292,6 +292,7 @@ impl ReportArgs {
             json: false,
             quiet: true,
             config: None,
+            serve_metrics: None,
             history: HistoryArgs {
                 no_history: true,
                 ..HistoryArgs::default()
@@ -1263,6 +1264,12 @@ pub struct OutputArgs {
     /// config.toml: `--config RUN/config.toml` repeats the run.
     #[arg(long, value_name = "FILE.toml")]
     pub config: Option<PathBuf>,
+    /// Serve tokenscope's own live figures for Prometheus at
+    /// http://ADDR/metrics while it runs (127.0.0.1:9464): requests by
+    /// outcome, tokens, TTFT, TPOT, ITL, E2E and send lag as histograms,
+    /// requests in flight; labelled by run, model, API, tag and shard.
+    #[arg(long, value_name = "ADDR")]
+    pub serve_metrics: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub history: HistoryArgs,
 }

@@ -29,6 +29,7 @@ pub mod config_file;
 pub mod engine;
 pub mod exit;
 pub mod live;
+pub mod live_metrics;
 pub mod output;
 pub mod recording;
 pub mod run;

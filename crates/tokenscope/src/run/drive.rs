@@ -46,6 +46,7 @@ pub struct Driven {
 
 pub async fn drive(spec: &RunSpec, p: Prepared, mut stop: Stop) -> Driven {
     let Prepared {
+        live,
         mut probed,
         started_at,
         recorder,
@@ -100,6 +101,9 @@ pub async fn drive(spec: &RunSpec, p: Prepared, mut stop: Stop) -> Driven {
         });
     }
     let recorded = recorder.finish();
+    if let Some((m, run)) = &live {
+        m.ended(run);
+    }
     let cold_start = probed.cold.as_mut().map(|server| {
         let stop_s = server.stop().as_secs_f64();
         cold_start::waves(&probed.out_dir, server, stop_s)

@@ -30,6 +30,8 @@ use tokio_util::sync::CancellationToken;
 
 /// A run ready to start: its clock has just started.
 pub struct Prepared {
+    /// `--serve-metrics`: the exporter and this run's name in it.
+    pub live: Option<(Arc<crate::live_metrics::LiveMetrics>, String)>,
     pub probed: Probed,
     pub started_at: String,
     pub recorder: Recorder,
@@ -55,14 +57,23 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
         .with_context(|| format!("creating the run directory {}", out_dir.display()))?;
     crate::run_dir::reserve_output(&out_dir)?;
     let cancel = CancellationToken::new();
-    let recorder = Recorder::create(
+    let live = live_metrics(spec, &probed)?;
+    let recorder = Recorder::create_with(
         &out_dir.join(crate::run_dir::REQUESTS),
         cancel.clone(),
         crate::spec::pricing::aggregator(&spec.output),
+        live.as_ref().map(|(m, run)| {
+            let (m, run) = (m.clone(), run.clone());
+            Arc::new(move |r: &tokenscope_core::record::RequestRecord| m.observe(&run, r))
+                as tokenscope_load::recorder::Tap
+        }),
     )?;
     let target = target(spec, &probed)?;
     let started_at = crate::run_dir::now_rfc3339();
     let progress = Arc::new(Progress::default());
+    if let Some((m, run)) = &live {
+        m.started(run, progress.clone());
+    }
     // The baseline scrape comes before the clock starts: a slow metrics
     // endpoint never eats into the load's time or bunches its schedule.
     let mut scraper = start_scraper(spec, &probed, &progress, &out_dir).await?;
@@ -98,6 +109,7 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
             .and_then(|v| v.parse().ok()),
     });
     Ok(Prepared {
+        live,
         probed,
         started_at,
         recorder,
@@ -216,6 +228,30 @@ fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
         timeout: r.timeout,
         idle_timeout: r.idle_timeout,
     })
+}
+
+/// `--serve-metrics`: the process's exporter and this run's name in it
+/// (its directory's), labelled with what ran.
+fn live_metrics(
+    spec: &RunSpec,
+    probed: &Probed,
+) -> anyhow::Result<Option<(Arc<crate::live_metrics::LiveMetrics>, String)>> {
+    let Some(addr) = spec.output.serve_metrics else {
+        return Ok(None);
+    };
+    let shard = spec.shard.as_ref().map(|s| s.shard.index.to_string());
+    let labels = vec![
+        ("model".to_string(), probed.model.clone()),
+        ("api".to_string(), probed.api.name().to_string()),
+        ("tag".to_string(), spec.output.history.tag.join(",")),
+        ("shard".to_string(), shard.unwrap_or_default()),
+    ];
+    let m = crate::live_metrics::exporter(addr, labels)?;
+    let run = probed
+        .out_dir
+        .file_name()
+        .map_or_else(|| "run".into(), |n| n.to_string_lossy().into_owned());
+    Ok(Some((m, run)))
 }
 
 /// `--tools` and `--tool-choice` (or a dataset's tools): what every

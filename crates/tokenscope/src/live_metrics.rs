@@ -1,0 +1,282 @@
+//! `--serve-metrics ADDR`: tokenscope's own live figures as a Prometheus
+//! endpoint (`GET /metrics`), for soak runs and canaries watched in the
+//! Prometheus/Grafana stack an operator already has.
+//!
+//! Every finished record is shown to the exporter on the recorder's thread
+//! (never the load's); the endpoint is served by a thread and runtime of
+//! its own, so a slow or hanging scraper cannot delay a request. The
+//! exposition is `prometheus-client`'s, never written by hand. One exporter
+//! serves the whole process: a sweep's points are series of it, told apart
+//! by their `run` label (the run directory's name).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+use std::borrow::Cow;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
+use tokenscope_core::record::RequestRecord;
+use tokenscope_load::runner::Progress;
+
+/// Which run a series belongs to, and how a request ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RunLabels {
+    run: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Outcome {
+    run: String,
+    /// `ok`, or the error kind (`http_429`, `timeout`, `stream`, …).
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenKind {
+    run: String,
+    /// `input` or `output`.
+    kind: String,
+}
+
+type Histograms = Family<RunLabels, Histogram, fn() -> Histogram>;
+
+/// Latency buckets, seconds: 1 ms to ~65 s, doubling.
+fn latency() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// Per-token buckets, seconds: 0.1 ms to ~3.3 s, doubling.
+fn per_token() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+}
+
+/// The figures, as the registry exposes them.
+pub struct LiveMetrics {
+    registry: Registry,
+    requests: Family<Outcome, Counter>,
+    tokens: Family<TokenKind, Counter>,
+    ttft: Histograms,
+    answer_start: Histograms,
+    tpot: Histograms,
+    itl: Histograms,
+    e2e: Histograms,
+    send_lag: Histograms,
+    in_flight: Family<RunLabels, Gauge>,
+    /// The runs in progress, their requests in flight read at each scrape.
+    running: Mutex<Vec<(String, Arc<Progress>)>>,
+}
+
+impl LiveMetrics {
+    /// An exporter whose every series carries `labels` (model, API, tag, shard).
+    pub fn new(labels: Vec<(String, String)>) -> LiveMetrics {
+        let labels = labels
+            .into_iter()
+            .map(|(k, v)| (Cow::Owned(k), Cow::Owned(v)));
+        let mut registry = Registry::with_prefix_and_labels("tokenscope", labels);
+        let m = LiveMetrics {
+            requests: Family::default(),
+            tokens: Family::default(),
+            ttft: Family::new_with_constructor(latency),
+            answer_start: Family::new_with_constructor(latency),
+            tpot: Family::new_with_constructor(per_token),
+            itl: Family::new_with_constructor(per_token),
+            e2e: Family::new_with_constructor(latency),
+            send_lag: Family::new_with_constructor(latency),
+            in_flight: Family::default(),
+            running: Mutex::new(Vec::new()),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "requests",
+            "Finished requests, by outcome (ok, or the error kind)",
+            m.requests.clone(),
+        );
+        registry.register(
+            "tokens",
+            "Tokens, input (prompt) and output",
+            m.tokens.clone(),
+        );
+        let seconds = [
+            (
+                "ttft",
+                "Time to first token (send to first generated token)",
+                &m.ttft,
+            ),
+            (
+                "answer_start",
+                "Time to the answer's first token, after any reasoning",
+                &m.answer_start,
+            ),
+            (
+                "tpot",
+                "Time per output token after the first, per request",
+                &m.tpot,
+            ),
+            (
+                "itl",
+                "Gap between streamed tokens (a chunk's gap over its tokens)",
+                &m.itl,
+            ),
+            ("e2e", "Request latency, send to last byte", &m.e2e),
+            (
+                "send_lag",
+                "How late a request left after its intended start (client lag)",
+                &m.send_lag,
+            ),
+        ];
+        for (name, help, family) in seconds {
+            registry.register_with_unit(name, help, Unit::Seconds, family.clone());
+        }
+        registry.register("in_flight", "Requests in flight now", m.in_flight.clone());
+        LiveMetrics { registry, ..m }
+    }
+
+    /// Takes one finished record of run `run` (warm-up left out, as the
+    /// results leave it).
+    pub fn observe(&self, run: &str, r: &RequestRecord) {
+        if r.warmup {
+            return;
+        }
+        let outcome = r.error_kind.map_or("ok".to_string(), |k| k.to_string());
+        let labels = RunLabels { run: run.into() };
+        self.requests
+            .get_or_create(&Outcome {
+                run: run.into(),
+                outcome,
+            })
+            .inc();
+        let tokens = |kind: &str, n: u64| {
+            let key = TokenKind {
+                run: run.into(),
+                kind: kind.into(),
+            };
+            self.tokens.get_or_create(&key).inc_by(n);
+        };
+        tokens("output", r.output_tokens);
+        tokens("input", r.input_tokens.unwrap_or(0));
+        let s = |us: u64| us as f64 * 1e-6;
+        self.send_lag.get_or_create(&labels).observe(s(r.lag_us()));
+        if !r.succeeded() {
+            return;
+        }
+        self.e2e.get_or_create(&labels).observe(s(r.e2e_us()));
+        if let Some(t) = r.ttft_us() {
+            self.ttft.get_or_create(&labels).observe(s(t));
+        }
+        if let Some(t) = r.answer_start_or_ttft_us() {
+            self.answer_start.get_or_create(&labels).observe(s(t));
+        }
+        if let Some(t) = r.tpot_us() {
+            self.tpot.get_or_create(&labels).observe(t * 1e-6);
+        }
+        let itl = self.itl.get_or_create(&labels);
+        for w in r.chunks.windows(2) {
+            let (gap, k) = (w[1].at_us().saturating_sub(w[0].at_us()), w[1].1.max(1));
+            // Each of the chunk's tokens stands for its share of the gap.
+            for _ in 0..k.min(64) {
+                itl.observe(s(gap) / k as f64);
+            }
+        }
+    }
+
+    /// Run `run` has started: its requests in flight are read from `progress`.
+    pub fn started(&self, run: &str, progress: Arc<Progress>) {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running.retain(|(r, _)| r != run);
+        running.push((run.to_string(), progress));
+    }
+
+    /// Run `run` is over: nothing of it is in flight.
+    pub fn ended(&self, run: &str) {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        running.retain(|(r, _)| r != run);
+        self.in_flight
+            .get_or_create(&RunLabels { run: run.into() })
+            .set(0);
+    }
+
+    /// The exposition, the in-flight gauges read now.
+    pub fn encode(&self) -> String {
+        for (run, p) in self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let sent = p.sent.load(Ordering::Relaxed) as i64;
+            let done = p.finished.load(Ordering::Relaxed) as i64;
+            self.in_flight
+                .get_or_create(&RunLabels { run: run.clone() })
+                .set((sent - done).max(0));
+        }
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// The process's exporter, once started, and where it listens.
+static EXPORTER: OnceLock<(SocketAddr, Arc<LiveMetrics>)> = OnceLock::new();
+
+/// The exporter on `addr`, started on first use (its labels are the first
+/// run's); a later run asking for another address is refused.
+pub fn exporter(
+    addr: SocketAddr,
+    labels: Vec<(String, String)>,
+) -> anyhow::Result<Arc<LiveMetrics>> {
+    if let Some((at, m)) = EXPORTER.get() {
+        return match *at == addr {
+            true => Ok(m.clone()),
+            false => Err(crate::exit::Exit::usage(format!(
+                "--serve-metrics {addr}: this process already serves its metrics on {at}"
+            ))),
+        };
+    }
+    let metrics = Arc::new(LiveMetrics::new(labels));
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| {
+        crate::exit::Exit::usage(format!("--serve-metrics {addr}: cannot listen there: {e}"))
+    })?;
+    listener.set_nonblocking(true)?;
+    let served = metrics.clone();
+    std::thread::Builder::new()
+        .name("ts-metrics".into())
+        .spawn(move || serve(listener, served))?;
+    let _ = EXPORTER.set((addr, metrics.clone()));
+    Ok(metrics)
+}
+
+/// `GET /metrics` on a runtime of its own, until the process ends.
+fn serve(listener: std::net::TcpListener, metrics: Arc<LiveMetrics>) {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    rt.block_on(async move {
+        let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+            return;
+        };
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(move || {
+                let m = metrics.clone();
+                async move {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        m.encode(),
+                    )
+                }
+            }),
+        );
+        let _ = axum::serve(listener, app).await;
+    });
+}

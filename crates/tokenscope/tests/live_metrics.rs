@@ -1,0 +1,218 @@
+//! `--serve-metrics`: tokenscope's own live figures, scraped mid-run by a
+//! real Prometheus server (Debian's package, installed by the test command)
+//! and read directly; at the end they agree with `results.json` within one
+//! scrape's worth.
+
+mod common;
+
+use common::*;
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `GET http://127.0.0.1:PORT{path}`'s body, or `None` while nothing answers.
+fn try_get(port: u16, path: &str) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_string())
+}
+
+/// The sum of every sample of `name` whose labels hold `with` (an
+/// OpenMetrics exposition: `name{labels} value`).
+fn sample(text: &str, name: &str, with: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(with))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A Prometheus server scraping 127.0.0.1:`target` every 200 ms.
+struct Prometheus {
+    child: Child,
+    port: u16,
+}
+
+impl Prometheus {
+    fn start(target: u16) -> Prometheus {
+        let dir = run_dir("prometheus");
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = format!(
+            "global:\n  scrape_interval: 200ms\n  scrape_timeout: 150ms\nscrape_configs:\n  - job_name: tokenscope\n    static_configs:\n      - targets: ['127.0.0.1:{target}']\n"
+        );
+        std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+        let port = free_port();
+        let child = Command::new("prometheus")
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("Debian's prometheus on PATH (scripts/test.sh installs it)");
+        Prometheus { child, port }
+    }
+
+    /// The value of an instant `query`, when it has one.
+    fn query(&self, query: &str) -> Option<f64> {
+        let body = try_get(self.port, &format!("/api/v1/query?query={query}"))?;
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_prometheus_server_scrapes_the_live_figures_and_they_add_up_to_the_results() {
+    let server = Server::start(exact(20, 4));
+    let port = free_port();
+    let prometheus = Prometheus::start(port);
+    let out = run_dir("serve-metrics");
+    let addr = format!("127.0.0.1:{port}");
+    let mut bench = tokenscope()
+        .args([
+            "bench",
+            "--url",
+            &server.url,
+            "--quiet",
+            "--no-metrics",
+            "--no-history",
+        ])
+        .args([
+            "--requests",
+            "300",
+            "--concurrency",
+            "4",
+            "--output-tokens",
+            "24",
+        ])
+        .args(["--serve-metrics", &addr, "--tag", "canary", "--out"])
+        .arg(&out)
+        .spawn()
+        .unwrap();
+    // Read directly every 20 ms, keeping the last exposition, and ask the
+    // Prometheus server until it has scraped a finished request.
+    let (mut last, mut scraped_by_prometheus) = (None, None);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while bench.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the bench ran past two minutes");
+        if let Some(text) = try_get(port, "/metrics") {
+            last = Some(text);
+        }
+        if scraped_by_prometheus.is_none() {
+            let q = "tokenscope_requests_total%7Btag%3D%22canary%22%7D";
+            scraped_by_prometheus = prometheus.query(q).filter(|&n| n > 0.0);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(bench.wait().unwrap().success());
+    let mid_run = scraped_by_prometheus.expect("Prometheus scraped a finished request mid-run");
+    assert!(mid_run < 300.0, "mid-run: {mid_run}");
+    assert_eq!(
+        prometheus.query("up%7Bjob%3D%22tokenscope%22%7D"),
+        Some(1.0)
+    );
+    dashboard_queries_run(&prometheus);
+    let text = last.expect("an exposition was read");
+    assert!(text.trim_end().ends_with("# EOF"), "OpenMetrics text");
+    let r = results(&out);
+    let done = stat(&r, "counts.succeeded");
+    let scraped = sample(&text, "tokenscope_requests_total", "outcome=\"ok\"");
+    // Within one scrape's worth: the last read came at most ~20 ms (a
+    // request or four at this load) before the end.
+    assert!(
+        scraped <= done && done - scraped <= 8.0,
+        "{scraped} scraped, {done} done"
+    );
+    let ttft_count = sample(&text, "tokenscope_ttft_seconds_count", "run=");
+    assert_eq!(ttft_count, scraped, "one TTFT per finished request");
+    let tokens = sample(&text, "tokenscope_tokens_total", "kind=\"output\"");
+    assert_eq!(tokens, scraped * 24.0, "every request's 24 tokens");
+    // The TTFT histogram's mean against the run's over the same requests:
+    // the server's 20 ms, as both read it.
+    let mean_ms = sample(&text, "tokenscope_ttft_seconds_sum", "run=") / ttft_count * 1e3;
+    let run_mean = stat(&r, "latency.ttft_ms.mean");
+    assert!(
+        (mean_ms - run_mean).abs() < 0.05 * run_mean,
+        "{mean_ms} vs {run_mean}"
+    );
+    let run = format!("run=\"{}\"", out.file_name().unwrap().to_string_lossy());
+    let labels = [
+        "model=\"tokenscope-exact\"",
+        "api=\"openai-chat\"",
+        "tag=\"canary\"",
+    ];
+    for label in labels.iter().copied().chain([run.as_str()]) {
+        assert!(text.contains(label), "{label}");
+    }
+}
+
+/// Every query of the shipped Grafana dashboard (`deploy/grafana`), its
+/// variables set to match all, is PromQL the Prometheus server runs, over
+/// series the exporter wrote.
+fn dashboard_queries_run(prometheus: &Prometheus) {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/grafana/tokenscope.json"
+    );
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let exprs: Vec<String> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap().clone())
+        .map(|t| {
+            let e = t["expr"].as_str().unwrap();
+            e.replace("$run", ".*")
+                .replace("$model", ".*")
+                .replace("$tag", ".*")
+        })
+        .collect();
+    assert!(exprs.len() >= 8);
+    for e in exprs {
+        let q: String = e
+            .bytes()
+            .map(|b| match b {
+                b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let body = try_get(prometheus.port, &format!("/api/v1/query?query={q}"))
+            .unwrap_or_else(|| panic!("Prometheus refused: {e}"));
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["status"], "success", "{e}: {body}");
+        assert!(
+            !v["data"]["result"].as_array().unwrap().is_empty(),
+            "no series: {e}"
+        );
+    }
+}
+
+#[test]
+fn an_address_in_use_is_refused_before_the_run() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let server = Server::start(exact(2, 1));
+    let why = refused(&server.url, &["--no-metrics", "--serve-metrics", &addr]);
+    assert!(why.contains("cannot listen"), "{why}");
+}
