@@ -20,6 +20,10 @@ pub enum Error {
     },
     #[error("{db}: {0}", db = .1)]
     Invalid(String, String),
+    /// `sslmode` or `sslrootcert` cannot be honoured (an unknown mode, a
+    /// root certificate file that cannot be read).
+    #[error("{db}: TLS: {what}")]
+    Tls { db: String, what: String },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -14,6 +14,7 @@
 //! - [`changes`]: which runs differ from their configuration's recent
 //!   history (the change-point rule);
 //! - [`export`]: the history as CSV or JSON;
+//! - [`tls`]: `sslmode` and `sslrootcert` for a shared PostgreSQL history;
 //! - `error`: what can go wrong, naming the database and the step.
 
 pub mod changes;
@@ -25,6 +26,7 @@ pub mod metrics;
 mod schema;
 mod sql;
 pub mod store;
+pub mod tls;
 
 pub use changes::{judge, Judgement, Rule, Verdict};
 pub use entry::{Kind, RunEntry, StoredRun};

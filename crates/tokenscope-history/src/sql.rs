@@ -70,6 +70,43 @@ impl From<f64> for Value {
     }
 }
 
+/// A PostgreSQL connection: plain, or with TLS as `sslmode` and
+/// `sslrootcert` ask (crate::tls).
+fn open_postgres(loc: &Location, url: &str) -> Result<Db> {
+    use crate::tls::SslMode;
+    let tls = |what: String| crate::Error::Tls {
+        db: loc.shown(),
+        what,
+    };
+    let wanted = crate::tls::take_params(url).map_err(tls)?;
+    let mut config: postgres::Config = wanted
+        .url
+        .parse()
+        .map_err(|e| pg_err(loc, "reading the URL", e))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(WAIT);
+    }
+    config.application_name("tokenscope");
+    let client = match wanted.mode {
+        None | Some(SslMode::Disable) => {
+            config.ssl_mode(postgres::config::SslMode::Disable);
+            config.connect(postgres::NoTls)
+        }
+        Some(mode) => {
+            let rustls =
+                crate::tls::client_config(mode, wanted.root_cert.as_deref()).map_err(tls)?;
+            config.ssl_mode(match mode {
+                SslMode::Prefer => postgres::config::SslMode::Prefer,
+                _ => postgres::config::SslMode::Require,
+            });
+            config.connect(tokio_postgres_rustls::MakeRustlsConnect::new(rustls))
+        }
+    };
+    client
+        .map(|c| Db::Postgres(Box::new(c)))
+        .map_err(|e| pg_err(loc, "connecting", e))
+}
+
 /// An open connection to either database.
 pub enum Db {
     Sqlite(rusqlite::Connection),
@@ -83,18 +120,7 @@ impl Db {
     pub fn open(loc: &Location) -> Result<Db> {
         match loc {
             Location::Sqlite(path) => open_sqlite(path).map_err(|e| sqlite_err(loc, "opening", e)),
-            Location::Postgres(url) => {
-                let mut config: postgres::Config =
-                    url.parse().map_err(|e| pg_err(loc, "reading the URL", e))?;
-                if config.get_connect_timeout().is_none() {
-                    config.connect_timeout(WAIT);
-                }
-                config
-                    .application_name("tokenscope")
-                    .connect(postgres::NoTls)
-                    .map(|c| Db::Postgres(Box::new(c)))
-                    .map_err(|e| pg_err(loc, "connecting", e))
-            }
+            Location::Postgres(url) => open_postgres(loc, url),
         }
     }
 

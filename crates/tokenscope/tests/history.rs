@@ -753,3 +753,54 @@ fn runs_without_history_are_not_recorded_and_bad_filters_are_refused() {
         assert!(text(&o).contains(says), "{args:?}: {}", text(&o));
     }
 }
+
+/// The fixture's CA files (its server's, and one that signed nothing).
+fn postgres_ca(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| {
+        panic!("{var} is not set: run the tests with scripts/test.sh (scripts/postgres-fixture.sh)")
+    })
+}
+
+/// A shared history over TLS: the fixture's `tlsonly` database refuses
+/// plain connections, so a run recorded there went over TLS. `verify-full`
+/// with the server's CA records it (by 127.0.0.1 and by localhost, the
+/// names its certificate holds); with a CA that signed nothing it is
+/// refused, the run whole and the summary saying so; `require` encrypts
+/// without verifying, as libpq's does.
+#[test]
+fn a_shared_history_over_tls_verifies_the_server_and_plain_is_refused() {
+    let server = postgres_server();
+    let base = server.rsplit_once('/').unwrap().0.to_string();
+    let tlsonly = format!("{base}/tlsonly");
+    let (ca, other) = (
+        postgres_ca("TOKENSCOPE_TEST_POSTGRES_CA"),
+        postgres_ca("TOKENSCOPE_TEST_POSTGRES_OTHER_CA"),
+    );
+    let password = postgres_password();
+    let record = |db: &str, name: &str| {
+        let o = plan(db, &run_dir(name), &[]);
+        let said = text(&o);
+        assert!(!said.contains(&password), "the password was shown: {said}");
+        said
+    };
+    let plain = record(&tlsonly, "tls-plain");
+    assert!(plain.contains("no encryption"), "{plain}");
+    let verified = format!("{tlsonly}?sslmode=verify-full&sslrootcert={ca}");
+    record(&verified, "tls-verified");
+    let by_name = verified.replace("127.0.0.1", "localhost");
+    record(&by_name, "tls-by-name");
+    let runs = history_json(&verified, &["list", "--json"]);
+    assert!(ids(&runs).len() >= 2, "{runs}");
+    let wrong = record(
+        &format!("{tlsonly}?sslmode=verify-full&sslrootcert={other}"),
+        "tls-wrong-ca",
+    );
+    assert!(wrong.to_lowercase().contains("certificate"), "{wrong}");
+    record(&format!("{tlsonly}?sslmode=require"), "tls-require");
+    let after = history_json(&verified, &["list", "--json"]);
+    assert_eq!(
+        ids(&after).len(),
+        ids(&runs).len() + 1,
+        "require recorded one more"
+    );
+}
