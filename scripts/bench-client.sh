@@ -158,16 +158,30 @@ fi
 
 if [[ $sections == *exporter* ]]; then
   echo
-  echo "## The live exporter's cost (--serve-metrics, scraped every 100 ms; 64 streams, 800 requests of 2,048 tokens, TTFT 0, ITL 0)"
+  echo "## The live exporters' cost (--serve-metrics scraped every 100 ms; --otlp-endpoint pushing every 5 s; 64 streams, 800 requests of 2,048 tokens, TTFT 0, ITL 0)"
   echo
   echo "| run | output tokens/s | client CPU-s per 100k tokens | × without | whole process CPU-s (recorder and exporter threads too) | × without |"
   echo "|---|---|---|---|---|---|"
   start_server --ttft 0ms --itl 0ms
   base=""
   base_all=""
-  for with in no yes; do
+  # An OTLP receiver that takes every push and answers 200, on the server's core.
+  oport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  taskset -c 1 python3 -c '
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200); self.send_header("content-length", "0"); self.end_headers()
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()' "$oport" &
+  receiver=$!
+  for with in no yes otlp; do
     extra=()
     scraper=""
+    if [ "$with" = otlp ]; then
+      extra=(--otlp-endpoint "http://127.0.0.1:$oport")
+    fi
     if [ "$with" = yes ]; then
       mport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
       extra=(--serve-metrics "127.0.0.1:$mport")
@@ -181,9 +195,12 @@ if [[ $sections == *exporter* ]]; then
     cpu=$(get "$f" cpu100k .3f)
     all=$(cpu_s)
     [ -z "$base" ] && base=$cpu && base_all=$all
-    printf '| %s | %s | %s | %s | %s | %s |\n' "--serve-metrics: $with" "$(get "$f" tps .0f)" "$cpu" \
+    name="--serve-metrics: $with"
+    [ "$with" = otlp ] && name="--otlp-endpoint (a receiver on the server's core)"
+    printf '| %s | %s | %s | %s | %s | %s |\n' "$name" "$(get "$f" tps .0f)" "$cpu" \
       "$(python3 -c "print(f'{$cpu / $base:.3f}')")" "$all" "$(python3 -c "print(f'{$all / $base_all:.3f}')")"
   done
+  kill "$receiver" 2>/dev/null || true
   stop_server
 fi
 

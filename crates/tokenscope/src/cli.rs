@@ -293,6 +293,7 @@ impl ReportArgs {
             quiet: true,
             config: None,
             serve_metrics: None,
+            otlp_endpoint: None,
             history: HistoryArgs {
                 no_history: true,
                 ..HistoryArgs::default()
@@ -1270,6 +1271,13 @@ pub struct OutputArgs {
     /// requests in flight; labelled by run, model, API, tag and shard.
     #[arg(long, value_name = "ADDR")]
     pub serve_metrics: Option<std::net::SocketAddr>,
+    /// Push the same live figures over OTLP/HTTP (protobuf) to a collector
+    /// every 5 s (http://collector:4318, or the full /v1/metrics URL),
+    /// named after OpenTelemetry's GenAI conventions
+    /// (gen_ai.client.operation.duration, gen_ai.client.token.usage,
+    /// gen_ai.server.time_to_first_token, …).
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     #[command(flatten)]
     pub history: HistoryArgs,
 }

@@ -30,6 +30,7 @@ pub mod engine;
 pub mod exit;
 pub mod live;
 pub mod live_metrics;
+pub mod otlp;
 pub mod output;
 pub mod recording;
 pub mod run;

@@ -128,7 +128,8 @@ fn a_prometheus_server_scrapes_the_live_figures_and_they_add_up_to_the_results()
     let mid_run = scraped_by_prometheus.expect("Prometheus scraped a finished request mid-run");
     assert!(mid_run < 300.0, "mid-run: {mid_run}");
     assert_eq!(
-        prometheus.query("up%7Bjob%3D%22tokenscope%22%7D"),
+        // Its scrapes succeeded while it ran (the one after its end cannot).
+        prometheus.query("max_over_time(up%7Bjob%3D%22tokenscope%22%7D%5B1m%5D)"),
         Some(1.0)
     );
     dashboard_queries_run(&prometheus);
@@ -215,4 +216,190 @@ fn an_address_in_use_is_refused_before_the_run() {
     let server = Server::start(exact(2, 1));
     let why = refused(&server.url, &["--no-metrics", "--serve-metrics", &addr]);
     assert!(why.contains("cannot listen"), "{why}");
+}
+
+/// What an OTLP receiver got: each push's request, decoded.
+type Pushes = std::sync::Arc<std::sync::Mutex<Vec<ExportMetricsServiceRequest>>>;
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+
+/// An OTLP/HTTP receiver on the protocol's own definitions
+/// (`opentelemetry-proto`): each POST's body decoded as the collector
+/// service's request; `hang` answers nothing, as a dead collector.
+fn otlp_receiver(hang: bool) -> (String, Pushes) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let pushes: Pushes = Default::default();
+    let got = pushes.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().take(200) {
+            let Ok(mut s) = stream else { continue };
+            if hang {
+                held.push(s); // never answered, never closed
+                continue;
+            }
+            let Some((first, body)) = read_request(&s) else {
+                continue;
+            };
+            assert!(first.starts_with("POST /v1/metrics"), "{first}");
+            let decoded = <ExportMetricsServiceRequest as prost::Message>::decode(&body[..])
+                .expect("a protobuf ExportMetricsServiceRequest");
+            got.lock().unwrap().push(decoded);
+            let _ = s.write_all(http("200 OK", "application/x-protobuf", "").as_bytes());
+        }
+    });
+    (url, pushes)
+}
+
+/// `(count, sum)` of a histogram, or `(value, value)` of a sum, in the
+/// last push that had `name`, over its points whose attributes hold `with`.
+fn last_value(
+    pushes: &[ExportMetricsServiceRequest],
+    name: &str,
+    with: Option<(&str, &str)>,
+) -> (f64, f64) {
+    let holds = |attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue]| {
+        with.is_none_or(|(k, v)| {
+            attrs.iter().any(|a| {
+                a.key == k
+                    && matches!(&a.value.as_ref().and_then(|x| x.value.clone()), Some(AnyValue::StringValue(s)) if s == v)
+            })
+        })
+    };
+    let mut found = None;
+    for push in pushes {
+        for m in push
+            .resource_metrics
+            .iter()
+            .flat_map(|r| &r.scope_metrics)
+            .flat_map(|s| &s.metrics)
+        {
+            if m.name != name {
+                continue;
+            }
+            let v = match &m.data {
+                Some(Data::Histogram(h)) => h
+                    .data_points
+                    .iter()
+                    .filter(|p| holds(&p.attributes))
+                    .fold((0.0, 0.0), |(c, s), p| (c + p.count as f64, s + p.sum.unwrap_or(0.0))),
+                Some(Data::Sum(sum)) => sum
+                    .data_points
+                    .iter()
+                    .filter(|p| holds(&p.attributes))
+                    .map(|p| match p.value {
+                        Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsInt(i)) => i as f64,
+                        Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsDouble(d)) => d,
+                        None => 0.0,
+                    })
+                    .fold((0.0, 0.0), |(a, b), v| (a + v, b + v)),
+                _ => continue,
+            };
+            found = Some(v);
+        }
+    }
+    found.unwrap_or_else(|| panic!("no {name} in the pushes"))
+}
+
+#[test]
+fn the_otlp_push_carries_the_genai_figures_and_they_add_up_to_the_results() {
+    let server = Server::start(exact(10, 2));
+    let (url, pushes) = otlp_receiver(false);
+    let args = [
+        "--no-metrics",
+        "--requests",
+        "40",
+        "--concurrency",
+        "4",
+        "--output-tokens",
+        "12",
+        "--otlp-endpoint",
+        &url,
+        "--tag",
+        "otlp",
+    ];
+    let (out, r, _) = bench_ok(&server.url, "otlp", &[&args]);
+    let pushes = pushes.lock().unwrap().clone();
+    assert!(!pushes.is_empty(), "the run's end pushed its figures");
+    let ok = stat(&r, "counts.succeeded");
+    let (requests, _) = last_value(&pushes, "tokenscope.requests", Some(("outcome", "ok")));
+    assert_eq!(requests, ok);
+    let (n, ttft_sum) = last_value(&pushes, "gen_ai.server.time_to_first_token", None);
+    assert_eq!(n, ok);
+    let mean_ms = ttft_sum / n * 1e3;
+    let run_mean = stat(&r, "latency.ttft_ms.mean");
+    assert!(
+        (mean_ms - run_mean).abs() < 0.05 * run_mean,
+        "{mean_ms} vs {run_mean}"
+    );
+    let (_, output) = last_value(
+        &pushes,
+        "gen_ai.client.token.usage",
+        Some(("gen_ai.token.type", "output")),
+    );
+    assert_eq!(output, stat(&r, "tokens.output_total"));
+    let (n, _) = last_value(
+        &pushes,
+        "gen_ai.client.operation.duration",
+        Some(("gen_ai.operation.name", "chat")),
+    );
+    assert_eq!(n, ok);
+    for name in [
+        "gen_ai.server.time_per_output_token",
+        "tokenscope.itl",
+        "tokenscope.send_lag",
+    ] {
+        last_value(&pushes, name, None);
+    }
+    let resource = &pushes.last().unwrap().resource_metrics[0]
+        .resource
+        .as_ref()
+        .unwrap()
+        .attributes;
+    let attr = |k: &str| {
+        resource.iter().find(|a| a.key == k).and_then(|a| {
+            match a.value.as_ref()?.value.clone()? {
+                AnyValue::StringValue(s) => Some(s),
+                _ => None,
+            }
+        })
+    };
+    assert_eq!(attr("service.name").as_deref(), Some("tokenscope"));
+    assert_eq!(attr("tokenscope.tag").as_deref(), Some("otlp"));
+    assert_eq!(
+        attr("tokenscope.run"),
+        out.file_name().map(|n| n.to_string_lossy().into_owned())
+    );
+}
+
+#[test]
+fn a_collector_that_never_answers_leaves_the_run_whole() {
+    let server = Server::start(exact(10, 2));
+    let (url, _) = otlp_receiver(true);
+    let started = Instant::now();
+    let args = [
+        "--no-metrics",
+        "--requests",
+        "40",
+        "--concurrency",
+        "4",
+        "--output-tokens",
+        "12",
+        "--otlp-endpoint",
+        &url,
+    ];
+    let (_, r, recs) = bench_ok(&server.url, "otlp-hang", &[&args]);
+    assert_eq!(stat(&r, "counts.succeeded"), 40.0);
+    assert_eq!(recs.len(), 40);
+    assert!(has_rule(&r, "otlp_export_failed"), "{:?}", rules(&r));
+    // The end waits for the last push 5 s at most (and the pushes' own 3 s
+    // timeouts run on the exporter's thread, never the load's).
+    assert!(
+        started.elapsed() < Duration::from_secs(40),
+        "{:?}",
+        started.elapsed()
+    );
 }

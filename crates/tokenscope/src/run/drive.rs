@@ -47,6 +47,7 @@ pub struct Driven {
 pub async fn drive(spec: &RunSpec, p: Prepared, mut stop: Stop) -> Driven {
     let Prepared {
         live,
+        otlp,
         mut probed,
         started_at,
         recorder,
@@ -103,6 +104,14 @@ pub async fn drive(spec: &RunSpec, p: Prepared, mut stop: Stop) -> Driven {
     let recorded = recorder.finish();
     if let Some((m, run)) = &live {
         m.ended(run);
+    }
+    if let Some(why) = otlp.as_ref().and_then(|o| o.finish()) {
+        probed.notes.push(Finding {
+            rule: "otlp_export_failed".into(),
+            severity: "info".into(),
+            message: format!("{why}; the run itself is whole"),
+            evidence: Default::default(),
+        });
     }
     let cold_start = probed.cold.as_mut().map(|server| {
         let stop_s = server.stop().as_secs_f64();

@@ -32,6 +32,8 @@ use tokio_util::sync::CancellationToken;
 pub struct Prepared {
     /// `--serve-metrics`: the exporter and this run's name in it.
     pub live: Option<(Arc<crate::live_metrics::LiveMetrics>, String)>,
+    /// `--otlp-endpoint`: this run's push of the same figures.
+    pub otlp: Option<Arc<crate::otlp::OtlpExport>>,
     pub probed: Probed,
     pub started_at: String,
     pub recorder: Recorder,
@@ -58,15 +60,12 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
     crate::run_dir::reserve_output(&out_dir)?;
     let cancel = CancellationToken::new();
     let live = live_metrics(spec, &probed)?;
+    let otlp = otlp_export(spec, &probed)?;
     let recorder = Recorder::create_with(
         &out_dir.join(crate::run_dir::REQUESTS),
         cancel.clone(),
         crate::spec::pricing::aggregator(&spec.output),
-        live.as_ref().map(|(m, run)| {
-            let (m, run) = (m.clone(), run.clone());
-            Arc::new(move |r: &tokenscope_core::record::RequestRecord| m.observe(&run, r))
-                as tokenscope_load::recorder::Tap
-        }),
+        tap(live.clone(), otlp.clone()),
     )?;
     let target = target(spec, &probed)?;
     let started_at = crate::run_dir::now_rfc3339();
@@ -110,6 +109,7 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
     });
     Ok(Prepared {
         live,
+        otlp,
         probed,
         started_at,
         recorder,
@@ -228,6 +228,65 @@ fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
         timeout: r.timeout,
         idle_timeout: r.idle_timeout,
     })
+}
+
+/// What each finished record is shown to besides the results: the live
+/// exporter and the OTLP push, when asked for.
+fn tap(
+    live: Option<(Arc<crate::live_metrics::LiveMetrics>, String)>,
+    otlp: Option<Arc<crate::otlp::OtlpExport>>,
+) -> Option<tokenscope_load::recorder::Tap> {
+    if live.is_none() && otlp.is_none() {
+        return None;
+    }
+    Some(Arc::new(
+        move |r: &tokenscope_core::record::RequestRecord| {
+            if let Some((m, run)) = &live {
+                m.observe(run, r);
+            }
+            if let Some(o) = &otlp {
+                o.observe(r);
+            }
+        },
+    ))
+}
+
+/// `--otlp-endpoint`: this run's push, its resource saying what ran.
+fn otlp_export(
+    spec: &RunSpec,
+    probed: &Probed,
+) -> anyhow::Result<Option<Arc<crate::otlp::OtlpExport>>> {
+    let Some(url) = &spec.output.otlp_endpoint else {
+        return Ok(None);
+    };
+    let run = probed
+        .out_dir
+        .file_name()
+        .map_or_else(|| "run".into(), |n| n.to_string_lossy().into_owned());
+    let shard = spec.shard.as_ref().map(|s| s.shard.index.to_string());
+    let resource = vec![
+        (
+            "service.version".to_string(),
+            env!("CARGO_PKG_VERSION").to_string(),
+        ),
+        ("tokenscope.run".to_string(), run),
+        ("tokenscope.api".to_string(), probed.api.name().to_string()),
+        (
+            "tokenscope.tag".to_string(),
+            spec.output.history.tag.join(","),
+        ),
+        ("tokenscope.shard".to_string(), shard.unwrap_or_default()),
+        ("server.address".to_string(), probed.base.clone()),
+    ];
+    let export = crate::otlp::OtlpExport::start(
+        url,
+        crate::otlp::Run {
+            operation: crate::otlp::operation(probed.api.name()),
+            model: probed.model.clone(),
+            resource,
+        },
+    )?;
+    Ok(Some(Arc::new(export)))
 }
 
 /// `--serve-metrics`: the process's exporter and this run's name in it
