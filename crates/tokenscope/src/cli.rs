@@ -194,6 +194,11 @@ pub struct WatchArgs {
     /// `local`: read this machine's GPUs through NVML.
     #[arg(long, value_enum, default_value = "none")]
     pub gpu: GpuSource,
+    /// Serve what watch reads for Prometheus at http://ADDR/metrics
+    /// (`tokenscope_server{figure=…}` gauges: running, waiting, KV usage,
+    /// requests/s, tokens/s, TTFT and queue p99, GPU use), labelled by target.
+    #[arg(long, value_name = "ADDR")]
+    pub serve_metrics: Option<std::net::SocketAddr>,
     /// Environment variable holding a bearer token for /metrics.
     #[arg(long, value_name = "NAME")]
     pub api_key_env: Option<String>,

@@ -44,6 +44,25 @@ struct TokenKind {
 
 type Histograms = Family<RunLabels, Histogram, fn() -> Histogram>;
 
+/// A server figure `watch` reads (`running`, `kv_usage`, `ttft_p99_seconds`, …).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ServerFigure {
+    figure: String,
+}
+
+/// The server's own figures, as `watch` reads them over its window.
+pub struct ServerFigures {
+    pub running: Option<f64>,
+    pub waiting: Option<f64>,
+    pub kv_usage: Option<f64>,
+    pub requests_per_s: Option<f64>,
+    pub generation_tokens_per_s: Option<f64>,
+    pub ttft_p99_s: Option<f64>,
+    pub queue_time_p99_s: Option<f64>,
+    pub gpu_util: Option<f64>,
+    pub preemptions: Option<f64>,
+}
+
 /// Latency buckets, seconds: 1 ms to ~65 s, doubling.
 fn latency() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
@@ -66,6 +85,7 @@ pub struct LiveMetrics {
     e2e: Histograms,
     send_lag: Histograms,
     in_flight: Family<RunLabels, Gauge>,
+    server: Family<ServerFigure, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// The runs in progress, their requests in flight read at each scrape.
     running: Mutex<Vec<(String, Arc<Progress>)>>,
 }
@@ -87,6 +107,7 @@ impl LiveMetrics {
             e2e: Family::new_with_constructor(latency),
             send_lag: Family::new_with_constructor(latency),
             in_flight: Family::default(),
+            server: Family::default(),
             running: Mutex::new(Vec::new()),
             registry: Registry::default(),
         };
@@ -132,6 +153,11 @@ impl LiveMetrics {
             registry.register_with_unit(name, help, Unit::Seconds, family.clone());
         }
         registry.register("in_flight", "Requests in flight now", m.in_flight.clone());
+        registry.register(
+            "server",
+            "The server's own figures over watch's window (by figure: running, waiting, kv_usage, requests_per_second, generation_tokens_per_second, ttft_p99_seconds, queue_time_p99_seconds, gpu_util, preemptions)",
+            m.server.clone(),
+        );
         LiveMetrics { registry, ..m }
     }
 
@@ -179,6 +205,30 @@ impl LiveMetrics {
             // Each of the chunk's tokens stands for its share of the gap.
             for _ in 0..k.min(64) {
                 itl.observe(s(gap) / k as f64);
+            }
+        }
+    }
+
+    /// `watch`'s latest look at the server: each figure it has, set; one
+    /// it has not is left out (missing, not zero).
+    pub fn server_figures(&self, f: &ServerFigures) {
+        let figures = [
+            ("running", f.running),
+            ("waiting", f.waiting),
+            ("kv_usage", f.kv_usage),
+            ("requests_per_second", f.requests_per_s),
+            ("generation_tokens_per_second", f.generation_tokens_per_s),
+            ("ttft_p99_seconds", f.ttft_p99_s),
+            ("queue_time_p99_seconds", f.queue_time_p99_s),
+            ("gpu_util", f.gpu_util),
+            ("preemptions", f.preemptions),
+        ];
+        for (name, value) in figures {
+            if let Some(v) = value {
+                let key = ServerFigure {
+                    figure: name.into(),
+                };
+                self.server.get_or_create(&key).set(v);
             }
         }
     }

@@ -79,3 +79,55 @@ fn an_unreachable_server_is_exit_3_with_one_line() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains(&format!("127.0.0.1:{port}/metrics")), "{err}");
 }
+
+/// `watch --serve-metrics`: what watch reads of the server, as gauges a
+/// Prometheus scrape gets while it watches, labelled by the target.
+#[test]
+fn watch_serves_the_servers_figures_for_prometheus() {
+    let engine = Engine::start(default_engine());
+    let mut bench = background_load(&engine.url, 8, 300, 256, &[]);
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut watch = tokenscope()
+        .args([
+            "watch",
+            &engine.url,
+            "--interval",
+            "300ms",
+            "--duration",
+            "4s",
+        ])
+        .args(["--serve-metrics", &addr])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut seen = String::new();
+    while watch.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+        let url = format!("http://{addr}/metrics");
+        if let Ok(text) = std::panic::catch_unwind(|| http_get(&url)) {
+            if text.contains("figure=\"generation_tokens_per_second\"") {
+                seen = text;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let _ = watch.wait();
+    let _ = bench.kill();
+    let _ = bench.wait();
+    for figure in [
+        "running",
+        "waiting",
+        "kv_usage",
+        "generation_tokens_per_second",
+    ] {
+        assert!(
+            seen.contains(&format!("figure=\"{figure}\"")),
+            "{figure}: {seen}"
+        );
+    }
+    assert!(
+        seen.contains(&format!("target=\"{}\"", engine.url)),
+        "{seen}"
+    );
+}

@@ -197,6 +197,13 @@ async fn live(w: &mut Watcher, args: &WatchArgs, url: &str) -> anyhow::Result<Ex
         })
         .flatten();
     let mut rate = Rate::new();
+    let exported = match args.serve_metrics {
+        Some(addr) => Some(crate::live_metrics::exporter(
+            addr,
+            vec![("target".to_string(), args.url.clone())],
+        )?),
+        None => None,
+    };
     let mut ticker = tokio::time::interval(args.interval);
     let mut stop = crate::signals::Stop::listen()?;
     loop {
@@ -207,6 +214,9 @@ async fn live(w: &mut Watcher, args: &WatchArgs, url: &str) -> anyhow::Result<Ex
         let s = w.sample().await;
         if let Some(t) = w.sampler.latest().and_then(|l| l.generation_tokens_total) {
             rate.feed(start.elapsed().as_secs_f64(), t as u64);
+        }
+        if let Some(m) = &exported {
+            m.server_figures(&figures(&s));
         }
         if dashboard.is_some() {
             if let Ok(mut v) = view.lock() {
@@ -223,6 +233,22 @@ async fn live(w: &mut Watcher, args: &WatchArgs, url: &str) -> anyhow::Result<Ex
         d.stop();
     }
     Ok(Exit::Success)
+}
+
+/// What the exporter shows of a look at the server (seconds, ratios).
+fn figures(s: &Snapshot) -> crate::live_metrics::ServerFigures {
+    let m = &s.summary;
+    crate::live_metrics::ServerFigures {
+        running: m.running.map(|g| g.last),
+        waiting: m.waiting.map(|g| g.last),
+        kv_usage: m.kv_usage.map(|g| g.last),
+        requests_per_s: s.requests_per_s,
+        generation_tokens_per_s: m.generation_tokens_per_s,
+        ttft_p99_s: m.ttft.map(|h| h.p99_ms / 1e3),
+        queue_time_p99_s: m.queue_time.map(|h| h.p99_ms / 1e3),
+        gpu_util: m.gpu_util_time_pct.map(|g| g.last / 100.0),
+        preemptions: m.preemptions,
+    }
 }
 
 fn to_view(s: &Snapshot, url: &str, start: Instant, args: &WatchArgs, rate: &Rate) -> View {
