@@ -7,6 +7,8 @@
 #  - Debian's chromium (the HTML report is checked in headless Chromium),
 #    tmux (the live dashboard is checked in a tmux pane) and prometheus (a
 #    real Prometheus server scrapes --serve-metrics), when missing;
+#  - kubernetes-validate (PyPI), in a venv of its own: the manifests checked
+#    against Kubernetes' schemas offline;
 #  - no import circle between the source files of any crate, and no HTTP
 #    client under the simulator (scripts/check-imports.py);
 #  - the Rust workspace's tests, in release mode (timing tests need optimised code).
@@ -34,6 +36,15 @@ while IFS='=' read -r key value; do
   [ -n "$key" ] && export "$key=$value"
 done <<< "$fixture"
 echo "llama.cpp fixture: $LLAMA_SERVER" >&2
+
+# kubernetes-validate (PyPI): Kubernetes' schemas, offline, for the manifests.
+k8s_venv="${XDG_CACHE_HOME:-$HOME/.cache}/tokenscope/k8s-venv"
+if [ ! -x "$k8s_venv/bin/kubernetes-validate" ]; then
+  echo "installing kubernetes-validate in $k8s_venv" >&2
+  python3 -m venv "$k8s_venv"
+  "$k8s_venv/bin/pip" install --quiet --disable-pip-version-check kubernetes-validate >&2
+fi
+export KUBERNETES_VALIDATE="$k8s_venv/bin/kubernetes-validate"
 
 # A PostgreSQL server for the history tests, stopped however the tests end.
 pg="$(scripts/postgres-fixture.sh start)"

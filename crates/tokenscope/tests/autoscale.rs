@@ -92,6 +92,9 @@ fn the_real_time_sweep_and_the_plan_agree_on_the_threshold() {
         assert!(keda.contains("sum(vllm:num_requests_running{namespace=\"default\"}) + sum(vllm:num_requests_waiting"), "{keda}");
         let hpa = std::fs::read_to_string(dir.join("hpa.yaml")).unwrap();
         assert!(hpa.contains("name: vllm_requests_in_server"), "{hpa}");
+        // The HPA passes Kubernetes' own schema (KEDA's ScaledObject is a
+        // custom resource those schemas do not hold).
+        kubernetes_validate(&dir.join("hpa.yaml"));
     }
     // The threshold is below the capacity by the headroom, on both axes.
     let rps = stat(&a, "requests_per_s.value");

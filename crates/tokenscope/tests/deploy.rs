@@ -200,3 +200,17 @@ fn the_dockerfile_builds_the_release_binary_and_runs_it() {
         "the build context leaves out target/"
     );
 }
+
+/// Every manifest, as the docs apply it, passes Kubernetes' own schemas
+/// (offline, strict: a misspelt field is refused).
+#[test]
+fn the_manifests_pass_kubernetes_own_schemas() {
+    for name in ["pvc.yaml", "shards-job.yaml", "merge-job.yaml"] {
+        let text = std::fs::read_to_string(repo().join("deploy/kubernetes").join(name)).unwrap();
+        let text = text
+            .replace("${RUN}", "llama70b-test")
+            .replace("${START_AT}", "2026-12-03T10:00:00Z");
+        let file = write_file(&format!("k8s-{name}"), &text);
+        kubernetes_validate(&file);
+    }
+}

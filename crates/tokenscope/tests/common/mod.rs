@@ -515,3 +515,24 @@ pub fn read_within_a_millisecond(delays: Vec<f64>, what: &str) {
     );
     assert!(median(delays.clone()) < 1.0, "{what}: {delays:?}");
 }
+
+/// `FILE` checked against Kubernetes' own schemas, offline and strict
+/// (unknown fields refused): the `kubernetes-validate` package the test
+/// command installs (`KUBERNETES_VALIDATE`, its command).
+pub fn kubernetes_validate(file: &Path) {
+    let tool = std::env::var("KUBERNETES_VALIDATE").expect(
+        "KUBERNETES_VALIDATE is not set: run the tests with scripts/test.sh, which installs kubernetes-validate",
+    );
+    let o = Command::new(tool)
+        .args(["--strict", "--no-warn"])
+        .arg(file)
+        .output()
+        .expect("running kubernetes-validate");
+    assert!(
+        o.status.success(),
+        "{}: {}{}",
+        file.display(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
