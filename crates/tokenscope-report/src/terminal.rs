@@ -647,10 +647,41 @@ fn server_lines(out: &mut String, kind: &str, m: &serde_json::Value) {
     if let Some(t) = m["generation_tokens_per_s"].as_f64() {
         let _ = writeln!(lines, "  generated tokens/s      {t:.1}");
     }
+    if let Some(line) = spec_decode_line(&m["spec_decode"]) {
+        let _ = writeln!(lines, "  speculative decoding    {line}");
+    }
     if !lines.is_empty() {
         let _ = writeln!(out, "\nServer ({kind}, from its own metrics)");
         out.push_str(&lines);
     }
+}
+
+/// Speculative decoding's acceptance, as the server counted it.
+pub fn spec_decode_line(s: &serde_json::Value) -> Option<String> {
+    let rate = s["acceptance_rate"].as_f64();
+    let length = s["mean_accepted_length"].as_f64();
+    if rate.is_none() && length.is_none() {
+        return None;
+    }
+    let mut line = rate.map_or("acceptance —".into(), |r| {
+        format!("acceptance {:.1} %", r * 100.0)
+    });
+    if let (Some(a), Some(d)) = (s["accepted_tokens"].as_f64(), s["draft_tokens"].as_f64()) {
+        let _ = write!(line, " ({a:.0} of {d:.0} draft tokens)");
+    }
+    if let Some(l) = length {
+        let _ = write!(line, ", {l:.2} tokens a step");
+    }
+    let by: Vec<String> = s["acceptance_by_position"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| Some(format!("{:.0} %", v.as_f64()? * 100.0)))
+        .collect();
+    if !by.is_empty() {
+        let _ = write!(line, "; by position {}", by.join(", "));
+    }
+    Some(line)
 }
 
 /// One line per point of a series (a sweep or `sim plan --sweep`).

@@ -111,6 +111,9 @@ pub struct Concepts {
     pub gpu_power_w: Option<f64>,
     /// Cumulative energy, joules.
     pub gpu_energy_j: Option<f64>,
+    /// Speculative decoding's counters and gauges.
+    #[serde(default)]
+    pub spec: crate::spec_decode::SpecCounters,
 }
 
 /// The histogram family `name` (`name_bucket`, `_sum`, `_count`), summed over other labels.
@@ -156,6 +159,7 @@ fn vllm_capacity(e: &Exposition) -> Option<f64> {
 /// Maps one scrape of a `kind` server onto the common vocabulary.
 pub fn concepts(kind: ServerKind, e: &Exposition) -> Concepts {
     let mut c = Concepts::default();
+    crate::spec_decode::read(kind, e, &mut c);
     match kind {
         ServerKind::Vllm | ServerKind::VllmV0 | ServerKind::TokenscopeSim => {
             c.running = e.sum("vllm:num_requests_running");
@@ -329,5 +333,15 @@ pub fn merge(parts: &[Concepts]) -> Concepts {
         gpu_power_w,
         gpu_energy_j
     );
+    // Speculative decoding: the first endpoint that shows any.
+    let shows = |s: &crate::spec_decode::SpecCounters| {
+        s.drafts.is_some() || s.draft_tokens.is_some() || s.accept_rate.is_some()
+    };
+    c.spec = parts
+        .iter()
+        .map(|p| &p.spec)
+        .find(|s| shows(s))
+        .cloned()
+        .unwrap_or_default();
     c
 }

@@ -10,4 +10,5 @@ pub mod gpu;
 pub mod kinds;
 pub mod prometheus;
 pub mod scraper;
+pub mod spec_decode;
 pub mod window;

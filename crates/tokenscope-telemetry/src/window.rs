@@ -64,6 +64,9 @@ pub struct ServerSummary {
     pub gpu_memory_used_bytes: Option<GaugeSummary>,
     pub gpu_memory_total_bytes: Option<f64>,
     pub gpu_energy_j: Option<f64>,
+    /// Speculative decoding, when the server shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_decode: Option<crate::spec_decode::SpecDecode>,
 }
 
 fn gauge(scrapes: &[Scrape], f: impl Fn(&Concepts) -> Option<f64>) -> Option<GaugeSummary> {
@@ -246,6 +249,7 @@ pub fn summarize(scrapes: &[Scrape], load_end_s: Option<f64>) -> ServerSummary {
         gpu_memory_used_bytes: gauge(loaded, |c| c.gpu_memory_used_bytes),
         gpu_memory_total_bytes: endpoints(scrapes, |c| c.gpu_memory_total_bytes).map(|p| p.1),
         gpu_energy_j: counter(scrapes, |c| c.gpu_energy_j),
+        spec_decode: crate::spec_decode::summarize(scrapes),
     }
 }
 

@@ -61,6 +61,8 @@ pub struct ServerFigures {
     pub queue_time_p99_s: Option<f64>,
     pub gpu_util: Option<f64>,
     pub preemptions: Option<f64>,
+    /// Speculative decoding's acceptance rate (0–1).
+    pub spec_acceptance: Option<f64>,
 }
 
 /// Latency buckets, seconds: 1 ms to ~65 s, doubling.
@@ -222,6 +224,7 @@ impl LiveMetrics {
             ("queue_time_p99_seconds", f.queue_time_p99_s),
             ("gpu_util", f.gpu_util),
             ("preemptions", f.preemptions),
+            ("spec_decode_acceptance", f.spec_acceptance),
         ];
         for (name, value) in figures {
             if let Some(v) = value {

@@ -8,3 +8,12 @@ use std::io::Write;
 pub fn to_stdout(text: &str) {
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }
+
+/// `println!` for a command's output: a closed stdout (`| head`) ends it
+/// quietly, never a panic.
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::output::to_stdout(&format!("{}\n", format_args!($($arg)*)))
+    };
+}

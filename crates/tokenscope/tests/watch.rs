@@ -131,3 +131,65 @@ fn watch_serves_the_servers_figures_for_prometheus() {
         "{seen}"
     );
 }
+
+/// A vLLM `/metrics` whose speculative-decoding counters grow by 250
+/// drafts, 1,000 draft tokens and 600 accepted tokens (240 at position 0,
+/// 180 at 1, 120 at 2, 60 at 3) between scrapes.
+fn speculating_vllm() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for (k, stream) in listener.incoming().take(50).enumerate() {
+            let Ok(mut s) = stream else { continue };
+            let _ = read_request(&s);
+            let k = k as f64 + 1.0;
+            let mut body = format!(
+                "vllm:num_requests_running 4\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.2\n\
+                 vllm:spec_decode_num_drafts_total {}\nvllm:spec_decode_num_draft_tokens_total {}\n\
+                 vllm:spec_decode_num_accepted_tokens_total {}\n",
+                250.0 * k,
+                1000.0 * k,
+                600.0 * k
+            );
+            for (pos, n) in [240.0, 180.0, 120.0, 60.0].iter().enumerate() {
+                body += &format!(
+                    "vllm:spec_decode_num_accepted_tokens_per_pos_total{{position=\"{pos}\"}} {}\n",
+                    n * k
+                );
+            }
+            let _ =
+                std::io::Write::write_all(&mut s, http("200 OK", "text/plain", &body).as_bytes());
+        }
+    });
+    url
+}
+
+/// `watch --once --json` reads speculative decoding from vLLM's counters:
+/// 600 of 1,000 draft tokens accepted is acceptance 0.6, 3.4 tokens a
+/// step, and each position's share of the drafts.
+#[test]
+fn watch_reads_speculative_decodings_acceptance() {
+    let url = speculating_vllm();
+    let o = tokenscope()
+        .args(["watch", &url, "--once", "--json", "--interval", "200ms"])
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let s = &doc["server"]["spec_decode"];
+    assert_eq!(s["draft_tokens"], 1000.0, "{s}");
+    assert!((stat(s, "acceptance_rate") - 0.6).abs() < 1e-9, "{s}");
+    assert!((stat(s, "mean_accepted_length") - 3.4).abs() < 1e-9, "{s}");
+    let by: Vec<f64> = s["acceptance_by_position"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert_eq!(by, [0.96, 0.72, 0.48, 0.24]);
+    let text = tokenscope()
+        .args(["watch", &url, "--once", "--interval", "200ms"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("spec accept 60 %"));
+}

@@ -72,7 +72,7 @@ pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
     let pairs = if sweeps {
         let (pairs, line) = sweep_pairs(&args.a, &args.b, &settings)?;
         if !args.json {
-            println!("{line}");
+            crate::outln!("{line}");
         }
         pairs
     } else {
@@ -130,7 +130,7 @@ pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
                 None => c.metric.clone(),
             }).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         print_pairs(&pairs, &settings, &args, gated, &failing);
         if let Some(c) = &answers {
@@ -143,7 +143,7 @@ pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
                 },
                 |f| format!("answers: {}", f.message),
             );
-            println!("\n{line}");
+            crate::outln!("\n{line}");
         }
     }
     Ok(if failing.is_empty() {
@@ -155,7 +155,7 @@ pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
 
 fn header(pa: &Path, a: &RunResults, pb: &Path, b: &RunResults) {
     for (name, path, r) in [("A", pa, a), ("B", pb, b)] {
-        println!(
+        crate::outln!(
             "{name} {}  ({}, {}, {} requests)",
             path.display(),
             r.target.model,
@@ -165,7 +165,7 @@ fn header(pa: &Path, a: &RunResults, pb: &Path, b: &RunResults) {
     }
     let (x, y) = (&a.config["load"], &b.config["load"]);
     if x != y {
-        println!("  note: load differs: A {x} · B {y}");
+        crate::outln!("  note: load differs: A {x} · B {y}");
     }
 }
 
@@ -245,25 +245,25 @@ fn print_pairs(
     let unlike: std::collections::BTreeSet<&String> =
         pairs.iter().flat_map(|p| &p.unlike).collect();
     if !unlike.is_empty() {
-        println!(
+        crate::outln!(
             "UNLIKE RUNS: they measure different things, so a change below is not a regression:"
         );
         for u in &unlike {
-            println!("  {u}");
+            crate::outln!("  {u}");
         }
         if !gated {
-            println!(
+            crate::outln!(
                 "  (--fail-on-regression does not judge unlike runs; --allow-unlike makes it)"
             );
         }
     }
     for p in pairs {
         if let Some(l) = &p.label {
-            println!("\n{l}");
+            crate::outln!("\n{l}");
         }
         table(&p.changes, settings);
     }
-    println!(
+    crate::outln!(
         "\nsignificant: the interval excludes 0 and |change| > {} % (noise threshold); bootstrap over requests, {} resamples",
         settings.noise_threshold_pct, settings.resamples
     );
@@ -272,24 +272,25 @@ fn print_pairs(
         .flat_map(|p| &p.changes)
         .find_map(|c| c.not_judged.as_ref())
     {
-        println!("tail quantiles: {note}");
+        crate::outln!("tail quantiles: {note}");
     }
     if let Some(limit) = args.fail_on_regression.filter(|_| gated) {
         if failing.is_empty() {
-            println!("no regression of {limit} % or more");
+            crate::outln!("no regression of {limit} % or more");
         }
         for (label, c) in failing {
             let at = label.map_or(String::new(), |l| format!(" at {l}"));
-            println!(
+            crate::outln!(
                 "REGRESSION{at}: {} {:+.1} % (limit {limit} %)",
-                c.metric, c.change_pct
+                c.metric,
+                c.change_pct
             );
         }
     }
 }
 
 fn table(changes: &[MetricChange], settings: &Settings) {
-    println!(
+    crate::outln!(
         "{:<30}{:>12}{:>12}{:>10}  {:<22}",
         "metric",
         "A",
@@ -304,7 +305,7 @@ fn table(changes: &[MetricChange], settings: &Settings) {
             (true, true) => "significant · worse",
             (true, false) => "significant · better",
         };
-        println!(
+        crate::outln!(
             "{:<30}{:>12.2}{:>12.2}{:>+9.1}%  [{:+.1}, {:+.1}] %  {verdict}",
             format!("{} ({})", c.metric, c.unit),
             c.a,

@@ -39,7 +39,7 @@ pub fn run(args: SelftestArgs) -> anyhow::Result<Exit> {
     rt.shutdown_timeout(Duration::from_secs(1));
     let check = check?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&check)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&check)?);
     } else {
         print(&check);
     }
@@ -47,16 +47,19 @@ pub fn run(args: SelftestArgs) -> anyhow::Result<Exit> {
 }
 
 fn print(c: &SelfCheck) {
-    println!("{}", c.sentence());
+    crate::outln!("{}", c.sentence());
     let row = |name: &str, s: &Option<tokenscope_core::stats::Summary>| {
         if let Some(s) = s {
-            println!(
+            crate::outln!(
                 "  {name:<22}{:>9.3}{:>9.3}{:>9.3}{:>9.3}",
-                s.p50, s.p90, s.p99, s.max
+                s.p50,
+                s.p90,
+                s.p99,
+                s.max
             );
         }
     };
-    println!("\nError (ms)                  p50      p90      p99      max");
+    crate::outln!("\nError (ms)                  p50      p90      p99      max");
     row("TTFT", &c.ttft_error_ms);
     row("TPOT", &c.tpot_error_ms);
     row("  first token read", &c.first_read_delay_ms);

@@ -79,26 +79,28 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<Exit> {
         .unwrap_or_else(|| args.run_dirs[0].join("profile.json"));
     std::fs::write(&path, serde_json::to_string_pretty(&profile)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
-    println!(
+    crate::outln!(
         "calibrated {} on {} × {}",
-        cfg.model.name, cfg.tp, cfg.gpu.name
+        cfg.model.name,
+        cfg.tp,
+        cfg.gpu.name
     );
     for run in &profile.runs {
         let (m, p) = (&run.measured, &run.predicted);
-        println!("{}\n                 measured   predicted", run.run_dir);
+        crate::outln!("{}\n                 measured   predicted", run.run_dir);
         for (name, a, b) in [
             ("TTFT p50 (ms)", m.ttft_p50_ms, p.ttft_p50_ms),
             ("TTFT p90 (ms)", m.ttft_p90_ms, p.ttft_p90_ms),
             ("TPOT p50 (ms)", m.tpot_p50_ms, p.tpot_p50_ms),
             ("E2E p50 (ms)", m.e2e_p50_ms, p.e2e_p50_ms),
         ] {
-            println!(
+            crate::outln!(
                 "  {name:<14} {a:>9.2} {b:>11.2}   ({:+.1} %)",
                 (b - a) / a.max(1e-9) * 100.0
             );
         }
     }
-    println!(
+    crate::outln!(
         "fitted: compute efficiency {:.3}, memory efficiency {:.3}, step overhead {:.2} ms, per sequence {:.3} ms (each layer's kernels {:.0} µs a step, not fitted)",
         efficiency.compute,
         efficiency.memory,
@@ -106,7 +108,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<Exit> {
         efficiency.per_sequence_s * 1e3,
         efficiency.per_layer_s * 1e6
     );
-    println!("profile: {}", path.display());
+    crate::outln!("profile: {}", path.display());
     let pinned = tokenscope_sim::calibrate::at_bounds(&efficiency);
     for p in &pinned {
         Warning::CalibrationFit { why: p.to_string() }.say_as(WHO, false);

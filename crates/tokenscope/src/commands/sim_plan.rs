@@ -305,7 +305,7 @@ pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
             .collect(),
     };
     if !args.output.json {
-        println!("simulated: {}", cfg.describe());
+        crate::outln!("simulated: {}", cfg.describe());
     }
     let mut points = Vec::new();
     for (i, level) in levels.into_iter().enumerate() {

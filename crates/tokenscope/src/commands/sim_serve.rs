@@ -78,7 +78,7 @@ pub fn engine(args: ServeArgs) -> anyhow::Result<Exit> {
         let server = EngineServer::start(addr, config, options)
             .await
             .map_err(anyhow::Error::msg)?;
-        println!("tokenscope simulated engine listening on {}", server.url());
+        crate::outln!("tokenscope simulated engine listening on {}", server.url());
         eprintln!(
             "{describe} · OpenAI API at /v1, vLLM metrics at /metrics · Ctrl-C or SIGTERM stops"
         );
@@ -102,7 +102,7 @@ pub fn exact(args: ExactArgs) -> anyhow::Result<Exit> {
         let server = ExactServer::start(addr, exact_config(&args))
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;
-        println!("tokenscope exact server listening on {}", server.url());
+        crate::outln!("tokenscope exact server listening on {}", server.url());
         eprintln!(
             "model {} · TTFT {:?} · ITL {:?} · {} token(s) per chunk · Ctrl-C stops",
             args.model, args.ttft, args.itl, args.tokens_per_chunk

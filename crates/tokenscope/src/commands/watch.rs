@@ -152,12 +152,14 @@ async fn once(w: &mut Watcher, args: &WatchArgs, urls: &[String]) -> anyhow::Res
             "server": s.summary,
             "diagnosis": s.findings,
         });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        // A closed pipe (`| head`) ends the output, never a panic.
+        crate::output::to_stdout(&(serde_json::to_string_pretty(&doc)? + "\n"));
     } else {
-        println!("{}", line(&s));
+        let mut text = line(&s) + "\n";
         for f in &s.findings {
-            println!("  [{}] {}", f.severity, f.message);
+            text += &format!("  [{}] {}\n", f.severity, f.message);
         }
+        crate::output::to_stdout(&text);
     }
     Ok(Exit::Success)
 }
@@ -167,7 +169,7 @@ fn line(s: &Snapshot) -> String {
     let m = &s.summary;
     let g = |v: Option<f64>, unit: &str| v.map_or("—".into(), |v| format!("{v:.1}{unit}"));
     format!(
-        "{} · {:.0} s window · {} req/s · {} tok/s · running {} · waiting {} · KV {} · TTFT p99 {} · queue p99 {}{}",
+        "{} · {:.0} s window · {} req/s · {} tok/s · running {} · waiting {} · KV {} · TTFT p99 {} · queue p99 {}{}{}",
         s.kind.as_deref().unwrap_or("unknown server"),
         m.window_s,
         g(s.requests_per_s, ""),
@@ -177,6 +179,11 @@ fn line(s: &Snapshot) -> String {
         g(m.kv_usage.map(|x| x.last * 100.0), " %"),
         g(m.ttft.map(|h| h.p99_ms), " ms"),
         g(m.queue_time.map(|h| h.p99_ms), " ms"),
+        m.spec_decode
+            .as_ref()
+            .and_then(|d| d.acceptance_rate)
+            .map(|r| format!(" · spec accept {:.0} %", r * 100.0))
+            .unwrap_or_default(),
         s.error.as_deref().map(|e| format!(" · error: {e}")).unwrap_or_default()
     )
 }
@@ -223,7 +230,7 @@ async fn live(w: &mut Watcher, args: &WatchArgs, url: &str) -> anyhow::Result<Ex
                 *v = to_view(&s, url, start, args, &rate);
             }
         } else {
-            println!("{}", line(&s));
+            crate::output::to_stdout(&(line(&s) + "\n"));
         }
         if args.duration.is_some_and(|d| start.elapsed() >= d) {
             break;
@@ -248,6 +255,7 @@ fn figures(s: &Snapshot) -> crate::live_metrics::ServerFigures {
         queue_time_p99_s: m.queue_time.map(|h| h.p99_ms / 1e3),
         gpu_util: m.gpu_util_time_pct.map(|g| g.last / 100.0),
         preemptions: m.preemptions,
+        spec_acceptance: m.spec_decode.as_ref().and_then(|d| d.acceptance_rate),
     }
 }
 
