@@ -96,7 +96,7 @@ impl AnswerCheck {
 }
 
 /// A message cut to its first 100 characters, one line.
-fn first_words(s: &str) -> String {
+pub(crate) fn first_words(s: &str) -> String {
     s.lines().next().unwrap_or("").chars().take(100).collect()
 }
 

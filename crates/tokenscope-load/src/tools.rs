@@ -6,6 +6,7 @@
 
 pub use crate::protocol::tool_forms::ToolChoice;
 use crate::protocol::ToolCallDelta;
+use crate::structured::first_words;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -125,11 +126,6 @@ impl ToolCheck {
             })
             .clone()
     }
-}
-
-/// A message cut to its first 100 characters, one line.
-fn first_words(s: &str) -> String {
-    s.lines().next().unwrap_or("").chars().take(100).collect()
 }
 
 #[cfg(test)]

@@ -159,7 +159,13 @@ fn vllm_capacity(e: &Exposition) -> Option<f64> {
 /// Maps one scrape of a `kind` server onto the common vocabulary.
 pub fn concepts(kind: ServerKind, e: &Exposition) -> Concepts {
     let mut c = Concepts::default();
-    crate::spec_decode::read(kind, e, &mut c);
+    use crate::spec_decode::{read, Source};
+    c.spec = match kind {
+        ServerKind::Vllm | ServerKind::VllmV0 | ServerKind::TokenscopeSim => read(Source::Vllm, e),
+        ServerKind::LlamaCpp => read(Source::LlamaCpp, e),
+        ServerKind::Sglang => read(Source::Sglang, e),
+        _ => Default::default(),
+    };
     match kind {
         ServerKind::Vllm | ServerKind::VllmV0 | ServerKind::TokenscopeSim => {
             c.running = e.sum("vllm:num_requests_running");

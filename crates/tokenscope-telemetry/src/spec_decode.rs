@@ -10,10 +10,19 @@
 //!   (vLLM's "mean acceptance length");
 //! - acceptance at position i = accepted at i ÷ drafts.
 
-use crate::kinds::{Concepts, ServerKind};
 use crate::prometheus::Exposition;
-use crate::window::Scrape;
 use serde::{Deserialize, Serialize};
+
+/// Whose series a scrape holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// vLLM (and the built-in engine): counters, and V0's acceptance gauge.
+    Vllm,
+    /// llama.cpp: counters.
+    LlamaCpp,
+    /// SGLang: gauges.
+    Sglang,
+}
 
 /// The counters and gauges of one scrape (cumulative counters).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -29,20 +38,18 @@ pub struct SpecCounters {
     pub accept_length: Option<f64>,
 }
 
-/// Reads a scrape's speculative-decoding series into `c`.
-pub fn read(kind: ServerKind, e: &Exposition, c: &mut Concepts) {
-    let prefix = match kind {
-        ServerKind::Vllm | ServerKind::VllmV0 | ServerKind::TokenscopeSim => "vllm:",
-        ServerKind::LlamaCpp => "llamacpp:",
-        ServerKind::Sglang => {
-            c.spec = SpecCounters {
+/// A scrape's speculative-decoding series.
+pub fn read(source: Source, e: &Exposition) -> SpecCounters {
+    let prefix = match source {
+        Source::Vllm => "vllm:",
+        Source::LlamaCpp => "llamacpp:",
+        Source::Sglang => {
+            return SpecCounters {
                 accept_rate: e.sum("sglang:spec_accept_rate"),
                 accept_length: e.sum("sglang:spec_accept_length"),
                 ..SpecCounters::default()
             };
-            return;
         }
-        _ => return,
     };
     let name = |s: &str| format!("{prefix}spec_decode_{s}");
     let mut by_position: Vec<(u32, f64)> = e
@@ -50,14 +57,14 @@ pub fn read(kind: ServerKind, e: &Exposition, c: &mut Concepts) {
         .filter_map(|s| Some((s.label("position")?.parse().ok()?, s.value)))
         .collect();
     by_position.sort_by_key(|p| p.0);
-    c.spec = SpecCounters {
+    SpecCounters {
         drafts: e.sum(&name("num_drafts_total")),
         draft_tokens: e.sum(&name("num_draft_tokens_total")),
         accepted_tokens: e.sum(&name("num_accepted_tokens_total")),
         accepted_by_position: by_position,
         accept_rate: e.sum(&name("draft_acceptance_rate")),
         accept_length: None,
-    };
+    }
 }
 
 /// Speculative decoding over a window.
@@ -77,13 +84,11 @@ pub struct SpecDecode {
     pub acceptance_by_position: Vec<f64>,
 }
 
-/// The window's speculative decoding; `None` when the server shows none
-/// (no drafts in the window, and no acceptance gauge).
-pub fn summarize(scrapes: &[Scrape]) -> Option<SpecDecode> {
-    let (first, last) = (
-        &scrapes.first()?.concepts.spec,
-        &scrapes.last()?.concepts.spec,
-    );
+/// The window's speculative decoding from its scrapes' counters, in time
+/// order; `None` when the server shows none (no drafts in the window, and
+/// no acceptance gauge).
+pub fn summarize(scrapes: &[&SpecCounters]) -> Option<SpecDecode> {
+    let (first, last) = (*scrapes.first()?, *scrapes.last()?);
     let delta = |f: fn(&SpecCounters) -> Option<f64>| match (f(first), f(last)) {
         (Some(a), Some(b)) if b >= a => Some(b - a),
         (_, b) => b,
@@ -92,7 +97,7 @@ pub fn summarize(scrapes: &[Scrape]) -> Option<SpecDecode> {
     let draft_tokens = delta(|s| s.draft_tokens).filter(|&d| d > 0.0);
     let accepted = delta(|s| s.accepted_tokens);
     let gauge_mean = |f: fn(&SpecCounters) -> Option<f64>| {
-        let v: Vec<f64> = scrapes.iter().filter_map(|s| f(&s.concepts.spec)).collect();
+        let v: Vec<f64> = scrapes.iter().filter_map(|s| f(s)).collect();
         (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
     };
     let rate = match (accepted, draft_tokens) {
@@ -130,13 +135,12 @@ pub fn summarize(scrapes: &[Scrape]) -> Option<SpecDecode> {
 mod tests {
     use super::*;
 
-    fn scrape(t: f64, text: &str) -> Scrape {
-        let e = crate::prometheus::parse(text).unwrap();
-        let kind = crate::kinds::detect(&e);
-        Scrape {
-            t_s: t,
-            concepts: crate::kinds::concepts(kind, &e),
-        }
+    fn scrape(source: Source, text: &str) -> SpecCounters {
+        read(source, &crate::prometheus::parse(text).unwrap())
+    }
+
+    fn window(a: &SpecCounters, b: &SpecCounters) -> Option<SpecDecode> {
+        summarize(&[a, b])
     }
 
     fn vllm(k: f64) -> String {
@@ -152,7 +156,11 @@ mod tests {
 
     #[test]
     fn vllms_counters_give_acceptance_length_and_positions() {
-        let s = summarize(&[scrape(0.0, &vllm(1.0)), scrape(1.0, &vllm(2.0))]).unwrap();
+        let (a, b) = (
+            scrape(Source::Vllm, &vllm(1.0)),
+            scrape(Source::Vllm, &vllm(2.0)),
+        );
+        let s = window(&a, &b).unwrap();
         assert_eq!(s.draft_tokens, Some(1000.0));
         assert!((s.acceptance_rate.unwrap() - 0.6).abs() < 1e-12);
         assert!((s.mean_accepted_length.unwrap() - 3.4).abs() < 1e-12);
@@ -161,11 +169,13 @@ mod tests {
 
     #[test]
     fn no_drafts_is_no_speculative_decoding_and_sglang_gives_gauges() {
-        assert!(summarize(&[scrape(0.0, &vllm(1.0)), scrape(1.0, &vllm(1.0))]).is_none());
-        let plain = "vllm:num_requests_running 1\n";
-        assert!(summarize(&[scrape(0.0, plain), scrape(1.0, plain)]).is_none());
+        let idle = scrape(Source::Vllm, &vllm(1.0));
+        assert!(window(&idle, &idle).is_none());
+        let plain = scrape(Source::Vllm, "vllm:num_requests_running 1\n");
+        assert!(window(&plain, &plain).is_none());
         let sglang = "sglang:num_running_reqs 2\nsglang:spec_accept_rate 0.5\nsglang:spec_accept_length 2.5\n";
-        let s = summarize(&[scrape(0.0, sglang), scrape(1.0, sglang)]).unwrap();
+        let g = scrape(Source::Sglang, sglang);
+        let s = window(&g, &g).unwrap();
         assert_eq!(
             (s.acceptance_rate, s.mean_accepted_length),
             (Some(0.5), Some(2.5))

@@ -249,7 +249,9 @@ pub fn summarize(scrapes: &[Scrape], load_end_s: Option<f64>) -> ServerSummary {
         gpu_memory_used_bytes: gauge(loaded, |c| c.gpu_memory_used_bytes),
         gpu_memory_total_bytes: endpoints(scrapes, |c| c.gpu_memory_total_bytes).map(|p| p.1),
         gpu_energy_j: counter(scrapes, |c| c.gpu_energy_j),
-        spec_decode: crate::spec_decode::summarize(scrapes),
+        spec_decode: crate::spec_decode::summarize(
+            &scrapes.iter().map(|s| &s.concepts.spec).collect::<Vec<_>>(),
+        ),
     }
 }
 
