@@ -87,9 +87,19 @@ pub struct LiveMetrics {
     e2e: Histograms,
     send_lag: Histograms,
     in_flight: Family<RunLabels, Gauge>,
+    /// `--slo`: the requests that met every per-request objective.
+    good: Family<RunLabels, Counter>,
     server: Family<ServerFigure, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    /// The runs in progress, their requests in flight read at each scrape.
-    running: Mutex<Vec<(String, Arc<Progress>)>>,
+    /// The runs in progress: their requests in flight read at each scrape,
+    /// and their `--slo`.
+    running: Mutex<Vec<Running>>,
+}
+
+/// A run in progress, as the exporter follows it.
+struct Running {
+    run: String,
+    progress: Arc<Progress>,
+    slo: Option<tokenscope_core::slo::Slo>,
 }
 
 impl LiveMetrics {
@@ -109,6 +119,7 @@ impl LiveMetrics {
             e2e: Family::new_with_constructor(latency),
             send_lag: Family::new_with_constructor(latency),
             in_flight: Family::default(),
+            good: Family::default(),
             server: Family::default(),
             running: Mutex::new(Vec::new()),
             registry: Registry::default(),
@@ -156,6 +167,11 @@ impl LiveMetrics {
         }
         registry.register("in_flight", "Requests in flight now", m.in_flight.clone());
         registry.register(
+            "slo_good_requests",
+            "Finished requests that met every per-request objective of --slo (goodput)",
+            m.good.clone(),
+        );
+        registry.register(
             "server",
             "The server's own figures over watch's window (by figure: running, waiting, kv_usage, requests_per_second, generation_tokens_per_second, ttft_p99_seconds, queue_time_p99_seconds, gpu_util, preemptions)",
             m.server.clone(),
@@ -188,6 +204,16 @@ impl LiveMetrics {
         tokens("input", r.input_tokens.unwrap_or(0));
         let s = |us: u64| us as f64 * 1e-6;
         self.send_lag.get_or_create(&labels).observe(s(r.lag_us()));
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        let slo = running
+            .iter()
+            .find(|x| x.run == run)
+            .and_then(|x| x.slo.as_ref());
+        if let Some(slo) = slo {
+            let good = u64::from(slo.request_is_good(r));
+            self.good.get_or_create(&labels).inc_by(good);
+        }
+        drop(running);
         if !r.succeeded() {
             return;
         }
@@ -236,17 +262,27 @@ impl LiveMetrics {
         }
     }
 
-    /// Run `run` has started: its requests in flight are read from `progress`.
-    pub fn started(&self, run: &str, progress: Arc<Progress>) {
+    /// Run `run` has started: its requests in flight are read from
+    /// `progress`, its requests judged by `slo`.
+    pub fn started(
+        &self,
+        run: &str,
+        progress: Arc<Progress>,
+        slo: Option<tokenscope_core::slo::Slo>,
+    ) {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        running.retain(|(r, _)| r != run);
-        running.push((run.to_string(), progress));
+        running.retain(|x| x.run != run);
+        running.push(Running {
+            run: run.to_string(),
+            progress,
+            slo,
+        });
     }
 
     /// Run `run` is over: nothing of it is in flight.
     pub fn ended(&self, run: &str) {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        running.retain(|(r, _)| r != run);
+        running.retain(|x| x.run != run);
         self.in_flight
             .get_or_create(&RunLabels { run: run.into() })
             .set(0);
@@ -254,16 +290,16 @@ impl LiveMetrics {
 
     /// The exposition, the in-flight gauges read now.
     pub fn encode(&self) -> String {
-        for (run, p) in self
+        for x in self
             .running
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
         {
-            let sent = p.sent.load(Ordering::Relaxed) as i64;
-            let done = p.finished.load(Ordering::Relaxed) as i64;
+            let sent = x.progress.sent.load(Ordering::Relaxed) as i64;
+            let done = x.progress.finished.load(Ordering::Relaxed) as i64;
             self.in_flight
-                .get_or_create(&RunLabels { run: run.clone() })
+                .get_or_create(&RunLabels { run: x.run.clone() })
                 .set((sent - done).max(0));
         }
         let mut out = String::new();

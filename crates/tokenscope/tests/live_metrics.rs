@@ -105,7 +105,15 @@ fn a_prometheus_server_scrapes_the_live_figures_and_they_add_up_to_the_results()
             "--output-tokens",
             "24",
         ])
-        .args(["--serve-metrics", &addr, "--tag", "canary", "--out"])
+        .args([
+            "--serve-metrics",
+            &addr,
+            "--tag",
+            "canary",
+            "--slo",
+            "ttft_p50=5s",
+        ])
+        .arg("--out")
         .arg(&out)
         .spawn()
         .unwrap();
@@ -146,6 +154,10 @@ fn a_prometheus_server_scrapes_the_live_figures_and_they_add_up_to_the_results()
     );
     let ttft_count = sample(&text, "tokenscope_ttft_seconds_count", "run=");
     assert_eq!(ttft_count, scraped, "one TTFT per finished request");
+    // Goodput under the SLO, per request as the results judge it.
+    let good = sample(&text, "tokenscope_slo_good_requests_total", "run=");
+    assert_eq!(good, scraped, "every request met TTFT ≤ 5 s");
+    assert_eq!(stat(&r, "slo.good_requests"), done);
     let tokens = sample(&text, "tokenscope_tokens_total", "kind=\"output\"");
     assert_eq!(tokens, scraped * 24.0, "every request's 24 tokens");
     // The TTFT histogram's mean against the run's over the same requests:

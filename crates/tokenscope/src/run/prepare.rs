@@ -71,7 +71,7 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
     let started_at = crate::run_dir::now_rfc3339();
     let progress = Arc::new(Progress::default());
     if let Some((m, run)) = &live {
-        m.started(run, progress.clone());
+        m.started(run, progress.clone(), spec.output.slo.clone());
     }
     // The baseline scrape comes before the clock starts: a slow metrics
     // endpoint never eats into the load's time or bunches its schedule.
