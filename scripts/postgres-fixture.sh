@@ -35,6 +35,13 @@ start() {
       { $sudo_cmd apt-get update >&2 && $sudo_cmd apt-get install -y --no-install-recommends postgresql >&2; }
     bin="$(pg_bin)"
   fi
+  if ! command -v openssl >/dev/null; then
+    log "installing openssl (Debian package): the TLS certificates"
+    local sudo_cmd=""
+    [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+    $sudo_cmd apt-get install -y --no-install-recommends openssl >&2 ||
+      { $sudo_cmd apt-get update >&2 && $sudo_cmd apt-get install -y --no-install-recommends openssl >&2; }
+  fi
   local dir port password
   dir="$(mktemp -d /tmp/tokenscope-pg.XXXXXX)"
   chmod 755 "$dir"
