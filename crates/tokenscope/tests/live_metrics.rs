@@ -63,6 +63,15 @@ impl Prometheus {
             .stderr(Stdio::null())
             .spawn()
             .expect("Debian's prometheus on PATH (scripts/test.sh installs it)");
+        // Ready before the load starts, so it scrapes the whole run.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while try_get(port, "/-/ready").is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "Prometheus was not ready within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
         Prometheus { child, port }
     }
 
