@@ -21,8 +21,8 @@ impl GradeTally {
         }
     }
 
-    /// The accuracy, when any answer was graded; its rule is the run's
-    /// (`--grade`), which the records do not carry: left for the caller.
+    /// The accuracy under the run's `rule` (`--grade`), when any answer
+    /// was graded.
     pub fn finish(&self, rule: &str) -> Option<Accuracy> {
         let n = self.graded;
         (n > 0).then(|| Accuracy {

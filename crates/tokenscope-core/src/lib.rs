@@ -23,6 +23,7 @@ pub mod diagnosis;
 pub mod duration;
 pub mod formats;
 pub mod grading;
+pub mod hash;
 pub mod media;
 pub mod metrics;
 pub mod mutate;

@@ -58,9 +58,9 @@ pub struct Measured {
     pub structured_output: Option<crate::results::StructuredOutput>,
     /// `--tools`: the calls the answers made.
     pub tool_calls: Option<crate::results::ToolCallFigures>,
-    /// `--grade`: the answers graded right (its rule left empty: the run's
-    /// config says it).
-    pub accuracy: Option<crate::results::Accuracy>,
+    /// `--grade`: the answers graded, and those right (the rule is the
+    /// run's, which records do not carry: `GradeTally::finish` takes it).
+    pub grades: crate::grading::GradeTally,
     /// `--multi-turn`: whole sessions.
     pub sessions: Option<crate::results::SessionFigures>,
     pub window: Window,
@@ -548,7 +548,7 @@ impl Aggregator {
             media: self.media.finish(),
             structured_output: self.formats.finish(),
             tool_calls: self.tool_calls.finish(),
-            accuracy: self.grades.finish(""),
+            grades: self.grades,
             sessions: self.sessions.finish(),
             window,
             latency,

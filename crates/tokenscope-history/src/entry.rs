@@ -249,12 +249,7 @@ fn workload_value(key: &str, v: &Value) -> Value {
 /// 12 hex digits of FNV-1a over the canonical JSON (serde_json sorts object
 /// keys): stable across builds and platforms, unlike std's hasher.
 pub fn key_of(config: &Value) -> String {
-    let text = config.to_string();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
+    let h = tokenscope_core::hash::fnv1a(config.to_string().bytes());
     format!("{:012x}", h >> 16)
 }
 

@@ -93,12 +93,7 @@ fn last_number(s: &str) -> Option<f64> {
 /// A hash of an answer's text (FNV-1a, 64 bits, in hex): what two runs'
 /// answers are compared by when their text is not kept.
 pub fn answer_hash(text: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")
+    format!("{:016x}", tokenscope_core::hash::fnv1a(text.bytes()))
 }
 
 #[cfg(test)]

@@ -99,14 +99,9 @@ impl Drop for InFlight {
     }
 }
 
-/// FNV-1a over the prompt's words.
+/// FNV-1a over the prompt's words, a space after each.
 fn fnv(words: &[&str]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in words.iter().flat_map(|w| w.bytes().chain([b' '])) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    tokenscope_core::hash::fnv1a(words.iter().flat_map(|w| w.bytes().chain([b' '])))
 }
 
 /// The tool call request `n` answers with, when it offers tools and does

@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use tokenscope_core::record::RequestRecord;
+use tokenscope_core::slo::Slo;
 use tokenscope_load::runner::Progress;
 
 /// Which run a series belongs to, and how a request ended.
@@ -90,16 +91,49 @@ pub struct LiveMetrics {
     /// `--slo`: the requests that met every per-request objective.
     good: Family<RunLabels, Counter>,
     server: Family<ServerFigure, Gauge<f64, std::sync::atomic::AtomicU64>>,
-    /// The runs in progress: their requests in flight read at each scrape,
-    /// and their `--slo`.
-    running: Mutex<Vec<Running>>,
+    /// The runs in progress, their requests in flight read at each scrape.
+    running: Mutex<Vec<(String, Arc<Progress>)>>,
 }
 
-/// A run in progress, as the exporter follows it.
-struct Running {
-    run: String,
-    progress: Arc<Progress>,
-    slo: Option<tokenscope_core::slo::Slo>,
+/// What the live exporters take of one finished record, in seconds.
+pub struct Seen {
+    /// `ok`, or the error kind (`http_429`, `timeout`, …).
+    pub outcome: String,
+    pub send_lag_s: f64,
+    pub e2e_s: f64,
+    /// A successful request's timings.
+    pub ok: Option<Timed>,
+}
+
+/// A successful request's timings, seconds.
+pub struct Timed {
+    pub ttft_s: Option<f64>,
+    pub answer_start_s: Option<f64>,
+    pub tpot_s: Option<f64>,
+}
+
+impl Seen {
+    /// The record as the exporters see it; `None` for a warm-up request.
+    pub fn of(r: &RequestRecord) -> Option<Seen> {
+        let s = |us: u64| us as f64 * 1e-6;
+        (!r.warmup).then(|| Seen {
+            outcome: r.error_kind.map_or("ok".to_string(), |k| k.to_string()),
+            send_lag_s: s(r.lag_us()),
+            e2e_s: s(r.e2e_us()),
+            ok: r.succeeded().then(|| Timed {
+                ttft_s: r.ttft_us().map(s),
+                answer_start_s: r.answer_start_or_ttft_us().map(s),
+                tpot_s: r.tpot_us().map(|t| t * 1e-6),
+            }),
+        })
+    }
+
+    /// Each streamed token's gap (ITL), seconds: a chunk's gap split over
+    /// its tokens, once per token, as the results count it.
+    pub fn itl_s(r: &RequestRecord) -> impl Iterator<Item = f64> + '_ {
+        r.itl_us()
+            .flat_map(|(gap, k)| std::iter::repeat_n(gap * 1e-6, k as usize))
+    }
 }
 
 impl LiveMetrics {
@@ -179,62 +213,47 @@ impl LiveMetrics {
         LiveMetrics { registry, ..m }
     }
 
-    /// Takes one finished record of run `run` (warm-up left out, as the
-    /// results leave it).
-    pub fn observe(&self, run: &str, r: &RequestRecord) {
-        if r.warmup {
-            return;
-        }
-        let outcome = r.error_kind.map_or("ok".to_string(), |k| k.to_string());
+    /// Takes one finished record of run `run`, judged by the run's `slo`
+    /// (warm-up left out, as the results leave it).
+    pub fn observe(&self, run: &str, slo: Option<&Slo>, r: &RequestRecord) {
+        let Some(seen) = Seen::of(r) else { return };
         let labels = RunLabels { run: run.into() };
-        self.requests
-            .get_or_create(&Outcome {
-                run: run.into(),
-                outcome,
-            })
-            .inc();
-        let tokens = |kind: &str, n: u64| {
+        let outcome = Outcome {
+            run: run.into(),
+            outcome: seen.outcome.clone(),
+        };
+        self.requests.get_or_create(&outcome).inc();
+        for (kind, n) in [
+            ("output", r.output_tokens),
+            ("input", r.input_tokens.unwrap_or(0)),
+        ] {
             let key = TokenKind {
                 run: run.into(),
                 kind: kind.into(),
             };
             self.tokens.get_or_create(&key).inc_by(n);
-        };
-        tokens("output", r.output_tokens);
-        tokens("input", r.input_tokens.unwrap_or(0));
-        let s = |us: u64| us as f64 * 1e-6;
-        self.send_lag.get_or_create(&labels).observe(s(r.lag_us()));
-        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        let slo = running
-            .iter()
-            .find(|x| x.run == run)
-            .and_then(|x| x.slo.as_ref());
+        }
+        self.send_lag
+            .get_or_create(&labels)
+            .observe(seen.send_lag_s);
         if let Some(slo) = slo {
             let good = u64::from(slo.request_is_good(r));
             self.good.get_or_create(&labels).inc_by(good);
         }
-        drop(running);
-        if !r.succeeded() {
-            return;
-        }
-        self.e2e.get_or_create(&labels).observe(s(r.e2e_us()));
-        if let Some(t) = r.ttft_us() {
-            self.ttft.get_or_create(&labels).observe(s(t));
-        }
-        if let Some(t) = r.answer_start_or_ttft_us() {
-            self.answer_start.get_or_create(&labels).observe(s(t));
-        }
-        if let Some(t) = r.tpot_us() {
-            self.tpot.get_or_create(&labels).observe(t * 1e-6);
-        }
-        let itl = self.itl.get_or_create(&labels);
-        for w in r.chunks.windows(2) {
-            let (gap, k) = (w[1].at_us().saturating_sub(w[0].at_us()), w[1].1.max(1));
-            // Each of the chunk's tokens stands for its share of the gap.
-            for _ in 0..k.min(64) {
-                itl.observe(s(gap) / k as f64);
+        let Some(ok) = &seen.ok else { return };
+        self.e2e.get_or_create(&labels).observe(seen.e2e_s);
+        let timed = [
+            (&self.ttft, ok.ttft_s),
+            (&self.answer_start, ok.answer_start_s),
+            (&self.tpot, ok.tpot_s),
+        ];
+        for (family, value) in timed {
+            if let Some(v) = value {
+                family.get_or_create(&labels).observe(v);
             }
         }
+        let itl = self.itl.get_or_create(&labels);
+        Seen::itl_s(r).for_each(|gap| itl.observe(gap));
     }
 
     /// `watch`'s latest look at the server: each figure it has, set; one
@@ -262,27 +281,17 @@ impl LiveMetrics {
         }
     }
 
-    /// Run `run` has started: its requests in flight are read from
-    /// `progress`, its requests judged by `slo`.
-    pub fn started(
-        &self,
-        run: &str,
-        progress: Arc<Progress>,
-        slo: Option<tokenscope_core::slo::Slo>,
-    ) {
+    /// Run `run` has started: its requests in flight are read from `progress`.
+    pub fn started(&self, run: &str, progress: Arc<Progress>) {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        running.retain(|x| x.run != run);
-        running.push(Running {
-            run: run.to_string(),
-            progress,
-            slo,
-        });
+        running.retain(|(r, _)| r != run);
+        running.push((run.to_string(), progress));
     }
 
     /// Run `run` is over: nothing of it is in flight.
     pub fn ended(&self, run: &str) {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        running.retain(|x| x.run != run);
+        running.retain(|(r, _)| r != run);
         self.in_flight
             .get_or_create(&RunLabels { run: run.into() })
             .set(0);
@@ -290,16 +299,16 @@ impl LiveMetrics {
 
     /// The exposition, the in-flight gauges read now.
     pub fn encode(&self) -> String {
-        for x in self
+        for (run, p) in self
             .running
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
         {
-            let sent = x.progress.sent.load(Ordering::Relaxed) as i64;
-            let done = x.progress.finished.load(Ordering::Relaxed) as i64;
+            let sent = p.sent.load(Ordering::Relaxed) as i64;
+            let done = p.finished.load(Ordering::Relaxed) as i64;
             self.in_flight
-                .get_or_create(&RunLabels { run: x.run.clone() })
+                .get_or_create(&RunLabels { run: run.clone() })
                 .set((sent - done).max(0));
         }
         let mut out = String::new();

@@ -15,6 +15,7 @@
 //! timeout, so a slow or hanging collector never delays the load, and the
 //! run's end waits for the last push at most [`FLUSH_WAIT`].
 
+use crate::live_metrics::Seen;
 use opentelemetry::metrics::{Counter, Histogram, MeterProvider as _};
 use opentelemetry::KeyValue;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
@@ -180,51 +181,35 @@ impl OtlpExport {
 
     /// Takes one finished record (warm-up left out, as the results leave it).
     pub fn observe(&self, r: &RequestRecord) {
-        if r.warmup {
+        let Some(seen) = Seen::of(r) else { return };
+        let attrs = &self.attributes;
+        let with = |k: &'static str, v: String| [attrs.clone(), vec![KeyValue::new(k, v)]].concat();
+        self.requests.add(1, &with("outcome", seen.outcome.clone()));
+        self.send_lag.record(seen.send_lag_s, attrs);
+        let Some(ok) = &seen.ok else {
+            self.duration
+                .record(seen.e2e_s, &with("error.type", seen.outcome));
             return;
-        }
-        let s = |us: u64| us as f64 * 1e-6;
-        let mut attrs = self.attributes.clone();
-        let outcome = r.error_kind.map_or("ok".to_string(), |k| k.to_string());
-        let counted = [
-            attrs.clone(),
-            vec![KeyValue::new("outcome", outcome.clone())],
-        ]
-        .concat();
-        self.requests.add(1, &counted);
-        self.send_lag.record(s(r.lag_us()), &attrs);
-        if !r.succeeded() {
-            attrs.push(KeyValue::new("error.type", outcome));
-            self.duration.record(s(r.e2e_us()), &attrs);
-            return;
-        }
-        self.duration.record(s(r.e2e_us()), &attrs);
+        };
+        self.duration.record(seen.e2e_s, attrs);
         for (kind, n) in [
             ("input", r.input_tokens.unwrap_or(0)),
             ("output", r.output_tokens),
         ] {
-            let with = [
-                attrs.clone(),
-                vec![KeyValue::new("gen_ai.token.type", kind)],
-            ]
-            .concat();
-            self.tokens.record(n, &with);
+            self.tokens
+                .record(n, &with("gen_ai.token.type", kind.into()));
         }
-        if let Some(t) = r.ttft_us() {
-            self.ttft.record(s(t), &attrs);
-        }
-        if let Some(t) = r.answer_start_or_ttft_us() {
-            self.answer_start.record(s(t), &attrs);
-        }
-        if let Some(t) = r.tpot_us() {
-            self.tpot.record(t * 1e-6, &attrs);
-        }
-        for w in r.chunks.windows(2) {
-            let (gap, k) = (w[1].at_us().saturating_sub(w[0].at_us()), w[1].1.max(1));
-            for _ in 0..k.min(64) {
-                self.itl.record(s(gap) / k as f64, &attrs);
+        let timed = [
+            (&self.ttft, ok.ttft_s),
+            (&self.answer_start, ok.answer_start_s),
+            (&self.tpot, ok.tpot_s),
+        ];
+        for (histogram, value) in timed {
+            if let Some(v) = value {
+                histogram.record(v, attrs);
             }
         }
+        Seen::itl_s(r).for_each(|gap| self.itl.record(gap, attrs));
     }
 
     /// The run is over: the last figures pushed, waiting at most

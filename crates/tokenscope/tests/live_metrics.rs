@@ -92,7 +92,15 @@ impl Drop for Prometheus {
 
 #[test]
 fn a_prometheus_server_scrapes_the_live_figures_and_they_add_up_to_the_results() {
-    let server = Server::start(exact(20, 4));
+    // A tenth of the requests fail: goodput must leave them out.
+    let server = Server::start(tokenscope_sim::exact::ExactConfig {
+        faults: tokenscope_sim::faults::Faults {
+            http_500: 0.1,
+            ..Default::default()
+        },
+        seed: 4,
+        ..exact(20, 4)
+    });
     let port = free_port();
     let prometheus = Prometheus::start(port);
     let out = run_dir("serve-metrics");
@@ -155,17 +163,24 @@ fn a_prometheus_server_scrapes_the_live_figures_and_they_add_up_to_the_results()
     let r = results(&out);
     let done = stat(&r, "counts.succeeded");
     let scraped = sample(&text, "tokenscope_requests_total", "outcome=\"ok\"");
-    // Within one scrape's worth: the last read came at most ~20 ms (a
-    // request or four at this load) before the end.
+    // The last read came a poll (20 ms, a request or four) before the end
+    // on an idle machine; a loaded one may starve this thread, so the bound
+    // is a fifth of the run, and the figures below are checked within the
+    // one exposition (the OTLP test checks the final figures exactly).
     assert!(
-        scraped <= done && done - scraped <= 8.0,
+        scraped <= done && done - scraped <= 60.0,
         "{scraped} scraped, {done} done"
     );
+    let failed = sample(&text, "tokenscope_requests_total", "outcome=\"http_500\"");
+    assert!(failed > 0.0, "the injected failures are counted apart");
     let ttft_count = sample(&text, "tokenscope_ttft_seconds_count", "run=");
     assert_eq!(ttft_count, scraped, "one TTFT per finished request");
     // Goodput under the SLO, per request as the results judge it.
     let good = sample(&text, "tokenscope_slo_good_requests_total", "run=");
-    assert_eq!(good, scraped, "every request met TTFT ≤ 5 s");
+    assert_eq!(
+        good, scraped,
+        "every successful request met TTFT ≤ 5 s, no failed one"
+    );
     assert_eq!(stat(&r, "slo.good_requests"), done);
     let tokens = sample(&text, "tokenscope_tokens_total", "kind=\"output\"");
     assert_eq!(tokens, scraped * 24.0, "every request's 24 tokens");
@@ -173,8 +188,10 @@ fn a_prometheus_server_scrapes_the_live_figures_and_they_add_up_to_the_results()
     // the server's 20 ms, as both read it.
     let mean_ms = sample(&text, "tokenscope_ttft_seconds_sum", "run=") / ttft_count * 1e3;
     let run_mean = stat(&r, "latency.ttft_ms.mean");
+    // (the scrape holds all but the last few of the run's requests: 15 %
+    // leaves room for a loaded machine's late reads among those few).
     assert!(
-        (mean_ms - run_mean).abs() < 0.05 * run_mean,
+        (mean_ms - run_mean).abs() < 0.15 * run_mean,
         "{mean_ms} vs {run_mean}"
     );
     let run = format!("run=\"{}\"", out.file_name().unwrap().to_string_lossy());

@@ -130,17 +130,8 @@ impl Protocol for AnthropicMessages {
             let format = json!({"type": "json_schema", "schema": f.schema()});
             obj.insert("output_format".into(), format);
         }
-        if !r.tools.is_empty() {
-            let tools = r
-                .tools
-                .iter()
-                .map(super::tool_forms::anthropic_tool)
-                .collect();
-            obj.insert("tools".into(), Value::Array(tools));
-            if let Some(c) = r.tool_choice {
-                obj.insert("tool_choice".into(), c.anthropic());
-            }
-        }
+        use super::tool_forms::{anthropic_tool, ToolChoice};
+        r.tool_fields(&mut obj, anthropic_tool, ToolChoice::anthropic);
         serde_json::to_vec(&obj).expect("a JSON value serializes")
     }
 

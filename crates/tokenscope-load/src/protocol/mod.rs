@@ -458,6 +458,24 @@ impl Request<'_> {
         obj
     }
 
+    /// The tools offered and the choice, in an API's forms (`form` for a
+    /// tool in OpenAI chat's form, `choice` for `--tool-choice`), set over
+    /// `obj`; nothing when no tool is offered.
+    pub fn tool_fields(
+        &self,
+        obj: &mut serde_json::Map<String, Value>,
+        form: fn(&Value) -> Value,
+        choice: fn(&ToolChoice) -> Value,
+    ) {
+        if self.tools.is_empty() {
+            return;
+        }
+        obj.insert("tools".into(), self.tools.iter().map(form).collect());
+        if let Some(c) = self.tool_choice {
+            obj.insert("tool_choice".into(), choice(c));
+        }
+    }
+
     /// The fields every API's body carries the same way, set over `obj`:
     /// the model, temperature, streaming, and vLLM's `ignore_eos`.
     pub fn common_fields(&self, obj: &mut serde_json::Map<String, Value>) {
@@ -473,25 +491,15 @@ impl Request<'_> {
 }
 
 impl<'a> Request<'a> {
-    /// `prompt` after a session's earlier `turns`, with the run's shape.
-    pub fn conversation(
-        model: &'a str,
-        shape: &'a Shape,
-        turns: impl IntoIterator<Item = Turn<'a>>,
-        prompt: &'a str,
-    ) -> Request<'a> {
-        let mut messages = Vec::new();
-        if let Some(s) = shape.system_prompt.as_deref() {
-            messages.push(Message::text(Role::System, s));
-        }
-        for (user, assistant) in turns {
-            messages.push(Message::text(Role::User, user));
-            messages.push(Message::text(Role::Assistant, assistant));
-        }
-        messages.push(Message::text(Role::User, prompt));
+    /// A request of the run's shape holding only its system prompt, if any.
+    fn shaped(model: &'a str, shape: &'a Shape) -> Request<'a> {
+        let system = shape.system_prompt.as_deref();
         Request {
             model,
-            messages,
+            messages: system
+                .map(|s| Message::text(Role::System, s))
+                .into_iter()
+                .collect(),
             tools: &[],
             tool_choice: None,
             temperature: shape.temperature,
@@ -504,6 +512,22 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// `prompt` after a session's earlier `turns`, with the run's shape.
+    pub fn conversation(
+        model: &'a str,
+        shape: &'a Shape,
+        turns: impl IntoIterator<Item = Turn<'a>>,
+        prompt: &'a str,
+    ) -> Request<'a> {
+        let mut r = Request::shaped(model, shape);
+        for (user, assistant) in turns {
+            r.messages.push(Message::text(Role::User, user));
+            r.messages.push(Message::text(Role::Assistant, assistant));
+        }
+        r.messages.push(Message::text(Role::User, prompt));
+        r
+    }
+
     /// A session's next request: its earlier exchanges (each user message,
     /// answer, tool calls and their results) then `prompt` — none where the
     /// turn goes on from the last exchange's tool results.
@@ -513,8 +537,7 @@ impl<'a> Request<'a> {
         history: &'a [tokenscope_workload::session::Exchange],
         prompt: Option<&'a str>,
     ) -> Request<'a> {
-        let mut r = Request::conversation(model, shape, [], prompt.unwrap_or(""));
-        let prompt_message = r.messages.pop();
+        let mut r = Request::shaped(model, shape);
         for e in history {
             if let Some(user) = &e.user {
                 r.messages.push(Message::text(Role::User, user));
@@ -537,7 +560,7 @@ impl<'a> Request<'a> {
             }
         }
         r.messages
-            .extend(prompt_message.filter(|_| prompt.is_some()));
+            .extend(prompt.map(|p| Message::text(Role::User, p)));
         r
     }
 

@@ -19,12 +19,7 @@ pub fn finish_body(mut obj: serde_json::Map<String, Value>, r: &Request<'_>) -> 
     if let Some(f) = r.response_format {
         obj.insert("response_format".into(), f.openai());
     }
-    if !r.tools.is_empty() {
-        obj.insert("tools".into(), Value::Array(r.tools.to_vec()));
-        if let Some(c) = r.tool_choice {
-            obj.insert("tool_choice".into(), c.openai());
-        }
-    }
+    r.tool_fields(&mut obj, Value::clone, super::ToolChoice::openai);
     if r.stream {
         obj.insert("stream_options".into(), json!({"include_usage": true}));
     } else {

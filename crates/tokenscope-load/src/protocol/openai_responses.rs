@@ -94,17 +94,8 @@ impl Protocol for OpenaiResponses {
         if let Some(f) = r.response_format {
             obj.insert("text".into(), json!({"format": f.responses()}));
         }
-        if !r.tools.is_empty() {
-            let tools = r
-                .tools
-                .iter()
-                .map(super::tool_forms::responses_tool)
-                .collect();
-            obj.insert("tools".into(), Value::Array(tools));
-            if let Some(c) = r.tool_choice {
-                obj.insert("tool_choice".into(), c.responses());
-            }
-        }
+        use super::tool_forms::{responses_tool, ToolChoice};
+        r.tool_fields(&mut obj, responses_tool, ToolChoice::responses);
         serde_json::to_vec(&obj).expect("a JSON value serializes")
     }
 

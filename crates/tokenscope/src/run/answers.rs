@@ -5,7 +5,7 @@
 
 use serde_json::json;
 use tokenscope_core::metrics::Measured;
-use tokenscope_core::results::{Accuracy, Finding, FormatFailure};
+use tokenscope_core::results::{Finding, FormatFailure};
 
 /// Every finding the answers support.
 pub fn findings(m: &Measured, config: &serde_json::Value) -> Vec<Finding> {
@@ -17,12 +17,6 @@ pub fn findings(m: &Measured, config: &serde_json::Value) -> Vec<Finding> {
     .into_iter()
     .flatten()
     .collect()
-}
-
-/// The accuracy with the run's rule (`--grade`), which records do not carry.
-pub fn with_rule(mut a: Accuracy, config: &serde_json::Value) -> Accuracy {
-    a.rule = config["grade"].as_str().unwrap_or("").to_string();
-    a
 }
 
 /// `; most often ×N REASON`, when there is a reason.

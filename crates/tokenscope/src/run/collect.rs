@@ -163,9 +163,8 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
             && facts.config["multi_turn"].is_null(),
     };
     let accuracy = m
-        .accuracy
-        .clone()
-        .map(|a| super::answers::with_rule(a, &facts.config));
+        .grades
+        .finish(facts.config["grade"].as_str().unwrap_or(""));
     let mut diagnosis = diagnose(&m.counts, &m.latency, &m.tokens, &client, asked);
     diagnosis.extend(facts.extra_findings);
     diagnosis.extend(super::answers::findings(&m, &facts.config));

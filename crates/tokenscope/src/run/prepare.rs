@@ -65,13 +65,13 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
         &out_dir.join(crate::run_dir::REQUESTS),
         cancel.clone(),
         crate::spec::pricing::aggregator(&spec.output),
-        tap(live.clone(), otlp.clone()),
+        tap(live.clone(), otlp.clone(), spec.output.slo.clone()),
     )?;
     let target = target(spec, &probed)?;
     let started_at = crate::run_dir::now_rfc3339();
     let progress = Arc::new(Progress::default());
     if let Some((m, run)) = &live {
-        m.started(run, progress.clone(), spec.output.slo.clone());
+        m.started(run, progress.clone());
     }
     // The baseline scrape comes before the clock starts: a slow metrics
     // endpoint never eats into the load's time or bunches its schedule.
@@ -235,6 +235,7 @@ fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
 fn tap(
     live: Option<(Arc<crate::live_metrics::LiveMetrics>, String)>,
     otlp: Option<Arc<crate::otlp::OtlpExport>>,
+    slo: Option<tokenscope_core::slo::Slo>,
 ) -> Option<tokenscope_load::recorder::Tap> {
     if live.is_none() && otlp.is_none() {
         return None;
@@ -242,7 +243,7 @@ fn tap(
     Some(Arc::new(
         move |r: &tokenscope_core::record::RequestRecord| {
             if let Some((m, run)) = &live {
-                m.observe(run, r);
+                m.observe(run, slo.as_ref(), r);
             }
             if let Some(o) = &otlp {
                 o.observe(r);
