@@ -24,6 +24,7 @@ pub mod duration;
 pub mod formats;
 pub mod grading;
 pub mod hash;
+pub mod instants;
 pub mod media;
 pub mod metrics;
 pub mod mutate;

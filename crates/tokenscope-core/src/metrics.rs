@@ -4,8 +4,8 @@ use crate::compare::{self, RunValues};
 use crate::cost::{Cost, GpuPrice, Produced};
 use crate::record::{RequestRecord, TokenSource};
 use crate::results::{
-    AdapterFigures, ArrivalFidelity, CacheHits, Concurrency, Counts, ErrorSample, Fidelity,
-    Latency, ObjectiveResult, SloReport, SteadyWindow, Throughput, Tokens, Window,
+    AdapterFigures, CacheHits, Counts, ErrorSample, Fidelity, Latency, ObjectiveResult, SloReport,
+    SteadyWindow, Throughput, Tokens, Window,
 };
 use crate::slo::{Slo, SloMetric, Verdict};
 use crate::stats::Distribution;
@@ -14,38 +14,6 @@ use std::collections::BTreeMap;
 const US: f64 = 1e-6;
 /// Distributions hold microseconds; summaries report milliseconds.
 const US_TO_MS: f64 = 1e-3;
-
-/// A measured request's send and end instants, whether it succeeded in the
-/// end's top bit: 16 bytes a request.
-#[derive(Debug, Clone, Copy)]
-struct Span {
-    sent: u64,
-    done_ok: u64,
-}
-
-impl Span {
-    const OK: u64 = 1 << 63;
-
-    fn new(sent: u64, done: u64, ok: bool) -> Span {
-        let ok = if ok { Span::OK } else { 0 };
-        Span {
-            sent,
-            done_ok: (done & !Span::OK) | ok,
-        }
-    }
-
-    fn sent(&self) -> u64 {
-        self.sent
-    }
-
-    fn done(&self) -> u64 {
-        self.done_ok & !Span::OK
-    }
-
-    fn succeeded(&self) -> bool {
-        self.done_ok & Span::OK != 0
-    }
-}
 
 /// Everything computed from the records alone.
 #[derive(Debug, Clone)]
@@ -84,47 +52,8 @@ pub fn measure(records: &[RequestRecord], slo: Option<&Slo>, price: Option<GpuPr
 /// pooled under it, so memory stays flat whatever the sessions' length.
 pub const MAX_TURN_KEPT: u32 = 32;
 
-/// Rate (per s), squared coefficient of variation of the gaps, and the
-/// index of dispersion of counts in 1 s windows (from 5 windows on) of
-/// sorted arrival instants (µs), walked without a copy (it runs once per
-/// run over every request).
-fn arrival_stats<I: Iterator<Item = u64> + Clone>(at: I) -> (f64, f64, Option<f64>) {
-    let n = at.clone().count();
-    let first = at.clone().next().unwrap_or(0);
-    let last = at.clone().last().unwrap_or(first);
-    let span_s = (last - first) as f64 * US;
-    let rate = if span_s > 0.0 {
-        (n - 1) as f64 / span_s
-    } else {
-        0.0
-    };
-    let gaps = || {
-        at.clone()
-            .zip(at.clone().skip(1))
-            .map(|(a, b)| (b - a) as f64)
-    };
-    let count = n.saturating_sub(1).max(1) as f64;
-    let mean = gaps().sum::<f64>() / count;
-    let var = gaps().map(|g| (g - mean).powi(2)).sum::<f64>() / count;
-    let cv2 = if mean > 0.0 { var / (mean * mean) } else { 0.0 };
-    let windows = ((last - first) / 1_000_000) as usize;
-    let dispersion = (windows >= 5).then(|| {
-        let mut counts = vec![0u64; windows];
-        for t in at.clone() {
-            if let Some(c) = counts.get_mut(((t - first) / 1_000_000) as usize) {
-                *c += 1;
-            }
-        }
-        let m = counts.iter().sum::<u64>() as f64 / windows as f64;
-        let v = counts.iter().map(|&c| (c as f64 - m).powi(2)).sum::<f64>() / windows as f64;
-        if m > 0.0 {
-            v / m
-        } else {
-            0.0
-        }
-    });
-    (rate, cv2, dispersion)
-}
+/// Token slots kept before their grid doubles: 4 MiB, 2.9 hours of 10 ms.
+pub const MAX_TOKEN_SLOTS: usize = 1 << 20;
 
 /// The steady-state window's grid: its edges are rounded inward to it, so
 /// its tokens are counted from per-slot totals instead of every chunk's time.
@@ -136,10 +65,11 @@ const MAX_MESSAGES: usize = 10_000;
 
 /// The run's figures from its records one at a time, in memory that does not
 /// grow with the run's tokens: distributions are HDR histograms, tokens are
-/// summed per 10 ms slot of the run's clock, and each request keeps only
-/// its send and end instants and its intended start (24 bytes: the exact
-/// concurrency and the arrival statistics need them).
-/// Records may come in any order.
+/// summed per 10 ms slot of the run's clock (a coarser slot past
+/// [`MAX_TOKEN_SLOTS`]), and each request keeps only its send and end
+/// instants and its intended start (24 bytes, for the exact concurrency and
+/// arrival statistics) until a run too long for that tallies them on a grid
+/// ([`crate::instants`]). Records may come in any order.
 #[derive(Debug, Clone)]
 pub struct Aggregator {
     slo: Option<Slo>,
@@ -147,17 +77,18 @@ pub struct Aggregator {
     warmup: u64,
     counts: Counts,
     messages: BTreeMap<(String, String), u64>,
-    /// Every measured request's send and end instants.
-    spans: Vec<Span>,
-    /// When each measured request was meant to leave (µs).
-    scheduled: Vec<u64>,
+    /// Every measured request's send, end and intended start.
+    instants: crate::instants::Instants,
     /// Lengths asked and delivered (see [`Fidelity`]).
     input_asked: Distribution,
     input_served: Distribution,
     output_asked: Distribution,
     output_delivered: Distribution,
-    /// Output tokens of successful measured requests per 10 ms slot, by chunk arrival.
+    /// Output tokens of successful measured requests per slot of
+    /// `grid_us` (10 ms, doubled each time the run passes [`MAX_TOKEN_SLOTS`]
+    /// of them), by chunk arrival.
     tokens_per_slot: Vec<u32>,
+    grid_us: u64,
     ttft: Distribution,
     answer_start: Distribution,
     /// Thinking time and the answer phase's TPOT, of requests that reasoned.
@@ -204,8 +135,8 @@ impl Aggregator {
             warmup: 0,
             counts: Counts::default(),
             messages: BTreeMap::new(),
-            spans: Vec::new(),
-            scheduled: Vec::new(),
+            instants: Default::default(),
+            grid_us: GRID_US,
             input_asked: Distribution::new(),
             input_served: Distribution::new(),
             output_asked: Distribution::new(),
@@ -257,9 +188,8 @@ impl Aggregator {
                 .add(r);
         }
         self.count(r);
-        self.spans
-            .push(Span::new(r.sent_at_us, r.done_at_us, r.succeeded()));
-        self.scheduled.push(r.scheduled_at_us);
+        self.instants
+            .add(r.sent_at_us, r.done_at_us, r.succeeded(), r.scheduled_at_us);
         self.lag.record(r.lag_us() as f64);
         self.sessions.add(r);
         if !r.succeeded() {
@@ -346,6 +276,15 @@ impl Aggregator {
     }
 
     fn count_tokens(&mut self, r: &RequestRecord) {
+        if let Some(last) = r.chunks.last() {
+            while last.at_us() / self.grid_us >= MAX_TOKEN_SLOTS as u64 {
+                self.coarsen_slots();
+            }
+            let slot = (last.at_us() / self.grid_us) as usize;
+            if slot >= self.tokens_per_slot.len() {
+                self.tokens_per_slot.resize(slot + 1, 0);
+            }
+        }
         let t = &mut self.tokens;
         // Saturating: a total never wraps round to a small number.
         t.input_total = t.input_total.saturating_add(r.input_tokens.unwrap_or(0));
@@ -376,18 +315,12 @@ impl Aggregator {
             .entry(source_name(r.output_token_source))
             .or_insert(0) += 1;
         let mut single = 0u64; // most chunks carry one token: counted apart
-        if let Some(last) = r.chunks.last() {
-            let slot = (last.at_us() / GRID_US) as usize;
-            if slot >= self.tokens_per_slot.len() {
-                self.tokens_per_slot.resize(slot + 1, 0);
-            }
-        }
         for c in &r.chunks {
             match c.tokens() {
                 1 => single += 1,
                 k => *t.tokens_per_chunk.entry(k).or_insert(0) += 1,
             }
-            let slot = &mut self.tokens_per_slot[(c.at_us() / GRID_US) as usize];
+            let slot = &mut self.tokens_per_slot[(c.at_us() / self.grid_us) as usize];
             *slot = slot.saturating_add(c.tokens());
         }
         if single > 0 {
@@ -409,43 +342,55 @@ impl Aggregator {
         self.output_delivered.record(r.output_tokens as f64);
     }
 
-    /// Needs the spans in send order ([`Aggregator::finish`] sorts them).
     fn fidelity(&mut self) -> Fidelity {
-        self.scheduled.sort_unstable();
-        let arrivals = (self.spans.len() >= 2).then(|| {
-            let (ri, ci, di) = arrival_stats(self.scheduled.iter().copied());
-            let (rs, cs, ds) = arrival_stats(self.spans.iter().map(Span::sent));
-            ArrivalFidelity {
-                intended_per_s: ri,
-                sent_per_s: rs,
-                intended_gap_cv2: ci,
-                sent_gap_cv2: cs,
-                intended_dispersion_1s: di,
-                sent_dispersion_1s: ds,
-            }
-        });
         Fidelity {
             input_tokens_asked: self.input_asked.summary(1.0),
             input_tokens_served: self.input_served.summary(1.0),
             output_tokens_asked: self.output_asked.summary(1.0),
             output_tokens_delivered: self.output_delivered.summary(1.0),
             early_stops: self.counts.short_outputs,
-            arrivals,
+            arrivals: self.instants.arrivals(),
         }
+    }
+
+    /// Doubles the token grid: each pair of slots becomes one.
+    fn coarsen_slots(&mut self) {
+        let pairs = self.tokens_per_slot.chunks(2);
+        self.tokens_per_slot = pairs
+            .map(|p| p.iter().fold(0u32, |a, &t| a.saturating_add(t)))
+            .collect();
+        self.grid_us *= 2;
+    }
+
+    /// The grid the steady window is rounded to: the coarser of the
+    /// tokens' and the tallied instants'.
+    fn grid(&self) -> u64 {
+        self.grid_us.max(self.instants.grid_us())
     }
 
     /// Output tokens per second of the run, by chunk arrival (for charts).
     pub fn tokens_per_second(&self) -> Vec<f64> {
-        let per = (1_000_000 / GRID_US) as usize;
+        if self.grid_us > 1_000_000 {
+            // A run of days: each second gets its slot's mean.
+            let per = (self.grid_us / 1_000_000) as usize;
+            let each = |&t: &u32| std::iter::repeat_n(t as f64 / per as f64, per);
+            return self.tokens_per_slot.iter().flat_map(each).collect();
+        }
+        let per = (1_000_000 / self.grid_us) as usize;
         self.tokens_per_slot
             .chunks(per)
             .map(|c| c.iter().map(|&t| t as f64).sum())
             .collect()
     }
 
-    /// The (sent, done) instants of every measured request, µs.
-    pub fn spans(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.spans.iter().map(|s| (s.sent(), s.done()))
+    /// Time-weighted in-flight requests per second of the run (for charts).
+    pub fn in_flight_per_second(&self) -> Vec<f64> {
+        self.instants.in_flight_per_second()
+    }
+
+    /// The last send of the measured requests, µs.
+    pub fn last_sent_us(&self) -> Option<u64> {
+        self.instants.last_sent()
     }
 
     /// The latency distributions, µs (for charts): TTFT, TPOT, ITL, E2E.
@@ -467,7 +412,6 @@ impl Aggregator {
     /// The figures. Sorts what it keeps per request in place (no copy of
     /// it is made, so the run's peak memory stays that of the aggregator).
     pub fn finish(&mut self) -> Measured {
-        self.spans.sort_unstable_by_key(Span::sent);
         let itl = self.merged_itl();
         let mut icl = self.single_token_gaps.clone();
         icl.merge(&self.icl_multi);
@@ -514,7 +458,10 @@ impl Aggregator {
             goodput_requests_per_s: judged.then(|| rate(self.good_requests as f64)),
             goodput_output_tokens_per_s: judged.then(|| rate(self.good_tokens as f64)),
             per_user_output_tokens_per_s: self.per_user.summary(1e-3),
-            concurrency: self.concurrency(window.start_s, window.end_s),
+            concurrency: match self.instants.span_us() {
+                Some((from, to)) => self.instants.concurrency(from, to),
+                None => Default::default(),
+            },
             output_tokens_per_s_ci95: self.rate_interval(tokens.output_total),
         };
         let slo = self.slo.as_ref().map(|s| {
@@ -592,7 +539,7 @@ impl Aggregator {
         let slots = self.tokens_per_slot.iter().enumerate();
         let tokens_at = slots
             .filter(|(_, &t)| t > 0)
-            .map(|(i, &t)| (i as u64 * GRID_US + GRID_US / 2, t as f64));
+            .map(|(i, &t)| (i as u64 * self.grid_us + self.grid_us / 2, t as f64));
         let values = RunValues::of_rate((start, end), tokens_at, output_total as f64);
         compare::interval(
             &values,
@@ -601,78 +548,42 @@ impl Aggregator {
         )
     }
 
-    /// In-flight requests (sent, not yet done): time-weighted mean over
-    /// [from, to] and max, by a sweep of the sends (the spans, in send
-    /// order) merged with the ends (sorted apart: 8 bytes a request, for the
-    /// moment of the sweep).
-    fn concurrency(&self, from_s: f64, to_s: f64) -> Concurrency {
-        let mut ends: Vec<u64> = self.spans.iter().map(|s| s.done().max(s.sent())).collect();
-        ends.sort_unstable();
-        let (from, to) = ((from_s / US).round() as u64, (to_s / US).round() as u64);
-        let (mut level, mut max, mut area, mut last) = (0i64, 0i64, 0f64, from);
-        let mut sends = self.spans.iter().map(Span::sent).peekable();
-        let mut ends = ends.into_iter().peekable();
-        loop {
-            // Ends before sends at the same instant: a closed loop's
-            // hand-over is not 2 in flight.
-            let (t, d) = match (sends.peek(), ends.peek()) {
-                (Some(&s), Some(&e)) if e <= s => (ends.next().unwrap_or(e), -1),
-                (Some(&s), _) => (sends.next().unwrap_or(s), 1),
-                (None, Some(&e)) => (ends.next().unwrap_or(e), -1),
-                (None, None) => break,
-            };
-            let t_clamped = t.clamp(from, to);
-            area += level as f64 * (t_clamped - last.min(t_clamped)) as f64;
-            last = last.max(t_clamped);
-            level += d;
-            if t >= from && t <= to {
-                max = max.max(level);
-            }
-        }
-        let span = to.saturating_sub(from) as f64;
-        Concurrency {
-            mean: if span > 0.0 { area / span } else { 0.0 },
-            max: max.max(0) as u64,
-        }
-    }
-
     /// First send and last end of the measured requests, µs.
     fn span_us(&self) -> Option<(u64, u64)> {
-        let start = self.spans.iter().map(Span::sent).min()?;
-        let end = self.spans.iter().map(Span::done).max()?;
-        Some((start, end))
+        self.instants.span_us()
     }
 
-    fn window(&self) -> Window {
-        let Some((start, end)) = self.span_us() else {
+    fn window(&mut self) -> Window {
+        let (Some((start, end)), Some(first_done), Some(last_sent)) = (
+            self.instants.span_us(),
+            self.instants.first_done(),
+            self.instants.last_sent(),
+        ) else {
             return Window::default();
         };
         let (start_s, end_s) = (start as f64 * US, end as f64 * US);
         // Steady state: from the first completion (the pipeline is full) to
         // the last send (after it the load only drains), rounded inward to
-        // the 10 ms grid.
-        let first_done = self.spans.iter().map(Span::done).min().unwrap_or(end);
-        let last_sent = self.spans.iter().map(Span::sent).max().unwrap_or(start);
-        let (a, b) = (first_done.div_ceil(GRID_US), last_sent / GRID_US);
+        // the grid (10 ms, coarser in a run too long to keep it).
+        let g = self.grid();
+        let (a, b) = (first_done.div_ceil(g), last_sent / g);
         let steady = (b > a).then(|| {
-            let (from, to) = (a * GRID_US, b * GRID_US);
+            let (from, to) = (a * g, b * g);
             let span_s = (to - from) as f64 * US;
-            let slots = self
-                .tokens_per_slot
-                .get(a as usize..(b as usize).min(self.tokens_per_slot.len()));
+            let per = (g / self.grid_us) as usize;
+            let slots = self.tokens_per_slot.get(
+                (a as usize * per).min(self.tokens_per_slot.len())
+                    ..(b as usize * per).min(self.tokens_per_slot.len()),
+            );
             let tokens: u64 = slots.map_or(0, |s| s.iter().map(|&t| t as u64).sum());
-            let done = self
-                .spans
-                .iter()
-                .filter(|s| s.succeeded() && s.done() >= from && s.done() < to)
-                .count();
+            let done = self.instants.succeeded_between(from, to);
             SteadyWindow {
                 start_s: from as f64 * US,
                 end_s: to as f64 * US,
                 duration_s: span_s,
                 output_tokens_per_s: tokens as f64 / span_s,
                 requests_per_s: done as f64 / span_s,
-                concurrency_mean: self.concurrency(from as f64 * US, to as f64 * US).mean,
+                concurrency_mean: self.instants.concurrency(from, to).mean,
             }
         });
         Window {
@@ -746,16 +657,16 @@ mod tests {
     #[test]
     fn arrival_stats_tell_constant_from_bursty() {
         let constant: Vec<u64> = (0..100).map(|i| i * 100_000).collect();
-        let (rate, cv2, disp) = super::arrival_stats(constant.iter().copied());
+        let (rate, cv2, disp) = crate::instants::arrival_stats(constant.iter().copied());
         assert!((rate - 10.0).abs() < 1e-9 && cv2 == 0.0, "{rate} {cv2}");
         assert_eq!(disp, Some(0.0), "ten every second, exactly");
         // Pairs 1 ms apart every 200 ms: the same rate, gaps far more spread.
         let bursty: Vec<u64> = (0..100)
             .map(|i| (i / 2) * 200_000 + (i % 2) * 1_000)
             .collect();
-        let (_, cv2, _) = super::arrival_stats(bursty.iter().copied());
+        let (_, cv2, _) = crate::instants::arrival_stats(bursty.iter().copied());
         assert!(cv2 > 0.9, "{cv2}");
-        let (_, _, short) = super::arrival_stats([0u64, 1_000_000, 2_000_000].into_iter());
+        let (_, _, short) = crate::instants::arrival_stats([0u64, 1_000_000, 2_000_000].into_iter());
         assert_eq!(short, None, "too few windows to say");
     }
     use super::*;

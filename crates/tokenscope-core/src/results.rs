@@ -224,6 +224,10 @@ pub struct ArrivalFidelity {
     /// mean; 1 for Poisson); `None` for runs shorter than 5 windows.
     pub intended_dispersion_1s: Option<f64>,
     pub sent_dispersion_1s: Option<f64>,
+    /// The requests these figures rest on: every measured one, or in a run
+    /// too long to keep them all the first 262,144.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -342,6 +346,11 @@ pub struct Concurrency {
     /// Time-weighted mean of in-flight requests over the window.
     pub mean: f64,
     pub max: u64,
+    /// Set in a run too long to keep every request's instants: `max` is
+    /// then an upper bound, the largest count in flight within a slot of
+    /// this many ms (the mean stays exact; docs/metrics.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_resolution_ms: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -310,28 +310,7 @@ fn distributions(run: &Run) -> Vec<Values> {
 /// Client-side series from the records: in flight and output tokens/s, per second.
 fn client_series(run: &Run) -> (Points, Points) {
     let tokens = run.requests.tokens_per_second();
-    let end_us = run
-        .requests
-        .spans()
-        .map(|(_, done)| done)
-        .max()
-        .unwrap_or(0);
-    let secs = ((end_us / 1_000_000 + 1) as usize).max(tokens.len());
-    let mut in_flight = vec![0.0; secs];
-    for (a, b) in run.requests.spans() {
-        // Time-weighted in-flight per second.
-        let b = b.max(a);
-        for (s, slot) in in_flight
-            .iter_mut()
-            .enumerate()
-            .take((b / 1_000_000) as usize + 1)
-            .skip((a / 1_000_000) as usize)
-        {
-            let lo = a.max(s as u64 * 1_000_000);
-            let hi = b.min((s as u64 + 1) * 1_000_000);
-            *slot += hi.saturating_sub(lo) as f64 / 1e6;
-        }
-    }
+    let in_flight = run.requests.in_flight_per_second();
     let at = |i: usize| i as f64 + 0.5;
     (
         in_flight

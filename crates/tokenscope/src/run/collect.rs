@@ -61,7 +61,7 @@ pub async fn collect(
         extra_findings: p.notes.clone(),
         simulated: None,
         telemetry: d.telemetry.as_ref().map(|log| {
-            let last_sent = figures.spans().map(|(sent, _)| sent).max();
+            let last_sent = figures.last_sent_us();
             Telemetry::from_log(log, last_sent.map(|us| us as f64 / 1e6))
         }),
     };
