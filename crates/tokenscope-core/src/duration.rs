@@ -5,6 +5,24 @@ use std::time::Duration;
 /// The longest duration accepted (a year): past it a typo, never a plan.
 pub const MAX_SECS: f64 = 365.0 * 86_400.0;
 
+/// `--duration forever`: a run that goes on until Ctrl-C or SIGTERM (a
+/// soak test, a canary). Longer than any parsed duration, short enough
+/// that the clock's arithmetic never overflows.
+pub const FOREVER: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// Whether a run length is [`FOREVER`].
+pub fn is_forever(d: Duration) -> bool {
+    d >= FOREVER
+}
+
+/// A run's length: [`parse_duration`]'s forms, or `forever`.
+pub fn parse_run_length(text: &str) -> Result<Duration, String> {
+    match text.trim() {
+        "forever" | "inf" | "infinite" => Ok(FOREVER),
+        _ => parse_duration(text),
+    }
+}
+
 /// Parses `250ms`, `1.5s`, `2m`, `100us`; a bare number is seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
@@ -54,5 +72,12 @@ mod tests {
         assert!(parse_duration("5parsecs").is_err());
         assert!(parse_duration("99999999999999999999999h").is_err());
         assert!(parse_duration("400d").is_err());
+        assert!(parse_duration("forever").is_err());
+        assert!(is_forever(parse_run_length("forever").unwrap()));
+        assert_eq!(
+            parse_run_length("24h").unwrap(),
+            Duration::from_secs(86_400)
+        );
+        assert!(!is_forever(parse_run_length("8760h").unwrap()));
     }
 }

@@ -522,7 +522,11 @@ mod tests {
         let whole = (to - from) as f64;
         assert!((c.mean - n as f64 * 1e6 / whole).abs() < 1e-9);
         let res = c.max_resolution_ms.unwrap();
-        assert!(c.max >= 4 && c.max as f64 <= 4.0 + res / 250.0 + 1.0, "max {} at {res} ms", c.max);
+        assert!(
+            c.max >= 4 && c.max as f64 <= 4.0 + res / 250.0 + 1.0,
+            "max {} at {res} ms",
+            c.max
+        );
         let arrivals = i.arrivals().unwrap();
         assert_eq!(arrivals.requests, Some(MAX_EXACT as u64 + 1));
         assert!((arrivals.sent_per_s - 4.0).abs() < 1e-9 && arrivals.sent_gap_cv2 < 1e-9);

@@ -666,7 +666,8 @@ mod tests {
             .collect();
         let (_, cv2, _) = crate::instants::arrival_stats(bursty.iter().copied());
         assert!(cv2 > 0.9, "{cv2}");
-        let (_, _, short) = crate::instants::arrival_stats([0u64, 1_000_000, 2_000_000].into_iter());
+        let (_, _, short) =
+            crate::instants::arrival_stats([0u64, 1_000_000, 2_000_000].into_iter());
         assert_eq!(short, None, "too few windows to say");
     }
     use super::*;

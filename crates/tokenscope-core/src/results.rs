@@ -25,6 +25,10 @@ pub struct RunResults {
     /// `requests.jsonl` holds the first `counts` of them that reached the disk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_error: Option<String>,
+    /// A long run's records rotated into compressed segments
+    /// (`--rotate-records`), and those removed under `--keep-records`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<RecordSegments>,
     /// Present when no server was measured: the run was simulated by `sim plan`
     /// on a virtual clock, and this describes the simulated deployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -719,4 +723,15 @@ pub struct Accuracy {
 pub struct FormatFailure {
     pub reason: String,
     pub count: u64,
+}
+
+/// Where a long run's records went (`tokenscope_core::segments`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RecordSegments {
+    /// Segments rotated out of `requests.jsonl`, numbered from 1.
+    pub segments: u32,
+    /// The oldest segments removed to keep under `--keep-records`, and the
+    /// records they held (still counted in every figure).
+    pub removed_segments: u32,
+    pub removed_records: u64,
 }

@@ -13,6 +13,11 @@
 //! a whole record, the run is told to stop (`on_failure`), and every later
 //! record still counts in the figures: [`Recorded`] says how many reached
 //! the disk and why the rest did not.
+//!
+//! A long run keeps its directory compact: `requests.jsonl` is rotated into
+//! compressed segments ([`Rotation`], [`tokenscope_core::segments`]), the
+//! oldest removed past a budget, and each window's figures are written to
+//! `windows.jsonl` ([`tokenscope_core::windows`]).
 
 use std::fs::File;
 use std::io::Write;
@@ -21,6 +26,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use tokenscope_core::metrics::Aggregator;
 use tokenscope_core::record::RequestRecord;
+use tokenscope_core::windows::{WindowSummary, Windows};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, thiserror::Error)]
@@ -35,15 +41,65 @@ pub enum RecorderError {
 /// The sending side; cheap to clone into every request task.
 #[derive(Clone)]
 pub struct RecordSink {
-    tx: mpsc::Sender<RequestRecord>,
+    tx: Tx,
+}
+
+/// A load never waits for the disk (unbounded); a simulation, which makes
+/// records faster than any disk takes them, waits (bounded).
+#[derive(Clone)]
+enum Tx {
+    Unbounded(mpsc::Sender<RequestRecord>),
+    Bounded(mpsc::SyncSender<RequestRecord>),
 }
 
 impl RecordSink {
     pub fn record(&self, r: RequestRecord) {
         // The writer only stops after every sink is dropped.
-        let _ = self.tx.send(r);
+        let _ = match &self.tx {
+            Tx::Unbounded(tx) => tx.send(r),
+            Tx::Bounded(tx) => tx.send(r),
+        };
     }
 }
+
+/// `--rotate-records` and `--keep-records`: when `requests.jsonl` is
+/// rotated into a compressed segment, and how many bytes of segments are
+/// kept (the oldest removed first; `None`: all).
+#[derive(Debug, Clone, Copy)]
+pub struct Rotation {
+    pub segment_bytes: u64,
+    pub keep_bytes: Option<u64>,
+}
+
+/// What rotation did over the run.
+#[derive(Debug, Clone, Default)]
+pub struct Rotated {
+    /// Segments rotated out of `requests.jsonl`.
+    pub segments: u32,
+    /// Of them, removed to keep under the budget, with their records.
+    pub removed_segments: u32,
+    pub removed_records: u64,
+    /// A segment that could not be compressed or removed (the run goes on).
+    pub error: Option<String>,
+}
+
+/// What a recorder does besides writing records.
+#[derive(Default)]
+pub struct Options {
+    /// Shown every record (`--serve-metrics`, `--otlp-endpoint`).
+    pub tap: Option<Tap>,
+    pub rotation: Option<Rotation>,
+    /// Windows of this many µs summarised in `windows.jsonl`, each also
+    /// shown to the window tap; goodput judged by the SLO.
+    pub windows: Option<(u64, Option<tokenscope_core::slo::Slo>)>,
+    pub window_tap: Option<WindowTap>,
+    /// Records waiting to be written, at most (a producer that must not
+    /// outrun the disk: a simulation); `None`: the load never waits.
+    pub bounded: Option<usize>,
+}
+
+/// Shown each window's figures as it closes (the live exporter's rolling percentiles).
+pub type WindowTap = std::sync::Arc<dyn Fn(&WindowSummary) + Send + Sync>;
 
 /// The figures of every record of the run, and how many are on disk.
 pub struct Recorded {
@@ -55,6 +111,8 @@ pub struct Recorded {
     pub on_disk: usize,
     /// Why the rest are not.
     pub error: Option<RecorderError>,
+    /// With a [`Rotation`]: the segments made and removed.
+    pub rotated: Rotated,
 }
 
 pub struct Recorder {
@@ -74,15 +132,15 @@ impl Recorder {
         on_failure: CancellationToken,
         figures: Aggregator,
     ) -> Result<Recorder, RecorderError> {
-        Recorder::create_with(path, on_failure, figures, None)
+        Recorder::create_with(path, on_failure, figures, Options::default())
     }
 
-    /// [`Recorder::create`], each record also shown to `tap`.
+    /// [`Recorder::create`] with taps, rotation and windows.
     pub fn create_with(
         path: &Path,
         on_failure: CancellationToken,
         figures: Aggregator,
-        tap: Option<Tap>,
+        options: Options,
     ) -> Result<Recorder, RecorderError> {
         let io = |source| RecorderError::Io {
             path: path.to_owned(),
@@ -90,10 +148,19 @@ impl Recorder {
         };
         let file = File::create(path).map_err(io)?;
         let path = path.to_owned();
-        let (tx, rx) = mpsc::channel::<RequestRecord>();
+        let (tx, rx) = match options.bounded {
+            Some(n) => {
+                let (tx, rx) = mpsc::sync_channel::<RequestRecord>(n);
+                (Tx::Bounded(tx), rx)
+            }
+            None => {
+                let (tx, rx) = mpsc::channel::<RequestRecord>();
+                (Tx::Unbounded(tx), rx)
+            }
+        };
         let writer = std::thread::Builder::new()
             .name("ts-recorder".into())
-            .spawn(move || write_all(file, &path, rx, (on_failure, tap), figures))
+            .spawn(move || write_all(file, &path, rx, (on_failure, options), figures))
             .map_err(io)?;
         Ok(Recorder {
             sink: RecordSink { tx },
@@ -167,12 +234,199 @@ impl Texts {
     }
 }
 
+/// `requests.jsonl` as it is written: its bytes and records so far, and
+/// with a [`Rotation`] the segments made of it.
+struct Lines {
+    file: File,
+    path: PathBuf,
+    written: u64,
+    in_segment: u64,
+    rotation: Option<(Rotation, Compressor)>,
+}
+
+impl Lines {
+    /// Writes one whole line; a failed write is cut back to the last whole record.
+    fn write(&mut self, line: &[u8]) -> std::io::Result<()> {
+        if let Err(e) = self.file.write_all(line) {
+            let _ = self.file.set_len(self.written);
+            return Err(e);
+        }
+        self.written += line.len() as u64;
+        self.in_segment += 1;
+        match &self.rotation {
+            Some((r, _)) if self.written >= r.segment_bytes => self.rotate(),
+            _ => Ok(()),
+        }
+    }
+
+    /// `requests.jsonl` becomes the next plain segment, handed to the
+    /// compressor; a new `requests.jsonl` takes the following records.
+    fn rotate(&mut self) -> std::io::Result<()> {
+        let Some((_, compressor)) = &mut self.rotation else {
+            return Ok(());
+        };
+        let n = compressor.made + 1;
+        let plain = self
+            .path
+            .with_file_name(tokenscope_core::segments::plain_segment(n));
+        std::fs::rename(&self.path, &plain)?;
+        self.file = File::create(&self.path)?;
+        compressor.send(n, plain, self.in_segment);
+        self.written = 0;
+        self.in_segment = 0;
+        Ok(())
+    }
+
+    fn finish(self) -> Rotated {
+        self.rotation
+            .map_or_else(Rotated::default, |(_, c)| c.finish())
+    }
+}
+
+/// Compresses rotated segments on a thread of its own (the records' writer
+/// never waits for it) and removes the oldest past the budget.
+struct Compressor {
+    made: u32,
+    tx: Option<mpsc::Sender<(u32, PathBuf, u64)>>,
+    thread: Option<JoinHandle<Rotated>>,
+}
+
+impl Compressor {
+    fn start(keep_bytes: Option<u64>) -> Compressor {
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("ts-rotate".into())
+            .spawn(move || compress_all(rx, keep_bytes))
+            .ok();
+        Compressor {
+            made: 0,
+            tx: Some(tx),
+            thread,
+        }
+    }
+
+    fn send(&mut self, n: u32, plain: PathBuf, records: u64) {
+        self.made = n;
+        if let Some(tx) = &self.tx {
+            let _ = tx.send((n, plain, records));
+        }
+    }
+
+    fn finish(mut self) -> Rotated {
+        drop(self.tx.take());
+        let mut out = self
+            .thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default();
+        out.segments = self.made;
+        out
+    }
+}
+
+/// The compressor thread: each plain segment to `.gz`, the plain one
+/// removed once the copy is whole; then the oldest copies past the budget.
+fn compress_all(rx: mpsc::Receiver<(u32, PathBuf, u64)>, keep_bytes: Option<u64>) -> Rotated {
+    let mut out = Rotated::default();
+    let mut kept: std::collections::VecDeque<(PathBuf, u64, u64)> = Default::default();
+    for (n, plain, records) in rx {
+        let gz = plain.with_file_name(tokenscope_core::segments::compressed_segment(n));
+        match compress(&plain, &gz) {
+            Ok(bytes) => kept.push_back((gz, bytes, records)),
+            Err(e) => {
+                out.error
+                    .get_or_insert(format!("compressing {}: {e}", plain.display()));
+                continue;
+            }
+        }
+        let Some(budget) = keep_bytes else { continue };
+        while kept.iter().map(|k| k.1).sum::<u64>() > budget && kept.len() > 1 {
+            let Some((path, _, records)) = kept.pop_front() else {
+                break;
+            };
+            match std::fs::remove_file(&path) {
+                Ok(()) => {
+                    out.removed_segments += 1;
+                    out.removed_records += records;
+                }
+                Err(e) => {
+                    out.error
+                        .get_or_insert(format!("removing {}: {e}", path.display()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `plain` gzipped into `gz` (synced), then `plain` removed; the copy's size.
+fn compress(plain: &Path, gz: &Path) -> std::io::Result<u64> {
+    let mut from = std::io::BufReader::new(File::open(plain)?);
+    let mut to = flate2::write::GzEncoder::new(File::create(gz)?, flate2::Compression::fast());
+    std::io::copy(&mut from, &mut to)?;
+    to.finish()?.sync_all()?;
+    std::fs::remove_file(plain)?;
+    Ok(std::fs::metadata(gz)?.len())
+}
+
+/// `windows.jsonl`: each window's figures as it closes, shown to the tap.
+struct WindowFile {
+    windows: Windows,
+    out: std::io::BufWriter<File>,
+    tap: Option<WindowTap>,
+    last_done: u64,
+}
+
+impl WindowFile {
+    const NAME: &'static str = "windows.jsonl";
+
+    fn create(records: &Path, options: &Options) -> Option<std::io::Result<WindowFile>> {
+        let (every_us, slo) = options.windows.clone()?;
+        let path = records.with_file_name(Self::NAME);
+        Some(File::create(&path).map(|f| WindowFile {
+            windows: Windows::new(every_us, slo),
+            out: std::io::BufWriter::new(f),
+            tap: options.window_tap.clone(),
+            last_done: 0,
+        }))
+    }
+
+    fn add(&mut self, r: &RequestRecord) -> std::io::Result<()> {
+        if !r.warmup {
+            self.last_done = self.last_done.max(r.done_at_us);
+        }
+        for w in self.windows.add(r) {
+            self.write(&w)?;
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, w: &WindowSummary) -> std::io::Result<()> {
+        serde_json::to_writer(&mut self.out, w)?;
+        self.out.write_all(b"\n")?;
+        self.out.flush()?;
+        if let Some(tap) = &self.tap {
+            tap(w);
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> std::io::Result<()> {
+        let last = self.last_done;
+        let windows = std::mem::replace(&mut self.windows, Windows::new(1, None));
+        if let Some(w) = windows.finish(Some(last)) {
+            self.write(&w)?;
+        }
+        Ok(())
+    }
+}
+
 /// The writer thread: a line per record, each written whole with one call.
 fn write_all(
-    mut file: File,
+    file: File,
     path: &Path,
     rx: mpsc::Receiver<RequestRecord>,
-    (on_failure, tap): (CancellationToken, Option<Tap>),
+    (on_failure, options): (CancellationToken, Options),
     figures: Aggregator,
 ) -> Recorded {
     let mut texts = Texts::new(path);
@@ -181,16 +435,34 @@ fn write_all(
         total: 0,
         on_disk: 0,
         error: None,
+        rotated: Rotated::default(),
     };
-    let mut written: u64 = 0;
+    let io = |path: &Path, source| RecorderError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let mut windows = match WindowFile::create(path, &options).transpose() {
+        Ok(w) => w,
+        Err(e) => {
+            done.error = Some(io(&path.with_file_name(WindowFile::NAME), e));
+            on_failure.cancel();
+            None
+        }
+    };
+    let mut lines = Lines {
+        file,
+        path: path.to_owned(),
+        written: 0,
+        in_segment: 0,
+        rotation: options
+            .rotation
+            .map(|r| (r, Compressor::start(r.keep_bytes))),
+    };
     let mut line = Vec::with_capacity(4096);
     for mut r in rx {
         if let Some(text) = r.answer_text.take().filter(|_| done.error.is_none()) {
             if let Err(source) = texts.write(r.id, &text) {
-                done.error = Some(RecorderError::Io {
-                    path: texts.path.clone(),
-                    source,
-                });
+                done.error = Some(io(&texts.path, source));
                 on_failure.cancel();
             }
         }
@@ -200,34 +472,36 @@ fn write_all(
                 .map_err(std::io::Error::from)
                 .and_then(|()| {
                     line.push(b'\n');
-                    file.write_all(&line)
+                    lines.write(&line)
                 });
             match wrote {
-                Ok(()) => {
-                    written += line.len() as u64;
-                    done.on_disk += 1;
-                }
+                Ok(()) => done.on_disk += 1,
                 Err(source) => {
-                    // Cut a torn line back to the last whole record.
-                    let _ = file.set_len(written);
-                    done.error = Some(RecorderError::Io {
-                        path: path.to_owned(),
-                        source,
-                    });
+                    done.error = Some(io(path, source));
                     on_failure.cancel();
                 }
             }
         }
-        if let Some(tap) = &tap {
+        if let Some(tap) = &options.tap {
             tap(&r);
+        }
+        if let Some(Err(source)) = windows.as_mut().map(|w| w.add(&r)) {
+            done.error
+                .get_or_insert(io(&path.with_file_name(WindowFile::NAME), source));
+            windows = None;
         }
         done.figures.add(&r);
         done.total += 1;
     }
-    let path = texts.path.clone();
-    if let (Err(source), None) = (texts.finish(), &done.error) {
-        done.error = Some(RecorderError::Io { path, source });
+    if let Some(Err(source)) = windows.map(WindowFile::finish) {
+        done.error
+            .get_or_insert(io(&path.with_file_name(WindowFile::NAME), source));
     }
+    let texts_path = texts.path.clone();
+    if let (Err(source), None) = (texts.finish(), &done.error) {
+        done.error = Some(io(&texts_path, source));
+    }
+    done.rotated = lines.finish();
     done
 }
 
@@ -282,6 +556,82 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Lines of every record file of `dir`, segments first.
+    fn lines_in(dir: &Path) -> Vec<String> {
+        use std::io::Read;
+        let mut out = Vec::new();
+        for f in tokenscope_core::segments::record_files(dir) {
+            let mut text = String::new();
+            let file = File::open(&f.path).unwrap();
+            match f.gzip {
+                true => flate2::read::GzDecoder::new(file).read_to_string(&mut text),
+                false => std::io::BufReader::new(file).read_to_string(&mut text),
+            }
+            .unwrap();
+            out.extend(text.lines().map(String::from));
+        }
+        out
+    }
+
+    #[test]
+    fn records_rotate_into_compressed_segments_and_the_oldest_go_past_the_budget() {
+        let dir = std::env::temp_dir().join(format!("ts-rotate-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("requests.jsonl");
+        let run = |keep_bytes| {
+            let options = Options {
+                rotation: Some(Rotation {
+                    segment_bytes: 16 << 10,
+                    keep_bytes,
+                }),
+                windows: Some((1_000_000, None)),
+                ..Options::default()
+            };
+            let agg = Aggregator::new(None, None);
+            let rec = Recorder::create_with(&path, CancellationToken::new(), agg, options);
+            let rec = rec.unwrap();
+            for id in 0..3000 {
+                let mut r = RequestRecord::sent(id, id * 1000, id * 1000);
+                r.done_at_us = id * 1000 + 500;
+                rec.sink().record(r);
+            }
+            rec.finish()
+        };
+        let mut done = run(None);
+        assert!(done.error.is_none());
+        assert!(done.rotated.segments >= 5, "{:?}", done.rotated);
+        assert_eq!(done.rotated.removed_segments, 0);
+        let lines = lines_in(&dir);
+        assert_eq!(lines.len(), 3000, "every record, in order");
+        assert!(lines[2999].starts_with(r#"{"id":2999"#));
+        assert_eq!(done.figures.finish().counts.requests, 3000);
+        let windows = std::fs::read_to_string(dir.join("windows.jsonl")).unwrap();
+        assert_eq!(
+            windows.lines().count(),
+            3,
+            "3 s of records, a line a second"
+        );
+
+        for f in std::fs::read_dir(&dir).unwrap() {
+            std::fs::remove_file(f.unwrap().path()).unwrap();
+        }
+        let done = run(Some(24 << 10));
+        let r = &done.rotated;
+        assert!(r.removed_segments > 0 && r.error.is_none(), "{r:?}");
+        let lines = lines_in(&dir);
+        assert_eq!(lines.len() as u64, 3000 - r.removed_records);
+        let first: u64 = lines[0][6..].split(',').next().unwrap().parse().unwrap();
+        assert_eq!(first, r.removed_records, "the oldest records went first");
+        let gz: u64 = tokenscope_core::segments::record_files(&dir)
+            .iter()
+            .filter(|f| f.gzip)
+            .map(|f| std::fs::metadata(&f.path).unwrap().len())
+            .sum();
+        assert!(gz <= 24 << 10, "{gz} bytes of segments kept");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn a_failed_write_stops_the_run_and_keeps_every_record() {
         // /dev/full: every write fails with "no space left on device".
@@ -298,7 +648,7 @@ mod tests {
             file,
             Path::new("/dev/full"),
             rx,
-            (stop.clone(), None),
+            (stop.clone(), Options::default()),
             Aggregator::new(None, None),
         );
         assert!(stop.is_cancelled(), "the run is told to stop");

@@ -97,16 +97,34 @@ impl Run {
     }
 }
 
-/// Reads `DIR/requests.jsonl` a line at a time, handing each record to `f`;
-/// returns how many there were. A torn last line (a crash mid-write) is
-/// skipped; any other bad line is an error naming it.
+/// Reads the run's records a line at a time (its rotated segments first,
+/// gzip or plain, then `requests.jsonl`: [`tokenscope_core::segments`]),
+/// handing each record to `f`; returns how many there were. A torn last
+/// line of a file (a crash mid-write) is skipped; any other bad line is an
+/// error naming it.
 pub fn for_each_record(dir: &Path, mut f: impl FnMut(RequestRecord)) -> Result<usize, ReadError> {
-    let path = dir.join("requests.jsonl");
+    let mut n = 0;
+    for file in tokenscope_core::segments::record_files(dir) {
+        n += records_of(&file, &mut f)?;
+    }
+    Ok(n)
+}
+
+/// One file of records, each handed to `f`.
+fn records_of(
+    file: &tokenscope_core::segments::RecordFile,
+    f: &mut impl FnMut(RequestRecord),
+) -> Result<usize, ReadError> {
+    let path = &file.path;
     let io = |source| ReadError::Io {
         path: path.clone(),
         source,
     };
-    let mut reader = std::io::BufReader::new(std::fs::File::open(&path).map_err(io)?);
+    let raw = std::fs::File::open(path).map_err(io)?;
+    let mut reader: Box<dyn BufRead> = match file.gzip {
+        true => Box::new(std::io::BufReader::new(flate2::read::GzDecoder::new(raw))),
+        false => Box::new(std::io::BufReader::new(raw)),
+    };
     let (mut line, mut n, mut number) = (String::new(), 0, 0);
     loop {
         line.clear();
@@ -117,7 +135,7 @@ pub fn for_each_record(dir: &Path, mut f: impl FnMut(RequestRecord)) -> Result<u
         if line.trim().is_empty() {
             continue;
         }
-        match parse(&path, number, &line) {
+        match parse(path, number, &line) {
             Ok(r) => {
                 f(r);
                 n += 1;

@@ -295,7 +295,47 @@ impl Sampler {
         }
         if error.is_none() {
             self.log.scrapes.push(Scrape { t_s, concepts });
+            if self.log.scrapes.len() > MAX_KEPT_SCRAPES {
+                thin(&mut self.log.scrapes);
+            }
         }
+    }
+}
+
+/// Scrapes kept in memory for the run's summary and diagnosis: past it (2.3
+/// hours of 1 s scrapes) every other one is let go, so a run of any length
+/// holds at most this many, evenly spread. `timeseries.jsonl` keeps them all.
+pub const MAX_KEPT_SCRAPES: usize = 8192;
+
+/// Keeps the first, every other one after it, and the last: counters' first
+/// and last values stay exact, gauges are sampled half as often.
+fn thin(scrapes: &mut Vec<Scrape>) {
+    let last = scrapes.len() - 1;
+    let mut i = 0;
+    scrapes.retain(|_| {
+        let keep = i % 2 == 0 || i == last;
+        i += 1;
+        keep
+    });
+}
+
+#[cfg(test)]
+mod thinning {
+    use super::*;
+
+    #[test]
+    fn thinning_keeps_the_ends_and_halves_the_rest() {
+        let mut s: Vec<Scrape> = (0..=MAX_KEPT_SCRAPES)
+            .map(|i| Scrape {
+                t_s: i as f64,
+                concepts: Default::default(),
+            })
+            .collect();
+        thin(&mut s);
+        assert_eq!(s.len(), MAX_KEPT_SCRAPES / 2 + 1);
+        assert_eq!(s[0].t_s, 0.0);
+        assert_eq!(s[1].t_s, 2.0);
+        assert_eq!(s.last().unwrap().t_s, MAX_KEPT_SCRAPES as f64);
     }
 }
 

@@ -182,8 +182,8 @@ pub struct WatchArgs {
     /// The rolling window the rates and quantiles are computed over.
     #[arg(long, default_value = "60s", value_parser = duration)]
     pub window: Duration,
-    /// Stop after this long (default: at Ctrl-C).
-    #[arg(long, value_parser = duration)]
+    /// Stop after this long (default, or `forever`: at Ctrl-C).
+    #[arg(long, value_parser = run_length)]
     pub duration: Option<Duration>,
     /// Print one snapshot (two samples an --interval apart) and exit.
     #[arg(long)]
@@ -297,6 +297,7 @@ impl ReportArgs {
             json: false,
             quiet: true,
             config: None,
+            records: RecordsArgs::default(),
             serve_metrics: None,
             otlp_endpoint: None,
             history: HistoryArgs {
@@ -709,6 +710,14 @@ fn positive_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// `--duration`: above zero, or `forever`.
+fn run_length(s: &str) -> Result<Duration, String> {
+    match tokenscope_core::duration::parse_run_length(s)? {
+        d if d.is_zero() => Err(format!("`{s}` must be above zero")),
+        d => Ok(d),
+    }
+}
+
 fn scrape_interval(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d < Duration::from_millis(100) {
@@ -1011,8 +1020,10 @@ pub struct LoadArgs {
     /// Measured requests (default 100 when --duration is not given).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub requests: Option<u64>,
-    /// Stop starting requests after this long (e.g. 60s, 2m); those in flight finish.
-    #[arg(long, value_parser = positive_duration)]
+    /// Stop starting requests after this long (e.g. 60s, 2m, 24h); those in
+    /// flight finish. `forever`: until Ctrl-C or SIGTERM (a soak, a canary;
+    /// see --window and --keep-records).
+    #[arg(long, value_parser = run_length)]
     pub duration: Option<Duration>,
     /// Requests sent first and excluded from the results.
     #[arg(long, default_value_t = 0)]
@@ -1284,7 +1295,43 @@ pub struct OutputArgs {
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
     #[command(flatten)]
+    pub records: RecordsArgs,
+    #[command(flatten)]
     pub history: HistoryArgs,
+}
+
+/// How a long run (a soak, a canary) keeps its directory compact and is
+/// read while it goes on.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RecordsArgs {
+    /// The figures of each window of this length, one line each in
+    /// windows.jsonl (and with --serve-metrics as the tokenscope_window
+    /// gauges: rolling percentiles). Default: 1m for a --duration of
+    /// forever or an hour or more, else none.
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    pub windows: Option<Duration>,
+    /// Rotate requests.jsonl into gzip segments (requests.000001.jsonl.gz, …)
+    /// each time it reaches this size (64MiB, 1GB). Default: 64MiB for a
+    /// --duration of forever or an hour or more, else never.
+    #[arg(long, value_name = "SIZE", value_parser = byte_size)]
+    pub rotate_records: Option<u64>,
+    /// Keep at most this much of the rotated segments, removing the oldest
+    /// (their requests still count in results.json and windows.jsonl).
+    /// Default: 1GiB with --duration forever, else every segment.
+    #[arg(long, value_name = "SIZE", value_parser = byte_size)]
+    pub keep_records: Option<u64>,
+}
+
+/// `64MiB`, `1GB`, `500000`: a size in bytes, at least 4 KiB.
+fn byte_size(s: &str) -> Result<u64, String> {
+    let size: bytesize::ByteSize = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("`{s}` is not a size ({e}; try 64MiB or 1GB)"))?;
+    match size.as_u64() {
+        n if n < 4096 => Err(format!("`{s}` is below the 4KiB minimum")),
+        n => Ok(n),
+    }
 }
 
 /// Fault injection for the built-in servers.

@@ -107,13 +107,9 @@ pub fn read_replay(dir: &Path, defaults: &crate::cli::LoadArgs) -> anyhow::Resul
         .as_f64()
         .map(std::time::Duration::from_secs_f64);
     load.seed = c["seed"].as_u64().unwrap_or(0);
-    let lines = std::fs::read_to_string(dir.join(crate::run_dir::REQUESTS))
-        .map_err(|e| bad(&format!("no requests.jsonl ({e})")))?;
-    let mut recs: Vec<tokenscope_core::record::RequestRecord> = lines
-        .lines()
-        .map(serde_json::from_str)
-        .collect::<Result<_, _>>()
-        .map_err(|e| bad(&format!("requests.jsonl: {e}")))?;
+    let mut recs: Vec<tokenscope_core::record::RequestRecord> = Vec::new();
+    crate::run_dir::for_each_record(dir, |r| recs.push(r))
+        .map_err(|e| bad(&format!("its records: {e}")))?;
     recs.sort_by_key(|r| r.id);
     let trace = recs
         .iter()

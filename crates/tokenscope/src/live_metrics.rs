@@ -45,6 +45,15 @@ struct TokenKind {
 
 type Histograms = Family<RunLabels, Histogram, fn() -> Histogram>;
 
+/// A figure of the last closed window (`--windows`): the rolling percentiles.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WindowFigure {
+    run: String,
+    figure: String,
+}
+
+type Gauges<L> = Family<L, Gauge<f64, std::sync::atomic::AtomicU64>>;
+
 /// A server figure `watch` reads (`running`, `kv_usage`, `ttft_p99_seconds`, …).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ServerFigure {
@@ -90,7 +99,8 @@ pub struct LiveMetrics {
     in_flight: Family<RunLabels, Gauge>,
     /// `--slo`: the requests that met every per-request objective.
     good: Family<RunLabels, Counter>,
-    server: Family<ServerFigure, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    server: Gauges<ServerFigure>,
+    window: Gauges<WindowFigure>,
     /// The runs in progress, their requests in flight read at each scrape.
     running: Mutex<Vec<(String, Arc<Progress>)>>,
 }
@@ -155,6 +165,7 @@ impl LiveMetrics {
             in_flight: Family::default(),
             good: Family::default(),
             server: Family::default(),
+            window: Family::default(),
             running: Mutex::new(Vec::new()),
             registry: Registry::default(),
         };
@@ -210,7 +221,46 @@ impl LiveMetrics {
             "The server's own figures over watch's window (by figure: running, waiting, kv_usage, requests_per_second, generation_tokens_per_second, ttft_p99_seconds, queue_time_p99_seconds, gpu_util, preemptions)",
             m.server.clone(),
         );
+        registry.register(
+            "window",
+            "The last closed window of --windows (by figure: ttft_p50_seconds, ttft_p99_seconds, tpot_p50_seconds, tpot_p99_seconds, itl_p99_seconds, e2e_p99_seconds, requests_per_second, output_tokens_per_second, error_ratio): rolling percentiles, exact over the window",
+            m.window.clone(),
+        );
         LiveMetrics { registry, ..m }
+    }
+
+    /// Run `run`'s window `w` has closed: its figures replace the last's.
+    pub fn window(&self, run: &str, w: &tokenscope_core::windows::WindowSummary) {
+        let s = |q: Option<tokenscope_core::windows::Quantiles>, p: fn(&_) -> f64| {
+            q.map(|q| p(&q) * 1e-3)
+        };
+        let figures = [
+            ("ttft_p50_seconds", s(w.ttft_ms, |q| q.p50)),
+            ("ttft_p99_seconds", s(w.ttft_ms, |q| q.p99)),
+            ("tpot_p50_seconds", s(w.tpot_ms, |q| q.p50)),
+            ("tpot_p99_seconds", s(w.tpot_ms, |q| q.p99)),
+            ("itl_p99_seconds", s(w.itl_ms, |q| q.p99)),
+            ("e2e_p99_seconds", s(w.e2e_ms, |q| q.p99)),
+            ("requests_per_second", Some(w.requests_per_s)),
+            ("output_tokens_per_second", Some(w.output_tokens_per_s)),
+            (
+                "error_ratio",
+                (w.requests > 0).then(|| w.failed as f64 / w.requests as f64),
+            ),
+        ];
+        for (name, value) in figures {
+            let key = WindowFigure {
+                run: run.into(),
+                figure: name.into(),
+            };
+            match value {
+                Some(v) => {
+                    self.window.get_or_create(&key).set(v);
+                }
+                // An empty window has no percentiles: the series is dropped, not zeroed.
+                None => drop(self.window.remove(&key)),
+            }
+        }
     }
 
     /// Takes one finished record of run `run`, judged by the run's `slo`

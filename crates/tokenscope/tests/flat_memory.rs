@@ -81,3 +81,80 @@ fn a_simulated_hour_costs_the_memory_of_five_minutes() {
     );
     assert!(stat(&r, "counts.requests") > 60_000.0, "an hour at 20/s");
 }
+
+/// A canary: `--duration forever` until SIGTERM, its records rotated into
+/// gzip segments with the oldest removed under `--keep-records`, a line of
+/// figures per window. The directory is complete and compact: the records
+/// kept (read back through `report`) and those removed are every request of
+/// results.json, the windows add up to it, and the segments kept fit the budget.
+#[test]
+fn a_run_forever_stops_at_sigterm_with_a_compact_complete_directory() {
+    let server = Server::start(exact(5, 2));
+    let out = run_dir("forever");
+    let child = tokenscope()
+        .args(["bench", "--url", &server.url, "--quiet", "--no-metrics"])
+        .args(["--rate", "100", "--duration", "forever", "--windows", "1s"])
+        .args(["--rotate-records", "16KiB", "--keep-records", "48KiB"])
+        .args(["--input-tokens", "8", "--output-tokens", "16", "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let o = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a stopped run says so: {said}");
+    let r = results(&out);
+    assert_eq!(r["partial"], true);
+    assert_eq!(r["config"]["load"]["forever"], true);
+    assert!(r["config"]["duration_s"].is_null());
+    let requests = stat(&r, "counts.requests") as u64;
+    assert!(requests > 100, "{requests} requests in 5 s at 100/s");
+
+    let segments = &r["records"];
+    let removed = segments["removed_records"].as_u64().unwrap();
+    assert!(
+        segments["segments"].as_u64().unwrap() >= 4 && removed > 0,
+        "{segments}"
+    );
+    assert!(has_rule(&r, "records_removed"));
+    let csv = out.join("requests.csv");
+    let o = tokenscope()
+        .args(["report", "--format", "csv"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let rows = std::fs::read_to_string(&csv).unwrap().lines().count() as u64 - 1;
+    assert_eq!(
+        rows + removed,
+        requests,
+        "every request: kept or counted as removed"
+    );
+    let kept: u64 = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".jsonl.gz"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    assert!(kept <= 48 << 10, "{kept} bytes of segments kept");
+
+    let windows: Vec<serde_json::Value> = std::fs::read_to_string(out.join("windows.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let in_windows: u64 = windows
+        .iter()
+        .map(|w| w["requests"].as_u64().unwrap())
+        .sum();
+    assert_eq!(in_windows, requests, "the windows add up to the run");
+    assert!(
+        (4..=8).contains(&windows.len()),
+        "{} windows",
+        windows.len()
+    );
+    assert_eq!(windows.last().unwrap()["partial"], true);
+}

@@ -7,7 +7,6 @@ use crate::run::collect::RunFacts;
 use crate::spec::workload::Load;
 use anyhow::Context;
 use serde_json::json;
-use std::io::Write;
 use std::path::Path;
 use tokenscope_core::record::RequestRecord;
 use tokenscope_core::results::{self, RunResults, Server};
@@ -184,33 +183,37 @@ fn one_point(
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating the run directory {}", dir.display()))?;
     // Each record is written and counted as the simulation finishes it, and
-    // dropped: only the requests in flight are held.
+    // dropped: only the requests in flight are held. The writer's queue is
+    // bounded, so a simulation never runs ahead of the disk.
     let path = dir.join(crate::run_dir::REQUESTS);
-    let file =
-        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-    let mut lines = std::io::BufWriter::new(file);
-    let (mut figures, mut queue) = (
+    let duration = plan.duration;
+    let options = tokenscope_load::recorder::Options {
+        rotation: args.output.records.rotation(duration),
+        windows: (args.output.records.window_us(duration)).map(|us| (us, args.output.slo.clone())),
+        bounded: Some(4096),
+        ..Default::default()
+    };
+    let recorder = tokenscope_load::recorder::Recorder::create_with(
+        &path,
+        tokio_util::sync::CancellationToken::new(),
         crate::spec::pricing::aggregator(&args.output),
-        Distribution::new(),
-    );
-    let mut write_error = None;
-    let (samples, summary) = simulate_into(cfg, &plan_load, 1.0, &mut |r| {
-        if write_error.is_none() {
-            let line = serde_json::to_writer(&mut lines, &r).map_err(std::io::Error::from);
-            write_error = line.and_then(|()| lines.write_all(b"\n")).err();
-        }
+        options,
+    )?;
+    let sink = recorder.sink();
+    let mut queue = Distribution::new();
+    let simulated = simulate_into(cfg, &plan_load, 1.0, &mut |r| {
         if let Some(q) = queue_us(&r) {
             queue.record(q);
         }
-        figures.add(&r);
-    })
-    .map_err(Exit::usage)?;
-    if let Some(e) = write_error {
-        return Err(anyhow::Error::new(e).context(format!("writing {}", path.display())));
+        sink.record(r);
+    });
+    drop(sink);
+    let recorded = recorder.finish();
+    let (samples, summary) = simulated.map_err(Exit::usage)?;
+    if let Some(e) = recorded.error {
+        return Err(anyhow::Error::new(e).context("writing the simulated run's records"));
     }
-    lines
-        .flush()
-        .with_context(|| format!("writing {}", path.display()))?;
+    let mut figures = recorded.figures;
     crate::run_dir::write_jsonl(&dir.join(crate::run_dir::TIMESERIES), &samples)?;
     let metrics = server_metrics(&queue, &samples, &summary);
     let kv = json!({
@@ -241,11 +244,12 @@ fn one_point(
             peak_rss_mb: tokenscope_load::cpu::peak_rss_bytes().map(|b| b as f64 / 1e6),
             ..Default::default()
         },
-        extra_findings: Vec::new(),
+        extra_findings: crate::run::collect::rotation_findings(&recorded.rotated),
         simulated: Some(deployment_json(cfg, plan_load.fleet, &summary)),
         telemetry: None,
     };
     let mut results = crate::run::collect::assemble(figures.finish(), facts);
+    results.records = crate::run::collect::segments_of(&recorded.rotated);
     if let (Some(a), Some(c)) = (&summary.autoscale, results.efficiency.cost.as_mut()) {
         pay_replica_seconds(
             c,
@@ -259,6 +263,10 @@ fn one_point(
 }
 
 pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
+    crate::spec::records::refuse_forever(
+        args.load.duration,
+        "a simulation on a virtual clock needs an end",
+    )?;
     crate::spec::pricing::check_output(&args.output)?;
     if args.load.images > 0 || args.load.audio > 0 {
         return Err(Exit::usage(

@@ -14,6 +14,10 @@ use tokenscope_sim::engine::EngineConfig;
 use tokenscope_sim::size::{size, Candidate, Report, Search};
 
 pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
+    crate::spec::records::refuse_forever(
+        args.load.duration,
+        "a simulation on a virtual clock needs an end",
+    )?;
     if args.load.rate.len() != 1 || !args.load.concurrency.is_empty() {
         return Err(Exit::usage(
             "sim size needs one target load as --rate R (requests/s; the open loop a service faces)".into(),

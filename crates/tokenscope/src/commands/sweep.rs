@@ -18,6 +18,7 @@ use tokenscope_core::analysis::{self, Point};
 use tokenscope_core::results::RunResults;
 
 pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
+    crate::spec::records::refuse_forever(args.bench.load.duration, "a sweep's points each end")?;
     let sharded = sharded_schedule(&args)?;
     if args.consistency {
         match args.bench.request.temperature {

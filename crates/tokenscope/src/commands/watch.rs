@@ -272,7 +272,10 @@ fn to_view(s: &Snapshot, url: &str, start: Instant, args: &WatchArgs, rate: &Rat
         ),
         progress: None,
         elapsed_s: start.elapsed().as_secs_f64(),
-        planned_s: args.duration.map(|d| d.as_secs_f64()),
+        planned_s: args
+            .duration
+            .filter(|d| !tokenscope_core::duration::is_forever(*d))
+            .map(|d| d.as_secs_f64()),
         latency: vec![
             row("TTFT", m.ttft),
             row("queue", m.queue_time),

@@ -58,7 +58,12 @@ pub async fn collect(
             wake_batch_us: Some(wake_batch.as_micros() as u64),
             ..client_side(&d.loop_delay, d.warmed.as_ref(), p.file_limit)
         },
-        extra_findings: p.notes.clone(),
+        extra_findings: p
+            .notes
+            .iter()
+            .cloned()
+            .chain(rotation_findings(&d.recorded.rotated))
+            .collect(),
         simulated: None,
         telemetry: d.telemetry.as_ref().map(|log| {
             let last_sent = figures.last_sent_us();
@@ -78,6 +83,7 @@ pub async fn collect(
         clock: crate::spec::shard::clock_sync(),
     });
     results.warnings = spec.warnings().iter().map(|w| w.record()).collect();
+    results.records = segments_of(&d.recorded.rotated);
     if let Some(e) = &d.recorded.error {
         let said = format!(
             "output failed: {e}; the run stopped there: the first {} of {} finished requests are whole lines of requests.jsonl, the rest were counted in memory",
@@ -88,6 +94,43 @@ pub async fn collect(
         eprintln!("tokenscope: error: {said}");
     }
     Ok((results, figures, p.out_dir.clone()))
+}
+
+/// `results.json`'s `records`, when the run rotated any.
+pub fn segments_of(r: &tokenscope_load::recorder::Rotated) -> Option<results::RecordSegments> {
+    (r.segments > 0).then(|| results::RecordSegments {
+        segments: r.segments,
+        removed_segments: r.removed_segments,
+        removed_records: r.removed_records,
+    })
+}
+
+/// What rotating the records did that a reader must know: records removed
+/// under `--keep-records`, a segment that could not be compressed.
+pub fn rotation_findings(r: &tokenscope_load::recorder::Rotated) -> Vec<Finding> {
+    let mut out = Vec::new();
+    if r.removed_records > 0 {
+        out.push(Finding {
+            rule: "records_removed".into(),
+            severity: "info".into(),
+            message: format!(
+                "the oldest {} of the run's records ({} of its {} rotated segments) were removed to keep the directory under --keep-records; results.json and windows.jsonl still count them, but report, compare and merge read only the records kept",
+                r.removed_records, r.removed_segments, r.segments
+            ),
+            evidence: Default::default(),
+        });
+    }
+    if let Some(e) = &r.error {
+        out.push(Finding {
+            rule: "records_rotation_failed".into(),
+            severity: "warning".into(),
+            message: format!(
+                "rotating the records: {e}; every record is still on disk, in the plain segment"
+            ),
+            evidence: Default::default(),
+        });
+    }
+    out
 }
 
 /// Everything about a run besides its records.
@@ -225,6 +268,7 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
     }
     RunResults {
         output_error: None,
+        records: None,
         schema: results::SCHEMA.into(),
         tool: Tool {
             name: "tokenscope".into(),

@@ -65,7 +65,7 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
         &out_dir.join(crate::run_dir::REQUESTS),
         cancel.clone(),
         crate::spec::pricing::aggregator(&spec.output),
-        tap(live.clone(), otlp.clone(), spec.output.slo.clone()),
+        recorder_options(spec, live.clone(), otlp.clone()),
     )?;
     let target = target(spec, &probed)?;
     let started_at = crate::run_dir::now_rfc3339();
@@ -232,6 +232,30 @@ fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
 
 /// What each finished record is shown to besides the results: the live
 /// exporter and the OTLP push, when asked for.
+/// What the recorder does besides writing records: the live taps, and
+/// for a long run its windows and rotation (`spec::records`).
+fn recorder_options(
+    spec: &RunSpec,
+    live: Option<(Arc<crate::live_metrics::LiveMetrics>, String)>,
+    otlp: Option<Arc<crate::otlp::OtlpExport>>,
+) -> tokenscope_load::recorder::Options {
+    let (records, duration) = (&spec.output.records, spec.plan.duration);
+    let windows = records
+        .window_us(duration)
+        .map(|us| (us, spec.output.slo.clone()));
+    let window_tap = live.clone().filter(|_| windows.is_some()).map(|(m, run)| {
+        Arc::new(move |w: &tokenscope_core::windows::WindowSummary| m.window(&run, w))
+            as tokenscope_load::recorder::WindowTap
+    });
+    tokenscope_load::recorder::Options {
+        tap: tap(live, otlp, spec.output.slo.clone()),
+        rotation: records.rotation(duration),
+        windows,
+        window_tap,
+        bounded: None,
+    }
+}
+
 fn tap(
     live: Option<(Arc<crate::live_metrics::LiveMetrics>, String)>,
     otlp: Option<Arc<crate::otlp::OtlpExport>>,

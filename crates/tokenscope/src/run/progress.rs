@@ -40,7 +40,10 @@ impl Watch {
                     progress: progress.clone(),
                     clock,
                     total,
-                    planned_s: plan.duration.map(|d| d.as_secs_f64()),
+                    planned_s: plan
+                        .duration
+                        .filter(|d| !tokenscope_core::duration::is_forever(*d))
+                        .map(|d| d.as_secs_f64()),
                     latest,
                     title,
                     rate: crate::live::Rate::new(),

@@ -6,6 +6,7 @@
 //! worked out here, into a [`RunSpec`] the run pipeline only reads.
 
 pub mod pricing;
+pub mod records;
 pub mod shard;
 pub mod workload;
 

@@ -8,6 +8,7 @@ use crate::exit::Exit;
 use crate::spec::pricing::price_source;
 use serde_json::json;
 use std::sync::Arc;
+use tokenscope_core::duration::is_forever;
 use tokenscope_load::runner::RunPlan;
 use tokenscope_workload::arrival::{LoadPattern, Process};
 use tokenscope_workload::dataset::Dataset;
@@ -341,10 +342,15 @@ fn config_json(l: &Load, plan: &RunPlan, output: &OutputArgs) -> serde_json::Val
             "max_concurrency": max_concurrency,
         }),
     };
+    let mut mode = mode;
+    if plan.duration.is_some_and(is_forever) {
+        // Told apart from a run given a length: it ran until stopped.
+        mode["forever"] = json!(true);
+    }
     json!({
         "load": mode,
         "requests": plan.requests,
-        "duration_s": plan.duration.map(|d| d.as_secs_f64()),
+        "duration_s": plan.duration.filter(|d| !is_forever(*d)).map(|d| d.as_secs_f64()),
         "warmup": plan.warmup,
         "ramp_up_s": plan.ramp_up.map(|d| d.as_secs_f64()),
         "input_tokens": load.input_tokens.to_string(),
