@@ -428,3 +428,58 @@ fn serve(listener: std::net::TcpListener, metrics: Arc<LiveMetrics>) {
         let _ = axum::serve(listener, app).await;
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokenscope_core::windows::{Quantiles, WindowSummary};
+
+    fn window(ttft_p99_ms: Option<f64>) -> WindowSummary {
+        let q = ttft_p99_ms.map(|p99| Quantiles {
+            count: 10,
+            mean: 100.0,
+            p50: 90.0,
+            p90: 120.0,
+            p99,
+            max: p99,
+        });
+        WindowSummary {
+            window: 3,
+            start_s: 180.0,
+            end_s: 240.0,
+            partial: false,
+            requests: 12,
+            succeeded: 10,
+            failed: 2,
+            errors: Default::default(),
+            output_tokens: 600,
+            requests_per_s: 10.0 / 60.0,
+            output_tokens_per_s: 10.0,
+            good_requests: None,
+            ttft_ms: q,
+            tpot_ms: None,
+            itl_ms: None,
+            e2e_ms: None,
+        }
+    }
+
+    #[test]
+    fn each_closed_window_sets_the_rolling_gauges_and_an_empty_one_drops_them() {
+        let m = LiveMetrics::new(vec![]);
+        m.window("r1", &window(Some(250.0)));
+        let text = m.encode();
+        let line = |figure: &str| {
+            let key = format!("tokenscope_window{{run=\"r1\",figure=\"{figure}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&key))
+                .map(|v| v.parse::<f64>().unwrap())
+        };
+        assert_eq!(line("ttft_p99_seconds"), Some(0.25));
+        assert_eq!(line("output_tokens_per_second"), Some(10.0));
+        assert_eq!(line("error_ratio"), Some(2.0 / 12.0));
+        assert_eq!(line("tpot_p99_seconds"), None, "no TPOT: no series");
+        m.window("r1", &window(None));
+        let text = m.encode();
+        assert!(!text.contains("figure=\"ttft_p99_seconds\""), "{text}");
+    }
+}
