@@ -3,9 +3,11 @@
 # the run directory's size against the run's length, two ways:
 #
 #  1. the built-in engine's virtual clock: `sim plan` at $RATE requests/s
-#     for 10, 20, 30 and 60 minutes of simulated time (records rotated at
-#     16 MiB, 64 MiB of segments kept), each a process of its own, its
-#     peak RSS (VmHWM) from results.json;
+#     ($IN tokens in, $OUT out: a load the engine keeps up with, so no
+#     queue grows inside the simulated server) for 10, 30, 60 and 120
+#     minutes of simulated time (records rotated at 16 MiB, 16 MiB of
+#     segments kept), each a process of its own, its peak RSS (VmHWM)
+#     from results.json;
 #  2. real time: `bench --duration forever` against `sim exact` (a process
 #     of its own) at $REAL_RATE requests/s for $REAL (10m), its resident
 #     memory and directory size sampled every $EVERY seconds, then SIGTERM:
@@ -24,7 +26,10 @@ work="$(mktemp -d)"
 server_pid=""
 cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
-RATE="${RATE:-100}"
+RATE="${RATE:-150}"
+IN="${IN:-128}"
+OUT="${OUT:-32}"
+DURATIONS="${DURATIONS:-10m 30m 60m 120m}"
 REAL="${REAL:-10m}"
 REAL_RATE="${REAL_RATE:-100}"
 EVERY="${EVERY:-30}"
@@ -37,14 +42,14 @@ field() { python3 -c "import json,sys; v=json.load(open(sys.argv[1])); [v := (v 
 if [[ " $parts " == *" virtual "* ]]; then
   echo "## Virtual clock: sim plan at $RATE requests/s"
   echo
-  echo "Llama-3.1-8B on one H100 (the built-in engine), 256 tokens in, 128 out; \`--rotate-records 16MiB --keep-records 64MiB\`; windows of 1 minute."
+  echo "Llama-3.1-8B on one H100 (the built-in engine), $IN tokens in, $OUT out; \`--rotate-records 16MiB --keep-records 16MiB\`; windows of 1 minute."
   echo
   echo "| simulated | requests | peak RSS (MiB) | directory (MiB) | segments made / removed | windows |"
   echo "|---|---|---|---|---|---|"
-  for d in 10m 20m 30m 60m; do
+  for d in $DURATIONS; do
     out="$work/plan-$d"
-    "$bin" sim plan --rate "$RATE" --duration "$d" --input-tokens 256 --output-tokens 128 \
-      --rotate-records 16MiB --keep-records 64MiB --windows 1m --quiet --no-history --out "$out" > /dev/null
+    "$bin" sim plan --rate "$RATE" --duration "$d" --input-tokens "$IN" --output-tokens "$OUT" \
+      --rotate-records 16MiB --keep-records 16MiB --windows 1m --quiet --no-history --out "$out" > /dev/null
     rss=$(field "$out/results.json" client.peak_rss_mb)
     n=$(field "$out/results.json" counts.requests)
     seg="$(field "$out/results.json" records.segments) / $(field "$out/results.json" records.removed_segments)"

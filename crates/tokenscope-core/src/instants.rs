@@ -19,6 +19,11 @@ use crate::results::{ArrivalFidelity, Concurrency};
 
 const US: f64 = 1e-6;
 
+/// The steady-state window's grid: its edges are rounded inward to it, so
+/// its tokens are counted from per-slot totals instead of every chunk's
+/// time (the first grid of a [`Timeline`] too).
+pub const GRID_US: u64 = 10_000;
+
 /// Requests whose instants are kept one by one (6 MiB of them).
 pub const MAX_EXACT: usize = 1 << 18;
 
@@ -309,7 +314,7 @@ struct Slot {
 impl Default for Timeline {
     fn default() -> Self {
         Timeline {
-            grid_us: crate::metrics::GRID_US,
+            grid_us: GRID_US,
             slots: Vec::new(),
             busy_us: 0,
         }

@@ -55,9 +55,7 @@ pub const MAX_TURN_KEPT: u32 = 32;
 /// Token slots kept before their grid doubles: 4 MiB, 2.9 hours of 10 ms.
 pub const MAX_TOKEN_SLOTS: usize = 1 << 20;
 
-/// The steady-state window's grid: its edges are rounded inward to it, so
-/// its tokens are counted from per-slot totals instead of every chunk's time.
-pub const GRID_US: u64 = 10_000;
+pub use crate::instants::GRID_US;
 
 /// At most this many distinct (kind, message) pairs are told apart for the
 /// top errors; beyond, they are counted under their kind only.

@@ -319,26 +319,6 @@ fn thin(scrapes: &mut Vec<Scrape>) {
     });
 }
 
-#[cfg(test)]
-mod thinning {
-    use super::*;
-
-    #[test]
-    fn thinning_keeps_the_ends_and_halves_the_rest() {
-        let mut s: Vec<Scrape> = (0..=MAX_KEPT_SCRAPES)
-            .map(|i| Scrape {
-                t_s: i as f64,
-                concepts: Default::default(),
-            })
-            .collect();
-        thin(&mut s);
-        assert_eq!(s.len(), MAX_KEPT_SCRAPES / 2 + 1);
-        assert_eq!(s[0].t_s, 0.0);
-        assert_eq!(s[1].t_s, 2.0);
-        assert_eq!(s.last().unwrap().t_s, MAX_KEPT_SCRAPES as f64);
-    }
-}
-
 /// Scrapes every endpoint once, all at the same time, and merges what they said.
 async fn scrape(
     client: &reqwest::Client,
@@ -405,4 +385,24 @@ async fn fetch(
     tokio::time::timeout(timeout, get)
         .await
         .unwrap_or_else(|_| Err(format!("{url}: no answer within {timeout:?}")))
+}
+
+#[cfg(test)]
+mod thinning {
+    use super::*;
+
+    #[test]
+    fn thinning_keeps_the_ends_and_halves_the_rest() {
+        let mut s: Vec<Scrape> = (0..=MAX_KEPT_SCRAPES)
+            .map(|i| Scrape {
+                t_s: i as f64,
+                concepts: Default::default(),
+            })
+            .collect();
+        thin(&mut s);
+        assert_eq!(s.len(), MAX_KEPT_SCRAPES / 2 + 1);
+        assert_eq!(s[0].t_s, 0.0);
+        assert_eq!(s[1].t_s, 2.0);
+        assert_eq!(s.last().unwrap().t_s, MAX_KEPT_SCRAPES as f64);
+    }
 }

@@ -98,7 +98,7 @@ pub async fn collect(
 
 /// `results.json`'s `records`, when the run rotated any.
 pub fn segments_of(r: &tokenscope_load::recorder::Rotated) -> Option<results::RecordSegments> {
-    (r.segments > 0).then(|| results::RecordSegments {
+    (r.segments > 0).then_some(results::RecordSegments {
         segments: r.segments,
         removed_segments: r.removed_segments,
         removed_records: r.removed_records,
