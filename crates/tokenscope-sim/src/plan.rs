@@ -44,6 +44,9 @@ pub struct EngineSummary {
     /// With `--autoscale`: the policy, the fleet's changes and what it cost.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub autoscale: Option<AutoscaleSummary>,
+    /// With `--spec-decode`: the fleet's drafts and acceptances, counted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec_decode: Option<crate::engine::scheduler::SpecStats>,
 }
 
 /// What an autoscaled fleet did.
@@ -550,6 +553,13 @@ fn summarize(fleet: &[Replica]) -> EngineSummary {
         prefix_cache_hits_tokens: per.iter().map(|p| p.prefix_cache_hits_tokens).sum(),
         replicas: if n > 1 { per } else { Vec::new() },
         autoscale: None,
+        spec_decode: first.spec_stats().map(|_| {
+            let mut all = crate::engine::scheduler::SpecStats::default();
+            for s in fleet.iter().filter_map(|r| r.engine.spec_stats()) {
+                all.add(s);
+            }
+            all
+        }),
     }
 }
 

@@ -114,6 +114,8 @@ struct Metrics {
     decode: Histogram,
     inference: Histogram,
     iteration_tokens: Histogram,
+    /// `--spec-decode`: the engine's counts (vLLM's spec_decode counters).
+    spec: Option<crate::engine::scheduler::SpecStats>,
 }
 
 impl Metrics {
@@ -140,6 +142,7 @@ impl Metrics {
             decode: Histogram::new(prom::REQUEST_BUCKETS),
             inference: Histogram::new(prom::REQUEST_BUCKETS),
             iteration_tokens: Histogram::new(prom::ITERATION_TOKEN_BUCKETS),
+            spec: None,
         }
     }
 }
@@ -462,9 +465,59 @@ async fn run_engine(
             !closed
         });
         m.state = engine.state();
+        m.spec = engine.spec_stats().cloned();
         m.prefix_queries = engine.scheduler.kv.queries;
         m.prefix_hits = engine.scheduler.kv.hits;
     }
+}
+
+/// vLLM V1's speculative-decoding counters (its `SpecDecodingProm`), one
+/// per-position series for each of the `k` draft positions.
+fn spec_counters(e: &mut Exposition, ms: &[std::sync::MutexGuard<'_, Metrics>], k: u32) {
+    let stats: Vec<_> = ms
+        .iter()
+        .map(|m| m.spec.clone().unwrap_or_default())
+        .collect();
+    let each = |f: &dyn Fn(&crate::engine::scheduler::SpecStats) -> u64| -> Vec<f64> {
+        stats.iter().map(|s| f(s) as f64).collect()
+    };
+    e.counter(
+        "vllm:spec_decode_num_drafts",
+        "Number of spec decoding drafts.",
+        &each(&|s| s.drafts),
+    );
+    e.counter(
+        "vllm:spec_decode_num_draft_tokens",
+        "Number of draft tokens.",
+        &each(&|s| s.draft_tokens),
+    );
+    e.counter(
+        "vllm:spec_decode_num_accepted_tokens",
+        "Number of accepted tokens.",
+        &each(&|s| s.accepted_tokens),
+    );
+    let positions: Vec<String> = (0..k).map(|p| p.to_string()).collect();
+    let by_position: Vec<Vec<(&str, f64)>> = stats
+        .iter()
+        .map(|s| {
+            positions
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    (
+                        p.as_str(),
+                        s.accepted_per_position.get(i).copied().unwrap_or(0) as f64,
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    e.counter_by(
+        "vllm:spec_decode_num_accepted_tokens_per_pos",
+        "Accepted tokens per draft position.",
+        "position",
+        &by_position,
+    );
 }
 
 /// vLLM's `/version`: what the server is, for the results history.
@@ -549,6 +602,9 @@ async fn metrics_text(State(s): State<Arc<Shared>>) -> Response {
             })
             .collect::<Vec<_>>(),
     );
+    if ms.iter().any(|m| m.spec.is_some()) {
+        spec_counters(&mut e, &ms, s.config.spec.as_ref().map_or(0, |s| s.k));
+    }
     e.histogram(
         "vllm:iteration_tokens_total",
         "Number of tokens per engine_step.",

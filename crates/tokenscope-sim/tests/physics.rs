@@ -608,3 +608,44 @@ fn multi_step_blocks_delay_first_tokens_and_deliver_tokens_in_bursts() {
     // One scheduling pass per block: the CPU overhead is paid once in ten steps.
     assert!(tpot10 < tpot1, "{tpot10} vs {tpot1}");
 }
+
+/// TPOT of a closed loop of `c` with `spec` (none: plain decoding), µs.
+fn tpot_with(spec: Option<&str>, c: usize) -> f64 {
+    let mut cfg = default_engine();
+    let cat = Catalogue::builtin();
+    cfg.spec = spec.map(|s| {
+        tokenscope_sim::engine::spec::SpecDecode::parse(s, |n| {
+            cat.model(n).map_err(|e| e.to_string())
+        })
+        .unwrap()
+    });
+    let mut l = load(closed(c), (4 * c as u64).max(24), 256, 256);
+    l.ramp_up_s = Some(1.0);
+    median(&run(&cfg, &l).records, |r| r.tpot_us())
+}
+
+#[test]
+fn speculative_decoding_pays_at_small_batches_and_less_as_they_grow() {
+    // An n-gram proposer costs the GPU nothing: what is left is the target
+    // verifying 5 tokens a step, ~3.8 of them kept (k 4, acceptance 0.7).
+    let spec = Some("k=4,acceptance=0.7,method=ngram");
+    let ratio = |c: usize| tpot_with(spec, c) / tpot_with(None, c);
+    let one = ratio(1);
+    let share = 1.0 / 3.8;
+    assert!(
+        (0.9 * share..1.15 * share).contains(&one),
+        "TPOT × {one:.3} at concurrency 1, the accepted length's share is {share:.3}"
+    );
+    // A bigger batch is bound by compute, where 5 tokens cost 5 × 1.
+    let (c64, c256) = (ratio(64), ratio(256));
+    assert!(
+        one < c64 && c64 < c256,
+        "the gain shrinks: × {one:.3} at 1, × {c64:.3} at 64, × {c256:.3} at 256"
+    );
+    // An EAGLE head's passes cost something at batch 1.
+    let eagle = tpot_with(Some("k=4,acceptance=0.7,method=eagle"), 1) / tpot_with(None, 1);
+    assert!(
+        eagle > one && eagle < 0.5,
+        "EAGLE × {eagle:.3}, n-gram × {one:.3}"
+    );
+}

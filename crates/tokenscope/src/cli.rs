@@ -373,6 +373,14 @@ pub struct EngineArgs {
     /// together at its end (TTFT waits out the block; ITL comes in bursts).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub num_scheduler_steps: u32,
+    /// Speculative decoding: k=4,acceptance=0.7 (vLLM's accepted ÷ drafted
+    /// tokens), or per-position rates acceptance=0.9/0.7/0.5 (they set k);
+    /// method=eagle (default: an EAGLE head, one layer and the LM head),
+    /// ngram (prompt lookup, no GPU work) or draft:MODEL (a catalogue model).
+    /// Each decode verifies 1 + k tokens and keeps the accepted ones and one
+    /// more; `sim serve` exports vLLM's spec_decode counters.
+    #[arg(long, value_name = "SPEC")]
+    pub spec_decode: Option<String>,
 }
 
 /// What a series is judged by: shared by `sweep` and `sim plan --sweep`.

@@ -39,6 +39,12 @@ pub fn engine_config(a: &EngineArgs) -> anyhow::Result<EngineConfig> {
     cfg.engine = a.engine;
     cfg.efficiency.step_overhead_s = a.engine.step_overhead_s();
     cfg.num_scheduler_steps = a.num_scheduler_steps;
+    if let Some(text) = &a.spec_decode {
+        let spec = tokenscope_sim::engine::spec::SpecDecode::parse(text, |name| {
+            cat.model(name).map_err(|e| e.to_string())
+        });
+        cfg.spec = Some(spec.map_err(|e| Exit::usage(format!("--spec-decode: {e}")))?);
+    }
     cfg.kv_blocks().map_err(Exit::usage)?;
     Ok(cfg)
 }

@@ -417,3 +417,50 @@ fn kv_aware_routing_in_real_time_sends_each_turn_to_the_engine_holding_its_conve
     );
     assert!(missed.iter().all(|&(_, k)| k == 1), "{missed:?}");
 }
+
+/// `sim serve --spec-decode` speculates as vLLM does and says so in vLLM's
+/// counters: a bench run reads back the acceptance it was given, and the
+/// accepted tokens arrive together, several to a chunk.
+#[test]
+fn a_bench_run_reads_back_the_speculation_it_was_given() {
+    let port = free_port();
+    let spec = "k=4,acceptance=0.6,method=ngram";
+    let _server = SimServe::start(port, &["--spec-decode", spec]);
+    let out = run_dir("spec-serve");
+    let url = format!("http://127.0.0.1:{port}");
+    let o = bench(
+        &url,
+        &out,
+        &[
+            "--concurrency",
+            "8",
+            "--requests",
+            "32",
+            "--input-tokens",
+            "64",
+            "--output-tokens",
+            "128",
+        ],
+    );
+    assert_ok(&o);
+    let r = results(&out);
+    let s = &r["server"]["metrics"]["spec_decode"];
+    let rate = s["acceptance_rate"].as_f64().expect("acceptance read");
+    assert!((rate - 0.6).abs() < 0.05, "acceptance {rate}: {s}");
+    let length = s["mean_accepted_length"].as_f64().unwrap();
+    assert!(
+        (length - 3.4).abs() < 0.2,
+        "1 + 4 × 0.6 = 3.4 tokens a step, read {length}"
+    );
+    assert!(s["drafts"].as_f64().unwrap() > 500.0, "{s}");
+    let positions = s["acceptance_by_position"].as_array().unwrap();
+    assert_eq!(positions.len(), 4);
+    assert!(
+        positions[0].as_f64() > positions[3].as_f64(),
+        "later positions pass less often"
+    );
+    assert_eq!(
+        r["tokens"]["multi_token_chunks"], true,
+        "accepted tokens come together"
+    );
+}

@@ -113,6 +113,10 @@ pub struct StepWork {
     /// A multi-step block's later step: scheduled with the block's first,
     /// so it pays no step overhead.
     pub in_block: bool,
+    /// Speculative decoding: sequences whose proposer drafted this step,
+    /// and their contexts summed (what a draft model's passes read).
+    pub drafting: u32,
+    pub draft_context: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -123,6 +127,8 @@ pub struct CostModel {
     pub weights: Dtype,
     pub kv: Dtype,
     pub efficiency: Efficiency,
+    /// Speculative decoding: its proposer's passes are part of each step.
+    pub spec: Option<super::spec::SpecDecode>,
 }
 
 impl CostModel {
@@ -177,11 +183,13 @@ impl CostModel {
         let msg = w.tokens as f64 * m.hidden as f64 * 2.0;
         let allreduce_s = 2.0 * m.layers as f64 * self.allreduce_s(msg);
         let overhead_s = if w.in_block { 0.0 } else { e.step_overhead_s };
+        let draft_s = self.spec.as_ref().map_or(0.0, |s| s.draft_time(self, w));
         compute_s.max(memory_s)
             + allreduce_s
             + overhead_s
             + e.per_sequence_s * w.sequences as f64
             + e.per_layer_s * m.layers as f64
+            + draft_s
     }
 }
 
@@ -226,6 +234,7 @@ mod tests {
                 request_overhead_s: 0.0,
                 per_layer_s: 0.0,
             },
+            spec: None,
         }
     }
 

@@ -8,6 +8,7 @@ pub mod cost;
 pub mod kv;
 pub mod preset;
 pub mod scheduler;
+pub mod spec;
 
 use catalogue::{Gpu, Model};
 use cost::{CostModel, Dtype, Efficiency};
@@ -38,6 +39,8 @@ pub struct EngineConfig {
     pub engine: preset::Preset,
     /// Decode steps scheduled at once (vLLM 0.6's `--num-scheduler-steps`; 1: off).
     pub num_scheduler_steps: u32,
+    /// `--spec-decode`: speculative decoding.
+    pub spec: Option<spec::SpecDecode>,
 }
 
 impl EngineConfig {
@@ -58,6 +61,7 @@ impl EngineConfig {
             efficiency: Efficiency::default(),
             engine: preset::Preset::default(),
             num_scheduler_steps: 1,
+            spec: None,
         }
     }
 
@@ -97,6 +101,7 @@ impl EngineConfig {
             weights: self.weights,
             kv: self.kv_dtype,
             efficiency: self.efficiency,
+            spec: self.spec.clone(),
         }
     }
 
@@ -149,6 +154,9 @@ impl EngineConfig {
         if self.num_scheduler_steps > 1 {
             engine += &format!(", {} scheduler steps", self.num_scheduler_steps);
         }
+        if let Some(s) = &self.spec {
+            engine += &format!(", {}", s.describe());
+        }
         format!(
             "{} {} on {} × {} (TP {}), KV {}, {:.0} % memory{engine}",
             self.model.name,
@@ -181,9 +189,14 @@ impl Engine {
     pub fn new(config: EngineConfig) -> Result<Engine, String> {
         let blocks = config.kv_blocks()?;
         let kv = KvCache::new(blocks, config.block_size, config.prefix_caching);
+        let mut scheduler = Scheduler::new(config.limits(), kv);
+        scheduler.spec = config.spec.clone();
+        if let Some(s) = &config.spec {
+            scheduler.spec_stats.accepted_per_position = vec![0; s.k as usize];
+        }
         Ok(Engine {
             cost: config.cost_model(),
-            scheduler: Scheduler::new(config.limits(), kv),
+            scheduler,
             config,
         })
     }
@@ -207,6 +220,14 @@ impl Engine {
             kv_usage: self.scheduler.kv.usage(),
             preemptions_total: self.scheduler.preemptions_total,
         }
+    }
+
+    /// Speculative decoding's counts so far (vLLM's counters).
+    pub fn spec_stats(&self) -> Option<&scheduler::SpecStats> {
+        self.scheduler
+            .spec
+            .as_ref()
+            .map(|_| &self.scheduler.spec_stats)
     }
 
     /// Plans a step at `now`; returns its duration (0 when there is nothing to do).

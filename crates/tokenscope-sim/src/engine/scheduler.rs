@@ -118,11 +118,25 @@ enum StepKind {
     Decodes,
 }
 
-/// One scheduled sequence: index into `running` and new tokens this step.
+/// One scheduled sequence: index into `running` and new tokens this step
+/// (of a decode with speculative decoding, `drafts` of them are guesses).
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     id: u64,
     new_tokens: u32,
+    drafts: u32,
+}
+
+/// Speculative decoding's counts, as vLLM's counters name them
+/// (`vllm:spec_decode_num_drafts_total`, …).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct SpecStats {
+    /// Proposals: one per sequence and step that drafted.
+    pub drafts: u64,
+    pub draft_tokens: u64,
+    pub accepted_tokens: u64,
+    /// Per draft position, the proposals that position was accepted in.
+    pub accepted_per_position: Vec<u64>,
 }
 
 /// What a step produced.
@@ -149,6 +163,57 @@ pub struct Scheduler {
     block_steps: u32,
     /// The open block's tokens and finished requests, released at its end.
     held: StepResult,
+    /// `--spec-decode`: decodes draft and verify several tokens a step.
+    pub spec: Option<super::spec::SpecDecode>,
+    pub spec_stats: SpecStats,
+}
+
+impl SpecStats {
+    /// Another engine's counts added in.
+    pub fn add(&mut self, other: &SpecStats) {
+        self.drafts += other.drafts;
+        self.draft_tokens += other.draft_tokens;
+        self.accepted_tokens += other.accepted_tokens;
+        let positions = &mut self.accepted_per_position;
+        if positions.len() < other.accepted_per_position.len() {
+            positions.resize(other.accepted_per_position.len(), 0);
+        }
+        for (p, o) in positions.iter_mut().zip(&other.accepted_per_position) {
+            *p += o;
+        }
+    }
+
+    /// Accepted ÷ drafted tokens.
+    pub fn acceptance_rate(&self) -> Option<f64> {
+        (self.draft_tokens > 0).then(|| self.accepted_tokens as f64 / self.draft_tokens as f64)
+    }
+
+    /// 1 + accepted ÷ drafts: tokens a sequence gains per verification step.
+    pub fn mean_accepted_length(&self) -> Option<f64> {
+        (self.drafts > 0).then(|| 1.0 + self.accepted_tokens as f64 / self.drafts as f64)
+    }
+
+    /// Per position, the share of drafts it was accepted in (`k` of them).
+    pub fn acceptance_by_position(&self, k: u32) -> Vec<f64> {
+        let n = self.drafts.max(1) as f64;
+        (0..k as usize)
+            .map(|i| self.accepted_per_position.get(i).copied().unwrap_or(0) as f64 / n)
+            .collect()
+    }
+}
+
+/// One proposal of `drafted` tokens, `accepted` of them passing.
+fn count_drafts(stats: &mut SpecStats, drafted: u32, accepted: u32) {
+    stats.drafts += 1;
+    stats.draft_tokens += u64::from(drafted);
+    stats.accepted_tokens += u64::from(accepted);
+    let positions = &mut stats.accepted_per_position;
+    if positions.len() < accepted as usize {
+        positions.resize(accepted as usize, 0);
+    }
+    for p in positions.iter_mut().take(accepted as usize) {
+        *p += 1;
+    }
 }
 
 impl Scheduler {
@@ -163,6 +228,8 @@ impl Scheduler {
             preempted_in_step: 0,
             block_steps: 0,
             held: StepResult::default(),
+            spec: None,
+            spec_stats: SpecStats::default(),
         }
     }
 
@@ -292,7 +359,7 @@ impl Scheduler {
     /// The tokens a sequence gets in a step with `budget` left, or `None`
     /// when it takes none in this kind of step.
     fn share(&self, seq: &Seq, kind: StepKind, budget: u32) -> Option<u32> {
-        let need = seq.tokens() - seq.computed;
+        let need = seq.tokens() - seq.computed + self.drafts(seq);
         match kind {
             StepKind::Prefills if !seq.prefilling() => return None,
             StepKind::Decodes if seq.prefilling() => return None,
@@ -310,6 +377,17 @@ impl Scheduler {
             Some(need)
         } else {
             None
+        }
+    }
+
+    /// Draft tokens a decoding sequence verifies this step: k, or fewer
+    /// near its last token (0 without speculative decoding, or prefilling).
+    fn drafts(&self, seq: &Seq) -> u32 {
+        match &self.spec {
+            Some(s) if !seq.prefilling() => {
+                s.k.min(seq.max_output.saturating_sub(seq.generated + 1))
+            }
+            _ => 0,
         }
     }
 
@@ -353,9 +431,11 @@ impl Scheduler {
                 break;
             }
             budget = budget.saturating_sub(n);
+            let drafts = self.drafts(&self.running[i]).min(n.saturating_sub(1));
             self.scheduled.push(Slot {
                 id: self.running[i].id,
                 new_tokens: n,
+                drafts,
             });
             i += 1;
         }
@@ -393,6 +473,7 @@ impl Scheduler {
                 self.scheduled.push(Slot {
                     id: seq.id,
                     new_tokens: n,
+                    drafts: 0,
                 });
                 self.running.push(seq);
             }
@@ -414,7 +495,12 @@ impl Scheduler {
             w.tokens += n;
             w.attended += n as f64 * p + (n * n) as f64 / 2.0;
             w.kv_read_tokens += p;
-            if seq.computed + slot.new_tokens == seq.tokens() {
+            if slot.drafts > 0 {
+                // Every position is verified: each needs its logits.
+                w.logits += slot.new_tokens;
+                w.drafting += 1;
+                w.draft_context += p;
+            } else if seq.computed + slot.new_tokens == seq.tokens() {
                 w.logits += 1;
             }
         }
@@ -437,14 +523,34 @@ impl Scheduler {
             };
             let seq = &mut self.running[i];
             seq.computed += slot.new_tokens;
+            let decoded = seq.computed >= seq.tokens();
+            let accepted = match &self.spec {
+                Some(s) if decoded && slot.drafts > 0 => {
+                    let n = s.accept(slot.drafts, |p| super::spec::draw(seq.id, seq.generated, p));
+                    count_drafts(&mut self.spec_stats, slot.drafts, n);
+                    n
+                }
+                _ => 0,
+            };
+            if decoded {
+                // The KV of the rejected guesses is not kept.
+                seq.computed = seq.tokens() + accepted;
+            }
             // Whole prompt units become reusable once computed.
             if seq.held < seq.units.len() {
                 Self::publish(&mut self.kv, seq);
             }
-            if seq.computed == seq.tokens() {
-                seq.generated += 1;
-                let done = seq.generated >= seq.max_output;
-                result.emitted.push((seq.id, seq.generated, done));
+            if decoded {
+                // The accepted guesses and one more token, together.
+                let mut done = false;
+                for _ in 0..=accepted {
+                    seq.generated += 1;
+                    done = seq.generated >= seq.max_output;
+                    result.emitted.push((seq.id, seq.generated, done));
+                    if done {
+                        break;
+                    }
+                }
                 if done {
                     let mut seq = self.running.remove(i);
                     Self::free(&mut self.kv, &mut seq);

@@ -44,6 +44,43 @@ fn deployment_json(
     })
 }
 
+/// `--spec-decode`: the rule, what it should give, where it stops paying
+/// (at the load's mean context), and what the simulation counted.
+fn spec_json(
+    cfg: &EngineConfig,
+    summary: &EngineSummary,
+    load: &Load,
+) -> Option<serde_json::Value> {
+    let spec = cfg.spec.as_ref()?;
+    let counted = summary.spec_decode.as_ref()?;
+    let context = load.flags.input_tokens.mean() + load.flags.output_tokens.mean() / 2.0;
+    let cost = cfg.cost_model();
+    let max_batch = cfg.limits().max_num_seqs;
+    let per_token_ms = |b: u32| {
+        let with = tokenscope_sim::engine::spec::decode_time_per_token(&cost, b, context);
+        let plain = tokenscope_sim::engine::cost::CostModel {
+            spec: None,
+            ..cost.clone()
+        };
+        let without = tokenscope_sim::engine::spec::decode_time_per_token(&plain, b, context);
+        json!({"batch": b, "with_ms": with * 1e3, "without_ms": without * 1e3})
+    };
+    let batches = [1, 8, 32, 128, 512].into_iter().filter(|&b| b <= max_batch);
+    let time_per_token: Vec<_> = batches.map(per_token_ms).collect();
+    Some(json!({
+        "rule": spec.describe(),
+        "k": spec.k,
+        "acceptance_rate_given": spec.acceptance_rate(),
+        "mean_accepted_length_expected": spec.tokens_per_step(),
+        "acceptance_rate": counted.acceptance_rate(),
+        "mean_accepted_length": counted.mean_accepted_length(),
+        "acceptance_by_position": counted.acceptance_by_position(spec.k),
+        "break_even_batch": tokenscope_sim::engine::spec::break_even_batch(&cost, context, max_batch),
+        "break_even_context_tokens": context,
+        "time_per_token": time_per_token,
+    }))
+}
+
 /// The engine's queue time of a measured request, µs.
 fn queue_us(r: &RequestRecord) -> Option<f64> {
     let ms = r.server_timings.as_ref()?["queue_ms"].as_f64();
@@ -95,6 +132,17 @@ fn server_metrics(
         ..ServerSummary::default()
     };
     let mut v = serde_json::to_value(m).expect("a summary serializes");
+    if let Some(s) = &summary.spec_decode {
+        // As a real server's telemetry reads it (tokenscope_telemetry::spec_decode).
+        v["spec_decode"] = json!({
+            "drafts": s.drafts,
+            "draft_tokens": s.draft_tokens,
+            "accepted_tokens": s.accepted_tokens,
+            "acceptance_rate": s.acceptance_rate(),
+            "mean_accepted_length": s.mean_accepted_length(),
+            "acceptance_by_position": s.acceptance_by_position(s.accepted_per_position.len().max(1) as u32),
+        });
+    }
     v["steps"] = json!(summary.steps);
     v["busy_s"] = json!(summary.busy_s);
     v
@@ -245,7 +293,13 @@ fn one_point(
             ..Default::default()
         },
         extra_findings: crate::run::collect::rotation_findings(&recorded.rotated),
-        simulated: Some(deployment_json(cfg, plan_load.fleet, &summary)),
+        simulated: Some({
+            let mut d = deployment_json(cfg, plan_load.fleet, &summary);
+            if let Some(s) = spec_json(cfg, &summary, load) {
+                d["spec_decode"] = s;
+            }
+            d
+        }),
         telemetry: None,
     };
     let mut results = crate::run::collect::assemble(figures.finish(), facts);
