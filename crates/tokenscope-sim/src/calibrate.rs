@@ -39,6 +39,10 @@ pub struct Profile {
     pub runs: Vec<CalibrationRun>,
     /// Sum over runs of squared log ratios over the four medians (0 = exact).
     pub residual: f64,
+    /// Speculative decoding as the runs' servers counted it (a
+    /// `--spec-decode` value): `sim plan --profile` speculates so too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_decode: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -617,6 +617,11 @@ pub struct SizeArgs {
     /// Efficiency factors fitted by `sim calibrate` (applied to every shape).
     #[arg(long, value_name = "PROFILE")]
     pub profile: Option<PathBuf>,
+    /// Speculative decoding on every shape, as `sim plan --spec-decode`
+    /// (k=4,acceptance=0.7,method=eagle): it lowers TPOT at small batches
+    /// and stops paying at large ones, so it can change which shape wins.
+    #[arg(long, value_name = "SPEC")]
+    pub spec_decode: Option<String>,
     /// Whose scheduling rules to size under (as `sim plan --engine`): one or
     /// more of vllm, vllm-v0, sglang, trtllm, or `all`; every shape is tried
     /// under each.

@@ -40,13 +40,43 @@ pub fn engine_config(a: &EngineArgs) -> anyhow::Result<EngineConfig> {
     cfg.efficiency.step_overhead_s = a.engine.step_overhead_s();
     cfg.num_scheduler_steps = a.num_scheduler_steps;
     if let Some(text) = &a.spec_decode {
-        let spec = tokenscope_sim::engine::spec::SpecDecode::parse(text, |name| {
-            cat.model(name).map_err(|e| e.to_string())
-        });
-        cfg.spec = Some(spec.map_err(|e| Exit::usage(format!("--spec-decode: {e}")))?);
+        cfg.spec = Some(parse_spec(text, a.catalogue.as_deref())?);
     }
     cfg.kv_blocks().map_err(Exit::usage)?;
     Ok(cfg)
+}
+
+/// `--profile`: the fitted efficiency, and the speculation the profile's
+/// runs counted unless `--spec-decode` says otherwise.
+pub fn apply_profile(
+    cfg: &mut EngineConfig,
+    path: &Path,
+    catalogue_file: Option<&Path>,
+) -> anyhow::Result<()> {
+    let profile = read_profile(path)?;
+    cfg.efficiency = profile.efficiency;
+    if let (None, Some(text)) = (&cfg.spec, &profile.spec_decode) {
+        let spec = parse_spec(text, catalogue_file).map_err(|e| {
+            Exit::usage(format!(
+                "--profile {}: its spec_decode: {e}",
+                path.display()
+            ))
+        })?;
+        cfg.spec = Some(spec);
+    }
+    Ok(())
+}
+
+/// A `--spec-decode` value, its draft model looked up in the catalogue.
+pub fn parse_spec(
+    text: &str,
+    catalogue_file: Option<&Path>,
+) -> anyhow::Result<tokenscope_sim::engine::spec::SpecDecode> {
+    let cat = catalogue(catalogue_file)?;
+    tokenscope_sim::engine::spec::SpecDecode::parse(text, |name| {
+        cat.model(name).map_err(|e| e.to_string())
+    })
+    .map_err(|e| Exit::usage(format!("--spec-decode: {e}")))
 }
 
 pub fn read_profile(path: &Path) -> anyhow::Result<Profile> {

@@ -463,4 +463,38 @@ fn a_bench_run_reads_back_the_speculation_it_was_given() {
         r["tokens"]["multi_token_chunks"], true,
         "accepted tokens come together"
     );
+
+    // `sim calibrate` learns the acceptance from those counters, and a plan
+    // with the profile speculates the same.
+    let profile = out.join("profile.json");
+    let o = tokenscope()
+        .args(["sim", "calibrate", "--out"])
+        .arg(&profile)
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let p: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&profile).unwrap()).unwrap();
+    let learned = p["spec_decode"].as_str().expect("the profile speculates");
+    assert!(learned.contains("method=eagle"), "{learned}");
+    let plan = run_dir("spec-plan");
+    let o = sim_plan(
+        &plan,
+        &[
+            "--profile",
+            profile.to_str().unwrap(),
+            "--concurrency",
+            "8",
+            "--requests",
+            "64",
+        ],
+    );
+    assert_ok(&o);
+    let planned = results(&plan);
+    let rate = stat(&planned, "server.metrics.spec_decode.acceptance_rate");
+    assert!(
+        (rate - 0.6).abs() < 0.06,
+        "planned acceptance {rate} from {learned}"
+    );
 }

@@ -177,6 +177,52 @@ impl SpecDecode {
         }
     }
 
+    /// The rule as `--spec-decode` takes it, per position (so it reads
+    /// back exactly).
+    pub fn text(&self) -> String {
+        let rates: Vec<String> = (0..self.k as usize)
+            .map(|i| format!("{:.4}", self.position_rate(i)))
+            .collect();
+        let method = match &self.method {
+            Method::Ngram => "ngram".to_string(),
+            Method::Eagle => "eagle".to_string(),
+            Method::Draft(m) => format!("draft:{}", m.name),
+        };
+        format!("acceptance={},method={method}", rates.join("/"))
+    }
+
+    /// The same proposer with the acceptance a server counted: per-position
+    /// rates (accepted at i ÷ drafts), else one rate over `k` positions
+    /// where `k` is the server's (mean accepted length − 1 ÷ rate).
+    pub fn learned(
+        &self,
+        by_position: &[f64],
+        rate: f64,
+        length: Option<f64>,
+    ) -> Result<SpecDecode, String> {
+        let conditional = if by_position.is_empty() {
+            let k = match length {
+                Some(l) if rate > 0.0 => ((l - 1.0) / rate).round().clamp(1.0, MAX_K as f64) as u32,
+                _ => self.k,
+            };
+            vec![solve_alpha(rate, k); k as usize]
+        } else {
+            // Counted rates may wobble upward by noise: held to the one before.
+            let mut held = Vec::with_capacity(by_position.len());
+            let mut before: f64 = 1.0;
+            for &r in by_position {
+                before = before.min(r.clamp(0.0, 1.0));
+                held.push(before);
+            }
+            per_position(&held)?
+        };
+        Ok(SpecDecode {
+            k: conditional.len() as u32,
+            conditional,
+            method: self.method.clone(),
+        })
+    }
+
     /// A line for reports.
     pub fn describe(&self) -> String {
         let method = match &self.method {

@@ -23,7 +23,12 @@ const CALIBRATION_MIN_REQUESTS: u64 = 20;
 
 /// Fits the efficiency factors and writes the profile.
 pub fn run(args: CalibrateArgs) -> anyhow::Result<Exit> {
-    let cfg = engine_config(&args.engine)?;
+    let mut cfg = engine_config(&args.engine)?;
+    // Speculation first: the TPOT fitted next is explained by it.
+    let learned = learned_spec(&cfg, &args.run_dirs)?;
+    if let Some((spec, _)) = &learned {
+        cfg.spec = Some(spec.clone());
+    }
     // The load flags' defaults, as clap gives them to a command line without any.
     #[derive(clap::Parser)]
     struct Defaults {
@@ -72,6 +77,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<Exit> {
             })
             .collect(),
         residual,
+        spec_decode: learned.as_ref().map(|(s, _)| s.text()),
     };
     let path = args
         .out
@@ -108,6 +114,12 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<Exit> {
         efficiency.per_sequence_s * 1e3,
         efficiency.per_layer_s * 1e6
     );
+    if let Some((spec, drafts)) = &learned {
+        crate::outln!(
+            "learned from the servers' counters ({drafts:.0} drafts): {}",
+            spec.describe()
+        );
+    }
     crate::outln!("profile: {}", path.display());
     let pinned = tokenscope_sim::calibrate::at_bounds(&efficiency);
     for p in &pinned {
@@ -121,4 +133,59 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<Exit> {
         Warning::CalibrationFit { why }.say_as(WHO, false);
     }
     Ok(Exit::Success)
+}
+
+/// Speculative decoding as the runs' servers counted it
+/// (`server.metrics.spec_decode` of each results.json), weighted by their
+/// drafts; the proposer is `--spec-decode`'s, else an EAGLE head. `None`
+/// when no run's server speculated.
+fn learned_spec(
+    cfg: &tokenscope_sim::engine::EngineConfig,
+    dirs: &[std::path::PathBuf],
+) -> anyhow::Result<Option<(tokenscope_sim::engine::spec::SpecDecode, f64)>> {
+    let (mut drafts, mut drafted, mut accepted) = (0.0, 0.0, 0.0);
+    let mut by_position: Vec<f64> = Vec::new();
+    for dir in dirs {
+        let path = dir.join(crate::run_dir::RESULTS);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let r: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Exit::usage(format!("{}: {e}", path.display())))?;
+        let s = &r["server"]["metrics"]["spec_decode"];
+        let (Some(n), Some(d), Some(a)) = (
+            s["drafts"].as_f64(),
+            s["draft_tokens"].as_f64(),
+            s["accepted_tokens"].as_f64(),
+        ) else {
+            continue;
+        };
+        let rates: Vec<f64> = s["acceptance_by_position"]
+            .as_array()
+            .map(|v| v.iter().filter_map(|x| x.as_f64()).collect())
+            .unwrap_or_default();
+        if by_position.len() < rates.len() {
+            by_position.resize(rates.len(), 0.0);
+        }
+        for (sum, r) in by_position.iter_mut().zip(&rates) {
+            *sum += r * n;
+        }
+        (drafts, drafted, accepted) = (drafts + n, drafted + d, accepted + a);
+    }
+    if drafts <= 0.0 || drafted <= 0.0 {
+        return Ok(None);
+    }
+    by_position.iter_mut().for_each(|r| *r /= drafts);
+    let base = match &cfg.spec {
+        Some(s) => s.clone(),
+        None => tokenscope_sim::engine::spec::SpecDecode::parse("acceptance=0.5", |_| {
+            Err("no draft model".to_string())
+        })
+        .map_err(Exit::usage)?,
+    };
+    let length = 1.0 + accepted / drafts;
+    let spec = base
+        .learned(&by_position, accepted / drafted, Some(length))
+        .map_err(|e| Exit::usage(format!("the servers' speculative decoding: {e}")))?;
+    Ok(Some((spec, drafts)))
 }

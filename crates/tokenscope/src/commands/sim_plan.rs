@@ -1,7 +1,7 @@
 //! `tokenscope sim plan` and `sim list`: the engine on a virtual clock.
 
 use crate::cli::{PlanArgs, Sweep};
-use crate::engine::{engine_config, plan_load, read_profile, read_replay};
+use crate::engine::{engine_config, plan_load, read_replay};
 use crate::exit::Exit;
 use crate::run::collect::RunFacts;
 use crate::spec::workload::Load;
@@ -338,7 +338,7 @@ pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
     };
     crate::spec::pricing::price_known_gpu(&mut args.output, &cfg.gpu.name, cfg.tp * per_fleet);
     if let Some(p) = &args.profile {
-        cfg.efficiency = read_profile(p)?.efficiency;
+        crate::engine::apply_profile(&mut cfg, p, args.engine.catalogue.as_deref())?;
     }
     let dir = args
         .output

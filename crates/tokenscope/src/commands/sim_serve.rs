@@ -57,7 +57,7 @@ pub fn engine(args: ServeArgs) -> anyhow::Result<Exit> {
     }
     let mut config = crate::engine::engine_config(&args.engine)?;
     if let Some(p) = &args.profile {
-        config.efficiency = crate::engine::read_profile(p)?.efficiency;
+        crate::engine::apply_profile(&mut config, p, args.engine.catalogue.as_deref())?;
     }
     let mut options = ServeOptions::for_config(&config);
     options.default_max_tokens = args.default_max_tokens;

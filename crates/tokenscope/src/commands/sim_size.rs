@@ -42,8 +42,11 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
     };
     let engines = engines(&args);
     let mut template = EngineConfig::new(model, gpus[0].clone());
+    if let Some(text) = &args.spec_decode {
+        template.spec = Some(crate::engine::parse_spec(text, args.catalogue.as_deref())?);
+    }
     if let Some(p) = &args.profile {
-        template.efficiency = crate::engine::read_profile(p)?.efficiency;
+        crate::engine::apply_profile(&mut template, p, args.catalogue.as_deref())?;
     }
     let load = tokenscope_sim::plan::PlanLoad {
         reasoning: args.reasoning_tokens,

@@ -106,6 +106,7 @@ pub fn slow_decode_profile(name: &str) -> PathBuf {
         },
         runs: Vec::new(),
         residual: 0.0,
+        spec_decode: None,
     };
     write_file(name, &serde_json::to_string(&profile).unwrap())
 }
