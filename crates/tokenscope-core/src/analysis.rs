@@ -730,6 +730,9 @@ pub struct Analysis {
     /// What the answers did across the loads (`--consistency`, `--grade`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answers: Option<crate::consistency::AcrossLoads>,
+    /// Speculative decoding's acceptance across the loads, where the server counted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_decode: Option<crate::spec_decode::SpecAcrossLoads>,
 }
 
 /// The knee by Kneedle on tokens/s against TTFT p99 (falling back to load),
@@ -817,6 +820,7 @@ pub fn analyse(series: Vec<Point>, objectives: Objectives, slo: Option<SloCapaci
         slo,
         scaling: None,
         answers: None,
+        spec_decode: None,
         series,
     }
 }

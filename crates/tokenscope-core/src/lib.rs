@@ -34,6 +34,7 @@ pub mod results;
 pub mod segments;
 pub mod sessions;
 pub mod slo;
+pub mod spec_decode;
 pub mod stats;
 pub mod tool_calls;
 pub mod windows;

@@ -86,6 +86,9 @@ pub fn diagnose(s: &ServerSummary, client: &Latency) -> Vec<Finding> {
             json!({"gpu_util_time_pct_mean": u.mean, "gpu_util_time_pct_max": u.max, "definition": "time any kernel ran"}),
         ));
     }
+    if let Some(f) = speculation(s, client) {
+        out.push(f);
+    }
     if let (Some(q), Some(prefill), Some(ttft)) = (s.queue_time, s.prefill_time, client.ttft_ms) {
         let network = (ttft.mean - q.mean_ms - prefill.mean_ms).max(0.0);
         out.push(finding(
@@ -99,6 +102,31 @@ pub fn diagnose(s: &ServerSummary, client: &Latency) -> Vec<Finding> {
         ));
     }
     out
+}
+
+/// TPOT explained by speculative decoding: each verification step yields
+/// the mean accepted length in tokens, so a token's time is a step's time
+/// shared by them.
+fn speculation(s: &ServerSummary, client: &Latency) -> Option<Finding> {
+    let spec = s.spec_decode.as_ref()?;
+    let (rate, length) = (spec.acceptance_rate?, spec.mean_accepted_length?);
+    let tpot = client.tpot_ms.as_ref().map(|t| t.p50);
+    let explained = match tpot {
+        Some(t) => format!(
+            ": the TPOT p50 of {t:.2} ms is one step of ~{:.1} ms shared by {length:.2} tokens (without speculation each token needs a step of its own; a lower acceptance means fewer tokens a step and a higher TPOT)",
+            t * length
+        ),
+        None => String::new(),
+    };
+    Some(finding(
+        "spec_decode",
+        "info",
+        format!(
+            "speculative decoding: {:.1} % of draft tokens accepted, {length:.2} tokens a verification step{explained}",
+            rate * 100.0
+        ),
+        json!({"acceptance_rate": rate, "mean_accepted_length": length, "tpot_p50_ms": tpot, "drafts": spec.drafts}),
+    ))
 }
 
 /// `efficiency.kv_cache` from the server's figures (`None` when it exposes none).

@@ -175,12 +175,29 @@ pub fn analyse(points: &[Done], output: &OutputArgs, series: &SeriesArgs) -> Ana
     });
     let mut a = analysis::analyse(analysis::combine_repeats(reduced), series.objectives, slo);
     a.answers = crate::answers::across(points);
+    a.spec_decode = spec_across(points);
     a.scaling = a.slo.as_ref().and_then(|capacity| {
         let kind = points.iter().find_map(|d| d.results.server.kind.clone());
         let (scale, from) = scale_points(points);
         autoscale::threshold(&scale, capacity, series.headroom, kind.as_deref(), from)
     });
     a
+}
+
+/// Each point's speculative decoding as its server counted it
+/// (`server.metrics.spec_decode`), judged across the loads.
+fn spec_across(points: &[Done]) -> Option<tokenscope_core::spec_decode::SpecAcrossLoads> {
+    let at = points.iter().filter_map(|d| {
+        let s = &d.results.server.metrics.as_ref()?["spec_decode"];
+        Some(tokenscope_core::spec_decode::SpecAtLoad {
+            point: d.label.clone(),
+            load: d.load,
+            acceptance_rate: s["acceptance_rate"].as_f64()?,
+            mean_accepted_length: s["mean_accepted_length"].as_f64(),
+            draft_tokens: s["draft_tokens"].as_f64(),
+        })
+    });
+    tokenscope_core::spec_decode::across(at.collect())
 }
 
 /// Scrapes of the server's gauges a point needs for their mean to stand

@@ -453,6 +453,10 @@ fn a_bench_run_reads_back_the_speculation_it_was_given() {
         "1 + 4 × 0.6 = 3.4 tokens a step, read {length}"
     );
     assert!(s["drafts"].as_f64().unwrap() > 500.0, "{s}");
+    assert!(
+        has_rule(&r, "spec_decode"),
+        "TPOT explained by the acceptance"
+    );
     let positions = s["acceptance_by_position"].as_array().unwrap();
     assert_eq!(positions.len(), 4);
     assert!(
