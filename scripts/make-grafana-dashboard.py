@@ -27,7 +27,11 @@ def panel(i, title, exprs, unit, x, y, thresholds=None):
 
 
 def quantile(metric, q):
-    return (f"histogram_quantile({q}, sum by (le, run) "
+    # Native histograms where Prometheus ingests them (native-histograms on:
+    # it scrapes the protobuf exposition), else the classic buckets.
+    return (f"histogram_quantile({q}, sum by (run) "
+            f"(rate(tokenscope_{metric}_seconds{SEL}[1m]))) or "
+            f"histogram_quantile({q}, sum by (le, run) "
             f"(rate(tokenscope_{metric}_seconds_bucket{SEL}[1m])))")
 
 

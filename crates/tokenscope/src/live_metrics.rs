@@ -13,7 +13,9 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::{
+    exponential_buckets, Histogram, NativeHistogramConfig,
+};
 use prometheus_client::registry::{Registry, Unit};
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -75,15 +77,26 @@ pub struct ServerFigures {
     pub spec_acceptance: Option<f64>,
 }
 
-/// Latency buckets, seconds: 1 ms to ~65 s, doubling.
+/// Latency buckets, seconds: 1 ms to ~65 s, doubling; and native.
 fn latency() -> Histogram {
-    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+    Histogram::new_classic_and_native(exponential_buckets(0.001, 2.0, 17), native())
 }
 
-/// Per-token buckets, seconds: 0.1 ms to ~3.3 s, doubling.
+/// Per-token buckets, seconds: 0.1 ms to ~3.3 s, doubling; and native.
 fn per_token() -> Histogram {
-    Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+    Histogram::new_classic_and_native(exponential_buckets(0.0001, 2.0, 16), native())
 }
+
+/// Native (sparse, exponential) buckets, for a scraper that asks for
+/// Prometheus's protobuf exposition: schema 3, each bucket 2^(1/8) ≈ 9 %
+/// wide, so a quantile read from them is within ~4.5 % whatever the
+/// server's latencies; a text scraper gets the classic buckets.
+fn native() -> NativeHistogramConfig {
+    NativeHistogramConfig::with_schema(NATIVE_SCHEMA)
+}
+
+/// The native histograms' resolution: 2^(2^-3) per bucket.
+pub const NATIVE_SCHEMA: i8 = 3;
 
 /// The figures, as the registry exposes them.
 pub struct LiveMetrics {
@@ -349,6 +362,15 @@ impl LiveMetrics {
 
     /// The exposition, the in-flight gauges read now.
     pub fn encode(&self) -> String {
+        self.refresh_in_flight();
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// The in-flight gauges, read from the runs' progress now.
+    fn refresh_in_flight(&self) {
         for (run, p) in self
             .running
             .lock()
@@ -361,10 +383,14 @@ impl LiveMetrics {
                 .get_or_create(&RunLabels { run: run.clone() })
                 .set((sent - done).max(0));
         }
-        let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+    }
+
+    /// The same, as Prometheus's length-delimited protobuf (with the
+    /// histograms' native buckets).
+    pub fn encode_protobuf(&self) -> Result<Vec<u8>, String> {
+        self.refresh_in_flight();
+        prometheus_client::encoding::prometheus_protobuf::encode_to_vec(&self.registry)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -412,21 +438,35 @@ fn serve(listener: std::net::TcpListener, metrics: Arc<LiveMetrics>) {
         };
         let app = axum::Router::new().route(
             "/metrics",
-            axum::routing::get(move || {
+            axum::routing::get(move |headers: axum::http::HeaderMap| {
                 let m = metrics.clone();
-                async move {
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        m.encode(),
-                    )
-                }
+                async move { exposition(&m, &headers) }
             }),
         );
         let _ = axum::serve(listener, app).await;
     });
+}
+
+/// Prometheus's protobuf exposition, which carries native histograms.
+pub const PROTOBUF: &str =
+    "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited";
+
+/// The exposition the scraper asked for: protobuf (native histograms)
+/// when its Accept header names it, else OpenMetrics text.
+fn exposition(m: &LiveMetrics, headers: &axum::http::HeaderMap) -> axum::response::Response {
+    use axum::http::header::{ACCEPT, CONTENT_TYPE};
+    use axum::response::IntoResponse;
+    let accept = headers
+        .get(ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if accept.contains("application/vnd.google.protobuf") {
+        if let Ok(body) = m.encode_protobuf() {
+            return ([(CONTENT_TYPE, PROTOBUF)], body).into_response();
+        }
+    }
+    let text = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    ([(CONTENT_TYPE, text)], m.encode()).into_response()
 }
 
 #[cfg(test)]

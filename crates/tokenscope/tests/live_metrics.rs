@@ -42,6 +42,16 @@ struct Prometheus {
 
 impl Prometheus {
     fn start(target: u16) -> Prometheus {
+        Prometheus::start_with(target, &[])
+    }
+
+    /// With native histograms on, Prometheus asks for the protobuf
+    /// exposition and stores the native buckets (not the classic ones).
+    fn start_native(target: u16) -> Prometheus {
+        Prometheus::start_with(target, &["--enable-feature=native-histograms"])
+    }
+
+    fn start_with(target: u16, flags: &[&str]) -> Prometheus {
         let dir = run_dir("prometheus");
         std::fs::create_dir_all(&dir).unwrap();
         let config = format!(
@@ -59,6 +69,7 @@ impl Prometheus {
                 dir.join("data").display()
             ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .args(flags)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -203,6 +214,92 @@ fn a_prometheus_server_scrapes_the_live_figures_and_they_add_up_to_the_results()
     for label in labels.iter().copied().chain([run.as_str()]) {
         assert!(text.contains(label), "{label}");
     }
+}
+
+/// Native histograms: a Prometheus with them on scrapes the protobuf
+/// exposition and reads the latencies from the native buckets — their
+/// count is the run's, their median the run's within a bucket's width.
+#[test]
+fn a_prometheus_with_native_histograms_reads_them_from_the_protobuf_exposition() {
+    let server = Server::start(exact(20, 4));
+    let port = free_port();
+    let prometheus = Prometheus::start_native(port);
+    let out = run_dir("serve-metrics-native");
+    let addr = format!("127.0.0.1:{port}");
+    let mut bench = tokenscope()
+        .args([
+            "bench",
+            "--url",
+            &server.url,
+            "--quiet",
+            "--no-metrics",
+            "--no-history",
+        ])
+        .args([
+            "--requests",
+            "300",
+            "--concurrency",
+            "4",
+            "--output-tokens",
+            "24",
+        ])
+        .args(["--serve-metrics", &addr, "--tag", "native", "--out"])
+        .arg(&out)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut protobuf = None;
+    while bench.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the bench ran past two minutes");
+        if protobuf.is_none() {
+            protobuf = protobuf_content_type(port);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(bench.wait().unwrap().success());
+    let content_type = protobuf.expect("the exposition was read mid-run");
+    assert!(
+        content_type.contains("io.prometheus.client.metricfamily"),
+        "{content_type}"
+    );
+    let r = results(&out);
+    let done = stat(&r, "counts.succeeded");
+    // histogram_count() reads only a native histogram.
+    let count = prometheus
+        .query("histogram_count(tokenscope_ttft_seconds)")
+        .expect("a native TTFT histogram was stored");
+    assert!(
+        count <= done && done - count <= 60.0,
+        "{count} stored, {done} done"
+    );
+    let p50_ms = prometheus
+        .query("histogram_quantile(0.5,tokenscope_ttft_seconds)")
+        .expect("its median")
+        * 1e3;
+    let run_p50 = stat(&r, "latency.ttft_ms.p50");
+    // Schema 3: each bucket 2^(1/8) wide, so within ~9 % of the run's.
+    assert!(
+        (p50_ms - run_p50).abs() < 0.1 * run_p50,
+        "native median {p50_ms} ms, the run's {run_p50} ms"
+    );
+    dashboard_queries_run(&prometheus);
+}
+
+/// The Content-Type of `/metrics` asked for as Prometheus asks for protobuf.
+fn protobuf_content_type(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let ask = "GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,text/plain;version=0.0.4;q=0.3\r\nConnection: close\r\n\r\n";
+    s.write_all(ask.as_bytes()).ok()?;
+    let mut body = Vec::new();
+    let _ = s.read_to_end(&mut body);
+    let head = String::from_utf8_lossy(&body);
+    head.lines().find_map(|l| {
+        l.to_ascii_lowercase()
+            .strip_prefix("content-type:")
+            .map(|v| v.trim().to_string())
+    })
 }
 
 /// Every query of the shipped Grafana dashboard (`deploy/grafana`), its
