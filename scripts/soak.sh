@@ -9,7 +9,8 @@
 #     segments kept), each a process of its own, its peak RSS (VmHWM)
 #     from results.json;
 #  2. real time: `bench --duration forever` against `sim exact` (a process
-#     of its own) at $REAL_RATE requests/s for $REAL (10m), its resident
+#     of its own) at $REAL_RATE requests/s for $REAL (10m; records rotated
+#     at $REAL_ROTATE, $REAL_KEEP of segments kept), its resident
 #     memory and directory size sampled every $EVERY seconds, then SIGTERM:
 #     the directory must be complete (results.json, the windows adding up).
 #
@@ -33,6 +34,8 @@ DURATIONS="${DURATIONS:-10m 30m 60m 120m}"
 REAL="${REAL:-10m}"
 REAL_RATE="${REAL_RATE:-100}"
 EVERY="${EVERY:-30}"
+REAL_ROTATE="${REAL_ROTATE:-4MiB}"
+REAL_KEEP="${REAL_KEEP:-8MiB}"
 parts="${PARTS:-virtual real}"
 export TOKENSCOPE_DB="$work/history.db"
 
@@ -70,13 +73,13 @@ if [[ " $parts " == *" real "* ]]; then
   done
   out="$work/forever"
   "$bin" bench --url "http://127.0.0.1:$port" --rate "$REAL_RATE" --duration forever \
-    --input-tokens 64 --output-tokens 64 --windows 10s --rotate-records 8MiB --keep-records 32MiB \
+    --input-tokens 64 --output-tokens 64 --windows 10s --rotate-records "$REAL_ROTATE" --keep-records "$REAL_KEEP" \
     --no-metrics --quiet --no-history --out "$out" > "$work/bench.log" 2>&1 &
   pid=$!
   seconds=$(python3 -c "import re,sys; m=re.fullmatch(r'(\d+)(s|m|h)?', sys.argv[1]); print(int(m[1]) * {'s':1,'m':60,'h':3600,None:1}[m[2]])" "$REAL")
   echo "## Real time: bench --duration forever at $REAL_RATE requests/s for $REAL"
   echo
-  echo "Against \`sim exact\` (50 ms TTFT, 10 ms ITL, 64 tokens out); \`--windows 10s --rotate-records 8MiB --keep-records 32MiB\`; sampled every ${EVERY} s."
+  echo "Against \`sim exact\` (50 ms TTFT, 10 ms ITL, 64 tokens out); \`--windows 10s --rotate-records $REAL_ROTATE --keep-records $REAL_KEEP\`; sampled every ${EVERY} s."
   echo
   echo "| elapsed (s) | resident (MiB) | directory (MiB) | windows written |"
   echo "|---|---|---|---|"

@@ -36,6 +36,10 @@ pub struct WindowSummary {
     /// With `--slo`: requests that met every objective.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub good_requests: Option<u64>,
+    /// With `--slo`: the objectives judged over this window's requests
+    /// alone (`not_enough_data` when a statistic rests on too few).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<crate::slo::Verdict>,
     pub ttft_ms: Option<Quantiles>,
     pub tpot_ms: Option<Quantiles>,
     pub itl_ms: Option<Quantiles>,
@@ -131,7 +135,8 @@ impl Windows {
             output_tokens: m.tokens.output_total,
             requests_per_s: m.counts.succeeded as f64 / span_s,
             output_tokens_per_s: m.tokens.output_total as f64 / span_s,
-            good_requests: m.slo.map(|s| s.good_requests),
+            good_requests: m.slo.as_ref().map(|s| s.good_requests),
+            slo: m.slo.as_ref().and_then(|s| s.verdict),
             ttft_ms: q(m.latency.ttft_ms),
             tpot_ms: q(m.latency.tpot_ms),
             itl_ms: q(m.latency.itl_ms),

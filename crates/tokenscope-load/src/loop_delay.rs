@@ -29,9 +29,14 @@ pub struct LoopDelay {
     /// Every wake-up's delay, µs.
     pub all_us: Distribution,
     /// Per second of the run: (second, the worst delay in it, µs). One entry
-    /// per second, so an hour-long run holds 3,600.
+    /// per second, so an hour-long run holds 3,600; past [`MAX_SECONDS`]
+    /// neighbours are merged (each entry the worst from its second to the
+    /// next entry's), so a run of any length holds at most that many.
     pub per_second: Vec<(u64, u64)>,
 }
+
+/// Entries of [`LoopDelay::per_second`] kept before neighbours merge.
+pub const MAX_SECONDS: usize = 4096;
 
 impl LoopDelay {
     fn add(&mut self, second: u64, delay_us: u64) {
@@ -40,6 +45,17 @@ impl LoopDelay {
             Some((s, worst)) if *s == second => *worst = (*worst).max(delay_us),
             _ => self.per_second.push((second, delay_us)),
         }
+        if self.per_second.len() > MAX_SECONDS {
+            let pairs = self.per_second.chunks(2);
+            self.per_second = pairs
+                .map(|p| (p[0].0, p.iter().map(|e| e.1).max().unwrap_or(0)))
+                .collect();
+        }
+    }
+
+    /// The worst delay of the latest second, µs (what a live view shows).
+    pub fn latest_worst_us(&self) -> Option<u64> {
+        self.per_second.last().map(|e| e.1)
     }
 }
 
@@ -80,6 +96,11 @@ impl Probe {
         }
     }
 
+    /// What it has measured so far, shared (read by a live exporter).
+    pub fn shared(&self) -> Arc<Mutex<LoopDelay>> {
+        self.measured.clone()
+    }
+
     /// Stops the probe; what it measured.
     pub async fn finish(self) -> LoopDelay {
         self.stop.cancel();
@@ -92,6 +113,22 @@ impl Probe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_of_any_length_keeps_a_bounded_worst_per_second() {
+        let mut d = LoopDelay::default();
+        for s in 0..(MAX_SECONDS as u64 * 5) {
+            d.add(s, s % 1000);
+        }
+        assert!(d.per_second.len() <= MAX_SECONDS);
+        assert_eq!(d.per_second[0].0, 0);
+        assert_eq!(
+            d.per_second.iter().map(|e| e.1).max(),
+            Some(999),
+            "the worst kept"
+        );
+        assert_eq!(d.all_us.count(), MAX_SECONDS as u64 * 5);
+    }
 
     #[test]
     fn a_blocked_loop_shows_as_one_late_wake_up() {

@@ -1319,8 +1319,9 @@ pub struct OutputArgs {
 pub struct RecordsArgs {
     /// The figures of each window of this length, one line each in
     /// windows.jsonl (and with --serve-metrics as the tokenscope_window
-    /// gauges: rolling percentiles). Default: 1m for a --duration of
-    /// forever or an hour or more, else none.
+    /// gauges: rolling percentiles and the SLO's status). Default: 1m for a
+    /// --duration of forever or an hour or more, or with --serve-metrics;
+    /// else none.
     #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     pub windows: Option<Duration>,
     /// Rotate requests.jsonl into gzip segments (requests.000001.jsonl.gz, …)

@@ -77,6 +77,35 @@ pub struct ServerFigures {
     pub spec_acceptance: Option<f64>,
 }
 
+/// What a scrape reads of a run in progress.
+pub struct RunSources {
+    /// Requests sent and finished.
+    pub progress: Arc<Progress>,
+    /// The client's event-loop delay probe.
+    pub loop_delay: Option<Arc<Mutex<tokenscope_load::loop_delay::LoopDelay>>>,
+    /// The server's latest scrape (`--metrics-url`, on by default).
+    pub server: Option<tokenscope_telemetry::scraper::Latest>,
+}
+
+impl ServerFigures {
+    /// What a bench's own scrape of the server gives (its gauges; the
+    /// rates and percentiles `watch` works out over its window are not).
+    pub fn of_sample(s: &tokenscope_telemetry::scraper::Sample) -> ServerFigures {
+        ServerFigures {
+            running: s.running,
+            waiting: s.waiting,
+            kv_usage: s.kv_usage,
+            requests_per_s: None,
+            generation_tokens_per_s: None,
+            ttft_p99_s: None,
+            queue_time_p99_s: None,
+            gpu_util: s.gpu_util_time_pct.map(|p| p / 100.0),
+            preemptions: s.preemptions_total,
+            spec_acceptance: None,
+        }
+    }
+}
+
 /// Latency buckets, seconds: 1 ms to ~65 s, doubling; and native.
 fn latency() -> Histogram {
     Histogram::new_classic_and_native(exponential_buckets(0.001, 2.0, 17), native())
@@ -114,8 +143,10 @@ pub struct LiveMetrics {
     good: Family<RunLabels, Counter>,
     server: Gauges<ServerFigure>,
     window: Gauges<WindowFigure>,
-    /// The runs in progress, their requests in flight read at each scrape.
-    running: Mutex<Vec<(String, Arc<Progress>)>>,
+    /// The runs in progress, what each scrape reads of them now.
+    running: Mutex<Vec<(String, RunSources)>>,
+    /// The client's event-loop delay: the worst of the latest second.
+    loop_delay: Gauges<RunLabels>,
 }
 
 /// What the live exporters take of one finished record, in seconds.
@@ -179,6 +210,7 @@ impl LiveMetrics {
             good: Family::default(),
             server: Family::default(),
             window: Family::default(),
+            loop_delay: Family::default(),
             running: Mutex::new(Vec::new()),
             registry: Registry::default(),
         };
@@ -234,9 +266,15 @@ impl LiveMetrics {
             "The server's own figures over watch's window (by figure: running, waiting, kv_usage, requests_per_second, generation_tokens_per_second, ttft_p99_seconds, queue_time_p99_seconds, gpu_util, preemptions)",
             m.server.clone(),
         );
+        registry.register_with_unit(
+            "loop_delay",
+            "The client's event-loop delay, the worst of the latest second: a read arriving then waited this long (its figures may be that far off)",
+            Unit::Seconds,
+            m.loop_delay.clone(),
+        );
         registry.register(
             "window",
-            "The last closed window of --windows (by figure: ttft_p50_seconds, ttft_p99_seconds, tpot_p50_seconds, tpot_p99_seconds, itl_p99_seconds, e2e_p99_seconds, requests_per_second, output_tokens_per_second, error_ratio): rolling percentiles, exact over the window",
+            "The last closed window of --windows (by figure: ttft_p50_seconds, ttft_p99_seconds, tpot_p50_seconds, tpot_p99_seconds, itl_p99_seconds, e2e_p99_seconds, requests_per_second, output_tokens_per_second, error_ratio, slo_met): rolling percentiles, exact over the window",
             m.window.clone(),
         );
         LiveMetrics { registry, ..m }
@@ -259,6 +297,14 @@ impl LiveMetrics {
             (
                 "error_ratio",
                 (w.requests > 0).then(|| w.failed as f64 / w.requests as f64),
+            ),
+            (
+                "slo_met",
+                match w.slo {
+                    Some(tokenscope_core::slo::Verdict::Met) => Some(1.0),
+                    Some(tokenscope_core::slo::Verdict::NotMet) => Some(0.0),
+                    _ => None,
+                },
             ),
         ];
         for (name, value) in figures {
@@ -344,11 +390,11 @@ impl LiveMetrics {
         }
     }
 
-    /// Run `run` has started: its requests in flight are read from `progress`.
-    pub fn started(&self, run: &str, progress: Arc<Progress>) {
+    /// Run `run` has started: each scrape reads `sources` now.
+    pub fn started(&self, run: &str, sources: RunSources) {
         let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
         running.retain(|(r, _)| r != run);
-        running.push((run.to_string(), progress));
+        running.push((run.to_string(), sources));
     }
 
     /// Run `run` is over: nothing of it is in flight.
@@ -369,19 +415,32 @@ impl LiveMetrics {
         out
     }
 
-    /// The in-flight gauges, read from the runs' progress now.
+    /// What the runs in progress show now: requests in flight, the
+    /// loop's delay, the server's latest scrape.
     fn refresh_in_flight(&self) {
-        for (run, p) in self
+        for (run, s) in self
             .running
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
         {
-            let sent = p.sent.load(Ordering::Relaxed) as i64;
-            let done = p.finished.load(Ordering::Relaxed) as i64;
+            let labels = RunLabels { run: run.clone() };
+            let sent = s.progress.sent.load(Ordering::Relaxed) as i64;
+            let done = s.progress.finished.load(Ordering::Relaxed) as i64;
             self.in_flight
-                .get_or_create(&RunLabels { run: run.clone() })
+                .get_or_create(&labels)
                 .set((sent - done).max(0));
+            let worst = s
+                .loop_delay
+                .as_ref()
+                .and_then(|d| d.lock().ok()?.latest_worst_us());
+            if let Some(us) = worst {
+                self.loop_delay.get_or_create(&labels).set(us as f64 * 1e-6);
+            }
+            let latest = s.server.as_ref().and_then(|l| l.lock().ok()?.clone());
+            if let Some(sample) = latest.filter(|x| x.error.is_none()) {
+                self.server_figures(&ServerFigures::of_sample(&sample));
+            }
         }
     }
 
@@ -496,6 +555,7 @@ mod tests {
             requests_per_s: 10.0 / 60.0,
             output_tokens_per_s: 10.0,
             good_requests: None,
+            slo: None,
             ttft_ms: q,
             tpot_ms: None,
             itl_ms: None,

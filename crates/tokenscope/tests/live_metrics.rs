@@ -285,6 +285,73 @@ fn a_prometheus_with_native_histograms_reads_them_from_the_protobuf_exposition()
     dashboard_queries_run(&prometheus);
 }
 
+/// Besides the requests: the server's own gauges from the run's scrapes, the
+/// client's loop delay, and each closed window's percentiles and SLO status.
+#[test]
+fn the_exporter_serves_the_servers_gauges_the_loop_delay_and_each_windows_slo() {
+    let engine = Engine::start(default_engine());
+    let port = free_port();
+    let out = run_dir("serve-metrics-sources");
+    let addr = format!("127.0.0.1:{port}");
+    let mut bench = tokenscope()
+        .args(["bench", "--url", &engine.url, "--quiet", "--no-history"])
+        .args([
+            "--concurrency",
+            "8",
+            "--requests",
+            "4000",
+            "--output-tokens",
+            "64",
+        ])
+        .args([
+            "--serve-metrics",
+            &addr,
+            "--windows",
+            "1s",
+            "--slo",
+            "ttft_p50=10s",
+        ])
+        .args(["--scrape-interval", "200ms", "--out"])
+        .arg(&out)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seen = None;
+    while seen.is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        let Some(text) = try_get(port, "/metrics") else {
+            continue;
+        };
+        let has = |s: &str| text.lines().any(|l| l.starts_with(s));
+        // (A window of too few requests for its statistic leaves slo_met out.)
+        if text.contains("figure=\"slo_met\"") && has("tokenscope_server{") {
+            seen = Some(text);
+        }
+    }
+    let _ = bench.kill();
+    let _ = bench.wait();
+    let text = seen.expect("a window closed and the server was scraped within a minute");
+    let running = sample(&text, "tokenscope_server", "figure=\"running\"");
+    assert!(
+        (0.0..=8.0).contains(&running),
+        "the engine's running requests: {running}"
+    );
+    let kv = |l: &&str| l.starts_with("tokenscope_server{") && l.contains("figure=\"kv_usage\"");
+    assert!(text.lines().any(|l| kv(&l)), "{text}");
+    let delay = sample(&text, "tokenscope_loop_delay_seconds", "run=");
+    assert!((0.0..5.0).contains(&delay), "loop delay {delay} s");
+    assert!(text
+        .lines()
+        .any(|l| l.starts_with("tokenscope_loop_delay_seconds{")));
+    assert_eq!(
+        sample(&text, "tokenscope_window", "figure=\"slo_met\""),
+        1.0,
+        "{text}"
+    );
+    let p99 = sample(&text, "tokenscope_window", "figure=\"ttft_p99_seconds\"");
+    assert!(p99 > 0.0 && p99 < 10.0, "window TTFT p99 {p99} s");
+}
+
 /// The Content-Type of `/metrics` asked for as Prometheus asks for protobuf.
 fn protobuf_content_type(port: u16) -> Option<String> {
     use std::io::{Read, Write};

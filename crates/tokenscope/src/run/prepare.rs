@@ -70,9 +70,6 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
     let target = target(spec, &probed)?;
     let started_at = crate::run_dir::now_rfc3339();
     let progress = Arc::new(Progress::default());
-    if let Some((m, run)) = &live {
-        m.started(run, progress.clone());
-    }
     // The baseline scrape comes before the clock starts: a slow metrics
     // endpoint never eats into the load's time or bunches its schedule.
     let mut scraper = start_scraper(spec, &probed, &progress, &out_dir).await?;
@@ -96,6 +93,14 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
         s.run_from(clock.origin());
     }
     let loop_probe = loop_delay::Probe::start(clock);
+    if let Some((m, run)) = &live {
+        let sources = crate::live_metrics::RunSources {
+            progress: progress.clone(),
+            loop_delay: Some(loop_probe.shared()),
+            server: scraper.as_ref().map(|s| s.latest()),
+        };
+        m.started(run, sources);
+    }
     let http = target.http.clone();
     let runner = Arc::new(Runner {
         target,
@@ -240,8 +245,14 @@ fn recorder_options(
     otlp: Option<Arc<crate::otlp::OtlpExport>>,
 ) -> tokenscope_load::recorder::Options {
     let (records, duration) = (&spec.output.records, spec.plan.duration);
+    // The exporter serves each window's percentiles and SLO status: with
+    // --serve-metrics there are windows (a minute) unless --windows says.
+    let served = live
+        .as_ref()
+        .map(|_| crate::spec::records::DEFAULT_WINDOW.as_micros() as u64);
     let windows = records
         .window_us(duration)
+        .or(served)
         .map(|us| (us, spec.output.slo.clone()));
     let window_tap = live.clone().filter(|_| windows.is_some()).map(|(m, run)| {
         Arc::new(move |w: &tokenscope_core::windows::WindowSummary| m.window(&run, w))
