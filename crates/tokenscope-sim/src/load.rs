@@ -34,6 +34,33 @@ pub struct PlanLoad {
     /// per request, seeded), decoded like any token and counted in its
     /// output; its answer of the workload's length follows.
     pub reasoning: Option<tokenscope_workload::lengths::LengthSpec>,
+    /// Vision-language requests: each carries images the model's encoder
+    /// encodes before its prefill.
+    pub images: Option<Images>,
+}
+
+/// `--images N --image-size WxH[,WxH…]`: N images a request, the sizes
+/// taken in turn, encoded by a catalogue family's encoder.
+#[derive(Debug, Clone)]
+pub struct Images {
+    pub per_request: u32,
+    pub sizes: Vec<(u32, u32)>,
+    pub encoder: crate::vision::Encoder,
+}
+
+impl Images {
+    /// Request `id`'s images: the prompt tokens they add and the encoder's FLOPs.
+    pub fn of(&self, id: u64) -> (u64, f64) {
+        let n = self.sizes.len().max(1) as u64;
+        (0..self.per_request as u64)
+            .map(|k| self.sizes[((id * self.per_request as u64 + k) % n) as usize])
+            .fold((0, 0.0), |(t, f), size| {
+                (
+                    t + self.encoder.prompt_tokens(size),
+                    f + self.encoder.flops(size),
+                )
+            })
+    }
 }
 
 /// One-way delay `sim plan` assumes: a client in the same data centre.

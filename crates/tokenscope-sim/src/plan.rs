@@ -5,7 +5,7 @@
 use crate::engine::scheduler::Seq;
 use crate::engine::{Engine, EngineConfig, EngineState};
 use crate::load::{us, IdHash};
-pub use crate::load::{PlanLoad, DEFAULT_NETWORK_DELAY_S};
+pub use crate::load::{Images, PlanLoad, DEFAULT_NETWORK_DELAY_S};
 use crate::traffic::{Arrival, Traffic};
 use serde::Serialize;
 use std::cmp::Reverse;
@@ -170,7 +170,11 @@ pub fn simulate_into(
         if wire == Some(now) {
             let a = traffic.pop().expect("one is due");
             let at = a.sent_us + delay + us(jitter.front_end(front_end_s));
-            let mut rec = new_record(a.id, a.id < load.warmup, a.sent_us, a.input, a.max_output);
+            // Image tokens count in the prompt, as a server's usage counts them.
+            let image_tokens = load.images.as_ref().map_or(0, |m| m.of(a.id).0);
+            let input = a.input + image_tokens;
+            let mut rec = new_record(a.id, a.id < load.warmup, a.sent_us, input, a.max_output);
+            rec.requested_input_tokens = Some(a.input); // the text asked for
             if a.reasoning > 0 {
                 rec.reasoning_tokens = Some(a.reasoning as u64);
                 rec.reasoning_token_source = Some(TokenSource::ServerUsage);
@@ -209,8 +213,15 @@ pub fn simulate_into(
             if first_only {
                 handoffs.wants.insert(a.id, a.max_output);
             }
-            let mut seq = Seq::new(a.id, a.input as u32, asked, at as f64 / 1e6);
+            let (image_tokens, encoder_flops) =
+                load.images.as_ref().map_or((0, 0.0), |m| m.of(a.id));
+            let prompt = (a.input + image_tokens) as u32;
+            let mut seq = Seq::new(a.id, prompt, asked, at as f64 / 1e6);
             seq.units = a.units;
+            if let Some(m) = &load.images {
+                seq.encoder_flops = encoder_flops;
+                seq.encoder_params_b = m.encoder.params_b;
+            }
             fleet[i].take(seq, now);
             if tag_replicas {
                 if let Some(rec) = records.get_mut(&a.id) {

@@ -348,6 +348,10 @@ impl Searcher<'_> {
             if e.met() {
                 break r;
             }
+            if let Some(why) = undecided(&e) {
+                // More replicas cannot help a statistic with too few requests.
+                return Err(why);
+            }
             failing = r;
             failed_eval = Some(e);
             if r >= max {
@@ -613,6 +617,35 @@ fn shortfalls(e: &Eval) -> (bool, bool) {
 }
 
 /// The objectives a failed evaluation missed, in words.
+/// When every objective `e` missed rests on too few requests to be judged
+/// (not on a value past its limit): why, and what to raise.
+fn undecided(e: &Eval) -> Option<String> {
+    let objectives = e.objectives();
+    let failed: Vec<&ObjectiveResult> = objectives.iter().filter(|o| !o.met).collect();
+    let too_few =
+        |o: &&ObjectiveResult| o.verdict == Some(tokenscope_core::slo::Verdict::NotEnoughData);
+    if failed.is_empty() || !failed.iter().all(too_few) {
+        return None;
+    }
+    let said: Vec<String> = failed
+        .iter()
+        .map(|o| {
+            format!(
+                "{}_{} ({} ms) rests on {} requests, {} needed",
+                o.metric,
+                o.stat,
+                o.value_ms.map_or("-".into(), |v| format!("{v:.0}")),
+                o.n.map_or("-".into(), |n| n.to_string()),
+                o.needed.map_or("more".into(), |n| n.to_string())
+            )
+        })
+        .collect();
+    Some(format!(
+        "cannot be judged: {}; raise --requests",
+        said.join(", ")
+    ))
+}
+
 fn missed(e: Option<&Eval>) -> String {
     e.map(|e| {
         e.objectives()

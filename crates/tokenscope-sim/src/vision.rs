@@ -40,6 +40,91 @@ pub fn image_tokens((w, h): (u32, u32)) -> u64 {
     (w.div_ceil(PIXELS_PER_TOKEN_SIDE) as u64 * h.div_ceil(PIXELS_PER_TOKEN_SIDE) as u64).max(1)
 }
 
+/// A vision-language model family's image encoder, as `sim plan` and
+/// `sim size` charge it: its own FLOPs and weights before the prompt's
+/// prefill, and the image tokens it adds to the prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Encoder {
+    pub name: &'static str,
+    /// Encoder parameters, billions.
+    pub params_b: f64,
+    /// Pixels per patch side.
+    pub patch_px: u32,
+    /// Patches merged into one image token, per side.
+    pub merge: u32,
+    /// Tiled encoders: the tile's side and the most tiles an image takes.
+    pub tile: Option<(u32, u32)>,
+    /// Share of the decoder's layers that hold an image token's KV (and
+    /// compute it): 1 where image tokens join the prompt, the
+    /// cross-attention layers' share where they are attended from beside it.
+    pub kv_share: f64,
+    pub source: &'static str,
+}
+
+/// The encoders `sim plan --images` knows, by family.
+pub const ENCODERS: [Encoder; 2] = [
+    Encoder {
+        name: "qwen2.5-vl",
+        params_b: 0.675,
+        patch_px: 14,
+        merge: 2,
+        tile: None,
+        kv_share: 1.0,
+        source: "Qwen2.5-VL Technical Report (2025), Table 1: a 675M-parameter ViT, 14-pixel patches, 2×2 patches merged into one token; images resized to multiples of 28 pixels",
+    },
+    Encoder {
+        name: "llama-3.2-vision",
+        params_b: 0.85,
+        patch_px: 14,
+        merge: 1,
+        tile: Some((560, 4)),
+        kv_share: 8.0 / 40.0,
+        source: "The Llama 3 Herd of Models (2024), §7.2: ViT-H/14 with 8 gated layers added (850M parameters), 560×560 tiles (up to 4), 1,601 tokens a tile; Llama-3.2-11B-Vision attends to them in 8 cross-attention layers of 40",
+    },
+];
+
+impl Encoder {
+    /// The encoder of a catalogue family.
+    pub fn named(name: &str) -> Option<&'static Encoder> {
+        ENCODERS.iter().find(|e| e.name.eq_ignore_ascii_case(name))
+    }
+
+    /// Patches the encoder runs over for one image of `w × h` pixels.
+    pub fn patches(&self, (w, h): (u32, u32)) -> u64 {
+        let side = self.patch_px * self.merge;
+        match self.tile {
+            // Resized to whole tokens (at least one each way).
+            None => {
+                let snap =
+                    |x: u32| ((x as f64 / side as f64).round() as u64).max(1) * self.merge as u64;
+                snap(w) * snap(h)
+            }
+            Some((tile, max)) => {
+                let tiles = (w.div_ceil(tile) * h.div_ceil(tile)).clamp(1, max) as u64;
+                let per_tile = (tile / self.patch_px) as u64;
+                tiles * (per_tile * per_tile + 1)
+            }
+        }
+    }
+
+    /// Image tokens one image adds to what the decoder attends to.
+    pub fn tokens(&self, size: (u32, u32)) -> u64 {
+        self.patches(size) / (self.merge as u64 * self.merge as u64).max(1)
+    }
+
+    /// Of those, the prompt tokens the decoder's KV holds and its prefill
+    /// computes ([`Encoder::kv_share`] of them).
+    pub fn prompt_tokens(&self, size: (u32, u32)) -> u64 {
+        (self.tokens(size) as f64 * self.kv_share).ceil() as u64
+    }
+
+    /// The encoder's FLOPs for one image: two per parameter per patch (its
+    /// attention, over windows or one tile, is a few per cent more and left out).
+    pub fn flops(&self, size: (u32, u32)) -> f64 {
+        2.0 * self.params_b * 1e9 * self.patches(size) as f64
+    }
+}
+
 /// Every media part of the request's messages (chat's `messages`,
 /// Responses' `input`; Anthropic's `messages`), counted.
 pub fn count(body: &Value) -> Counted {
@@ -138,6 +223,25 @@ fn wav_seconds(b: Option<&[u8]>) -> f64 {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn encoders_count_patches_and_tokens_as_their_papers_do() {
+        let qwen = Encoder::named("qwen2.5-vl").unwrap();
+        // 1024 px → 37 tokens of 28 px each way (1036 px), 74 patches.
+        assert_eq!(qwen.tokens((1024, 1024)), 37 * 37);
+        assert_eq!(qwen.patches((1024, 1024)), 74 * 74);
+        assert_eq!(qwen.prompt_tokens((1024, 1024)), 1369);
+        let llama = Encoder::named("llama-3.2-vision").unwrap();
+        // 1024 × 1024 takes 2 × 2 tiles of 560: 4 × 1,601 tokens.
+        assert_eq!(llama.tokens((1024, 1024)), 4 * 1601);
+        assert_eq!(llama.tokens((4000, 300)), 4 * 1601, "at most 4 tiles");
+        assert_eq!(
+            llama.prompt_tokens((560, 560)),
+            321,
+            "a fifth in the decoder's layers"
+        );
+        assert!(llama.flops((1024, 1024)) > qwen.flops((1024, 1024)));
+    }
     use tokenscope_workload::media::{audio, image, Format};
 
     #[test]

@@ -32,6 +32,7 @@ fn load(pattern: LoadPattern, requests: u64, input: u64, output: u64) -> PlanLoa
         fleet: Default::default(),
         trace: None,
         reasoning: None,
+        images: None,
     }
 }
 
@@ -647,5 +648,63 @@ fn speculative_decoding_pays_at_small_batches_and_less_as_they_grow() {
     assert!(
         eagle > one && eagle < 0.5,
         "EAGLE × {eagle:.3}, n-gram × {one:.3}"
+    );
+}
+
+#[test]
+fn an_image_adds_its_tokens_and_the_encoders_time_to_ttft() {
+    let cat = Catalogue::builtin();
+    let mut cfg = default_engine();
+    cfg.model = cat.model("qwen2.5-vl-7b").unwrap();
+    let encoder = tokenscope_sim::vision::Encoder::named("qwen2.5-vl")
+        .unwrap()
+        .clone();
+    let size = (1024, 1024);
+    let image_tokens = encoder.prompt_tokens(size);
+    let ttft = |l: &PlanLoad| median(&run(&cfg, l).records, |r| r.ttft_us().map(|v| v as f64));
+    // One 1024 × 1024 image beside 256 words, against text alone of the
+    // same prompt length: the difference is the encoder's time.
+    let mut with = load(closed(1), 30, 256, 16);
+    with.images = Some(tokenscope_sim::plan::Images {
+        per_request: 1,
+        sizes: vec![size],
+        encoder: encoder.clone(),
+    });
+    let same_length = load(closed(1), 30, 256 + image_tokens, 16);
+    let text_only = load(closed(1), 30, 256, 16);
+    let records = run(&cfg, &with).records;
+    assert_eq!(
+        records[0].input_tokens,
+        Some(256 + 1369),
+        "the image's tokens count in the prompt"
+    );
+    let (t_img, t_same, t_text) = (ttft(&with), ttft(&same_length), ttft(&text_only));
+    // The encoder's modelled time: its FLOPs on the same roofline.
+    let cost = cfg.cost_model();
+    let prefill = |encoder_flops: f64| {
+        let n = 256 + image_tokens;
+        cost.step_time(&tokenscope_sim::engine::cost::StepWork {
+            sequences: 1,
+            tokens: n,
+            attended: (n * n) as f64 / 2.0,
+            logits: 1,
+            encoder_flops,
+            encoder_params_b: encoder.params_b,
+            ..Default::default()
+        })
+    };
+    let modelled_ms = (prefill(encoder.flops(size)) - prefill(0.0)) * 1e3;
+    let added_ms = (t_img - t_same) / 1e3;
+    assert!(
+        modelled_ms > 5.0,
+        "a 675M ViT over 5,476 patches: {modelled_ms} ms"
+    );
+    assert!(
+        (added_ms - modelled_ms).abs() < 0.2 * modelled_ms,
+        "TTFT +{added_ms:.2} ms over text of the same length, the encoder modelled at {modelled_ms:.2} ms"
+    );
+    assert!(
+        t_img > t_text + 1e3 * modelled_ms,
+        "and more than the text alone"
     );
 }

@@ -102,7 +102,44 @@ pub fn plan_load(load: &Load, network_delay: std::time::Duration) -> PlanLoad {
         fleet: Default::default(),
         trace: None,
         reasoning: None,
+        images: None,
     }
+}
+
+/// `--images N --image-size WxH…` on the virtual clock: the model's
+/// vision encoder charges them; a text-only model is refused.
+pub fn plan_images(
+    model: &tokenscope_sim::engine::catalogue::Model,
+    load: &crate::cli::LoadArgs,
+) -> anyhow::Result<Option<tokenscope_sim::plan::Images>> {
+    if load.images == 0 {
+        return Ok(None);
+    }
+    let encoder = model
+        .vision
+        .as_deref()
+        .and_then(tokenscope_sim::vision::Encoder::named)
+        .ok_or_else(|| {
+            let vlms: Vec<String> = tokenscope_sim::engine::catalogue::models()
+                .into_iter()
+                .filter(|m| m.vision.is_some())
+                .map(|m| m.name)
+                .collect();
+            Exit::usage(format!(
+                "--images: {} has no vision encoder in the catalogue; a vision-language model takes them ({})",
+                model.name,
+                vlms.join(", ")
+            ))
+        })?;
+    Ok(Some(tokenscope_sim::plan::Images {
+        per_request: load.images,
+        sizes: load
+            .image_size
+            .iter()
+            .map(|s| (s.width, s.height))
+            .collect(),
+        encoder: encoder.clone(),
+    }))
 }
 
 /// A measured run to replay: its load flags, its requests' token counts, and its medians.

@@ -55,6 +55,9 @@ pub struct Model {
     pub max_context: u32,
     /// MLA (DeepSeek): KV cache holds `kv_lora_rank + rope_dim` per layer per token.
     pub mla: Option<Mla>,
+    /// A vision-language model: its vision encoder (`crate::vision::ENCODERS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vision: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -146,6 +149,7 @@ fn model(
         active_params_b,
         max_context,
         mla: None,
+        vision: None,
     }
 }
 
@@ -217,6 +221,40 @@ pub fn models() -> Vec<Model> {
             131072,
         ),
         model("qwen2.5-7b", 28, 3584, 28, 4, 128, 152064, 7.6, 7.6, 32768),
+        // Qwen2.5-VL-7B: Qwen2.5-7B's decoder behind a 675M ViT (the
+        // Qwen2.5-VL technical report); weights counted with the encoder.
+        Model {
+            vision: Some("qwen2.5-vl".into()),
+            ..model(
+                "qwen2.5-vl-7b",
+                28,
+                3584,
+                28,
+                4,
+                128,
+                152064,
+                8.3,
+                7.6,
+                128000,
+            )
+        },
+        // Llama-3.2-11B-Vision: Llama-3.1-8B's 32 layers and 8 cross-attention
+        // layers (40 in all) behind an 850M ViT-H/14 (Llama 3 paper §7.2).
+        Model {
+            vision: Some("llama-3.2-vision".into()),
+            ..model(
+                "llama-3.2-11b-vision",
+                40,
+                4096,
+                32,
+                8,
+                128,
+                128256,
+                10.6,
+                9.8,
+                131072,
+            )
+        },
         model(
             "qwen2.5-72b",
             80,

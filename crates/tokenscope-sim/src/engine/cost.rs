@@ -117,6 +117,10 @@ pub struct StepWork {
     /// and their contexts summed (what a draft model's passes read).
     pub drafting: u32,
     pub draft_context: f64,
+    /// Images: the vision encoder's FLOPs in this step, and its parameters
+    /// (billions; its weights are read once when it runs).
+    pub encoder_flops: f64,
+    pub encoder_params_b: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -170,11 +174,17 @@ impl CostModel {
         let non_embedding = (active - 2.0 * head).max(0.5 * active);
         let flops = 2.0 * non_embedding * w.tokens as f64
             + 2.0 * head * w.logits as f64
-            + 4.0 * m.layers as f64 * m.attention_width() * w.attended;
+            + 4.0 * m.layers as f64 * m.attention_width() * w.attended
+            + w.encoder_flops;
         // Each token touches its active parameters; at a large enough batch all
         // weights (every expert) are read once per step.
         let touched = (active * w.sequences.max(1) as f64).min(m.params_b * 1e9);
+        let encoder_bytes = match w.encoder_flops > 0.0 {
+            true => w.encoder_params_b * 1e9 * self.weights.bytes() / tp,
+            false => 0.0,
+        };
         let bytes = touched * self.weights.bytes() / tp
+            + encoder_bytes
             + (w.kv_read_tokens + w.tokens as f64) * self.kv_bytes_per_token_per_gpu();
         let e = &self.efficiency;
         let compute_s = flops / tp / (self.peak_flops() * e.compute);

@@ -40,6 +40,11 @@ pub struct Seq {
     pub queue_time: f64,
     pub first_scheduled_at: Option<f64>,
     pub preemptions: u32,
+    /// Images: the vision encoder's work, done in the step that takes its
+    /// first prompt tokens (FLOPs, and the encoder's parameters in
+    /// billions, whose weights that step reads); 0 once done.
+    pub encoder_flops: f64,
+    pub encoder_params_b: f64,
 }
 
 impl Seq {
@@ -61,6 +66,8 @@ impl Seq {
             queue_time: 0.0,
             first_scheduled_at: None,
             preemptions: 0,
+            encoder_flops: 0.0,
+            encoder_params_b: 0.0,
         }
     }
 
@@ -493,6 +500,8 @@ impl Scheduler {
             let p = seq.computed as f64;
             w.sequences += 1;
             w.tokens += n;
+            w.encoder_flops += seq.encoder_flops;
+            w.encoder_params_b = w.encoder_params_b.max(seq.encoder_params_b);
             w.attended += n as f64 * p + (n * n) as f64 / 2.0;
             w.kv_read_tokens += p;
             if slot.drafts > 0 {
@@ -523,6 +532,7 @@ impl Scheduler {
             };
             let seq = &mut self.running[i];
             seq.computed += slot.new_tokens;
+            seq.encoder_flops = 0.0; // encoded, once
             let decoded = seq.computed >= seq.tokens();
             let accepted = match &self.spec {
                 Some(s) if decoded && slot.drafts > 0 => {

@@ -212,6 +212,24 @@ fn with_reasoning(mut config: serde_json::Value, args: &PlanArgs) -> serde_json:
     config
 }
 
+/// The config, with the images planned (`--images`) and the encoder that charged them.
+fn with_images(
+    mut config: serde_json::Value,
+    images: Option<&tokenscope_sim::plan::Images>,
+) -> serde_json::Value {
+    if let Some(m) = images {
+        let sizes: Vec<String> = m.sizes.iter().map(|(w, h)| format!("{w}x{h}")).collect();
+        config["media"] = json!({
+            "images": m.per_request,
+            "image_sizes": sizes,
+            "encoder": m.encoder.name,
+            "encoder_params_b": m.encoder.params_b,
+            "encoder_source": m.encoder.source,
+        });
+    }
+    config
+}
+
 /// Simulates one load (replaying `trace` lengths when given) and writes its run directory.
 fn one_point(
     cfg: &EngineConfig,
@@ -225,6 +243,7 @@ fn one_point(
         trace,
         fleet: fleet(cfg, args)?,
         reasoning: args.reasoning_tokens,
+        images: crate::engine::plan_images(&cfg.model, &args.load)?,
         ..plan_load(load, args.network_delay)
     };
     let started_at = crate::run_dir::now_rfc3339();
@@ -280,7 +299,10 @@ fn one_point(
             model: cfg.model.name.clone(),
             builtin: Some(format!("simulated on a virtual clock: {}", cfg.describe())),
         },
-        config: with_reasoning(load.config_json(&plan, &args.output), args),
+        config: with_images(
+            with_reasoning(load.config_json(&plan, &args.output), args),
+            plan_load.images.as_ref(),
+        ),
         server: Server {
             kind: Some("tokenscope-sim".into()),
             version: Some(format!("tokenscope-sim {}", env!("CARGO_PKG_VERSION"))),
@@ -322,13 +344,14 @@ pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
         "a simulation on a virtual clock needs an end",
     )?;
     crate::spec::pricing::check_output(&args.output)?;
-    if args.load.images > 0 || args.load.audio > 0 {
+    if args.load.audio > 0 {
         return Err(Exit::usage(
-            "sim plan does not model media yet: --images and --audio are for bench (the built-in engine charges them)".into(),
+            "sim plan does not model audio yet: --audio is for bench (the built-in engine charges it)".into(),
         ));
     }
-    let work = Load::read(args.load.clone(), args.output.quiet || args.output.json)?;
     let mut cfg = engine_config(&args.engine)?;
+    crate::engine::plan_images(&cfg.model, &args.load)?;
+    let work = Load::read_for_plan(args.load.clone(), args.output.quiet || args.output.json)?;
     // A fixed fleet's GPUs are all its replicas'; an autoscaled one is paid
     // by its GPU-seconds (pay_replica_seconds), per replica here.
     let per_fleet = match (args.autoscale.is_some(), args.disaggregate) {

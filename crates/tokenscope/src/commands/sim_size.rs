@@ -27,7 +27,7 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
         // Enough for a p99 to be judged by the estimate (1,000 needed).
         args.load.requests = Some(1500);
     }
-    let work = crate::spec::workload::Load::read(args.load.clone(), args.json)?;
+    let work = crate::spec::workload::Load::read_for_plan(args.load.clone(), args.json)?;
     let cat = crate::engine::catalogue(args.catalogue.as_deref())?;
     let model = cat
         .model(&args.model)
@@ -50,6 +50,7 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
     }
     let load = tokenscope_sim::plan::PlanLoad {
         reasoning: args.reasoning_tokens,
+        images: crate::engine::plan_images(&template.model, &args.load)?,
         ..crate::engine::plan_load(&work, args.network_delay)
     };
     let (candidates, unpriced) = candidates(&args, &gpus, &engines);

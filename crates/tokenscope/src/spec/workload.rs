@@ -35,9 +35,19 @@ impl Load {
     /// first (a dataset's prompts are counted with it), then `--dataset`.
     /// `quiet` keeps what is said about them off stderr.
     pub fn read(flags: LoadArgs, quiet: bool) -> anyhow::Result<Load> {
+        let media = synthetic_media(&flags, quiet);
+        Ok(Load {
+            media,
+            ..Load::read_for_plan(flags, quiet)?
+        })
+    }
+
+    /// The load a simulation plans: its files read, its media only counted
+    /// (the virtual clock charges `--images` by size; nothing is encoded).
+    pub fn read_for_plan(flags: LoadArgs, quiet: bool) -> anyhow::Result<Load> {
         let tokenizer_check = load_tokenizer(&flags, quiet)?;
         let dataset = load_dataset(&flags, quiet)?;
-        let media = synthetic_media(&flags, quiet);
+        let media = None;
         Ok(Load {
             flags,
             dataset,
