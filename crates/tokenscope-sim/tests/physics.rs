@@ -708,3 +708,34 @@ fn an_image_adds_its_tokens_and_the_encoders_time_to_ttft() {
         "and more than the text alone"
     );
 }
+
+#[test]
+fn a_static_batch_gives_every_request_the_whole_batchs_prefill_as_ttft() {
+    let mut cfg = default_engine();
+    cfg.engine = tokenscope_sim::engine::preset::Preset::Static;
+    cfg.efficiency.step_overhead_s = cfg.engine.step_overhead_s();
+    // Eight clients sending together (no front end to spread them): each
+    // wave is one batch of 8 × 1,024 prompt tokens, prefilled in one step,
+    // then decoded to its end. (A request that comes a moment after a
+    // batch began waits for all of it: a batch's members must arrive
+    // together for this to hold.)
+    cfg.efficiency.request_overhead_s = 0.0;
+    let l = load(closed(8), 64, 1024, 32);
+    let out = run(&cfg, &l);
+    let cost = cfg.cost_model();
+    let prefill_s = cost.step_time(&tokenscope_sim::engine::cost::StepWork {
+        sequences: 8,
+        tokens: 8 * 1024,
+        attended: 8.0 * 1024.0 * 1024.0 / 2.0,
+        logits: 8,
+        ..Default::default()
+    });
+    let ttft_ms = median(&out.records, |r| r.ttft_us().map(|v| v as f64)) / 1e3;
+    // Plus the network both ways.
+    let front_ms = 1.0;
+    assert!(
+        (ttft_ms - prefill_s * 1e3 - front_ms).abs() < 0.15 * prefill_s * 1e3,
+        "TTFT p50 {ttft_ms:.1} ms, the batch's prefill {:.1} ms",
+        prefill_s * 1e3
+    );
+}

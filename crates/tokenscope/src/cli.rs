@@ -364,7 +364,9 @@ pub struct EngineArgs {
     pub catalogue: Option<PathBuf>,
     /// Whose scheduling rules and per-step overhead: vllm (V1: chunked
     /// prefill, mixed steps), vllm-v0 (whole prompts, prefill steps first),
-    /// sglang (chunked, prefill batches first), trtllm (whole prompts, mixed).
+    /// sglang (chunked, prefill batches first), trtllm (whole prompts, mixed),
+    /// static (a batch's prompts prefilled together; no one joins it until
+    /// it ends).
     #[arg(long, default_value = "vllm")]
     pub engine: tokenscope_sim::engine::preset::Preset,
     /// Multi-step scheduling, as vLLM 0.6's --num-scheduler-steps: a step of

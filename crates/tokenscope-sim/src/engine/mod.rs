@@ -90,6 +90,7 @@ impl EngineConfig {
             chunked_prefill,
             mixed_steps,
             multi_step: self.num_scheduler_steps.max(1),
+            static_batch: self.engine == preset::Preset::Static,
         }
     }
 

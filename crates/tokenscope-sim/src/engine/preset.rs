@@ -21,10 +21,22 @@ pub enum Preset {
     /// TensorRT-LLM's in-flight batching without chunked context (its
     /// default): prompts whole, mixed with the decodes of one step.
     Trtllm,
+    /// Static batching (FasterTransformer, TensorRT-LLM's `--batching_type
+    /// static`, and engines benchmarked a batch at a time): a batch's
+    /// prompts are prefilled together in one step, it decodes to its last
+    /// request's end, and nobody joins it meanwhile: a request's TTFT is its
+    /// wait for the batch before plus the whole batch's prefill.
+    Static,
 }
 
 impl Preset {
-    pub const ALL: [Preset; 4] = [Preset::Vllm, Preset::VllmV0, Preset::Sglang, Preset::Trtllm];
+    pub const ALL: [Preset; 5] = [
+        Preset::Vllm,
+        Preset::VllmV0,
+        Preset::Sglang,
+        Preset::Trtllm,
+        Preset::Static,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -32,6 +44,7 @@ impl Preset {
             Preset::VllmV0 => "vllm-v0",
             Preset::Sglang => "sglang",
             Preset::Trtllm => "trtllm",
+            Preset::Static => "static",
         }
     }
 
@@ -42,6 +55,7 @@ impl Preset {
             Preset::VllmV0 => (false, false),
             Preset::Sglang => (true, false),
             Preset::Trtllm => (false, true),
+            Preset::Static => (false, false),
         }
     }
 
@@ -61,7 +75,7 @@ impl Preset {
         match self {
             Preset::Vllm => 0.0014,
             Preset::VllmV0 => 0.005,
-            Preset::Sglang | Preset::Trtllm => 0.001,
+            Preset::Sglang | Preset::Trtllm | Preset::Static => 0.001,
         }
     }
 
@@ -71,6 +85,9 @@ impl Preset {
             Preset::VllmV0 => "vLLM V0 scheduler model: whole prompts, prefill steps first",
             Preset::Sglang => "SGLang scheduler model: chunked prefill, prefill batches first",
             Preset::Trtllm => "TensorRT-LLM scheduler model: whole prompts, in-flight batching",
+            Preset::Static => {
+                "static batching: a batch's prompts prefilled together, no one joins until it ends"
+            }
         }
     }
 }
@@ -81,7 +98,7 @@ impl FromStr for Preset {
         Preset::ALL
             .into_iter()
             .find(|p| p.name() == s.to_ascii_lowercase())
-            .ok_or_else(|| format!("`{s}`: expected vllm, vllm-v0, sglang or trtllm"))
+            .ok_or_else(|| format!("`{s}`: expected vllm, vllm-v0, sglang, trtllm or static"))
     }
 }
 

@@ -102,6 +102,9 @@ pub struct Limits {
     /// once. No request is admitted until the block ends, and the block's
     /// tokens reach the clients together at its end (1: off).
     pub multi_step: u32,
+    /// Static batching: a batch is admitted only when the last has ended,
+    /// its prompts all prefilled in one step whatever the token budget.
+    pub static_batch: bool,
 }
 
 impl Limits {
@@ -113,6 +116,7 @@ impl Limits {
             chunked_prefill: true,
             mixed_steps: true,
             multi_step: 1,
+            static_batch: false,
         }
     }
 }
@@ -347,6 +351,16 @@ impl Scheduler {
 
     /// A step by the engine's rules (no block open).
     fn plan_rules(&mut self, now: f64) -> StepWork {
+        if self.limits.static_batch {
+            // A static batch runs to its end (plan_kind admits no one into
+            // it); the next is admitted and prefilled whole once it has.
+            let prefilling = self.running.iter().any(|s| s.prefilling());
+            let kind = match self.running.is_empty() || prefilling {
+                true => StepKind::Prefills,
+                false => StepKind::Decodes,
+            };
+            return self.plan_kind(now, kind);
+        }
         if self.limits.mixed_steps {
             return self.plan_kind(now, StepKind::Mixed);
         }
@@ -372,7 +386,7 @@ impl Scheduler {
             StepKind::Decodes if seq.prefilling() => return None,
             _ => {}
         }
-        if self.limits.chunked_prefill || need <= budget {
+        if self.limits.chunked_prefill || need <= budget || self.limits.static_batch {
             Some(need.min(budget))
         } else if self.scheduled.iter().all(|s| s.new_tokens == 1) {
             // (Looked at only for a whole prompt over the budget: this runs
@@ -399,9 +413,15 @@ impl Scheduler {
     }
 
     fn plan_kind(&mut self, now: f64, kind: StepKind) -> StepWork {
+        // A static batch in progress is closed to newcomers.
+        let closed = self.limits.static_batch && !self.running.is_empty();
         self.scheduled.clear();
         self.preempted_in_step = 0;
-        let mut budget = self.limits.max_num_batched_tokens;
+        // A static batch's prompts go together, whatever the budget.
+        let mut budget = match self.limits.static_batch {
+            true => u32::MAX,
+            false => self.limits.max_num_batched_tokens,
+        };
         let mut preempted_any = false;
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
@@ -446,7 +466,7 @@ impl Scheduler {
             });
             i += 1;
         }
-        if !preempted_any && kind != StepKind::Decodes {
+        if !preempted_any && kind != StepKind::Decodes && !closed {
             while budget > 0 && (self.running.len() as u32) < self.limits.max_num_seqs {
                 let Some(mut seq) = self.waiting.pop_front() else {
                     break;
