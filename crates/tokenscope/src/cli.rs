@@ -625,7 +625,7 @@ pub struct SizeArgs {
     #[arg(long, value_name = "SPEC")]
     pub spec_decode: Option<String>,
     /// Whose scheduling rules to size under (as `sim plan --engine`): one or
-    /// more of vllm, vllm-v0, sglang, trtllm, or `all`; every shape is tried
+    /// more of vllm, vllm-v0, sglang, trtllm, static, or `all`; every shape is tried
     /// under each.
     #[arg(long, value_delimiter = ',', default_value = "vllm", value_parser = engines)]
     pub engine: Vec<Vec<tokenscope_sim::engine::preset::Preset>>,

@@ -193,7 +193,7 @@ impl CostModel {
         let msg = w.tokens as f64 * m.hidden as f64 * 2.0;
         let allreduce_s = 2.0 * m.layers as f64 * self.allreduce_s(msg);
         let overhead_s = if w.in_block { 0.0 } else { e.step_overhead_s };
-        let draft_s = self.spec.as_ref().map_or(0.0, |s| s.draft_time(self, w));
+        let draft_s = self.draft_time(w);
         compute_s.max(memory_s)
             + allreduce_s
             + overhead_s
@@ -201,6 +201,92 @@ impl CostModel {
             + e.per_layer_s * m.layers as f64
             + draft_s
     }
+}
+
+impl CostModel {
+    /// Speculative decoding's proposer in a step where `w.drafting`
+    /// sequences propose `k` tokens each (`w.draft_context`: their contexts
+    /// summed): `k` passes of an EAGLE head or a draft model on this
+    /// roofline, or an n-gram lookup's CPU time.
+    pub fn draft_time(&self, w: &StepWork) -> f64 {
+        use super::spec::{eagle_head, Method, NGRAM_PER_SEQUENCE_S};
+        let Some(spec) = self.spec.as_ref().filter(|_| w.drafting > 0) else {
+            return 0.0;
+        };
+        let pass = |model: Model| {
+            let cost = CostModel {
+                model,
+                spec: None,
+                ..self.clone()
+            };
+            let s = w.drafting;
+            cost.step_time(&StepWork {
+                sequences: s,
+                tokens: s as u64,
+                attended: w.draft_context,
+                kv_read_tokens: w.draft_context,
+                logits: s,
+                in_block: true,
+                ..StepWork::default()
+            })
+        };
+        let k = spec.k as f64;
+        match &spec.method {
+            Method::Ngram => NGRAM_PER_SEQUENCE_S * w.drafting as f64,
+            Method::Eagle => k * pass(eagle_head(&self.model)),
+            Method::Draft(m) => k * pass((**m).clone()),
+        }
+    }
+}
+
+/// Seconds per generated token of `batch` sequences decoding at `context`
+/// tokens each: one step's time over the tokens it yields a sequence.
+pub fn decode_time_per_token(cost: &CostModel, batch: u32, context: f64) -> f64 {
+    let (b, k) = (batch.max(1), cost.spec.as_ref().map_or(0, |s| s.k));
+    let n = 1 + k;
+    let per_seq = n as f64 * context + (n * n) as f64 / 2.0;
+    let w = StepWork {
+        sequences: b,
+        tokens: u64::from(b * n),
+        attended: b as f64 * per_seq,
+        kv_read_tokens: b as f64 * context,
+        logits: b * n,
+        drafting: if k > 0 { b } else { 0 },
+        draft_context: if k > 0 { b as f64 * context } else { 0.0 },
+        ..StepWork::default()
+    };
+    let yield_ = cost
+        .spec
+        .as_ref()
+        .map_or(1.0, super::spec::SpecDecode::tokens_per_step);
+    cost.step_time(&w) / yield_
+}
+
+/// The smallest batch (up to `max_batch`) at which speculative decoding no
+/// longer makes a token faster than plain decoding, at `context` tokens a
+/// sequence; `None` when it pays at every batch the engine admits.
+pub fn break_even_batch(cost: &CostModel, context: f64, max_batch: u32) -> Option<u32> {
+    let plain = CostModel {
+        spec: None,
+        ..cost.clone()
+    };
+    let pays = |b: u32| {
+        decode_time_per_token(cost, b, context) < decode_time_per_token(&plain, b, context)
+    };
+    if pays(max_batch) {
+        return None;
+    }
+    // The gain shrinks as the batch grows: the first batch where it is gone.
+    let (mut lo, mut hi) = (0u32, max_batch);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if pays(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Some(hi)
 }
 
 /// Launching a collective, whatever its size or ring (seconds).

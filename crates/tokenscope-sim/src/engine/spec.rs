@@ -25,7 +25,6 @@
 //! α (the model of Leviathan et al., 2023) solving mean(α, α², …, αᵏ) = A.
 
 use super::catalogue::Model;
-use super::cost::{CostModel, StepWork};
 
 /// Draft tokens per step, at most.
 pub const MAX_K: usize = 16;
@@ -147,36 +146,6 @@ impl SpecDecode {
             .count() as u32
     }
 
-    /// The proposer's time in a step where `w.drafting` sequences propose
-    /// `k` tokens each (`w.draft_context`: their contexts summed).
-    pub fn draft_time(&self, target: &CostModel, w: &StepWork) -> f64 {
-        if w.drafting == 0 {
-            return 0.0;
-        }
-        let pass = |model: Model| {
-            let cost = CostModel {
-                model,
-                ..target.clone()
-            };
-            let s = w.drafting;
-            cost.step_time(&StepWork {
-                sequences: s,
-                tokens: s as u64,
-                attended: w.draft_context,
-                kv_read_tokens: w.draft_context,
-                logits: s,
-                in_block: true,
-                ..StepWork::default()
-            })
-        };
-        let k = self.k as f64;
-        match &self.method {
-            Method::Ngram => NGRAM_PER_SEQUENCE_S * w.drafting as f64,
-            Method::Eagle => k * pass(eagle_head(&target.model)),
-            Method::Draft(m) => k * pass((**m).clone()),
-        }
-    }
-
     /// The rule as `--spec-decode` takes it, per position (so it reads
     /// back exactly).
     pub fn text(&self) -> String {
@@ -239,53 +208,6 @@ impl SpecDecode {
     }
 }
 
-/// Seconds per generated token of `batch` sequences decoding at `context`
-/// tokens each: one step's time over the tokens it yields a sequence.
-pub fn decode_time_per_token(cost: &CostModel, batch: u32, context: f64) -> f64 {
-    let (b, k) = (batch.max(1), cost.spec.as_ref().map_or(0, |s| s.k));
-    let n = 1 + k;
-    let per_seq = n as f64 * context + (n * n) as f64 / 2.0;
-    let w = StepWork {
-        sequences: b,
-        tokens: u64::from(b * n),
-        attended: b as f64 * per_seq,
-        kv_read_tokens: b as f64 * context,
-        logits: b * n,
-        drafting: if k > 0 { b } else { 0 },
-        draft_context: if k > 0 { b as f64 * context } else { 0.0 },
-        ..StepWork::default()
-    };
-    let yield_ = cost.spec.as_ref().map_or(1.0, SpecDecode::tokens_per_step);
-    cost.step_time(&w) / yield_
-}
-
-/// The smallest batch (up to `max_batch`) at which speculative decoding no
-/// longer makes a token faster than plain decoding, at `context` tokens a
-/// sequence; `None` when it pays at every batch the engine admits.
-pub fn break_even_batch(cost: &CostModel, context: f64, max_batch: u32) -> Option<u32> {
-    let plain = CostModel {
-        spec: None,
-        ..cost.clone()
-    };
-    let pays = |b: u32| {
-        decode_time_per_token(cost, b, context) < decode_time_per_token(&plain, b, context)
-    };
-    if pays(max_batch) {
-        return None;
-    }
-    // The gain shrinks as the batch grows: the first batch where it is gone.
-    let (mut lo, mut hi) = (0u32, max_batch);
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if pays(mid) {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    Some(hi)
-}
-
 /// Per-position rates (each at most the one before) to conditional ones.
 fn per_position(rates: &[f64]) -> Result<Vec<f64>, String> {
     if rates.len() > MAX_K {
@@ -322,7 +244,7 @@ fn solve_alpha(rate: f64, k: u32) -> f64 {
 
 /// An EAGLE head as a model: one decoder layer of the target (its share of
 /// the non-embedding weights) and the LM head it shares.
-fn eagle_head(target: &Model) -> Model {
+pub fn eagle_head(target: &Model) -> Model {
     let head_b = target.vocab as f64 * target.hidden as f64 / 1e9;
     let layer_b = (target.active_params_b - 2.0 * head_b).max(0.0) / target.layers.max(1) as f64;
     Model {

@@ -57,12 +57,12 @@ fn spec_json(
     let cost = cfg.cost_model();
     let max_batch = cfg.limits().max_num_seqs;
     let per_token_ms = |b: u32| {
-        let with = tokenscope_sim::engine::spec::decode_time_per_token(&cost, b, context);
+        let with = tokenscope_sim::engine::cost::decode_time_per_token(&cost, b, context);
         let plain = tokenscope_sim::engine::cost::CostModel {
             spec: None,
             ..cost.clone()
         };
-        let without = tokenscope_sim::engine::spec::decode_time_per_token(&plain, b, context);
+        let without = tokenscope_sim::engine::cost::decode_time_per_token(&plain, b, context);
         json!({"batch": b, "with_ms": with * 1e3, "without_ms": without * 1e3})
     };
     let batches = [1, 8, 32, 128, 512].into_iter().filter(|&b| b <= max_batch);
@@ -75,7 +75,7 @@ fn spec_json(
         "acceptance_rate": counted.acceptance_rate(),
         "mean_accepted_length": counted.mean_accepted_length(),
         "acceptance_by_position": counted.acceptance_by_position(spec.k),
-        "break_even_batch": tokenscope_sim::engine::spec::break_even_batch(&cost, context, max_batch),
+        "break_even_batch": tokenscope_sim::engine::cost::break_even_batch(&cost, context, max_batch),
         "break_even_context_tokens": context,
         "time_per_token": time_per_token,
     }))
