@@ -116,35 +116,12 @@ fn a_prometheus_server_scrapes_the_live_figures_and_they_add_up_to_the_results()
     let prometheus = Prometheus::start(port);
     let out = run_dir("serve-metrics");
     let addr = format!("127.0.0.1:{port}");
-    let mut bench = tokenscope()
-        .args([
-            "bench",
-            "--url",
-            &server.url,
-            "--quiet",
-            "--no-metrics",
-            "--no-history",
-        ])
-        .args([
-            "--requests",
-            "300",
-            "--concurrency",
-            "4",
-            "--output-tokens",
-            "24",
-        ])
-        .args([
-            "--serve-metrics",
-            &addr,
-            "--tag",
-            "canary",
-            "--slo",
-            "ttft_p50=5s",
-        ])
-        .arg("--out")
-        .arg(&out)
-        .spawn()
-        .unwrap();
+    let mut bench = exported_bench(
+        &server.url,
+        &addr,
+        &out,
+        &["--tag", "canary", "--slo", "ttft_p50=5s"],
+    );
     // Read directly every 20 ms, keeping the last exposition, and ask the
     // Prometheus server until it has scraped a finished request.
     let (mut last, mut scraped_by_prometheus) = (None, None);
@@ -226,27 +203,7 @@ fn a_prometheus_with_native_histograms_reads_them_from_the_protobuf_exposition()
     let prometheus = Prometheus::start_native(port);
     let out = run_dir("serve-metrics-native");
     let addr = format!("127.0.0.1:{port}");
-    let mut bench = tokenscope()
-        .args([
-            "bench",
-            "--url",
-            &server.url,
-            "--quiet",
-            "--no-metrics",
-            "--no-history",
-        ])
-        .args([
-            "--requests",
-            "300",
-            "--concurrency",
-            "4",
-            "--output-tokens",
-            "24",
-        ])
-        .args(["--serve-metrics", &addr, "--tag", "native", "--out"])
-        .arg(&out)
-        .spawn()
-        .unwrap();
+    let mut bench = exported_bench(&server.url, &addr, &out, &["--tag", "native"]);
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut protobuf = None;
     while bench.try_wait().unwrap().is_none() {
@@ -367,6 +324,34 @@ fn protobuf_content_type(port: u16) -> Option<String> {
             .strip_prefix("content-type:")
             .map(|v| v.trim().to_string())
     })
+}
+
+/// A bench of 300 requests of 24 tokens at concurrency 4 against `url`,
+/// serving its live figures at `addr`, started and left running.
+fn exported_bench(url: &str, addr: &str, out: &std::path::Path, extra: &[&str]) -> Child {
+    tokenscope()
+        .args([
+            "bench",
+            "--url",
+            url,
+            "--quiet",
+            "--no-metrics",
+            "--no-history",
+        ])
+        .args([
+            "--requests",
+            "300",
+            "--concurrency",
+            "4",
+            "--output-tokens",
+            "24",
+        ])
+        .args(["--serve-metrics", addr])
+        .args(extra)
+        .arg("--out")
+        .arg(out)
+        .spawn()
+        .unwrap()
 }
 
 /// Every query of the shipped Grafana dashboard (`deploy/grafana`), its
