@@ -257,7 +257,9 @@ fn one_point(
     let options = tokenscope_load::recorder::Options {
         rotation: args.output.records.rotation(duration),
         windows: (args.output.records.window_us(duration)).map(|us| (us, args.output.slo.clone())),
-        bounded: Some(4096),
+        // A few hundred records (~1 MB of 256-token ones): enough that the
+        // writer never waits, few enough not to be the plan's peak memory.
+        bounded: Some(256),
         ..Default::default()
     };
     let recorder = tokenscope_load::recorder::Recorder::create_with(
