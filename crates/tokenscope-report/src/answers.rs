@@ -129,3 +129,56 @@ pub fn across_loads(a: &AcrossLoads) -> Vec<String> {
     );
     out
 }
+
+/// A sweep's speculative decoding, a line per load (as the servers counted
+/// it), then its finding when acceptance fell with load.
+pub fn spec_across_loads(a: &tokenscope_core::spec_decode::SpecAcrossLoads) -> Vec<String> {
+    let mut out = vec!["\nSpeculative decoding across loads (the server's counters)".to_string()];
+    for p in &a.points {
+        let length = p
+            .mean_accepted_length
+            .map_or(String::new(), |l| format!(" · {l:.2} tokens a step"));
+        let drafted = p
+            .draft_tokens
+            .map_or(String::new(), |n| format!(" ({n:.0} draft tokens)"));
+        out.push(format!(
+            "  {:<16} acceptance {:.1} %{drafted}{length}",
+            p.point,
+            p.acceptance_rate * 100.0
+        ));
+    }
+    out.extend(
+        a.findings
+            .iter()
+            .map(|f| format!("  [{}] {}", f.severity, f.message)),
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokenscope_core::spec_decode::{across, SpecAtLoad};
+
+    #[test]
+    fn a_sweeps_speculation_is_a_line_a_load_and_its_warning() {
+        let at = |load: f64, rate: f64| SpecAtLoad {
+            point: format!("c{load}"),
+            load,
+            acceptance_rate: rate,
+            mean_accepted_length: Some(1.0 + 4.0 * rate),
+            draft_tokens: Some(40_000.0),
+        };
+        let a = across(vec![at(1.0, 0.72), at(32.0, 0.55)]).unwrap();
+        let lines = spec_across_loads(&a);
+        assert!(
+            lines[1].contains("c1")
+                && lines[1].contains("acceptance 72.0 % (40000 draft tokens) · 3.88 tokens a step"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[3].starts_with("  [warning] speculative decoding's acceptance fell with load"),
+            "{lines:?}"
+        );
+    }
+}

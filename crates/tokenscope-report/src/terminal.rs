@@ -795,6 +795,11 @@ pub fn analysis(a: &Analysis) -> String {
             _ = writeln!(out, "{line}");
         }
     }
+    if let Some(spec) = &a.spec_decode {
+        for line in crate::answers::spec_across_loads(spec) {
+            _ = writeln!(out, "{line}");
+        }
+    }
     _ = writeln!(out, "\nRecommended operating points");
     for r in &a.recommendations {
         match r.load {
