@@ -253,6 +253,12 @@ impl Lines {
         }
         self.written += line.len() as u64;
         self.in_segment += 1;
+        Ok(())
+    }
+
+    /// Rotates when the segment is full (after a line is on disk, so a
+    /// failed rotation never counts that line as lost).
+    fn rotate_if_full(&mut self) -> std::io::Result<()> {
         match &self.rotation {
             Some((r, _)) if self.written >= r.segment_bytes => self.rotate(),
             _ => Ok(()),
@@ -474,8 +480,11 @@ fn write_all(
                     line.push(b'\n');
                     lines.write(&line)
                 });
-            match wrote {
-                Ok(()) => done.on_disk += 1,
+            match wrote
+                .map(|()| done.on_disk += 1)
+                .and_then(|()| lines.rotate_if_full())
+            {
+                Ok(()) => {}
                 Err(source) => {
                     done.error = Some(io(path, source));
                     on_failure.cancel();
