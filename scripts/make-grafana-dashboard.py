@@ -4,7 +4,10 @@
 default objectives (TTFT p99 1 s, TPOT p99 50 ms) and tokenscope's health
 bands (crates/tokenscope-report/src/health.rs: green at most 80 % of a
 limit, yellow up to it, red past it; failures green at 0, yellow up to 1 %).
-tests/live_metrics.rs runs every query against a real Prometheus server."""
+tests/live_metrics.rs runs every query against a real Prometheus server.
+The server panels (`tokenscope_server`, from tokenscope's own scrapes of the
+target's /metrics) and the windows' (`tokenscope_window`, once a window
+closes) have data only where those exist."""
 import json
 import pathlib
 
@@ -33,6 +36,10 @@ def quantile(metric, q):
             f"(rate(tokenscope_{metric}_seconds{SEL}[1m]))) or "
             f"histogram_quantile({q}, sum by (le, run) "
             f"(rate(tokenscope_{metric}_seconds_bucket{SEL}[1m])))")
+
+
+def server(figure):
+    return f'tokenscope_server{{figure="{figure}", model=~"$model", tag=~"$tag"}}'
 
 
 def bands(good_max, limit):
@@ -80,6 +87,18 @@ def main():
               [(f"sum by (run) (tokenscope_in_flight{SEL})", "in flight {{run}}"),
                (quantile("send_lag", 0.99), "send lag p99 {{run}}")],
               "short", 12, 24),
+        panel(9, "Server: requests running and waiting (its own /metrics, as tokenscope scrapes them)",
+              [(server("running"), "running"), (server("waiting"), "waiting")],
+              "short", 0, 32),
+        panel(10, "Server: KV-cache usage and speculative decoding's acceptance",
+              [(server("kv_usage"), "KV cache"),
+               (server("spec_decode_acceptance"), "draft tokens accepted")],
+              "percentunit", 12, 32),
+        panel(11, "Each window's SLO (1 met, 0 not; --slo) and the client's loop delay",
+              [(f'tokenscope_window{{figure="slo_met", run=~"$run", model=~"$model", tag=~"$tag"}}',
+                "SLO met {{run}}"),
+               (f"tokenscope_loop_delay_seconds{SEL}", "loop delay (s) {{run}}")],
+              "short", 0, 40),
     ]
     dashboard = {
         "title": "tokenscope: live load test", "uid": "tokenscope-live",

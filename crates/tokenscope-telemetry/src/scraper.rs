@@ -91,6 +91,10 @@ pub struct Sample {
     pub queue_time_mean_ms: Option<f64>,
     pub gpu_util_time_pct: Option<f64>,
     pub gpu_power_w: Option<f64>,
+    /// Speculative decoding's acceptance since the previous line (accepted
+    /// ÷ drafted tokens, or the server's gauge); absent when it drafted none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spec_acceptance: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -258,11 +262,12 @@ impl Sampler {
             error = None;
         }
         let t_s = self.origin.map_or(0.0, |o| o.elapsed().as_secs_f64());
-        let prev_queue = self
-            .log
-            .scrapes
-            .last()
-            .and_then(|s| s.concepts.queue_time.clone());
+        let previous = self.log.scrapes.last().map(|s| &s.concepts);
+        let prev_queue = previous.and_then(|c| c.queue_time.clone());
+        let spec = previous.map_or_else(
+            || crate::spec_decode::summarize(&[&concepts.spec]),
+            |p| crate::spec_decode::summarize(&[&p.spec, &concepts.spec]),
+        );
         let queue_mean = match (&prev_queue, &concepts.queue_time) {
             (Some(a), Some(b)) => {
                 let d = hist_delta(a, b);
@@ -281,6 +286,7 @@ impl Sampler {
             generation_tokens_total: concepts.generation_tokens,
             queue_time_mean_ms: queue_mean,
             gpu_util_time_pct: concepts.gpu_util_time_pct,
+            spec_acceptance: spec.and_then(|s| s.acceptance_rate),
             gpu_power_w: concepts.gpu_power_w,
             error: error.clone(),
         };

@@ -101,7 +101,7 @@ impl ServerFigures {
             queue_time_p99_s: None,
             gpu_util: s.gpu_util_time_pct.map(|p| p / 100.0),
             preemptions: s.preemptions_total,
-            spec_acceptance: None,
+            spec_acceptance: s.spec_acceptance,
         }
     }
 }
