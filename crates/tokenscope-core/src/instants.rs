@@ -108,7 +108,7 @@ impl Instants {
         self.last_done = self.last_done.max(done);
         self.count += 1;
         if let Some(t) = &mut self.timeline {
-            t.add(sent, done, ok, scheduled);
+            t.add(sent, done, ok);
             return;
         }
         let e = self.exact.get_or_insert_with(Exact::default);
@@ -130,8 +130,8 @@ impl Instants {
             ..a
         });
         let mut t = Timeline::default();
-        for (s, &at) in e.spans.iter().zip(&e.scheduled) {
-            t.add(s.sent, s.done(), s.succeeded(), at);
+        for s in &e.spans {
+            t.add(s.sent, s.done(), s.succeeded());
         }
         self.timeline = Some(t);
     }
@@ -144,11 +144,6 @@ impl Instants {
     /// The grid the figures are exact on, µs (1 while every instant is kept).
     pub fn grid_us(&self) -> u64 {
         self.timeline.as_ref().map_or(1, |t| t.grid_us)
-    }
-
-    /// Requests taken in.
-    pub fn count(&self) -> u64 {
-        self.count
     }
 
     /// First send and last end, µs.
@@ -322,7 +317,7 @@ impl Default for Timeline {
 }
 
 impl Timeline {
-    fn add(&mut self, sent: u64, done: u64, ok: bool, _scheduled: u64) {
+    fn add(&mut self, sent: u64, done: u64, ok: bool) {
         self.busy_us += u128::from(done - sent);
         while done / self.grid_us >= MAX_SLOTS as u64 {
             self.coarsen();

@@ -160,11 +160,11 @@ impl SpecDecode {
         format!("acceptance={},method={method}", rates.join("/"))
     }
 
-    /// The same proposer with the acceptance a server counted: per-position
-    /// rates (accepted at i ÷ drafts), else one rate over `k` positions
-    /// where `k` is the server's (mean accepted length − 1 ÷ rate).
+    /// `method` with the acceptance a server counted: per-position rates
+    /// (accepted at i ÷ drafts), else one rate over `k` positions where `k`
+    /// is the server's (mean accepted length − 1 ÷ rate; 1 without a length).
     pub fn learned(
-        &self,
+        method: Method,
         by_position: &[f64],
         rate: f64,
         length: Option<f64>,
@@ -172,7 +172,7 @@ impl SpecDecode {
         let conditional = if by_position.is_empty() {
             let k = match length {
                 Some(l) if rate > 0.0 => ((l - 1.0) / rate).round().clamp(1.0, MAX_K as f64) as u32,
-                _ => self.k,
+                _ => 1,
             };
             vec![solve_alpha(rate, k); k as usize]
         } else {
@@ -188,7 +188,7 @@ impl SpecDecode {
         Ok(SpecDecode {
             k: conditional.len() as u32,
             conditional,
-            method: self.method.clone(),
+            method,
         })
     }
 

@@ -176,16 +176,13 @@ fn learned_spec(
         return Ok(None);
     }
     by_position.iter_mut().for_each(|r| *r /= drafts);
-    let base = match &cfg.spec {
-        Some(s) => s.clone(),
-        None => tokenscope_sim::engine::spec::SpecDecode::parse("acceptance=0.5", |_| {
-            Err("no draft model".to_string())
-        })
-        .map_err(Exit::usage)?,
-    };
+    use tokenscope_sim::engine::spec::{Method, SpecDecode};
+    let method = cfg
+        .spec
+        .as_ref()
+        .map_or(Method::Eagle, |s| s.method.clone());
     let length = 1.0 + accepted / drafts;
-    let spec = base
-        .learned(&by_position, accepted / drafted, Some(length))
+    let spec = SpecDecode::learned(method, &by_position, accepted / drafted, Some(length))
         .map_err(|e| Exit::usage(format!("the servers' speculative decoding: {e}")))?;
     Ok(Some((spec, drafts)))
 }
