@@ -2,8 +2,9 @@
 # Validates the simulated engine against 71 published measurements (the
 # SGLang team's, Lambda's, NVIDIA NIM's and vLLM's nightly benchmarks; the
 # list with its sources is scripts/validate_sim.py), then against 38 held
-# out (TensorRT-LLM's own throughput table, NIM's rows past saturation),
-# and times the planner.
+# out (TensorRT-LLM's own throughput table, NIM's rows past saturation) and
+# 95 held out since 2026-12-05 (NIM's TensorRT-LLM tables: TP 1–8 at
+# concurrency 1, Llama-3.1-8B's closed loops), and times the planner.
 # Prints Markdown.
 #
 #   scripts/validate-sim.sh > /tmp/validation.md

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Replays published serving measurements in `tokenscope sim plan` and prints
 the error table (Markdown) with each metric's median and worst error: the
-validation set, then a held-out set (NIM's rows past saturation and
-TensorRT-LLM's throughput table) that nothing in the engine was fitted to.
+validation set, then two held-out sets that nothing in the engine was
+fitted to (NIM's rows past saturation and TensorRT-LLM's throughput table;
+since 2026-12-05, NIM's TensorRT-LLM tables at TP 1–8 and its 8B closed
+loops).
 
     scripts/validate-sim.sh > /tmp/validation.md        (builds, then runs this)
     scripts/validate_sim.py BIN [--rules-off]
@@ -192,6 +194,135 @@ def held_out():
     return s
 
 
+# Held out since 2026-12-05, never used to set a constant. NVIDIA NIM for
+# LLMs with its TensorRT-LLM back end (2024; GenAI-Perf, closed loops of
+# fixed lengths), Llama-3-8B and 70B Instruct on A100 80GB and H100 80GB,
+# TP = the GPU count, at concurrency 1: (model, GPU, TP, precision, ISL,
+# OSL, mean TTFT ms, mean ITL ms). The measurements as NVIDIA's Deep
+# Learning Institute course ships them (published in
+# wbing520/ai-performance-engineering, code/ch10_inference/
+# inference_gpu_cluster_sizing/dataset/nim.csv).
+NIM_2024 = "NVIDIA NIM (TensorRT-LLM, 2024) benchmarks, NVIDIA DLI dataset nim.csv"
+NIM_2024_BATCH_1 = [
+    ('70b', 'a100-80gb', 4, 'fp16', 200, 200, 66.65, 29.862),
+    ('70b', 'a100-80gb', 4, 'fp16', 200, 1000, 69.71, 30.359),
+    ('70b', 'a100-80gb', 4, 'fp16', 200, 2000, 73.24, 30.778),
+    ('70b', 'a100-80gb', 4, 'fp16', 2000, 200, 397.37, 31.611),
+    ('70b', 'a100-80gb', 4, 'fp16', 2000, 2000, 411.04, 32.479),
+    ('70b', 'a100-80gb', 4, 'fp16', 7000, 1000, 1357.23, 36.805),
+    ('70b', 'a100-80gb', 8, 'bf16', 200, 200, 49.48, 21.839),
+    ('70b', 'a100-80gb', 8, 'bf16', 200, 1000, 51.77, 22.394),
+    ('70b', 'a100-80gb', 8, 'bf16', 200, 2000, 53.51, 23.042),
+    ('70b', 'a100-80gb', 8, 'bf16', 2000, 200, 261.86, 24.156),
+    ('70b', 'a100-80gb', 8, 'bf16', 2000, 2000, 274.12, 25.258),
+    ('70b', 'a100-80gb', 8, 'bf16', 7000, 1000, 841.92, 30.938),
+    ('70b', 'h100-sxm', 4, 'fp16', 200, 200, 34.6, 18.83),
+    ('70b', 'h100-sxm', 4, 'fp16', 200, 1000, 35.61, 19.273),
+    ('70b', 'h100-sxm', 4, 'fp16', 200, 2000, 36.63, 19.426),
+    ('70b', 'h100-sxm', 4, 'fp16', 2000, 200, 160.77, 20.059),
+    ('70b', 'h100-sxm', 4, 'fp16', 2000, 2000, 163.53, 20.633),
+    ('70b', 'h100-sxm', 4, 'fp16', 7000, 1000, 550.42, 23.734),
+    ('70b', 'h100-sxm', 4, 'fp8', 200, 200, 27.54, 13.731),
+    ('70b', 'h100-sxm', 4, 'fp8', 200, 1000, 28.24, 14.317),
+    ('70b', 'h100-sxm', 4, 'fp8', 200, 2000, 28.67, 14.544),
+    ('70b', 'h100-sxm', 4, 'fp8', 2000, 200, 112.0, 15.366),
+    ('70b', 'h100-sxm', 4, 'fp8', 2000, 2000, 115.18, 16.042),
+    ('70b', 'h100-sxm', 4, 'fp8', 7000, 1000, 380.47, 19.46),
+    ('70b', 'h100-sxm', 8, 'fp16', 200, 200, 28.75, 14.22),
+    ('70b', 'h100-sxm', 8, 'fp16', 200, 1000, 29.71, 14.625),
+    ('70b', 'h100-sxm', 8, 'fp16', 200, 2000, 30.52, 14.956),
+    ('70b', 'h100-sxm', 8, 'fp16', 2000, 200, 111.48, 15.601),
+    ('70b', 'h100-sxm', 8, 'fp16', 2000, 2000, 112.97, 16.014),
+    ('70b', 'h100-sxm', 8, 'fp16', 7000, 1000, 333.59, 19.11),
+    ('70b', 'h100-sxm', 8, 'fp8', 200, 200, 26.02, 11.997),
+    ('70b', 'h100-sxm', 8, 'fp8', 200, 1000, 26.74, 12.441),
+    ('70b', 'h100-sxm', 8, 'fp8', 200, 2000, 27.58, 12.699),
+    ('70b', 'h100-sxm', 8, 'fp8', 2000, 200, 93.15, 13.721),
+    ('70b', 'h100-sxm', 8, 'fp8', 2000, 2000, 94.01, 14.3),
+    ('70b', 'h100-sxm', 8, 'fp8', 7000, 1000, 279.27, 17.575),
+    ('8b', 'a100-80gb', 1, 'fp16', 200, 200, 24.47, 12.083),
+    ('8b', 'a100-80gb', 1, 'fp16', 200, 1000, 25.81, 12.204),
+    ('8b', 'a100-80gb', 1, 'fp16', 200, 2000, 26.84, 12.407),
+    ('8b', 'a100-80gb', 1, 'fp16', 2000, 200, 145.68, 12.733),
+    ('8b', 'a100-80gb', 1, 'fp16', 2000, 2000, 149.78, 13.09),
+    ('8b', 'a100-80gb', 1, 'fp16', 7000, 1000, 556.55, 14.867),
+    ('8b', 'a100-80gb', 2, 'fp16', 200, 200, 20.99, 8.179),
+    ('8b', 'a100-80gb', 2, 'fp16', 200, 1000, 21.43, 8.333),
+    ('8b', 'a100-80gb', 2, 'fp16', 200, 2000, 23.4, 8.531),
+    ('8b', 'a100-80gb', 2, 'fp16', 2000, 200, 89.32, 8.912),
+    ('8b', 'a100-80gb', 2, 'fp16', 2000, 2000, 91.38, 9.241),
+    ('8b', 'a100-80gb', 2, 'fp16', 7000, 1000, 319.86, 10.995),
+    ('8b', 'h100-sxm', 1, 'fp16', 200, 200, 12.62, 7.386),
+    ('8b', 'h100-sxm', 1, 'fp16', 200, 1000, 13.27, 7.382),
+    ('8b', 'h100-sxm', 1, 'fp16', 200, 2000, 13.97, 7.522),
+    ('8b', 'h100-sxm', 1, 'fp16', 2000, 200, 51.66, 7.862),
+    ('8b', 'h100-sxm', 1, 'fp16', 2000, 2000, 53.86, 8.035),
+    ('8b', 'h100-sxm', 1, 'fp16', 7000, 1000, 203.52, 9.173),
+    ('8b', 'h100-sxm', 1, 'fp8', 200, 200, 8.87, 5.115),
+    ('8b', 'h100-sxm', 1, 'fp8', 200, 1000, 9.77, 5.208),
+    ('8b', 'h100-sxm', 1, 'fp8', 200, 2000, 10.49, 5.399),
+    ('8b', 'h100-sxm', 1, 'fp8', 2000, 200, 34.68, 5.817),
+    ('8b', 'h100-sxm', 1, 'fp8', 2000, 2000, 36.48, 6.043),
+    ('8b', 'h100-sxm', 1, 'fp8', 7000, 1000, 129.52, 7.47),
+    ('8b', 'h100-sxm', 2, 'fp16', 200, 200, 11.27, 5.443),
+    ('8b', 'h100-sxm', 2, 'fp16', 200, 1000, 12.18, 5.599),
+    ('8b', 'h100-sxm', 2, 'fp16', 200, 2000, 12.75, 5.827),
+    ('8b', 'h100-sxm', 2, 'fp16', 2000, 200, 37.8, 6.03),
+    ('8b', 'h100-sxm', 2, 'fp16', 2000, 2000, 39.35, 6.318),
+    ('8b', 'h100-sxm', 2, 'fp16', 7000, 1000, 127.21, 7.375),
+    ('8b', 'h100-sxm', 2, 'fp8', 200, 200, 9.34, 4.599),
+    ('8b', 'h100-sxm', 2, 'fp8', 200, 1000, 10.49, 4.738),
+    ('8b', 'h100-sxm', 2, 'fp8', 200, 2000, 11.51, 4.895),
+    ('8b', 'h100-sxm', 2, 'fp8', 2000, 200, 29.88, 5.241),
+    ('8b', 'h100-sxm', 2, 'fp8', 2000, 2000, 31.4, 5.516),
+    ('8b', 'h100-sxm', 2, 'fp8', 7000, 1000, 97.21, 6.979),
+]
+
+
+# NIM 1.8.0, Llama-3.1-8B-Instruct FP8 on one H100 80GB (TP 1): closed
+# loops of fixed lengths, (ISL, OSL, concurrency, mean TTFT ms, mean ITL ms,
+# output tokens/s), as NIM's benchmarking page published them (collected in
+# zivbeker42/llm-guesstimator, tested_benchmarks/nim_llama3.1_8b_v1.8.0_1xH100_80GB.csv).
+NIM_8B = "NVIDIA NIM 1.8.0 benchmarks, Llama-3.1-8B FP8 1×H100"
+NIM_8B_CLOSED = [
+    (200, 200, 1, 10.26, 4.63, 214.56), (200, 200, 5, 16.81, 4.58, 1076.88),
+    (200, 200, 25, 36.34, 5.19, 4678.88), (200, 200, 50, 67.41, 5.91, 8018.23),
+    (200, 200, 100, 119.97, 7.57, 12214.97),
+    (500, 2000, 1, 13.84, 4.56, 218.86), (500, 2000, 5, 30.88, 4.81, 1035.85),
+    (500, 2000, 25, 97.07, 5.82, 4263.49), (500, 2000, 50, 135.26, 7.06, 7009.01),
+    (500, 2000, 100, 239.92, 9.51, 10379.22),
+    (1000, 1000, 1, 19.03, 4.53, 220.1), (1000, 1000, 5, 55.87, 4.8, 1031.3),
+    (1000, 1000, 25, 268.42, 5.84, 4098.01), (1000, 1000, 50, 414.87, 7.26, 6514.66),
+    (1000, 1000, 100, 615.16, 10.04, 9392.43),
+    (5000, 500, 1, 77.45, 4.62, 209.96), (5000, 500, 5, 279.92, 5.42, 838.03),
+    (5000, 500, 25, 724.14, 9.67, 2251.44), (5000, 500, 50, 817.73, 16.47, 2765.71),
+    (5000, 500, 100, 915.15, 29.67, 3180.16),
+    (20000, 2000, 1, 403.2, 5.06, 189.96), (20000, 2000, 5, 1141.22, 7.39, 627.76),
+    (20000, 2000, 25, 2371.46, 19.35, 1217.04),
+]
+
+
+def held_out_nim():
+    """The NIM tables held out on 2026-12-05, in scenarios()'s form."""
+    s = []
+    for model, gpu, tp, precision, isl, osl, ttft, itl in NIM_2024_BATCH_1:
+        dtype = [*TRTLLM_FP8] if precision == "fp8" else ["--engine", "trtllm"]
+        s.append((f"llama-3-{model} {precision}, {tp}×{gpu}, NIM 2024, {isl} in / {osl} out, concurrency 1",
+                  NIM_2024,
+                  ["--model", f"llama-3.1-{model}", "--gpu", gpu, "--tp", str(tp), *dtype,
+                   "--concurrency", "1", "--requests", "6", "--input-tokens", str(isl),
+                   "--output-tokens", str(osl)],
+                  {"TTFT mean (ms)": ttft, "TPOT mean (ms)": itl}, True))
+    for isl, osl, c, ttft, itl, tok_s in NIM_8B_CLOSED:
+        warm = ["--warmup", str(c)] if c > 1 else []
+        s.append((f"llama-3.1-8b FP8, 1×h100-sxm, NIM 1.8.0, {isl} in / {osl} out, concurrency {c}", NIM_8B,
+                  ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", *TRTLLM_FP8, "--concurrency", str(c),
+                   "--requests", str(max(6, 10 * c)), *warm, "--input-tokens", str(isl),
+                   "--output-tokens", str(osl)],
+                  {"TTFT mean (ms)": ttft, "TPOT mean (ms)": itl, "output tok/s": tok_s}, True))
+    return s
+
+
 def without_rules(flags):
     """The flags with engine presets and multi-step scheduling left out."""
     out, skip = [], 0
@@ -269,6 +400,10 @@ def run_all(binary, rules_off, work):
     print("## Held out: NIM past saturation and TensorRT-LLM's own throughput table (nothing fitted to them)")
     print()
     table(binary, rules_off, work, db, held_out(), "h")
+    print()
+    print("## Held out since 2026-12-05: NIM's TensorRT-LLM tables, TP 1–8 at concurrency 1 and closed loops")
+    print()
+    table(binary, rules_off, work, db, held_out_nim(), "n")
 
 
 def table(binary, rules_off, work, db, points, tag):

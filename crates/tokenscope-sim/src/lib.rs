@@ -24,6 +24,7 @@ pub mod calibrate;
 pub mod engine;
 pub mod exact;
 pub mod faults;
+pub mod front_end;
 pub mod http;
 pub mod load;
 pub mod openai;

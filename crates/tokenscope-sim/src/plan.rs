@@ -4,9 +4,10 @@
 
 use crate::engine::scheduler::Seq;
 use crate::engine::{Engine, EngineConfig, EngineState};
+use crate::front_end::{self, FrontEnd};
 use crate::load::{us, IdHash};
 pub use crate::load::{Images, PlanLoad, DEFAULT_NETWORK_DELAY_S};
-use crate::traffic::{Arrival, Traffic};
+use crate::traffic::Traffic;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -134,8 +135,9 @@ pub fn simulate_into(
     let mut last_event = 0.0f64;
     let mut traffic = Traffic::start(load, fleet[0].engine.scheduler.kv.block_size)?;
     let mut jitter = Jitter::new(load.seed);
-    let mut front = FrontEnd::default();
+    let mut front = FrontEnd::new(config.engine == crate::engine::preset::Preset::Static);
     let front_end_s = config.efficiency.request_overhead_s;
+    let tp_request_s = config.engine.tp_request_overhead_s(config.tp);
     let delay = us(load.network_delay_s);
     let mut records: std::collections::HashMap<u64, RequestRecord, IdHash> = Default::default();
     let (mut samples, mut next_sample) = (Vec::new(), 0.0);
@@ -169,7 +171,7 @@ pub fn simulate_into(
         }
         if wire == Some(now) {
             let a = traffic.pop().expect("one is due");
-            let at = a.sent_us + delay + us(jitter.front_end(front_end_s));
+            let at = a.sent_us + delay;
             // Image tokens count in the prompt, as a server's usage counts them.
             let image_tokens = load.images.as_ref().map_or(0, |m| m.of(a.id).0);
             let input = a.input + image_tokens;
@@ -182,7 +184,9 @@ pub fn simulate_into(
             rec.first_byte_at_us = Some(a.sent_us + 2 * delay);
             (rec.session, rec.turn) = (a.turn.map(|t| t.0), a.turn.map(|t| t.1));
             records.insert(a.id, rec);
-            front.receive(at, a);
+            let (serial_s, rest_s) = front_end::split_cost_s(input, front_end_s);
+            let after = us(jitter.front_end(rest_s) + tp_request_s);
+            front.receive(a, at, us(serial_s), after);
         } else if handed == Some(now) {
             let seq = handoffs.due(now).expect("one is due");
             let i = route(
@@ -574,37 +578,13 @@ fn summarize(fleet: &[Replica]) -> EngineSummary {
     }
 }
 
-/// Requests in the server's front end, by when they reach the scheduler.
-#[derive(Default)]
-struct FrontEnd {
-    heap: BinaryHeap<Reverse<(u64, u64)>>,
-    inside: std::collections::HashMap<u64, Arrival, IdHash>,
-}
-
-impl FrontEnd {
-    fn receive(&mut self, at_us: u64, a: Arrival) {
-        self.heap.push(Reverse((at_us, a.id)));
-        self.inside.insert(a.id, a);
-    }
-
-    fn next_time(&self) -> Option<u64> {
-        self.heap.peek().map(|Reverse((t, _))| *t)
-    }
-
-    /// The next request through by `now_us`, with when it got through.
-    fn due(&mut self, now_us: u64) -> Option<(u64, Arrival)> {
-        let at = self.next_time().filter(|&at| at <= now_us)?;
-        let Reverse((_, id)) = self.heap.pop()?;
-        Some((at, self.inside.remove(&id).expect("received")))
-    }
-}
-
-/// The noise real systems have, seeded so plans are reproducible: without
-/// it, closed-loop users started together stay in lock step on a virtual
-/// clock, their prefills queueing behind each other at every wave, which no
-/// real server sustains. The front end's cost varies request to request
-/// (a gamma of shape 4 around its mean: CV 0.5), and a step's duration by
-/// 2 % (kernel timing, launches). Both are assumptions (docs/simulator.md).
+/// The noise real systems have, seeded so plans are reproducible. The
+/// front end's overlapping cost varies request to request (a gamma of
+/// shape 4 around its mean: CV 0.5), and a step's duration by 2 % (kernel
+/// timing, launches). Both are assumptions (docs/simulator.md). Neither
+/// breaks the lock step of closed-loop users with fixed lengths started
+/// together, which real servers keep to differing degrees (docs/simulator.md,
+/// "Where it still misses").
 struct Jitter {
     rng: rand::rngs::StdRng,
     front_end: rand_distr::Gamma<f64>,

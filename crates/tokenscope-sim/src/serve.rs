@@ -170,6 +170,10 @@ struct Shared {
     model_json: String,
     /// When the modelled start-up ends.
     ready_at: Instant,
+    /// When the modelled front end's serial stage is next free
+    /// (`front_end.rs`): requests that arrive together get through one
+    /// after another, as in `sim plan`.
+    front_free_at: Mutex<Option<Instant>>,
 }
 
 impl Shared {
@@ -190,13 +194,21 @@ impl Shared {
 
 impl Shared {
     /// The engine a request of these cache units goes to.
-    /// The front end's fixed cost (parsing, tokenisation, the hop to the
-    /// engine) before the scheduler sees a request that `arrived`.
-    async fn front_end(&self, arrived: Instant) {
-        let front_end = Duration::from_secs_f64(self.config.efficiency.request_overhead_s);
-        if !front_end.is_zero() {
-            crate::timer::sleep_until(arrived + front_end).await;
-        }
+    /// The front end's cost (parsing, tokenisation, the hop to the
+    /// engine, the hand-over to every tensor-parallel rank) before the
+    /// scheduler sees a request of `tokens` prompt tokens that `arrived`:
+    /// its serial share queues behind the requests before it.
+    async fn front_end(&self, arrived: Instant, tokens: u64) {
+        let (serial, rest) =
+            crate::front_end::split_cost_s(tokens, self.config.efficiency.request_overhead_s);
+        let rest = rest + self.config.engine.tp_request_overhead_s(self.config.tp);
+        let through = {
+            let mut free = lock(&self.front_free_at);
+            let t = free.map_or(arrived, |f| f.max(arrived)) + Duration::from_secs_f64(serial);
+            *free = Some(t);
+            t
+        };
+        crate::timer::sleep_until(through + Duration::from_secs_f64(rest)).await;
     }
 
     /// Hands `seq` to the replica the router picks; its events come on
@@ -290,6 +302,7 @@ impl EngineServer {
             in_flight: Arc::default(),
             model_json: serde_json::to_string(&options.model_name).expect("a string serializes"),
             ready_at: Instant::now() + options.load_time,
+            front_free_at: Mutex::new(None),
             options,
             config,
             kv_blocks,
@@ -730,7 +743,7 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
             prompt + max_tokens
         ));
     }
-    s.front_end(arrived).await;
+    s.front_end(arrived, prompt).await;
     let (events, mut rx) = mpsc::unbounded_channel();
     let mut seq = Seq::new(id, (prompt + encoder) as u32, max_tokens as u32, 0.0);
     if s.config.prefix_caching {
@@ -824,7 +837,7 @@ async fn pool(s: Arc<Shared>, body: Bytes, kind: Pooled) -> Response {
             "This model's maximum context length is {max_context} tokens; an input has {long}"
         ));
     }
-    s.front_end(arrived).await;
+    s.front_end(arrived, seqs.iter().sum()).await;
     let mut waits = Vec::with_capacity(seqs.len());
     for (k, &tokens) in seqs.iter().enumerate() {
         let (events, rx) = mpsc::unbounded_channel();

@@ -714,7 +714,8 @@ fn a_static_batch_gives_every_request_the_whole_batchs_prefill_as_ttft() {
     let mut cfg = default_engine();
     cfg.engine = tokenscope_sim::engine::preset::Preset::Static;
     cfg.efficiency.step_overhead_s = cfg.engine.step_overhead_s();
-    // Eight clients sending together (no front end to spread them): each
+    // Eight clients sending together (the batcher gathers what reaches the
+    // front end while it is busy): each
     // wave is one batch of 8 × 1,024 prompt tokens, prefilled in one step,
     // then decoded to its end. (A request that comes a moment after a
     // batch began waits for all of it: a batch's members must arrive
@@ -737,5 +738,37 @@ fn a_static_batch_gives_every_request_the_whole_batchs_prefill_as_ttft() {
         (ttft_ms - prefill_s * 1e3 - front_ms).abs() < 0.15 * prefill_s * 1e3,
         "TTFT p50 {ttft_ms:.1} ms, the batch's prefill {:.1} ms",
         prefill_s * 1e3
+    );
+}
+
+/// Tensor parallelism at batch 1: a new request is handed to every rank
+/// before its prefill runs (`Preset::tp_request_overhead_s`), so a short
+/// prompt's TTFT grows with TP even though each rank's share of the
+/// prefill shrinks — while the decode steps, which do not pay it, get
+/// faster.
+#[test]
+fn tensor_parallel_4_at_batch_1_pays_its_per_request_overhead() {
+    use tokenscope_sim::engine::preset::Preset;
+    let at = |tp: u32| {
+        let mut cfg = default_engine();
+        cfg.tp = tp;
+        let out = run(&cfg, &load(closed(1), 40, 32, 32));
+        let ttft = median(&out.records, |r| r.ttft_us().map(|v| v as f64 / 1e3));
+        let m = measure(&out.records, None, None);
+        (ttft, m.latency.tpot_ms.expect("decodes").p50)
+    };
+    let ((ttft1, tpot1), (ttft4, tpot4)) = (at(1), at(4));
+    let overhead_ms = Preset::Vllm.tp_request_overhead_s(4) * 1e3;
+    assert!(overhead_ms > 0.0 && Preset::Vllm.tp_request_overhead_s(1) == 0.0);
+    // A 32-token prefill is a few ms at TP 1; TP 4 cannot save more than that.
+    let added = ttft4 - ttft1;
+    eprintln!("TTFT p50 TP 1 {ttft1:.1} ms, TP 4 {ttft4:.1} ms; TPOT {tpot1:.2} → {tpot4:.2} ms");
+    assert!(
+        added > overhead_ms - 5.0 && added < overhead_ms + 2.0,
+        "TP 4 added {added:.1} ms to TTFT; its overhead is {overhead_ms:.1} ms"
+    );
+    assert!(
+        tpot4 < tpot1,
+        "decode steps do not pay it: {tpot1} → {tpot4}"
     );
 }

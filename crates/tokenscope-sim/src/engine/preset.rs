@@ -79,6 +79,26 @@ impl Preset {
         }
     }
 
+    /// What each request pays once per extra tensor-parallel rank before
+    /// its prefill runs, s: the engine hands every new request to each
+    /// rank (its token ids and sampling state, pickled and broadcast by
+    /// Python in vLLM and SGLang, sent by the C++ executor's leader in
+    /// TensorRT-LLM) and the ranks meet before the first step that runs it.
+    /// Fitted to the validation set's tensor-parallel runs at low load
+    /// (docs/simulator.md): vLLM V1's nightly 70B TP 4 at 1 req/s read
+    /// TTFT 32 % short without it, the SGLang team's 70B TP 4 runs 15–28 %
+    /// short (SGLang 0.3, vLLM 0.6). NIM's TP 2 runs at concurrency 1 read
+    /// no shortfall (TTFT −8 % and +2 %): TensorRT-LLM's is too small to see.
+    pub fn tp_request_overhead_s(self, tp: u32) -> f64 {
+        let per_rank = match self {
+            Preset::Vllm => 0.006,
+            Preset::VllmV0 => 0.010,
+            Preset::Sglang => 0.003,
+            Preset::Trtllm | Preset::Static => 0.0,
+        };
+        per_rank * tp.saturating_sub(1) as f64
+    }
+
     pub fn describe(self) -> &'static str {
         match self {
             Preset::Vllm => "vLLM V1 scheduler model: chunked prefill, mixed steps",

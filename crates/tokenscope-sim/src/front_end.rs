@@ -1,0 +1,172 @@
+//! The server's front end: what a request goes through between the wire
+//! and the scheduler. Part of it runs one request at a time — an engine's
+//! API server is one process whose event loop parses each request, renders
+//! its chat template and tokenises its prompt (vLLM's API server, SGLang's
+//! TokenizerManager, NIM's OpenAI front end) — and part of it runs for all
+//! requests at once (the hop to the engine, the engine's intake).
+//!
+//! The serial part matters when many requests arrive together: a closed
+//! loop's users that finished in one engine step send their next prompts
+//! together, and the front end hands them to the scheduler one after
+//! another, spread by their tokenisation, instead of all in one step.
+
+use crate::load::IdHash;
+use crate::traffic::Arrival;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// The serial front end's cost per request before tokenisation: request
+/// parsing, validation and the chat template in the API server's event
+/// loop (seconds). An assumption of the order of a Python handler's work;
+/// it is a share of the request overhead (`Efficiency::request_overhead_s`),
+/// not added to it.
+pub const SERIAL_PER_REQUEST_S: f64 = 1e-3;
+
+/// Tokenising one prompt token (seconds). This repository's tokeniser
+/// (tiktoken-rs, cl100k) takes 0.5 µs a token on one core
+/// (`cargo run --release -p tokenscope-workload --example tokenize_cost`);
+/// engines use Hugging Face's tokenizers, which tiktoken's authors measure
+/// at 3–6× slower: the low end of that, 1.5 µs.
+pub const TOKENIZE_PER_TOKEN_S: f64 = 1.5e-6;
+
+/// A request of `tokens` prompt tokens under a request overhead of
+/// `overhead_s`: (its serial cost, the rest of the overhead), seconds.
+pub fn split_cost_s(tokens: u64, overhead_s: f64) -> (f64, f64) {
+    let base = SERIAL_PER_REQUEST_S.min(overhead_s.max(0.0));
+    (
+        base + TOKENIZE_PER_TOKEN_S * tokens as f64,
+        (overhead_s - base).max(0.0),
+    )
+}
+
+/// Requests in the server's front end, by when they reach the scheduler.
+#[derive(Default)]
+pub struct FrontEnd {
+    /// When the serial stage is next free (µs).
+    free_at_us: u64,
+    heap: BinaryHeap<Reverse<(u64, u64)>>,
+    inside: std::collections::HashMap<u64, Arrival, IdHash>,
+    /// A static-batching server's batcher: requests that arrive while the
+    /// front end is still busy with others are one batch, handed over
+    /// together when the last of them is through.
+    batches: bool,
+    batch: Vec<u64>,
+    batch_through_us: u64,
+}
+
+impl FrontEnd {
+    /// A front end that hands requests over as they are through, or
+    /// (`batches`) a static batch at a time.
+    pub fn new(batches: bool) -> FrontEnd {
+        FrontEnd {
+            batches,
+            ..FrontEnd::default()
+        }
+    }
+
+    /// Takes a request that reaches the serial stage at `at_us` and needs
+    /// `serial_us` of it, then `after_us` more that overlaps other requests.
+    /// Returns when it is through (a batch may hold it longer).
+    pub fn receive(&mut self, a: Arrival, at_us: u64, serial_us: u64, after_us: u64) -> u64 {
+        let busy = at_us < self.free_at_us;
+        self.free_at_us = self.free_at_us.max(at_us) + serial_us;
+        let through = self.free_at_us + after_us;
+        if self.batches {
+            if !busy {
+                self.close_batch();
+            }
+            self.batch.push(a.id);
+            self.batch_through_us = self.batch_through_us.max(through);
+        } else {
+            self.heap.push(Reverse((through, a.id)));
+        }
+        self.inside.insert(a.id, a);
+        through
+    }
+
+    /// The batch being gathered goes to the scheduler when its last is through.
+    fn close_batch(&mut self) {
+        let at = self.batch_through_us;
+        for id in self.batch.drain(..) {
+            self.heap.push(Reverse((at, id)));
+        }
+    }
+
+    pub fn next_time(&self) -> Option<u64> {
+        let gathering = (!self.batch.is_empty()).then_some(self.batch_through_us);
+        let queued = self.heap.peek().map(|Reverse((t, _))| *t);
+        queued.into_iter().chain(gathering).min()
+    }
+
+    /// The next request through by `now_us`, with when it got through.
+    pub fn due(&mut self, now_us: u64) -> Option<(u64, Arrival)> {
+        if !self.batch.is_empty() && self.batch_through_us <= now_us {
+            self.close_batch();
+        }
+        let at = self
+            .heap
+            .peek()
+            .map(|Reverse((t, _))| *t)
+            .filter(|&at| at <= now_us)?;
+        let Reverse((_, id)) = self.heap.pop()?;
+        Some((at, self.inside.remove(&id).expect("received")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arrival(id: u64) -> Arrival {
+        Arrival {
+            id,
+            sent_us: 0,
+            input: 1,
+            max_output: 1,
+            reasoning: 0,
+            turn: None,
+            units: Default::default(),
+        }
+    }
+
+    #[test]
+    fn the_serial_share_comes_out_of_the_overhead_and_tokenising_on_top() {
+        let (serial, rest) = split_cost_s(1000, 0.010);
+        assert!((serial - (SERIAL_PER_REQUEST_S + 1000.0 * TOKENIZE_PER_TOKEN_S)).abs() < 1e-12);
+        assert!((rest - (0.010 - SERIAL_PER_REQUEST_S)).abs() < 1e-12);
+        // A calibrated overhead below the serial share is all serial.
+        assert_eq!(split_cost_s(0, 0.0004), (0.0004, 0.0));
+    }
+
+    #[test]
+    fn requests_that_arrive_together_leave_one_serial_cost_apart() {
+        let mut f = FrontEnd::default();
+        let out: Vec<u64> = (0..4)
+            .map(|i| f.receive(arrival(i), 1_000, 500, 2_000))
+            .collect();
+        assert_eq!(out, [3_500, 4_000, 4_500, 5_000]);
+        // An idle front end serves a late request at once.
+        assert_eq!(f.receive(arrival(9), 10_000, 500, 0), 10_500);
+        let order: Vec<u64> = std::iter::from_fn(|| f.due(u64::MAX).map(|(_, a)| a.id)).collect();
+        assert_eq!(order, [0, 1, 2, 3, 9]);
+    }
+
+    #[test]
+    fn a_static_batcher_hands_over_what_arrived_together_as_one_batch() {
+        let mut f = FrontEnd::new(true);
+        for i in 0..4 {
+            f.receive(arrival(i), 1_000, 500, 2_000);
+        }
+        // Nothing leaves before the last of the four is through.
+        assert_eq!(f.next_time(), Some(5_000));
+        assert!(f.due(4_999).is_none());
+        // A later request, once the front end is idle, starts the next batch.
+        f.receive(arrival(9), 10_000, 500, 0);
+        let out: Vec<(u64, u64)> =
+            std::iter::from_fn(|| f.due(u64::MAX).map(|(at, a)| (at, a.id))).collect();
+        assert_eq!(
+            out,
+            [(5_000, 0), (5_000, 1), (5_000, 2), (5_000, 3), (10_500, 9)]
+        );
+    }
+}
