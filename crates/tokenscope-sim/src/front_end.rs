@@ -39,11 +39,33 @@ pub fn split_cost_s(tokens: u64, overhead_s: f64) -> (f64, f64) {
     )
 }
 
+/// The front end's one-at-a-time stage: a request that reaches it waits
+/// for the ones before, then takes its own cost. `sim plan` and `sim serve`
+/// both pass their requests through one.
+#[derive(Debug, Default)]
+pub struct SerialStage {
+    /// When the stage is next free (µs on the caller's clock).
+    free_at_us: u64,
+}
+
+impl SerialStage {
+    /// A request that reaches the stage at `at_us` and needs `cost_us` of
+    /// it: when it leaves.
+    pub fn pass(&mut self, at_us: u64, cost_us: u64) -> u64 {
+        self.free_at_us = self.free_at_us.max(at_us) + cost_us;
+        self.free_at_us
+    }
+
+    /// Whether a request reaching the stage at `at_us` finds it working.
+    pub fn busy_at(&self, at_us: u64) -> bool {
+        at_us < self.free_at_us
+    }
+}
+
 /// Requests in the server's front end, by when they reach the scheduler.
 #[derive(Default)]
 pub struct FrontEnd {
-    /// When the serial stage is next free (µs).
-    free_at_us: u64,
+    serial: SerialStage,
     heap: BinaryHeap<Reverse<(u64, u64)>>,
     inside: std::collections::HashMap<u64, Arrival, IdHash>,
     /// A static-batching server's batcher: requests that arrive while the
@@ -68,9 +90,8 @@ impl FrontEnd {
     /// `serial_us` of it, then `after_us` more that overlaps other requests.
     /// Returns when it is through (a batch may hold it longer).
     pub fn receive(&mut self, a: Arrival, at_us: u64, serial_us: u64, after_us: u64) -> u64 {
-        let busy = at_us < self.free_at_us;
-        self.free_at_us = self.free_at_us.max(at_us) + serial_us;
-        let through = self.free_at_us + after_us;
+        let busy = self.serial.busy_at(at_us);
+        let through = self.serial.pass(at_us, serial_us) + after_us;
         if self.batches {
             if !busy {
                 self.close_batch();
@@ -136,6 +157,15 @@ mod tests {
         assert!((rest - (0.010 - SERIAL_PER_REQUEST_S)).abs() < 1e-12);
         // A calibrated overhead below the serial share is all serial.
         assert_eq!(split_cost_s(0, 0.0004), (0.0004, 0.0));
+    }
+
+    #[test]
+    fn the_serial_stage_serves_one_at_a_time_and_idles_between() {
+        let mut s = SerialStage::default();
+        assert_eq!(s.pass(100, 10), 110);
+        assert!(s.busy_at(105) && !s.busy_at(110));
+        assert_eq!(s.pass(100, 10), 120); // arrived together: waits
+        assert_eq!(s.pass(500, 10), 510); // idle meanwhile: no wait
     }
 
     #[test]

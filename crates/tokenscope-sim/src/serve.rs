@@ -170,10 +170,11 @@ struct Shared {
     model_json: String,
     /// When the modelled start-up ends.
     ready_at: Instant,
-    /// When the modelled front end's serial stage is next free
-    /// (`front_end.rs`): requests that arrive together get through one
-    /// after another, as in `sim plan`.
-    front_free_at: Mutex<Option<Instant>>,
+    /// The modelled front end's serial stage (`front_end.rs`), on a clock
+    /// of µs since `started`: requests that arrive together get through
+    /// one after another, as in `sim plan`.
+    front_end: Mutex<crate::front_end::SerialStage>,
+    started: Instant,
 }
 
 impl Shared {
@@ -193,7 +194,6 @@ impl Shared {
 }
 
 impl Shared {
-    /// The engine a request of these cache units goes to.
     /// The front end's cost (parsing, tokenisation, the hop to the
     /// engine, the hand-over to every tensor-parallel rank) before the
     /// scheduler sees a request of `tokens` prompt tokens that `arrived`:
@@ -202,12 +202,10 @@ impl Shared {
         let (serial, rest) =
             crate::front_end::split_cost_s(tokens, self.config.efficiency.request_overhead_s);
         let rest = rest + self.config.engine.tp_request_overhead_s(self.config.tp);
-        let through = {
-            let mut free = lock(&self.front_free_at);
-            let t = free.map_or(arrived, |f| f.max(arrived)) + Duration::from_secs_f64(serial);
-            *free = Some(t);
-            t
-        };
+        let us = |d: Duration| d.as_micros() as u64;
+        let at_us = us(arrived.saturating_duration_since(self.started));
+        let out_us = lock(&self.front_end).pass(at_us, us(Duration::from_secs_f64(serial)));
+        let through = self.started + Duration::from_micros(out_us);
         crate::timer::sleep_until(through + Duration::from_secs_f64(rest)).await;
     }
 
@@ -230,6 +228,7 @@ impl Shared {
         })
     }
 
+    /// The engine a request of these cache units goes to.
     fn pick(&self, id: u64, units: &[kv::Unit], prompt: u32) -> &Replica {
         use crate::router::Router;
         let n = self.replicas.len();
@@ -302,7 +301,8 @@ impl EngineServer {
             in_flight: Arc::default(),
             model_json: serde_json::to_string(&options.model_name).expect("a string serializes"),
             ready_at: Instant::now() + options.load_time,
-            front_free_at: Mutex::new(None),
+            front_end: Mutex::default(),
+            started: Instant::now(),
             options,
             config,
             kv_blocks,
