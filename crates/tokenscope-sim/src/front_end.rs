@@ -62,10 +62,34 @@ impl SerialStage {
     }
 }
 
-/// Requests in the server's front end, by when they reach the scheduler.
+/// A fleet's serial stages: each replica has its own API server, so a
+/// fleet has as many as it has replicas, and a request takes the one free
+/// first (the load balancer's choice, made before the router picks an
+/// engine).
+#[derive(Debug, Default)]
+pub struct SerialStages(Vec<SerialStage>);
+
+impl SerialStages {
+    /// A request that reaches the front ends of `servers` replicas at
+    /// `at_us` and needs `cost_us` of one: whether it found that stage
+    /// working, and when it leaves it.
+    pub fn pass(&mut self, at_us: u64, cost_us: u64, servers: usize) -> (bool, u64) {
+        let servers = servers.max(1);
+        if self.0.len() < servers {
+            self.0.resize_with(servers, SerialStage::default);
+        }
+        let stage = self.0[..servers]
+            .iter_mut()
+            .min_by_key(|s| s.free_at_us)
+            .expect("at least one server");
+        (stage.busy_at(at_us), stage.pass(at_us, cost_us))
+    }
+}
+
+/// Requests in the servers' front ends, by when they reach a scheduler.
 #[derive(Default)]
 pub struct FrontEnd {
-    serial: SerialStage,
+    serial: SerialStages,
     heap: BinaryHeap<Reverse<(u64, u64)>>,
     inside: std::collections::HashMap<u64, Arrival, IdHash>,
     /// A static-batching server's batcher: requests that arrive while the
@@ -86,12 +110,19 @@ impl FrontEnd {
         }
     }
 
-    /// Takes a request that reaches the serial stage at `at_us` and needs
-    /// `serial_us` of it, then `after_us` more that overlaps other requests.
-    /// Returns when it is through (a batch may hold it longer).
-    pub fn receive(&mut self, a: Arrival, at_us: u64, serial_us: u64, after_us: u64) -> u64 {
-        let busy = self.serial.busy_at(at_us);
-        let through = self.serial.pass(at_us, serial_us) + after_us;
+    /// Takes a request that reaches the front ends of `servers` replicas
+    /// at `at_us` and needs `serial_us` of a serial stage, then `after_us`
+    /// more that overlaps other requests. Returns when it is through (a
+    /// batch may hold it longer).
+    pub fn receive(
+        &mut self,
+        a: Arrival,
+        at_us: u64,
+        (serial_us, after_us): (u64, u64),
+        servers: usize,
+    ) -> u64 {
+        let (busy, out) = self.serial.pass(at_us, serial_us, servers);
+        let through = out + after_us;
         if self.batches {
             if !busy {
                 self.close_batch();
@@ -172,26 +203,35 @@ mod tests {
     fn requests_that_arrive_together_leave_one_serial_cost_apart() {
         let mut f = FrontEnd::default();
         let out: Vec<u64> = (0..4)
-            .map(|i| f.receive(arrival(i), 1_000, 500, 2_000))
+            .map(|i| f.receive(arrival(i), 1_000, (500, 2_000), 1))
             .collect();
         assert_eq!(out, [3_500, 4_000, 4_500, 5_000]);
         // An idle front end serves a late request at once.
-        assert_eq!(f.receive(arrival(9), 10_000, 500, 0), 10_500);
+        assert_eq!(f.receive(arrival(9), 10_000, (500, 0), 1), 10_500);
         let order: Vec<u64> = std::iter::from_fn(|| f.due(u64::MAX).map(|(_, a)| a.id)).collect();
         assert_eq!(order, [0, 1, 2, 3, 9]);
+    }
+
+    #[test]
+    fn each_replica_has_its_own_front_end() {
+        let mut f = FrontEnd::default();
+        let out: Vec<u64> = (0..4)
+            .map(|i| f.receive(arrival(i), 1_000, (500, 0), 2))
+            .collect();
+        assert_eq!(out, [1_500, 1_500, 2_000, 2_000]);
     }
 
     #[test]
     fn a_static_batcher_hands_over_what_arrived_together_as_one_batch() {
         let mut f = FrontEnd::new(true);
         for i in 0..4 {
-            f.receive(arrival(i), 1_000, 500, 2_000);
+            f.receive(arrival(i), 1_000, (500, 2_000), 1);
         }
         // Nothing leaves before the last of the four is through.
         assert_eq!(f.next_time(), Some(5_000));
         assert!(f.due(4_999).is_none());
         // A later request, once the front end is idle, starts the next batch.
-        f.receive(arrival(9), 10_000, 500, 0);
+        f.receive(arrival(9), 10_000, (500, 0), 1);
         let out: Vec<(u64, u64)> =
             std::iter::from_fn(|| f.due(u64::MAX).map(|(at, a)| (at, a.id))).collect();
         assert_eq!(

@@ -186,7 +186,8 @@ pub fn simulate_into(
             records.insert(a.id, rec);
             let (serial_s, rest_s) = front_end::split_cost_s(input, front_end_s);
             let after = us(jitter.front_end(rest_s) + tp_request_s);
-            front.receive(a, at, us(serial_s), after);
+            let servers = fleet.iter().filter(|r| !r.retiring).count();
+            front.receive(a, at, (us(serial_s), after), servers);
         } else if handed == Some(now) {
             let seq = handoffs.due(now).expect("one is due");
             let i = route(

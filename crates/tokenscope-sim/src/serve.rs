@@ -170,10 +170,10 @@ struct Shared {
     model_json: String,
     /// When the modelled start-up ends.
     ready_at: Instant,
-    /// The modelled front end's serial stage (`front_end.rs`), on a clock
-    /// of µs since `started`: requests that arrive together get through
-    /// one after another, as in `sim plan`.
-    front_end: Mutex<crate::front_end::SerialStage>,
+    /// The modelled front ends' serial stages (`front_end.rs`), one a
+    /// replica, on a clock of µs since `started`: requests that arrive
+    /// together get through one after another, as in `sim plan`.
+    front_end: Mutex<crate::front_end::SerialStages>,
     started: Instant,
 }
 
@@ -204,7 +204,8 @@ impl Shared {
         let rest = rest + self.config.engine.tp_request_overhead_s(self.config.tp);
         let us = |d: Duration| d.as_micros() as u64;
         let at_us = us(arrived.saturating_duration_since(self.started));
-        let out_us = lock(&self.front_end).pass(at_us, us(Duration::from_secs_f64(serial)));
+        let cost_us = us(Duration::from_secs_f64(serial));
+        let (_, out_us) = lock(&self.front_end).pass(at_us, cost_us, self.replicas.len());
         let through = self.started + Duration::from_micros(out_us);
         crate::timer::sleep_until(through + Duration::from_secs_f64(rest)).await;
     }
