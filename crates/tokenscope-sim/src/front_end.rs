@@ -142,6 +142,8 @@ impl FrontEnd {
         for id in self.batch.drain(..) {
             self.heap.push(Reverse((at, id)));
         }
+        // The next batch waits for its own members only.
+        self.batch_through_us = 0;
     }
 
     pub fn next_time(&self) -> Option<u64> {
@@ -230,13 +232,23 @@ mod tests {
         // Nothing leaves before the last of the four is through.
         assert_eq!(f.next_time(), Some(5_000));
         assert!(f.due(4_999).is_none());
-        // A later request, once the front end is idle, starts the next batch.
+        // A later request, once the serial stage is idle, starts the next
+        // batch, which leaves when its own members are through — here
+        // before the last batch, whose members' other work runs longer.
+        f.receive(arrival(8), 3_000, (500, 0), 1);
         f.receive(arrival(9), 10_000, (500, 0), 1);
         let out: Vec<(u64, u64)> =
             std::iter::from_fn(|| f.due(u64::MAX).map(|(at, a)| (at, a.id))).collect();
         assert_eq!(
             out,
-            [(5_000, 0), (5_000, 1), (5_000, 2), (5_000, 3), (10_500, 9)]
+            [
+                (3_500, 8),
+                (5_000, 0),
+                (5_000, 1),
+                (5_000, 2),
+                (5_000, 3),
+                (10_500, 9)
+            ]
         );
     }
 }
