@@ -27,6 +27,8 @@ echo '```'
 start=$(date +%s.%N)
 taskset -c 0 "$bin" sim plan --rate 20 --duration 1h --quiet --db "$work/history.db" --out "$work/hour" > /dev/null
 end=$(date +%s.%N)
-n=$(wc -l < "$work/hour/requests.jsonl")
+# An hour-long run rotates its records into compressed segments
+# (docs/results-schema.md): the count is the results' own.
+n=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['counts']['requests'])" "$work/hour/results.json")
 python3 -c "print(f'{$n} requests simulated and written in {$end - $start:.2f} s')"
 echo '```'
