@@ -199,10 +199,9 @@ def held_out():
 # fixed lengths), Llama-3-8B and 70B Instruct on A100 80GB and H100 80GB,
 # TP = the GPU count, at concurrency 1: (model, GPU, TP, precision, ISL,
 # OSL, mean TTFT ms, mean ITL ms). The measurements as NVIDIA's Deep
-# Learning Institute course ships them (published in
-# wbing520/ai-performance-engineering, code/ch10_inference/
-# inference_gpu_cluster_sizing/dataset/nim.csv).
-NIM_2024 = "NVIDIA NIM (TensorRT-LLM, 2024) benchmarks, NVIDIA DLI dataset nim.csv"
+# Learning Institute ships them with its LLM inference-sizing course (its
+# GenAI-Perf export, `nim.csv`).
+NIM_2024 = "NVIDIA NIM (TensorRT-LLM, 2024) benchmarks, NVIDIA DLI inference-sizing course"
 NIM_2024_BATCH_1 = [
     ('70b', 'a100-80gb', 4, 'fp16', 200, 200, 66.65, 29.862),
     ('70b', 'a100-80gb', 4, 'fp16', 200, 1000, 69.71, 30.359),
@@ -281,9 +280,9 @@ NIM_2024_BATCH_1 = [
 
 # NIM 1.8.0, Llama-3.1-8B-Instruct FP8 on one H100 80GB (TP 1): closed
 # loops of fixed lengths, (ISL, OSL, concurrency, mean TTFT ms, mean ITL ms,
-# output tokens/s), as NIM's benchmarking page published them (collected in
-# zivbeker42/llm-guesstimator, tested_benchmarks/nim_llama3.1_8b_v1.8.0_1xH100_80GB.csv).
-NIM_8B = "NVIDIA NIM 1.8.0 benchmarks, Llama-3.1-8B FP8 1×H100"
+# output tokens/s), as NIM's benchmarking page published them (the page
+# of the validation set's NIM points, `NIM` above).
+NIM_8B = "NVIDIA NIM 1.8.0 benchmarks, Llama-3.1-8B FP8 1×H100, docs.nvidia.com/nim/benchmarking/llm/1.0.0/performance"
 NIM_8B_CLOSED = [
     (200, 200, 1, 10.26, 4.63, 214.56), (200, 200, 5, 16.81, 4.58, 1076.88),
     (200, 200, 25, 36.34, 5.19, 4678.88), (200, 200, 50, 67.41, 5.91, 8018.23),

@@ -157,10 +157,10 @@ pub fn calibrate(
         x[1] = (start.memory * share).ln();
         x
     });
-    let best = starts
+    let (best, _) = starts
         .map(|x| nelder_mead(cost, x, 1.0, 500))
         .into_iter()
-        .min_by(|a, b| cost(a).total_cmp(&cost(b)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
         .expect("three starts");
     let eff = efficiency_at(&best, &start);
     let predicted = runs
@@ -175,13 +175,14 @@ pub fn calibrate(
     Ok((eff, predicted, residual))
 }
 
-/// Nelder–Mead minimisation in N dimensions, from `x0` with initial step `step`.
+/// Nelder–Mead minimisation in N dimensions, from `x0` with initial step
+/// `step`: the best point found and its value.
 fn nelder_mead<const N: usize>(
     f: impl Fn(&[f64; N]) -> f64,
     x0: [f64; N],
     step: f64,
     max_evals: usize,
-) -> [f64; N] {
+) -> ([f64; N], f64) {
     let mut simplex: Vec<([f64; N], f64)> = (0..=N)
         .map(|i| {
             let mut x = x0;
@@ -234,7 +235,7 @@ fn nelder_mead<const N: usize>(
         }
     }
     simplex.sort_by(|a, b| a.1.total_cmp(&b.1));
-    simplex[0].0
+    simplex[0]
 }
 
 #[cfg(test)]
@@ -267,7 +268,7 @@ mod tests {
     fn nelder_mead_finds_a_quadratic_minimum() {
         let f =
             |x: &[f64; 3]| (x[0] - 1.0).powi(2) + 2.0 * (x[1] + 2.0).powi(2) + (x[2] - 0.5).powi(2);
-        let x = nelder_mead(f, [0.0, 0.0, 0.0], 1.0, 500);
+        let (x, _) = nelder_mead(f, [0.0, 0.0, 0.0], 1.0, 500);
         assert!(
             (x[0] - 1.0).abs() < 1e-3 && (x[1] + 2.0).abs() < 1e-3 && (x[2] - 0.5).abs() < 1e-3,
             "{x:?}"

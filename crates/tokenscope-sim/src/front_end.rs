@@ -84,6 +84,12 @@ impl SerialStages {
             .expect("at least one server");
         (stage.busy_at(at_us), stage.pass(at_us, cost_us))
     }
+
+    /// When every stage is free (µs): a static batcher hands over what
+    /// reached the front ends while they were busy once they are idle.
+    pub fn idle_at_us(&self) -> u64 {
+        self.0.iter().map(|s| s.free_at_us).max().unwrap_or(0)
+    }
 }
 
 /// Requests in the servers' front ends, by when they reach a scheduler.

@@ -135,7 +135,7 @@ pub fn simulate_into(
     let mut last_event = 0.0f64;
     let mut traffic = Traffic::start(load, fleet[0].engine.scheduler.kv.block_size)?;
     let mut jitter = Jitter::new(load.seed);
-    let mut front = FrontEnd::new(config.engine == crate::engine::preset::Preset::Static);
+    let mut front = FrontEnd::new(config.limits().static_batch);
     let front_end_s = config.efficiency.request_overhead_s;
     let tp_request_s = config.engine.tp_request_overhead_s(config.tp);
     let delay = us(load.network_delay_s);

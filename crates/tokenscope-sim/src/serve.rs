@@ -206,7 +206,19 @@ impl Shared {
         let at_us = us(arrived.saturating_duration_since(self.started));
         let cost_us = us(Duration::from_secs_f64(serial));
         let (_, out_us) = lock(&self.front_end).pass(at_us, cost_us, self.replicas.len());
-        let through = self.started + Duration::from_micros(out_us);
+        let mut through = self.started + Duration::from_micros(out_us);
+        if self.config.limits().static_batch {
+            // A static batcher hands over what arrived while the front end
+            // was busy as one batch, once it is idle (as `sim plan`'s does).
+            loop {
+                crate::timer::sleep_until(through).await;
+                let idle = self.started + Duration::from_micros(lock(&self.front_end).idle_at_us());
+                if idle <= through {
+                    break;
+                }
+                through = idle;
+            }
+        }
         crate::timer::sleep_until(through + Duration::from_secs_f64(rest)).await;
     }
 
@@ -404,6 +416,9 @@ async fn run_engine(
                 Some(s) => add(&mut lock(&shared), &mut live, s),
                 None => return,
             }
+            // Requests due at the same instant join the step it starts, as
+            // on `sim plan`'s clock: let those woken with this one submit.
+            tokio::task::yield_now().await;
             continue;
         };
         // The step runs unlocked: the router may read the cache meanwhile.

@@ -502,3 +502,43 @@ fn a_bench_run_reads_back_the_speculation_it_was_given() {
         "planned acceptance {rate} from {learned}"
     );
 }
+
+/// The served static-batching engine gathers requests sent together into
+/// one batch, as `sim plan`'s does, though its front end hands them over
+/// one tokenisation apart: every member is prefilled in the same step
+/// (the same prefill time), none alone ahead of the others. (Each 6,000-
+/// token prompt keeps the front end busy ~10 ms, so a loaded client that
+/// sends eight within that of each other still makes one batch.)
+#[test]
+fn a_served_static_batch_is_prefilled_together() {
+    let mut config = default_engine();
+    config.engine = tokenscope_sim::engine::preset::Preset::Static;
+    let engine = Engine::start(config);
+    let out = run_dir("engine-static-batch");
+    let o = bench(
+        &engine.url,
+        &out,
+        &[
+            "--concurrency",
+            "8",
+            "--requests",
+            "8",
+            "--input-tokens",
+            "6000",
+            "--output-tokens",
+            "2",
+        ],
+    );
+    assert_ok(&o);
+    let prefill_ms: Vec<f64> = records(&out)
+        .iter()
+        .map(|r| r["server_timings"]["prefill_ms"].as_f64().unwrap())
+        .collect();
+    let (lo, hi) = prefill_ms
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(lo, hi), &p| (lo.min(p), hi.max(p)));
+    assert!(
+        prefill_ms.len() == 8 && hi - lo <= 0.01 * hi,
+        "one batch has one prefill step: {prefill_ms:?}"
+    );
+}
