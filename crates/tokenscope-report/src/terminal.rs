@@ -33,6 +33,14 @@ fn tainted(r: &RunResults) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// A simulated closed loop's TTFT that its users' phase decides
+/// (`tokenscope_sim::phase`): the finding that says so, with both figures.
+fn phase_finding(r: &RunResults) -> Option<&tokenscope_core::results::Finding> {
+    r.diagnosis
+        .iter()
+        .find(|f| f.rule == "ttft_depends_on_phase")
+}
+
 /// A row's label, marked `‡` when the client's lag may have tainted it.
 fn marked(label: &str, key: &str, tainted: &std::collections::BTreeSet<String>) -> String {
     match tainted.contains(key) {
@@ -435,7 +443,13 @@ fn latency_lines(out: &mut String, r: &RunResults) {
         turn_rows(out, &l.ttft_ms_by_turn);
         return;
     }
-    row(out, &marked("TTFT", "ttft", &tainted), l.ttft_ms.as_ref());
+    let phase = phase_finding(r);
+    let ttft = marked("TTFT", "ttft", &tainted);
+    let ttft = match phase {
+        Some(_) => format!("{ttft} §"),
+        None => ttft,
+    };
+    row(out, &ttft, l.ttft_ms.as_ref());
     if l.answer_start_ms.is_some() {
         // Reasoning came first: when the answer a user reads began.
         let answer = marked("answer start", "ttft", &tainted);
@@ -470,6 +484,20 @@ fn latency_lines(out: &mut String, r: &RunResults) {
         let _ = writeln!(
             out,
             "  ‡ the client was late (client_lag below): this figure may be off by its lag"
+        );
+    }
+    if let Some(f) = phase {
+        let p50 = |k: &str| {
+            f.evidence
+                .get(k)
+                .and_then(|v| v.as_f64())
+                .unwrap_or(f64::NAN)
+        };
+        let _ = writeln!(
+            out,
+            "  § hangs on how the closed loop's users line up: p50 {:.1} ms started together, {:.1} ms staggered (ttft_depends_on_phase below)",
+            p50("together_ttft_p50_ms"),
+            p50("staggered_ttft_p50_ms")
         );
     }
     if r.tokens.multi_token_chunks {

@@ -28,6 +28,7 @@ pub mod front_end;
 pub mod http;
 pub mod load;
 pub mod openai;
+pub mod phase;
 pub mod plan;
 pub mod pooling;
 pub mod prom;

@@ -568,6 +568,58 @@ fn a_closed_loop_does_not_depend_on_its_start_once_lengths_vary() {
     assert!(together.0 > 2.0 * ramped.0, "{together:?} vs {ramped:?}");
 }
 
+#[test]
+fn a_fixed_length_closed_loop_is_simulated_from_both_starts() {
+    // Fixed lengths keep whichever phase the users start in (above), and
+    // real engines have been measured in both, so the phase check simulates
+    // the start the run did not have and reports the two TTFTs.
+    use tokenscope_sim::phase;
+    let cfg = default_engine();
+    let mut l = load(closed(32), 960, 2048, 256);
+    l.warmup = 64;
+    let ttft_of = |l: &PlanLoad| {
+        let m = measure(&run(&cfg, l).records, None, None);
+        (
+            m.latency.ttft_ms.unwrap(),
+            m.latency.e2e_ms.unwrap().mean / 1e3,
+        )
+    };
+    let (together, lifetime_s) = ttft_of(&l);
+    let c = phase::check(&cfg, &l, &together, lifetime_s)
+        .unwrap()
+        .expect("a fixed-length closed loop qualifies");
+    eprintln!("{c:?}");
+    assert_eq!(c.simulated_start, "together");
+    assert_eq!(
+        c.ramp_up_s, lifetime_s,
+        "staggered over one request's lifetime"
+    );
+    assert_eq!(c.together_ttft_ms, together);
+    assert!(c.differs && c.together_ttft_ms.p50 > 2.0 * c.staggered_ttft_ms.p50);
+    let finding = c.finding().expect("a difference is a warning");
+    assert_eq!(finding.rule, "ttft_depends_on_phase");
+    // The staggered figure is what a run ramped over that span measures,
+    // and from that run the check finds the same pair the other way round.
+    l.ramp_up_s = Some(c.ramp_up_s);
+    let (staggered, lifetime_s) = ttft_of(&l);
+    let back = phase::check(&cfg, &l, &staggered, lifetime_s)
+        .unwrap()
+        .unwrap();
+    assert_eq!(back.simulated_start, "staggered");
+    assert_eq!(back.staggered_ttft_ms.p50, c.staggered_ttft_ms.p50);
+    assert_eq!(back.together_ttft_ms.p50, c.together_ttft_ms.p50);
+    // A light load reads the same from either start: no warning.
+    let light = load(closed(2), 40, 200, 200);
+    let (t, life) = ttft_of(&light);
+    let c = phase::check(&cfg, &light, &t, life).unwrap().unwrap();
+    assert!(!c.differs && c.finding().is_none(), "{c:?}");
+    // Answers of varied lengths dissolve the waves: nothing to check.
+    let mut varied = load(closed(32), 960, 2048, 0);
+    varied.workload.output = Some(LengthSpec::Uniform(200, 300));
+    assert!(!phase::applies(&varied));
+    assert!(phase::check(&cfg, &varied, &t, life).unwrap().is_none());
+}
+
 /// vLLM 0.6's multi-step scheduling: a request that arrives during a block
 /// waits for its end, and the block's tokens reach the client as one chunk.
 /// (The SGLang team's vLLM 0.6.0 runs with 10 steps show both: median TTFT

@@ -143,6 +143,57 @@ fn sim_prints_no_bench_only_text_and_prices_its_gpu() {
 }
 
 #[test]
+fn a_simulated_ttft_that_hangs_on_its_users_phase_is_marked() {
+    // 32 users of fixed lengths started together: their waves come back
+    // whole, so TTFT depends on the start; the plan simulates the other
+    // start too and marks the figure with both.
+    let plan = |name: &str, output: &str| {
+        let out = run_dir(name);
+        let o = tokenscope()
+            .args([
+                "sim",
+                "plan",
+                "--no-history",
+                "--concurrency",
+                "32",
+                "--requests",
+                "320",
+            ])
+            .args(["--input-tokens", "3000", "--output-tokens", output, "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_ok(&o);
+        (
+            results(&out),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    let (r, stdout) = plan("phase-fixed", "100");
+    assert!(has_rule(&r, "ttft_depends_on_phase"), "{stdout}");
+    let p = &r["simulated"]["phase"];
+    assert_eq!(p["simulated_start"], "together");
+    assert_eq!(p["together_ttft_ms"]["p50"], r["latency"]["ttft_ms"]["p50"]);
+    let (together, staggered) = (
+        stat(p, "together_ttft_ms.p50"),
+        stat(p, "staggered_ttft_ms.p50"),
+    );
+    assert!(together > 2.0 * staggered, "{p}");
+    assert!(stdout.contains("TTFT §"), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "p50 {together:.1} ms started together, {staggered:.1} ms staggered"
+        )),
+        "{stdout}"
+    );
+    // Answers of varied lengths: nothing hangs on the start, nothing marked.
+    let (r, stdout) = plan("phase-varied", "uniform:80..120");
+    assert!(!has_rule(&r, "ttft_depends_on_phase"), "{stdout}");
+    assert!(r["simulated"]["phase"].is_null());
+    assert!(!stdout.contains('§'), "{stdout}");
+}
+
+#[test]
 fn a_run_that_measures_nothing_is_an_error() {
     let o = tokenscope()
         .args(["bench", "--builtin", "exact", "--duration", "0s"])

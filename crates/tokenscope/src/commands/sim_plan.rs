@@ -230,6 +230,21 @@ fn with_images(
     config
 }
 
+/// A closed loop of fixed lengths simulated with its users' other start
+/// (together or staggered): both TTFTs, and a warning when they differ
+/// (`tokenscope_sim::phase`). `None` for any other load.
+fn phase_check(
+    cfg: &EngineConfig,
+    load: &PlanLoad,
+    measured: &tokenscope_core::metrics::Measured,
+) -> anyhow::Result<Option<tokenscope_sim::phase::PhaseCheck>> {
+    let (Some(ttft), Some(e2e)) = (&measured.latency.ttft_ms, &measured.latency.e2e_ms) else {
+        return Ok(None);
+    };
+    let lifetime_s = e2e.mean / 1e3 + 2.0 * load.network_delay_s;
+    tokenscope_sim::phase::check(cfg, load, ttft, lifetime_s).map_err(Exit::usage)
+}
+
 /// Simulates one load (replaying `trace` lengths when given) and writes its run directory.
 fn one_point(
     cfg: &EngineConfig,
@@ -283,6 +298,8 @@ fn one_point(
         return Err(anyhow::Error::new(e).context("writing the simulated run's records"));
     }
     let mut figures = recorded.figures;
+    let measured = figures.finish();
+    let phase = phase_check(cfg, &plan_load, &measured)?;
     crate::run_dir::write_jsonl(&dir.join(crate::run_dir::TIMESERIES), &samples)?;
     let metrics = server_metrics(&queue, &samples, &summary);
     let kv = json!({
@@ -316,17 +333,23 @@ fn one_point(
             peak_rss_mb: tokenscope_load::cpu::peak_rss_bytes().map(|b| b as f64 / 1e6),
             ..Default::default()
         },
-        extra_findings: crate::run::collect::rotation_findings(&recorded.rotated),
+        extra_findings: crate::run::collect::rotation_findings(&recorded.rotated)
+            .into_iter()
+            .chain(phase.as_ref().and_then(|p| p.finding()))
+            .collect(),
         simulated: Some({
             let mut d = deployment_json(cfg, plan_load.fleet, &summary);
             if let Some(s) = spec_json(cfg, &summary, load) {
                 d["spec_decode"] = s;
             }
+            if let Some(p) = &phase {
+                d["phase"] = json!(p);
+            }
             d
         }),
         telemetry: None,
     };
-    let mut results = crate::run::collect::assemble(figures.finish(), facts);
+    let mut results = crate::run::collect::assemble(measured, facts);
     results.records = crate::run::collect::segments_of(&recorded.rotated);
     if let (Some(a), Some(c)) = (&summary.autoscale, results.efficiency.cost.as_mut()) {
         pay_replica_seconds(
