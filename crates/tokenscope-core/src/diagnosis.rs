@@ -34,6 +34,12 @@ pub struct Asked {
     /// no dataset, no sessions. Prefix-cache hits are then left over from
     /// an earlier run.
     pub unique_prompts: bool,
+    /// A closed loop's users, when every request asks for one answer
+    /// length (no dataset or sessions to vary it): the load that can fall
+    /// into waves (`crate::waves`).
+    pub fixed_length_users: Option<u64>,
+    /// `--ramp-up` spread the users' starts.
+    pub ramped: bool,
 }
 
 /// A share of cached prompt tokens past this, on prompts that are unique
@@ -190,6 +196,24 @@ fn client_lag(latency: &Latency, client: &ClientUsage, open_loop: bool) -> Vec<F
     out
 }
 
+/// Closed-loop users of one answer length that finish, and come back,
+/// together (`crate::waves`). Only where every answer had that length.
+fn waves(counts: &Counts, latency: &Latency, tokens: &Tokens, asked: &Asked) -> Option<Finding> {
+    let users = asked.fixed_length_users?;
+    if counts.short_outputs > 0 || counts.succeeded == 0 {
+        return None;
+    }
+    crate::waves::finding(crate::waves::WaveEvidence {
+        users,
+        output_tokens: tokens.output_total / counts.succeeded,
+        succeeded: counts.succeeded,
+        finished_together: counts.finished_together,
+        itl_p50_ms: latency.itl_ms?.p50,
+        e2e_p50_ms: latency.e2e_ms?.p50,
+        ramped: asked.ramped,
+    })
+}
+
 pub fn diagnose(
     counts: &Counts,
     latency: &Latency,
@@ -224,6 +248,7 @@ pub fn diagnose(
         }
     }
     out.extend(client_lag(latency, client, asked.open_loop));
+    out.extend(waves(counts, latency, tokens, &asked));
     if let Some(itl) = latency.itl_ms {
         if itl.p50 > 0.0 && itl.p99 / itl.p50 > 3.0 {
             out.push(finding(

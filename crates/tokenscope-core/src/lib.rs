@@ -37,4 +37,5 @@ pub mod slo;
 pub mod spec_decode;
 pub mod stats;
 pub mod tool_calls;
+pub mod waves;
 pub mod windows;

@@ -119,6 +119,7 @@ pub struct Aggregator {
     tool_calls: crate::tool_calls::ToolTally,
     grades: crate::grading::GradeTally,
     sessions: crate::sessions::SessionTally,
+    finish_gaps: crate::waves::FinishGaps,
 }
 
 /// Adapters kept apart past this many are pooled under one name, so a
@@ -163,6 +164,7 @@ impl Aggregator {
             tool_calls: Default::default(),
             grades: Default::default(),
             sessions: Default::default(),
+            finish_gaps: Default::default(),
             good_tokens: 0,
         }
     }
@@ -194,6 +196,7 @@ impl Aggregator {
             return;
         }
         self.time(r);
+        self.finish_gaps.add(r.done_at_us);
         self.media.add(r);
         self.formats.add(r);
         self.tool_calls.add(r);
@@ -434,6 +437,9 @@ impl Aggregator {
         let mut counts = self.counts.clone();
         counts.warmup = self.warmup;
         counts.top_errors = top_errors(&self.messages);
+        counts.finished_together = itl
+            .quantile(0.5)
+            .map_or(0, |p50| self.finish_gaps.within(p50 / 2.0));
         let mut tokens = self.tokens.clone();
         if let Some(r) = &mut tokens.reasoning {
             r.answer_tokens = tokens.output_total.saturating_sub(r.tokens);

@@ -381,6 +381,11 @@ pub struct Counts {
     /// The most frequent failure messages (up to 3), with their kind and count.
     #[serde(default)]
     pub top_errors: Vec<ErrorSample>,
+    /// Succeeded requests that ended within half a median ITL of the one
+    /// ended before them (the same engine step): closed-loop users in
+    /// waves end so (`crate::waves`).
+    #[serde(default)]
+    pub finished_together: u64,
 }
 
 /// One failure message and how many requests ended with it.

@@ -95,6 +95,15 @@ impl Distribution {
         self.count
     }
 
+    /// How many samples are at most `value` (to the histogram's 3
+    /// significant digits).
+    pub fn count_at_most(&self, value: f64) -> u64 {
+        if self.count == 0 || value.is_nan() || value < 0.0 {
+            return 0;
+        }
+        self.hist.count_between(0, value.round() as u64)
+    }
+
     /// The recorded values as `(value, how many)`, one per histogram bucket
     /// (3 significant digits): a few thousand at most, however many samples.
     pub fn buckets(&self) -> Vec<(f64, u64)> {

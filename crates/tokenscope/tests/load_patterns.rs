@@ -104,6 +104,46 @@ fn closed_loop_holds_exactly_n_in_flight() {
 }
 
 #[test]
+fn users_of_one_answer_length_started_together_are_called_waves() {
+    // The exact server takes every request the same 50 + 19 × 20 ms: eight
+    // users started together end within a millisecond of each other, wave
+    // after wave; started over one request's lifetime they stay 54 ms apart.
+    let server = Server::start(exact(50, 20));
+    let run = |name: &str, extra: &[&str]| {
+        let out = run_dir(name);
+        let mut args = vec!["--concurrency", "8", "--requests", "48"];
+        args.extend_from_slice(extra);
+        let o = bench(&server.url, &out, &args);
+        assert_ok(&o);
+        results(&out)
+    };
+    let together = run("waves-together", &["--output-tokens", "20"]);
+    assert!(has_rule(&together, "waves"), "{}", together["diagnosis"]);
+    // All but each wave's first end with the one before: 7 of every 8.
+    let ended = stat(&together, "counts.finished_together");
+    assert!(ended >= 35.0, "{ended} of 48 ended together");
+    let f = together["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == "waves")
+        .unwrap();
+    assert!(
+        f["message"].as_str().unwrap().contains("--ramp-up 0.4s"),
+        "{f}"
+    );
+    let ramped = run(
+        "waves-ramped",
+        &["--output-tokens", "20", "--ramp-up", "430ms"],
+    );
+    assert!(!has_rule(&ramped, "waves"), "{}", ramped["diagnosis"]);
+    assert!(stat(&ramped, "counts.finished_together") <= 5.0);
+    // Answers of several lengths: not a load that keeps waves.
+    let varied = run("waves-varied", &["--output-tokens", "uniform:15..25"]);
+    assert!(!has_rule(&varied, "waves"), "{}", varied["diagnosis"]);
+}
+
+#[test]
 fn max_concurrency_in_open_loop_counts_late_requests() {
     let server = Server::start(exact(50, 10));
     let out = run_dir("maxconc");

@@ -198,12 +198,24 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
         },
         None => facts.client,
     };
+    let c = &facts.config;
+    let one_length =
+        |key: &str| c[key].is_null() || c[key].as_str().is_some_and(|s| s.parse::<u64>().is_ok());
     let asked = Asked {
-        ignore_eos: facts.config["ignore_eos"].as_bool().unwrap_or(false),
-        open_loop: facts.config["load"]["mode"] == "open",
-        unique_prompts: facts.config["shared_prefix"] == 0
-            && facts.config["dataset"].is_null()
-            && facts.config["multi_turn"].is_null(),
+        ignore_eos: c["ignore_eos"].as_bool().unwrap_or(false),
+        open_loop: c["load"]["mode"] == "open",
+        unique_prompts: c["shared_prefix"] == 0
+            && c["dataset"].is_null()
+            && c["multi_turn"].is_null(),
+        fixed_length_users: (c["load"]["mode"] == "closed"
+            && c["output_tokens"].as_str().is_some()
+            && one_length("output_tokens")
+            && one_length("reasoning_tokens")
+            && c["dataset"].is_null()
+            && c["multi_turn"].is_null())
+        .then(|| c["load"]["concurrency"].as_u64())
+        .flatten(),
+        ramped: c["ramp_up_s"].as_f64().is_some_and(|r| r > 0.0),
     };
     let accuracy = m
         .grades
