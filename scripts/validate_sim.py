@@ -9,10 +9,14 @@ loops).
     scripts/validate-sim.sh > /tmp/validation.md        (builds, then runs this)
     scripts/validate_sim.py BIN [--rules-off]
     scripts/validate_sim.py BIN --fit-kernel-time
+    scripts/validate_sim.py BIN --phases
 
 --fit-kernel-time prints the fit behind vLLM V1's step overhead and each
 layer's kernel time (cost::PER_LAYER_S): the vLLM nightly benchmark's four
 batch-of-8 runs over a grid of both, every other factor the binary's own.
+
+--phases sets each closed loop of fixed lengths against the simulator's two
+starts (`simulated.phase`: users started together, and staggered).
 
 --rules-off runs every point without engine presets or multi-step scheduling
 (vLLM V1's rules), e.g. for a binary that predates them. The sources are
@@ -348,6 +352,8 @@ def main():
     try:
         if "--fit-kernel-time" in sys.argv:
             fit_kernel_time(binary, work)
+        elif "--phases" in sys.argv:
+            phases(binary, work)
         else:
             run_all(binary, rules_off, work)
     finally:
@@ -386,6 +392,24 @@ def fit_kernel_time(binary, work):
     for sq, layer_us, step_ms, errs in sorted(cells):
         row = " | ".join(f"{e:+.1f} %" for e in errs)
         print(f"| {layer_us} | {step_ms:.1f} | {row} | {sq:.0f} |")
+
+
+def phases(binary, work):
+    """Each closed loop of fixed lengths (every set's) against both of the
+    simulator's starts: its published mean TTFT, and `simulated.phase`'s
+    together and staggered means (seed 1)."""
+    print("| scenario | published TTFT mean (ms) | started together | staggered |")
+    print("|---|---|---|---|")
+    for label, _, flags, published, _ in scenarios() + held_out() + held_out_nim():
+        if "TTFT mean (ms)" not in published:
+            continue
+        doc = plan(binary, [*flags, "--no-history"], os.path.join(work, "phase"))
+        p = doc["simulated"].get("phase")
+        if not p:
+            continue
+        pub = published["TTFT mean (ms)"]
+        t, st = p["together_ttft_ms"]["mean"], p["staggered_ttft_ms"]["mean"]
+        print(f"| {label} | {pub:.1f} | {t:.1f} ({(t / pub - 1) * 100:+.0f} %) | {st:.1f} ({(st / pub - 1) * 100:+.0f} %) |")
 
 
 def run_all(binary, rules_off, work):
