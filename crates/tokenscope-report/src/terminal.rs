@@ -33,12 +33,13 @@ fn tainted(r: &RunResults) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
-/// A simulated closed loop's TTFT that its users' phase decides
-/// (`tokenscope_sim::phase`): the finding that says so, with both figures.
+/// A closed loop's TTFT that its users' phase decides: `sim plan`'s
+/// finding with both starts' figures (`tokenscope_sim::phase`), or a run's
+/// records that show waves (`tokenscope_core::waves`).
 fn phase_finding(r: &RunResults) -> Option<&tokenscope_core::results::Finding> {
     r.diagnosis
         .iter()
-        .find(|f| f.rule == "ttft_depends_on_phase")
+        .find(|f| f.rule == "ttft_depends_on_phase" || f.rule == "waves")
 }
 
 /// A row's label, marked `‡` when the client's lag may have tainted it.
@@ -493,12 +494,18 @@ fn latency_lines(out: &mut String, r: &RunResults) {
                 .and_then(|v| v.as_f64())
                 .unwrap_or(f64::NAN)
         };
-        let _ = writeln!(
-            out,
-            "  § hangs on how the closed loop's users line up: p50 {:.1} ms started together, {:.1} ms staggered (ttft_depends_on_phase below)",
-            p50("together_ttft_p50_ms"),
-            p50("staggered_ttft_p50_ms")
-        );
+        let _ = match f.rule.as_str() {
+            "waves" => writeln!(
+                out,
+                "  § the users ran in waves (waves below): where the server queues a wave's prompts, TTFT holds that queue, which users started apart would not meet"
+            ),
+            _ => writeln!(
+                out,
+                "  § hangs on how the closed loop's users line up: p50 {:.1} ms started together, {:.1} ms staggered (ttft_depends_on_phase below)",
+                p50("together_ttft_p50_ms"),
+                p50("staggered_ttft_p50_ms")
+            ),
+        };
     }
     if r.tokens.multi_token_chunks {
         let _ = writeln!(
@@ -724,6 +731,7 @@ pub fn series_table(points: &[(String, RunResults)]) -> String {
     } else {
         "\n"
     };
+    let mut phased = false;
     for (label, r) in points {
         let l = &r.latency;
         let ms = |s: Option<tokenscope_core::stats::Summary>,
@@ -731,12 +739,18 @@ pub fn series_table(points: &[(String, RunResults)]) -> String {
             s.as_ref()
                 .map_or("—".to_string(), |s| format!("{:.1}", p(s)))
         };
+        // TTFT that hangs on the users' phase is marked, as in one run's summary.
+        let mark = match phase_finding(r) {
+            Some(_) => "§",
+            None => "",
+        };
+        phased |= !mark.is_empty();
         let kv = r.efficiency.kv_cache.as_ref();
         out += &format!(
             "{label:<18} {:>10.0} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7.0}% {:>8}\n",
             r.throughput.output_tokens_per_s,
-            ms(l.ttft_ms, |s| s.p50),
-            ms(l.ttft_ms, |s| s.p99),
+            ms(l.ttft_ms, |s| s.p50) + mark,
+            ms(l.ttft_ms, |s| s.p99) + mark,
             ms(l.tpot_ms, |s| s.p50),
             ms(l.tpot_ms, |s| s.p99),
             ms(l.e2e_ms, |s| s.p50),
@@ -751,6 +765,9 @@ pub fn series_table(points: &[(String, RunResults)]) -> String {
             out.pop();
             out += &format!(" {:>8} {:>8}\n", ms(l.answer_start_ms, |s| s.p99), share);
         }
+    }
+    if phased {
+        out += "§ TTFT hangs on how the closed loop's users line up (ttft_depends_on_phase or waves in that point's results.json): compare with --ramp-up, or vary --output-tokens\n";
     }
     out
 }

@@ -186,6 +186,33 @@ fn a_simulated_ttft_that_hangs_on_its_users_phase_is_marked() {
         )),
         "{stdout}"
     );
+    // A sweep marks the points whose TTFT hangs on the start, and only those.
+    let (_, stdout) = plan_sweep(
+        "phase-sweep",
+        &[
+            "--sweep",
+            "concurrency:1,32",
+            "--requests",
+            "320",
+            "--input-tokens",
+            "3000",
+            "--output-tokens",
+            "100",
+        ],
+    );
+    let row = |load: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(load))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(!row("concurrency 1 ").contains('§'), "{stdout}");
+    assert_eq!(row("concurrency 32").matches('§').count(), 2, "{stdout}");
+    assert!(
+        stdout.contains("§ TTFT hangs on how the closed loop's users line up"),
+        "{stdout}"
+    );
     // Answers of varied lengths: nothing hangs on the start, nothing marked.
     let (r, stdout) = plan("phase-varied", "uniform:80..120");
     assert!(!has_rule(&r, "ttft_depends_on_phase"), "{stdout}");
