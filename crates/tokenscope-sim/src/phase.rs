@@ -74,7 +74,8 @@ pub fn check(
     if !applies(load) {
         return Ok(None);
     }
-    let ramp = match load.ramp_up_s {
+    let started_together = load.ramp_up_s.is_none_or(|r| r <= 0.0);
+    let ramp = match load.ramp_up_s.filter(|_| !started_together) {
         Some(r) => r,
         // Over one request's lifetime, so the users' requests are evenly
         // spread; within the run, so the spread start is measured.
@@ -86,21 +87,21 @@ pub fn check(
         return Ok(None);
     }
     let other = PlanLoad {
-        ramp_up_s: load.ramp_up_s.is_none().then_some(ramp),
+        ramp_up_s: started_together.then_some(ramp),
         ..load.clone()
     };
     let Some(other_ttft) = ttft_ms(config, &other)? else {
         return Ok(None);
     };
-    let (together, staggered) = match load.ramp_up_s {
-        None => (*run_ttft_ms, other_ttft),
-        Some(_) => (other_ttft, *run_ttft_ms),
+    let (together, staggered) = match started_together {
+        true => (*run_ttft_ms, other_ttft),
+        false => (other_ttft, *run_ttft_ms),
     };
     let (a, b) = (together.p50, staggered.p50);
     let gap = (a - b).abs();
     Ok(Some(PhaseCheck {
         concurrency,
-        simulated_start: if load.ramp_up_s.is_none() {
+        simulated_start: if started_together {
             "together"
         } else {
             "staggered"
