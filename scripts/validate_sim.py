@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Replays published serving measurements in `tokenscope sim plan` and prints
 the error table (Markdown) with each metric's median and worst error: the
-validation set, then two held-out sets that nothing in the engine was
-fitted to (NIM's rows past saturation and TensorRT-LLM's throughput table;
-since 2026-12-05, NIM's TensorRT-LLM tables at TP 1–8 and its 8B closed
-loops).
+validation set; NIM's 2024 TensorRT-LLM table at TP 1–8 and concurrency 1
+(held out on 2026-12-05, fitted since 2026-12-06: TensorRT-LLM's request
+overhead); then two held-out sets that nothing in the engine was fitted to
+(NIM's rows past saturation and TensorRT-LLM's throughput table; since
+2026-12-05, NIM 1.8.0's 8B closed loops).
 
     scripts/validate-sim.sh > /tmp/validation.md        (builds, then runs this)
     scripts/validate_sim.py BIN [--rules-off]
@@ -198,7 +199,9 @@ def held_out():
     return s
 
 
-# Held out since 2026-12-05, never used to set a constant. NVIDIA NIM for
+# Held out on 2026-12-05; since 2026-12-06 the set TensorRT-LLM's request
+# overhead and its cost per doubling of TP were fitted to
+# (`Preset::request_overhead_s`, `TRTLLM_TP_DOUBLING_S`). NVIDIA NIM for
 # LLMs with its TensorRT-LLM back end (2024; GenAI-Perf, closed loops of
 # fixed lengths), Llama-3-8B and 70B Instruct on A100 80GB and H100 80GB,
 # TP = the GPU count, at concurrency 1: (model, GPU, TP, precision, ISL,
@@ -305,8 +308,8 @@ NIM_8B_CLOSED = [
 ]
 
 
-def held_out_nim():
-    """The NIM tables held out on 2026-12-05, in scenarios()'s form."""
+def fitted_nim_2024():
+    """NIM's 2024 table at concurrency 1, in scenarios()'s form."""
     s = []
     for model, gpu, tp, precision, isl, osl, ttft, itl in NIM_2024_BATCH_1:
         dtype = [*TRTLLM_FP8] if precision == "fp8" else ["--engine", "trtllm"]
@@ -316,6 +319,12 @@ def held_out_nim():
                    "--concurrency", "1", "--requests", "6", "--input-tokens", str(isl),
                    "--output-tokens", str(osl)],
                   {"TTFT mean (ms)": ttft, "TPOT mean (ms)": itl}, True))
+    return s
+
+
+def held_out_nim():
+    """NIM 1.8.0's 8B closed loops, held out since 2026-12-05, in scenarios()'s form."""
+    s = []
     for isl, osl, c, ttft, itl, tok_s in NIM_8B_CLOSED:
         warm = ["--warmup", str(c)] if c > 1 else []
         s.append((f"llama-3.1-8b FP8, 1×h100-sxm, NIM 1.8.0, {isl} in / {osl} out, concurrency {c}", NIM_8B,
@@ -400,7 +409,7 @@ def phases(binary, work):
     together and staggered means (seed 1)."""
     print("| scenario | published TTFT mean (ms) | started together | staggered |")
     print("|---|---|---|---|")
-    for label, _, flags, published, _ in scenarios() + held_out() + held_out_nim():
+    for label, _, flags, published, _ in scenarios() + fitted_nim_2024() + held_out() + held_out_nim():
         if "TTFT mean (ms)" not in published:
             continue
         doc = plan(binary, [*flags, "--no-history"], os.path.join(work, "phase"))
@@ -420,11 +429,15 @@ def run_all(binary, rules_off, work):
     print()
     table(binary, rules_off, work, db, scenarios(), "v")
     print()
+    print("## Fitted since 2026-12-06: NIM's 2024 TensorRT-LLM table, TP 1–8 at concurrency 1 (held out 2026-12-05)")
+    print()
+    table(binary, rules_off, work, db, fitted_nim_2024(), "f")
+    print()
     print("## Held out: NIM past saturation and TensorRT-LLM's own throughput table (nothing fitted to them)")
     print()
     table(binary, rules_off, work, db, held_out(), "h")
     print()
-    print("## Held out since 2026-12-05: NIM's TensorRT-LLM tables, TP 1–8 at concurrency 1 and closed loops")
+    print("## Held out since 2026-12-05: NIM 1.8.0's Llama-3.1-8B closed loops, concurrency 1–100")
     print()
     table(binary, rules_off, work, db, held_out_nim(), "n")
 

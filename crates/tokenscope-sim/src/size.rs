@@ -278,9 +278,9 @@ impl Searcher<'_> {
         cfg.tp = c.tp;
         cfg.weights = c.weights;
         cfg.kv_dtype = c.kv_dtype;
-        cfg.engine = c.engine;
-        if !self.search.calibrated {
-            cfg.efficiency.step_overhead_s = c.engine.step_overhead_s();
+        match self.search.calibrated {
+            true => cfg.engine = c.engine,
+            false => cfg.set_engine(c.engine),
         }
         cfg.kv_blocks().map_err(|e| format!("does not fit: {e}"))?;
         let alone = self.eval(&cfg, LoadPattern::Closed { concurrency: 1 }, 1, Some(16))?;

@@ -387,8 +387,7 @@ fn tensor_parallel_decode_pays_a_collective_that_grows_with_the_ring() {
 /// and the median TPOT, under long prompts arriving among decodes.
 fn stalls(engine: tokenscope_sim::engine::preset::Preset) -> (f64, f64) {
     let mut cfg = default_engine();
-    cfg.engine = engine;
-    cfg.efficiency.step_overhead_s = engine.step_overhead_s();
+    cfg.set_engine(engine);
     let mut l = load(
         LoadPattern::Open {
             rate: 1.5,
@@ -766,8 +765,7 @@ fn an_image_adds_its_tokens_and_the_encoders_time_to_ttft() {
 #[test]
 fn a_static_batch_gives_every_request_the_whole_batchs_prefill_as_ttft() {
     let mut cfg = default_engine();
-    cfg.engine = tokenscope_sim::engine::preset::Preset::Static;
-    cfg.efficiency.step_overhead_s = cfg.engine.step_overhead_s();
+    cfg.set_engine(tokenscope_sim::engine::preset::Preset::Static);
     // Eight clients sending together (the batcher gathers what reaches the
     // front end while it is busy): each
     // wave is one batch of 8 × 1,024 prompt tokens, prefilled in one step,
@@ -803,26 +801,37 @@ fn a_static_batch_gives_every_request_the_whole_batchs_prefill_as_ttft() {
 #[test]
 fn tensor_parallel_4_at_batch_1_pays_its_per_request_overhead() {
     use tokenscope_sim::engine::preset::Preset;
-    let at = |tp: u32| {
+    let at = |engine: Preset, tp: u32| {
         let mut cfg = default_engine();
+        cfg.set_engine(engine);
         cfg.tp = tp;
         let out = run(&cfg, &load(closed(1), 40, 32, 32));
         let ttft = median(&out.records, |r| r.ttft_us().map(|v| v as f64 / 1e3));
         let m = measure(&out.records, None, None);
         (ttft, m.latency.tpot_ms.expect("decodes").p50)
     };
-    let ((ttft1, tpot1), (ttft4, tpot4)) = (at(1), at(4));
-    let overhead_ms = Preset::Vllm.tp_request_overhead_s(4) * 1e3;
-    assert!(overhead_ms > 0.0 && Preset::Vllm.tp_request_overhead_s(1) == 0.0);
-    // A 32-token prefill is a few ms at TP 1; TP 4 cannot save more than that.
-    let added = ttft4 - ttft1;
-    eprintln!("TTFT p50 TP 1 {ttft1:.1} ms, TP 4 {ttft4:.1} ms; TPOT {tpot1:.2} → {tpot4:.2} ms");
+    // vLLM pays per extra rank; TensorRT-LLM per doubling (a broadcast's hops).
+    for engine in [Preset::Vllm, Preset::Trtllm] {
+        let ((ttft1, tpot1), (ttft4, tpot4)) = (at(engine, 1), at(engine, 4));
+        let overhead_ms = engine.tp_request_overhead_s(4) * 1e3;
+        assert!(overhead_ms > 0.0 && engine.tp_request_overhead_s(1) == 0.0);
+        // A 32-token prefill is a few ms at TP 1; TP 4 cannot save more than that.
+        let added = ttft4 - ttft1;
+        eprintln!(
+            "{}: TTFT p50 TP 1 {ttft1:.1} ms, TP 4 {ttft4:.1} ms; TPOT {tpot1:.2} → {tpot4:.2} ms",
+            engine.name()
+        );
+        assert!(
+            added > overhead_ms - 5.0 && added < overhead_ms + 2.0,
+            "TP 4 added {added:.1} ms to TTFT; its overhead is {overhead_ms:.1} ms"
+        );
+        assert!(
+            tpot4 < tpot1,
+            "decode steps do not pay it: {tpot1} → {tpot4}"
+        );
+    }
+    let trtllm = |tp| Preset::Trtllm.tp_request_overhead_s(tp) * 1e3;
     assert!(
-        added > overhead_ms - 5.0 && added < overhead_ms + 2.0,
-        "TP 4 added {added:.1} ms to TTFT; its overhead is {overhead_ms:.1} ms"
-    );
-    assert!(
-        tpot4 < tpot1,
-        "decode steps do not pay it: {tpot1} → {tpot4}"
+        (trtllm(8) - 3.0 * trtllm(2)).abs() < 1e-9 && (trtllm(4) - 2.0 * trtllm(2)).abs() < 1e-9
     );
 }

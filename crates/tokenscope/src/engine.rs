@@ -36,8 +36,7 @@ pub fn engine_config(a: &EngineArgs) -> anyhow::Result<EngineConfig> {
     cfg.max_num_seqs = a.max_num_seqs;
     cfg.max_num_batched_tokens = a.max_num_batched_tokens;
     cfg.prefix_caching = !a.no_prefix_caching;
-    cfg.engine = a.engine;
-    cfg.efficiency.step_overhead_s = a.engine.step_overhead_s();
+    cfg.set_engine(a.engine);
     cfg.num_scheduler_steps = a.num_scheduler_steps;
     if let Some(text) = &a.spec_decode {
         cfg.spec = Some(parse_spec(text, a.catalogue.as_deref())?);

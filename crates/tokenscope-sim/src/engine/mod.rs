@@ -65,6 +65,14 @@ impl EngineConfig {
         }
     }
 
+    /// Follows `engine`'s rules, with its preset's step and request
+    /// overheads (not for a calibrated profile, whose own are fitted).
+    pub fn set_engine(&mut self, engine: preset::Preset) {
+        self.engine = engine;
+        self.efficiency.step_overhead_s = engine.step_overhead_s();
+        self.efficiency.request_overhead_s = engine.request_overhead_s();
+    }
+
     /// vLLM's defaults for `vllm serve` (docs/engines.md §1): large GPUs other than A100 get more.
     fn big_gpu(&self) -> bool {
         self.gpu.memory_gib >= 70.0 && !self.gpu.name.to_ascii_lowercase().contains("a100")

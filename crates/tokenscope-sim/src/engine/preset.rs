@@ -6,6 +6,22 @@
 
 use std::str::FromStr;
 
+/// TensorRT-LLM's request overhead on one GPU, s: the front end and the
+/// C++ executor's intake, no hop between processes. Fitted, with
+/// [`TRTLLM_TP_DOUBLING_S`], to NIM's 2024 TensorRT-LLM table at
+/// concurrency 1 (72 rows: Llama-3 8B and 70B, A100 and H100, TP 1–8,
+/// 200–7,000-token prompts): least squares of the log ratio over a grid of
+/// 3–6 ms and 2–5 ms a doubling gave 4 and 3 ms. Llama-3-8B FP8 on one
+/// H100 reads TTFT 8.9 ms for 200 tokens there, where the 10 ms default
+/// (fitted on SGLang) alone was more. NIM 1.8.0's tables stay held out.
+pub const TRTLLM_REQUEST_OVERHEAD_S: f64 = 0.004;
+/// TensorRT-LLM's request cost per doubling of the tensor-parallel ranks,
+/// s: the leader hands each new request to the other ranks, a broadcast of
+/// log2(TP) hops, and they meet before its first step. Fitted with
+/// [`TRTLLM_REQUEST_OVERHEAD_S`]: 70B's short prompts at TP 4 and 8 read
+/// 10–19 % short without it.
+pub const TRTLLM_TP_DOUBLING_S: f64 = 0.003;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Preset {
     /// vLLM V1 (the default): chunked prefill on, prefill and decode tokens
@@ -87,16 +103,29 @@ impl Preset {
     /// Fitted to the validation set's tensor-parallel runs at low load
     /// (docs/simulator.md): vLLM V1's nightly 70B TP 4 at 1 req/s read
     /// TTFT 32 % short without it, the SGLang team's 70B TP 4 runs 15–28 %
-    /// short (SGLang 0.3, vLLM 0.6). NIM's TP 2 runs at concurrency 1 read
-    /// no shortfall (TTFT −8 % and +2 %): TensorRT-LLM's is too small to see.
+    /// short (SGLang 0.3, vLLM 0.6). TensorRT-LLM's grows with the
+    /// broadcast's hops, log2(TP), not the ranks ([`TRTLLM_TP_DOUBLING_S`]).
     pub fn tp_request_overhead_s(self, tp: u32) -> f64 {
         let per_rank = match self {
             Preset::Vllm => 0.006,
             Preset::VllmV0 => 0.010,
             Preset::Sglang => 0.003,
-            Preset::Trtllm | Preset::Static => 0.0,
+            Preset::Trtllm => return TRTLLM_TP_DOUBLING_S * (tp.max(1) as f64).log2(),
+            Preset::Static => 0.0,
         };
         per_rank * tp.saturating_sub(1) as f64
+    }
+
+    /// The front end's fixed cost of a request before the scheduler sees
+    /// it (`Efficiency::request_overhead_s`, which `sim calibrate` fits), s:
+    /// 10 ms (fitted on SGLang's TTFT; vLLM's and the others' are not told
+    /// apart by the validation set), TensorRT-LLM's 4 ms
+    /// ([`TRTLLM_REQUEST_OVERHEAD_S`]).
+    pub fn request_overhead_s(self) -> f64 {
+        match self {
+            Preset::Trtllm => TRTLLM_REQUEST_OVERHEAD_S,
+            _ => 0.010,
+        }
     }
 
     pub fn describe(self) -> &'static str {
