@@ -772,6 +772,26 @@ pub fn series_table(points: &[(String, RunResults)]) -> String {
     out
 }
 
+/// Under the analysis: each recommendation judged by TTFT at a point whose
+/// TTFT hangs on the closed loop's users' phase (marked `§` in the table),
+/// so the choice shows what it rests on.
+pub fn phase_notes(points: &[(String, RunResults)], a: &Analysis) -> String {
+    let mut out = String::new();
+    for r in &a.recommendations {
+        let Some((label, p)) = r.point.and_then(|i| points.get(i)) else {
+            continue;
+        };
+        if phase_finding(p).is_some() && r.judged_by.contains("TTFT") {
+            let _ = writeln!(
+                out,
+                "  § {}'s {label} is judged by a TTFT that hangs on how the users line up: check it with --ramp-up",
+                r.profile
+            );
+        }
+    }
+    out
+}
+
 /// The analysis under the series table: knee, saturation, SLO capacity and
 /// the operating point for each service profile.
 pub fn analysis(a: &Analysis) -> String {

@@ -115,6 +115,9 @@ pub fn finish_series(
             .collect();
         crate::output::to_stdout(&tokenscope_report::terminal::series_table(&labelled));
         crate::output::to_stdout(&tokenscope_report::terminal::analysis(&analysis));
+        crate::output::to_stdout(&tokenscope_report::terminal::phase_notes(
+            &labelled, &analysis,
+        ));
         crate::output::to_stdout(&format!(
             "\nseries directory: {} (point-NN/, sweep.json)\n",
             dir.display()

@@ -213,6 +213,13 @@ fn a_simulated_ttft_that_hangs_on_its_users_phase_is_marked() {
         stdout.contains("§ TTFT hangs on how the closed loop's users line up"),
         "{stdout}"
     );
+    // A recommendation judged by TTFT at that point says what it rests on.
+    assert!(
+        stdout.contains(
+            "§ cost's concurrency 32 is judged by a TTFT that hangs on how the users line up"
+        ),
+        "{stdout}"
+    );
     // Answers of varied lengths: nothing hangs on the start, nothing marked.
     let (r, stdout) = plan("phase-varied", "uniform:80..120");
     assert!(!has_rule(&r, "ttft_depends_on_phase"), "{stdout}");

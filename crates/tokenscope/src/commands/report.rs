@@ -161,4 +161,5 @@ fn print_sweep(s: &Sweep) {
         .collect();
     crate::output::to_stdout(&terminal::series_table(&labelled));
     crate::output::to_stdout(&terminal::analysis(&s.analysis));
+    crate::output::to_stdout(&terminal::phase_notes(&labelled, &s.analysis));
 }
