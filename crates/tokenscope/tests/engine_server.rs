@@ -506,13 +506,19 @@ fn a_bench_run_reads_back_the_speculation_it_was_given() {
 /// The served static-batching engine gathers requests sent together into
 /// one batch, as `sim plan`'s does, though its front end hands them over
 /// one tokenisation apart: every member is prefilled in the same step
-/// (the same prefill time), none alone ahead of the others. (Each 6,000-
-/// token prompt keeps the front end busy ~10 ms, so a loaded client that
-/// sends eight within that of each other still makes one batch.)
+/// (the same prefill time), none alone ahead of the others. (Each 20,000-
+/// token prompt keeps the front end busy ~31 ms, so a loaded client that
+/// sends eight within that of each other still makes one batch: with
+/// 6,000-token prompts, ~10 ms, a full test run on two busy cores once
+/// sent the first alone. Llama-3.2-1B keeps the batch's prefill short.)
 #[test]
 fn a_served_static_batch_is_prefilled_together() {
-    let mut config = default_engine();
-    config.engine = tokenscope_sim::engine::preset::Preset::Static;
+    let cat = tokenscope_sim::engine::catalogue::Catalogue::builtin();
+    let mut config = tokenscope_sim::engine::EngineConfig::new(
+        cat.model("llama-3.2-1b").unwrap(),
+        cat.gpu("h100-sxm").unwrap(),
+    );
+    config.set_engine(tokenscope_sim::engine::preset::Preset::Static);
     let engine = Engine::start(config);
     let out = run_dir("engine-static-batch");
     let o = bench(
@@ -524,7 +530,7 @@ fn a_served_static_batch_is_prefilled_together() {
             "--requests",
             "8",
             "--input-tokens",
-            "6000",
+            "20000",
             "--output-tokens",
             "2",
         ],
