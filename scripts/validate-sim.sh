@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Validates the simulated engine against 71 published measurements (the
 # SGLang team's, Lambda's, NVIDIA NIM's and vLLM's nightly benchmarks; the
-# list with its sources is scripts/validate_sim.py), then against 38 held
-# out (TensorRT-LLM's own throughput table, NIM's rows past saturation) and
-# 95 held out since 2026-12-05 (NIM's TensorRT-LLM tables: TP 1–8 at
-# concurrency 1, Llama-3.1-8B's closed loops), and times the planner.
+# list with its sources is scripts/validate_sim.py) and NIM's 2024
+# TensorRT-LLM table at TP 1–8 and concurrency 1 (held out on 2026-12-05,
+# fitted since 2026-12-06), then against 42 held out (TensorRT-LLM's own
+# throughput table, NIM's rows past saturation) and 69 held out since
+# 2026-12-05 (NIM 1.8.0's Llama-3.1-8B closed loops), and times the planner.
 # Prints Markdown.
 #
 #   scripts/validate-sim.sh > /tmp/validation.md
 #
 # `scripts/validate_sim.py BIN --rules-off` runs the same points without
-# engine presets or multi-step scheduling, e.g. on an older build.
+# engine presets or multi-step scheduling, e.g. on an older build;
+# `--phases` sets each closed loop of fixed lengths against both starts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
