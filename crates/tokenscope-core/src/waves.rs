@@ -80,9 +80,14 @@ pub fn finding(e: WaveEvidence) -> Option<Finding> {
     if share <= 0.5 || share <= chance + (1.0 - chance) / 2.0 {
         return None;
     }
+    let varied = format!(
+        "uniform:{}..{}",
+        e.output_tokens * 9 / 10,
+        e.output_tokens * 11 / 10
+    );
     let advice = match e.ramped {
-        true => format!("they fell into step despite --ramp-up (long prefill steps gather the prompts that arrive during them); vary --output-tokens (e.g. uniform:{}..{}) for a figure that does not hang on the phase", e.output_tokens * 9 / 10, e.output_tokens * 11 / 10),
-        false => format!("the users started together; pass --ramp-up {:.1}s (about one request's lifetime) to start them spread, or vary --output-tokens (e.g. uniform:{}..{}), and compare", e.e2e_p50_ms / 1e3, e.output_tokens * 9 / 10, e.output_tokens * 11 / 10),
+        true => format!("they fell into step despite --ramp-up (long prefill steps gather the prompts that arrive during them); vary --output-tokens (e.g. {varied}) for a figure that does not hang on the phase"),
+        false => format!("the users started together; pass --ramp-up {:.1}s (about one request's lifetime) to start them spread, or vary --output-tokens (e.g. {varied}), and compare", e.e2e_p50_ms / 1e3),
     };
     Some(Finding {
         rule: "waves".into(),

@@ -720,7 +720,7 @@ pub fn spec_decode_line(s: &serde_json::Value) -> Option<String> {
 }
 
 /// One line per point of a series (a sweep or `sim plan --sweep`).
-pub fn series_table(points: &[(String, RunResults)]) -> String {
+fn series_table(points: &[(String, RunResults)]) -> String {
     // A reasoning series adds when the answer started and how much was thinking.
     let reasoning = points.iter().any(|(_, r)| r.tokens.reasoning.is_some());
     let mut out = String::from(
@@ -772,10 +772,16 @@ pub fn series_table(points: &[(String, RunResults)]) -> String {
     out
 }
 
+/// A series in the terminal: its table, the analysis, and the notes on
+/// recommendations that rest on a phase-bound TTFT.
+pub fn series(points: &[(String, RunResults)], a: &Analysis) -> String {
+    series_table(points) + &analysis(a) + &phase_notes(points, a)
+}
+
 /// Under the analysis: each recommendation judged by TTFT at a point whose
 /// TTFT hangs on the closed loop's users' phase (marked `§` in the table),
 /// so the choice shows what it rests on.
-pub fn phase_notes(points: &[(String, RunResults)], a: &Analysis) -> String {
+fn phase_notes(points: &[(String, RunResults)], a: &Analysis) -> String {
     let mut out = String::new();
     for r in &a.recommendations {
         let Some((label, p)) = r.point.and_then(|i| points.get(i)) else {

@@ -10,6 +10,7 @@
 //! together, and the front end hands them to the scheduler one after
 //! another, spread by their tokenisation, instead of all in one step.
 
+use crate::engine::EngineConfig;
 use crate::load::IdHash;
 use crate::traffic::Arrival;
 use std::cmp::Reverse;
@@ -29,14 +30,31 @@ pub const SERIAL_PER_REQUEST_S: f64 = 1e-3;
 /// at 3–6× slower: the low end of that, 1.5 µs.
 pub const TOKENIZE_PER_TOKEN_S: f64 = 1.5e-6;
 
-/// A request of `tokens` prompt tokens under a request overhead of
-/// `overhead_s`: (its serial cost, the rest of the overhead), seconds.
-pub fn split_cost_s(tokens: u64, overhead_s: f64) -> (f64, f64) {
-    let base = SERIAL_PER_REQUEST_S.min(overhead_s.max(0.0));
-    (
-        base + TOKENIZE_PER_TOKEN_S * tokens as f64,
-        (overhead_s - base).max(0.0),
-    )
+/// What a request costs the front end before a scheduler sees it
+/// (seconds). `sim plan` and `sim serve` both charge it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Costs {
+    /// The serial stage's share: parsing and templating, and tokenising.
+    pub serial_s: f64,
+    /// The rest of the request overhead, which overlaps other requests.
+    pub overlapped_s: f64,
+    /// The hand-over to every tensor-parallel rank
+    /// (`Preset::tp_request_overhead_s`).
+    pub ranks_s: f64,
+}
+
+impl Costs {
+    /// A request of `tokens` prompt tokens on `config`'s server: the serial
+    /// share comes out of the request overhead, tokenising on top.
+    pub fn of(config: &EngineConfig, tokens: u64) -> Costs {
+        let overhead_s = config.efficiency.request_overhead_s.max(0.0);
+        let base = SERIAL_PER_REQUEST_S.min(overhead_s);
+        Costs {
+            serial_s: base + TOKENIZE_PER_TOKEN_S * tokens as f64,
+            overlapped_s: overhead_s - base,
+            ranks_s: config.engine.tp_request_overhead_s(config.tp),
+        }
+    }
 }
 
 /// The front end's one-at-a-time stage: a request that reaches it waits
@@ -191,11 +209,23 @@ mod tests {
 
     #[test]
     fn the_serial_share_comes_out_of_the_overhead_and_tokenising_on_top() {
-        let (serial, rest) = split_cost_s(1000, 0.010);
-        assert!((serial - (SERIAL_PER_REQUEST_S + 1000.0 * TOKENIZE_PER_TOKEN_S)).abs() < 1e-12);
-        assert!((rest - (0.010 - SERIAL_PER_REQUEST_S)).abs() < 1e-12);
+        let cat = crate::engine::catalogue::Catalogue::builtin();
+        let mut cfg = EngineConfig::new(
+            cat.model("llama-3.1-70b").unwrap(),
+            cat.gpu("h100-sxm").unwrap(),
+        );
+        cfg.efficiency.request_overhead_s = 0.010;
+        cfg.tp = 4;
+        let c = Costs::of(&cfg, 1000);
+        assert!(
+            (c.serial_s - (SERIAL_PER_REQUEST_S + 1000.0 * TOKENIZE_PER_TOKEN_S)).abs() < 1e-12
+        );
+        assert!((c.overlapped_s - (0.010 - SERIAL_PER_REQUEST_S)).abs() < 1e-12);
+        assert_eq!(c.ranks_s, cfg.engine.tp_request_overhead_s(4));
         // A calibrated overhead below the serial share is all serial.
-        assert_eq!(split_cost_s(0, 0.0004), (0.0004, 0.0));
+        cfg.efficiency.request_overhead_s = 0.0004;
+        let c = Costs::of(&cfg, 0);
+        assert_eq!((c.serial_s, c.overlapped_s), (0.0004, 0.0));
     }
 
     #[test]

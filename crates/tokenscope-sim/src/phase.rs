@@ -15,8 +15,9 @@
 use crate::engine::EngineConfig;
 use crate::load::PlanLoad;
 use serde::Serialize;
+use tokenscope_core::metrics::Aggregator;
 use tokenscope_core::results::Finding;
-use tokenscope_core::stats::{Distribution, Summary};
+use tokenscope_core::stats::Summary;
 use tokenscope_workload::arrival::LoadPattern;
 use tokenscope_workload::lengths::LengthSpec;
 
@@ -113,17 +114,13 @@ pub fn check(
     }))
 }
 
-/// The TTFT (ms) of a load's measured, successful requests.
+/// A load's TTFT (ms), as the run's own figures count it.
 fn ttft_ms(config: &EngineConfig, load: &PlanLoad) -> Result<Option<Summary>, String> {
-    let mut ttft = Distribution::new();
+    let mut figures = Aggregator::new(None, None);
     // Sampling the engine's state once per virtual minute: the check reads
     // only the records.
-    crate::plan::simulate_into(config, load, 60.0, &mut |r| {
-        if let Some(us) = r.ttft_us().filter(|_| !r.warmup && r.succeeded()) {
-            ttft.record_us(us);
-        }
-    })?;
-    Ok(ttft.summary(1e-3))
+    crate::plan::simulate_into(config, load, 60.0, &mut |r| figures.add(&r))?;
+    Ok(figures.finish().latency.ttft_ms)
 }
 
 impl PhaseCheck {

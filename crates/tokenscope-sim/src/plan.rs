@@ -136,8 +136,6 @@ pub fn simulate_into(
     let mut traffic = Traffic::start(load, fleet[0].engine.scheduler.kv.block_size)?;
     let mut jitter = Jitter::new(load.seed);
     let mut front = FrontEnd::new(config.limits().static_batch);
-    let front_end_s = config.efficiency.request_overhead_s;
-    let tp_request_s = config.engine.tp_request_overhead_s(config.tp);
     let delay = us(load.network_delay_s);
     let mut records: std::collections::HashMap<u64, RequestRecord, IdHash> = Default::default();
     let (mut samples, mut next_sample) = (Vec::new(), 0.0);
@@ -184,10 +182,10 @@ pub fn simulate_into(
             rec.first_byte_at_us = Some(a.sent_us + 2 * delay);
             (rec.session, rec.turn) = (a.turn.map(|t| t.0), a.turn.map(|t| t.1));
             records.insert(a.id, rec);
-            let (serial_s, rest_s) = front_end::split_cost_s(input, front_end_s);
-            let after = us(jitter.front_end(rest_s) + tp_request_s);
+            let cost = front_end::Costs::of(config, input);
+            let after = us(jitter.front_end(cost.overlapped_s) + cost.ranks_s);
             let servers = fleet.iter().filter(|r| !r.retiring).count();
-            front.receive(a, at, (us(serial_s), after), servers);
+            front.receive(a, at, (us(cost.serial_s), after), servers);
         } else if handed == Some(now) {
             let seq = handoffs.due(now).expect("one is due");
             let i = route(

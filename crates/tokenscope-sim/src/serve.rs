@@ -199,12 +199,10 @@ impl Shared {
     /// scheduler sees a request of `tokens` prompt tokens that `arrived`:
     /// its serial share queues behind the requests before it.
     async fn front_end(&self, arrived: Instant, tokens: u64) {
-        let (serial, rest) =
-            crate::front_end::split_cost_s(tokens, self.config.efficiency.request_overhead_s);
-        let rest = rest + self.config.engine.tp_request_overhead_s(self.config.tp);
+        let cost = crate::front_end::Costs::of(&self.config, tokens);
         let us = |d: Duration| d.as_micros() as u64;
         let at_us = us(arrived.saturating_duration_since(self.started));
-        let cost_us = us(Duration::from_secs_f64(serial));
+        let cost_us = us(Duration::from_secs_f64(cost.serial_s));
         let (_, out_us) = lock(&self.front_end).pass(at_us, cost_us, self.replicas.len());
         let mut through = self.started + Duration::from_micros(out_us);
         if self.config.limits().static_batch {
@@ -219,7 +217,8 @@ impl Shared {
                 through = idle;
             }
         }
-        crate::timer::sleep_until(through + Duration::from_secs_f64(rest)).await;
+        let rest = Duration::from_secs_f64(cost.overlapped_s + cost.ranks_s);
+        crate::timer::sleep_until(through + rest).await;
     }
 
     /// Hands `seq` to the replica the router picks; its events come on

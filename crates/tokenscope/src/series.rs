@@ -113,11 +113,7 @@ pub fn finish_series(
             .iter()
             .map(|d| (d.label.clone(), d.results.clone()))
             .collect();
-        crate::output::to_stdout(&tokenscope_report::terminal::series_table(&labelled));
-        crate::output::to_stdout(&tokenscope_report::terminal::analysis(&analysis));
-        crate::output::to_stdout(&tokenscope_report::terminal::phase_notes(
-            &labelled, &analysis,
-        ));
+        crate::output::to_stdout(&tokenscope_report::terminal::series(&labelled, &analysis));
         crate::output::to_stdout(&format!(
             "\nseries directory: {} (point-NN/, sweep.json)\n",
             dir.display()

@@ -91,7 +91,7 @@ impl Default for Efficiency {
             memory: 0.8,
             step_overhead_s: super::preset::Preset::Vllm.step_overhead_s(),
             per_sequence_s: 10e-6,
-            request_overhead_s: 0.010,
+            request_overhead_s: super::preset::Preset::Vllm.request_overhead_s(),
             per_layer_s: PER_LAYER_S,
         }
     }

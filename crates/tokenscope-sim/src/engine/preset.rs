@@ -106,14 +106,14 @@ impl Preset {
     /// short (SGLang 0.3, vLLM 0.6). TensorRT-LLM's grows with the
     /// broadcast's hops, log2(TP), not the ranks ([`TRTLLM_TP_DOUBLING_S`]).
     pub fn tp_request_overhead_s(self, tp: u32) -> f64 {
-        let per_rank = match self {
-            Preset::Vllm => 0.006,
-            Preset::VllmV0 => 0.010,
-            Preset::Sglang => 0.003,
-            Preset::Trtllm => return TRTLLM_TP_DOUBLING_S * (tp.max(1) as f64).log2(),
+        let tp = tp.max(1) as f64;
+        match self {
+            Preset::Vllm => 0.006 * (tp - 1.0),
+            Preset::VllmV0 => 0.010 * (tp - 1.0),
+            Preset::Sglang => 0.003 * (tp - 1.0),
+            Preset::Trtllm => TRTLLM_TP_DOUBLING_S * tp.log2(),
             Preset::Static => 0.0,
-        };
-        per_rank * tp.saturating_sub(1) as f64
+        }
     }
 
     /// The front end's fixed cost of a request before the scheduler sees

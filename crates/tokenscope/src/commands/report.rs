@@ -159,7 +159,5 @@ fn print_sweep(s: &Sweep) {
         .iter()
         .map(|p| (p.point.clone(), p.results.clone()))
         .collect();
-    crate::output::to_stdout(&terminal::series_table(&labelled));
-    crate::output::to_stdout(&terminal::analysis(&s.analysis));
-    crate::output::to_stdout(&terminal::phase_notes(&labelled, &s.analysis));
+    crate::output::to_stdout(&terminal::series(&labelled, &s.analysis));
 }

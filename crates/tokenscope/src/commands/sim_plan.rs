@@ -350,11 +350,6 @@ fn one_point(
         telemetry: None,
     };
     let mut results = crate::run::collect::assemble(measured, facts);
-    if phase.is_some() {
-        // Both starts were simulated: their finding says more than the
-        // records' sign of waves does.
-        results.diagnosis.retain(|f| f.rule != "waves");
-    }
     results.records = crate::run::collect::segments_of(&recorded.rotated);
     if let (Some(a), Some(c)) = (&summary.autoscale, results.efficiency.cost.as_mut()) {
         pay_replica_seconds(

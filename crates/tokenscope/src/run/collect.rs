@@ -199,18 +199,18 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
         None => facts.client,
     };
     let c = &facts.config;
-    let one_length =
-        |key: &str| c[key].is_null() || c[key].as_str().is_some_and(|s| s.parse::<u64>().is_ok());
+    let one_length = |key: &str| c[key].as_str().is_some_and(|s| s.parse::<u64>().is_ok());
     let asked = Asked {
         ignore_eos: c["ignore_eos"].as_bool().unwrap_or(false),
         open_loop: c["load"]["mode"] == "open",
         unique_prompts: c["shared_prefix"] == 0
             && c["dataset"].is_null()
             && c["multi_turn"].is_null(),
-        fixed_length_users: (c["load"]["mode"] == "closed"
-            && c["output_tokens"].as_str().is_some()
+        // A plan simulates both starts instead (`tokenscope_sim::phase`).
+        fixed_length_users: (facts.simulated.is_none()
+            && c["load"]["mode"] == "closed"
             && one_length("output_tokens")
-            && one_length("reasoning_tokens")
+            && (c["reasoning_tokens"].is_null() || one_length("reasoning_tokens"))
             && c["dataset"].is_null()
             && c["multi_turn"].is_null())
         .then(|| c["load"]["concurrency"].as_u64())
