@@ -224,8 +224,23 @@ pub fn diagnose(
     let mut out = Vec::new();
     out.extend(stale_cache(tokens, &asked));
     out.extend(reasoning(tokens, counts));
-    if counts.implausible_usage > 0 {
-        out.push(finding(
+    out.extend(implausible_usage(counts));
+    out.extend(client_saturated(client));
+    out.extend(client_lag(latency, client, asked.open_loop));
+    out.extend(waves(counts, latency, tokens, &asked));
+    out.extend(stutter(latency));
+    out.extend(short_outputs(counts, &asked));
+    out.extend(multi_token_chunks(tokens));
+    out.extend(failures(counts));
+    out.extend(closed_connections(counts));
+    out.extend(max_concurrency_reached(counts));
+    out
+}
+
+/// Usage counts that cannot be true, replaced by the stream's own.
+fn implausible_usage(counts: &Counts) -> Option<Finding> {
+    (counts.implausible_usage > 0).then(|| {
+        finding(
             "implausible_usage",
             "warning",
             format!(
@@ -233,75 +248,94 @@ pub fn diagnose(
                 counts.implausible_usage, counts.requests
             ),
             &[("responses", json!(counts.implausible_usage))],
-        ));
-    }
-    if let (Some(cores), Some(threads)) = (client.cpu_cores, client.threads) {
-        if threads > 0 && cores >= 0.85 * threads as f64 {
-            out.push(finding(
-                "client_saturated",
-                "critical",
-                format!(
-                    "the client used {cores:.2} of its {threads} cores: it may have measured itself, results unreliable"
-                ),
-                &[("client_cpu_cores", json!(cores)), ("client_threads", json!(threads))],
-            ));
-        }
-    }
-    out.extend(client_lag(latency, client, asked.open_loop));
-    out.extend(waves(counts, latency, tokens, &asked));
-    if let Some(itl) = latency.itl_ms {
-        if itl.p50 > 0.0 && itl.p99 / itl.p50 > 3.0 {
-            out.push(finding(
-                "stutter",
-                "warning",
-                format!(
-                    "tokens stutter: ITL p99 {:.1} ms is {:.1}× the median {:.1} ms (prefills or preemptions stall decoding)",
-                    itl.p99,
-                    itl.p99 / itl.p50,
-                    itl.p50
-                ),
-                &[("itl_p50_ms", json!(itl.p50)), ("itl_p99_ms", json!(itl.p99))],
-            ));
-        }
-    }
-    if counts.short_outputs > 0 {
-        let advice = if asked.ignore_eos {
-            "--ignore-eos was sent, so the server ignored it (or caps lengths itself): its lengths are not exact"
-        } else {
-            "use --ignore-eos for exact lengths"
-        };
-        out.push(finding(
-            "short_outputs",
+        )
+    })
+}
+
+/// A client busy on nearly all its cores may have measured itself.
+fn client_saturated(client: &ClientUsage) -> Option<Finding> {
+    let (cores, threads) = (client.cpu_cores?, client.threads?);
+    (threads > 0 && cores >= 0.85 * threads as f64).then(|| {
+        finding(
+            "client_saturated",
+            "critical",
+            format!(
+                "the client used {cores:.2} of its {threads} cores: it may have measured itself, results unreliable"
+            ),
+            &[("client_cpu_cores", json!(cores)), ("client_threads", json!(threads))],
+        )
+    })
+}
+
+/// A long ITL tail against its median: prefills or preemptions stall decoding.
+fn stutter(latency: &Latency) -> Option<Finding> {
+    let itl = latency.itl_ms?;
+    (itl.p50 > 0.0 && itl.p99 / itl.p50 > 3.0).then(|| {
+        finding(
+            "stutter",
             "warning",
             format!(
-                "{} of {} successful requests returned fewer tokens than asked ({advice})",
-                counts.short_outputs, counts.succeeded
+                "tokens stutter: ITL p99 {:.1} ms is {:.1}× the median {:.1} ms (prefills or preemptions stall decoding)",
+                itl.p99,
+                itl.p99 / itl.p50,
+                itl.p50
             ),
-            &[
-                ("short_outputs", json!(counts.short_outputs)),
-                ("succeeded", json!(counts.succeeded)),
-            ],
-        ));
+            &[("itl_p50_ms", json!(itl.p50)), ("itl_p99_ms", json!(itl.p99))],
+        )
+    })
+}
+
+/// Answers shorter than asked, with advice that depends on `--ignore-eos`.
+fn short_outputs(counts: &Counts, asked: &Asked) -> Option<Finding> {
+    if counts.short_outputs == 0 {
+        return None;
     }
-    if tokens.multi_token_chunks {
-        // A server's reasoning parser generates the `<think>` tags and
-        // streams nothing for them: their tokens come in the next chunk.
-        let tags = tokens
-            .reasoning
-            .as_ref()
-            .is_some_and(|r| r.sources.contains_key("server_chunks"));
-        let why = match tags {
-            true => "; with reasoning split out by the server, the tokens of its thinking tags are generated and never streamed, so they arrive inside the chunk after them (the server's own counts on every chunk say so)",
-            false => "",
-        };
-        out.push(finding(
-            "multi_token_chunks",
-            "info",
-            format!("the server sent several tokens per chunk: ITL is each chunk gap split over its tokens; ICL shows the gaps{why}"),
-            &[("tokens_per_chunk", json!(tokens.tokens_per_chunk))],
-        ));
+    let advice = if asked.ignore_eos {
+        "--ignore-eos was sent, so the server ignored it (or caps lengths itself): its lengths are not exact"
+    } else {
+        "use --ignore-eos for exact lengths"
+    };
+    Some(finding(
+        "short_outputs",
+        "warning",
+        format!(
+            "{} of {} successful requests returned fewer tokens than asked ({advice})",
+            counts.short_outputs, counts.succeeded
+        ),
+        &[
+            ("short_outputs", json!(counts.short_outputs)),
+            ("succeeded", json!(counts.succeeded)),
+        ],
+    ))
+}
+
+/// Several tokens per chunk: how ITL was split, and why it happens.
+fn multi_token_chunks(tokens: &Tokens) -> Option<Finding> {
+    if !tokens.multi_token_chunks {
+        return None;
     }
-    // Requests cancelled by the user (Ctrl-C, SIGTERM) are not failures.
+    // A server's reasoning parser generates the `<think>` tags and
+    // streams nothing for them: their tokens come in the next chunk.
+    let tags = tokens
+        .reasoning
+        .as_ref()
+        .is_some_and(|r| r.sources.contains_key("server_chunks"));
+    let why = match tags {
+        true => "; with reasoning split out by the server, the tokens of its thinking tags are generated and never streamed, so they arrive inside the chunk after them (the server's own counts on every chunk say so)",
+        false => "",
+    };
+    Some(finding(
+        "multi_token_chunks",
+        "info",
+        format!("the server sent several tokens per chunk: ITL is each chunk gap split over its tokens; ICL shows the gaps{why}"),
+        &[("tokens_per_chunk", json!(tokens.tokens_per_chunk))],
+    ))
+}
+
+/// Requests cancelled by the user (Ctrl-C, SIGTERM) apart, as no failures;
+/// then the failures, critical above 5 %.
+fn failures(counts: &Counts) -> Vec<Finding> {
+    let mut out = Vec::new();
     let cancelled = counts
         .errors
         .get(&crate::record::ErrorKind::Cancelled.to_string())
@@ -335,10 +369,17 @@ pub fn diagnose(
             &[("errors", json!(counts.errors))],
         ));
     }
-    // Re-sent on a fresh connection and answered: the server drops kept-alive
-    // connections. Never answered even then: it refuses requests.
-    if counts.retried > 0 && counts.retried_succeeded == 0 {
-        out.push(finding(
+    out
+}
+
+/// Re-sent on a fresh connection and answered: the server drops kept-alive
+/// connections. Never answered even then: it refuses requests.
+fn closed_connections(counts: &Counts) -> Option<Finding> {
+    if counts.retried == 0 {
+        return None;
+    }
+    Some(if counts.retried_succeeded == 0 {
+        finding(
             "server_closes_connections",
             "critical",
             format!(
@@ -346,9 +387,9 @@ pub fn diagnose(
                 counts.retried
             ),
             &[("retried", json!(counts.retried))],
-        ));
-    } else if counts.retried > 0 {
-        out.push(finding(
+        )
+    } else {
+        finding(
             "server_closes_keepalive",
             "info",
             format!(
@@ -356,10 +397,14 @@ pub fn diagnose(
                 counts.retried
             ),
             &[("retried", json!(counts.retried)), ("requests", json!(counts.requests))],
-        ));
-    }
-    if counts.waited_for_slot > 0 {
-        out.push(finding(
+        )
+    })
+}
+
+/// An open loop held back by `--max-concurrency`: it was not the load asked.
+fn max_concurrency_reached(counts: &Counts) -> Option<Finding> {
+    (counts.waited_for_slot > 0).then(|| {
+        finding(
             "max_concurrency_reached",
             "warning",
             format!(
@@ -367,9 +412,8 @@ pub fn diagnose(
                 counts.waited_for_slot
             ),
             &[("waited_for_slot", json!(counts.waited_for_slot))],
-        ));
-    }
-    out
+        )
+    })
 }
 
 #[cfg(test)]

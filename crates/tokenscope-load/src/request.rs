@@ -4,7 +4,7 @@
 //! the chunk JSON → push `(instant, bytes)`. Token counts per chunk are settled
 //! once the stream ends, from the server's usage when it has one.
 
-use crate::http1::{Body, Conn, HttpError};
+use crate::http1::{Body, Conn, Head, HttpError};
 use crate::protocol::{Piece, Protocol, Reasoner, ReasoningParser, Request, Shape, Usage};
 use crate::sse::SseParser;
 use crate::tools::{merge, CallSoFar, ToolUse};
@@ -305,6 +305,85 @@ pub async fn execute(
 ) -> (RequestRecord, String) {
     let adapter = target.adapters.as_ref().map(|a| a.for_request(ticket.id));
     let judging = Judging::of(target, spec);
+    let (wire, items_asked) = wire_request(target, (spec, history), adapter, &judging);
+    let mut rec = sent_record(&ticket, spec, adapter, &judging);
+    let deadline = Instant::now() + target.timeout;
+    let sent = send(target, clock, &wire, &mut rec, cancel, deadline).await;
+    drop(wire);
+    let (mut conn, head) = match sent {
+        Ok(answer) => answer,
+        Err((kind, msg)) => return fail(rec, clock, kind, msg),
+    };
+    // The kernel's arrival stamp where it gives one: the instant the bytes
+    // reached the socket, however late this task woke to read them.
+    // Never before the send: a step of the wall clock between a stamp and
+    // its read would misplace the kernel's stamp by the step.
+    let at = clock
+        .us(conn.arrived().unwrap_or_else(std::time::Instant::now))
+        .max(rec.sent_at_us);
+    rec.first_byte_at_us = Some(at);
+    rec.status = Some(head.status);
+    let Head {
+        status,
+        content_type,
+        location,
+        mut body,
+    } = head;
+    let success = (200..300).contains(&status);
+    if !target.stream && success {
+        let answer = (conn, body, content_type);
+        return whole_answer(
+            rec,
+            answer,
+            (target, items_asked, judging),
+            clock,
+            cancel,
+            deadline,
+        )
+        .await;
+    }
+    if let Some((kind, msg)) = refusal(
+        target,
+        (&mut conn, &mut body),
+        status,
+        content_type,
+        location,
+    )
+    .await
+    {
+        return fail(rec, clock, kind, msg);
+    }
+    let mut stream = Stream::new(target.api, target.reasoning, judging);
+    let reading = Reading {
+        target,
+        clock,
+        cancel,
+        deadline,
+        streamed,
+    };
+    let (ended, last_at) = reading.follow(&mut conn, &mut body, &mut stream, at).await;
+    // The end of the stream is the arrival of the read that ended it (the
+    // kernel's stamp where there is one); a failure ends when it is seen.
+    rec.done_at_us = match stream.failure {
+        None => last_at,
+        Some(_) => clock.now_us(),
+    };
+    let ended = ended || (stream.done && drained(&mut conn, &mut body).await);
+    if ended && body.reusable() {
+        target.http.checkin(conn);
+    }
+    stream.finish_text();
+    settle_off_runtime(rec, stream).await
+}
+
+/// The request on the wire (the API's body under the run's headers), and
+/// how many items a pooling API is asked to score.
+fn wire_request(
+    target: &Target,
+    (spec, history): (&PromptSpec, &[Exchange]),
+    adapter: Option<&str>,
+    judging: &Judging,
+) -> (Vec<u8>, u64) {
     let offered = judging.tools.as_ref();
     let request = Request {
         tools: offered.map_or(&[][..], |(_, list)| list.as_slice()),
@@ -323,9 +402,17 @@ pub async fn execute(
         .with_media(&spec.media)
     };
     let body = target.api.body(&request);
-    let items_asked = target.api.items_asked(&request);
-    drop(request);
-    let mut rec = RequestRecord {
+    (target.http.post(&body), target.api.items_asked(&request))
+}
+
+/// The record of a request about to be sent: who it is and what it asks.
+fn sent_record(
+    ticket: &Ticket,
+    spec: &PromptSpec,
+    adapter: Option<&str>,
+    judging: &Judging,
+) -> RequestRecord {
+    RequestRecord {
         warmup: ticket.warmup,
         input_tokens: Some(spec.input_tokens),
         input_token_source: Some(TokenSource::Tokenizer),
@@ -336,14 +423,23 @@ pub async fn execute(
         turn: ticket.turn.map(|t| t.1),
         adapter: adapter.map(str::to_owned),
         media: media_sent(&spec.media),
-        tools_offered: offered.map(|(_, list)| list.len() as u32),
+        tools_offered: judging.tools.as_ref().map(|(_, list)| list.len() as u32),
         ..RequestRecord::sent(ticket.id, ticket.scheduled_at_us, 0)
-    };
-    let wire = target.http.post(&body);
-    drop(body);
-    let deadline = Instant::now() + target.timeout;
-    let next_deadline = || deadline.min(Instant::now() + target.idle_timeout);
-    let (mut conn, head) = loop {
+    }
+}
+
+/// Sends the request and waits for the response head, stamping
+/// `rec.sent_at_us` at each try. A pooled connection the server closed
+/// under it is retried on a fresh one (`MAX_STALE_RETRIES`).
+async fn send(
+    target: &Target,
+    clock: &Clock,
+    wire: &[u8],
+    rec: &mut RequestRecord,
+    cancel: &CancellationToken,
+    deadline: Instant,
+) -> Result<(Conn, Head), (ErrorKind, String)> {
+    loop {
         rec.sent_at_us = clock.now_us();
         // A retry (the connection was closed under it) takes a new connection.
         let fresh = rec.retries > 0;
@@ -352,191 +448,179 @@ pub async fn execute(
                 true => target.http.connect().await?,
                 false => target.http.checkout().await?,
             };
-            conn.send(&wire).await?;
+            conn.send(wire).await?;
             let head = conn.head().await?;
             Ok::<_, HttpError>((conn, head))
         };
+        let until = deadline.min(Instant::now() + target.idle_timeout);
         let sent = tokio::select! {
             biased;
-            _ = cancel.cancelled() => return fail(rec, clock, ErrorKind::Cancelled, "cancelled before the response".into()),
-            r = timeout_at(next_deadline(), attempt) => r,
+            _ = cancel.cancelled() => return Err((ErrorKind::Cancelled, "cancelled before the response".into())),
+            r = timeout_at(until, attempt) => r,
         };
         match sent {
-            Err(_) => {
-                return fail(
-                    rec,
-                    clock,
-                    ErrorKind::Timeout,
-                    "no response head in time".into(),
-                )
-            }
+            Err(_) => return Err((ErrorKind::Timeout, "no response head in time".into())),
             Ok(Err(e)) if rec.retries < MAX_STALE_RETRIES && e.closed_before_response() => {
                 rec.retries += 1
             }
-            Ok(Err(e)) => {
-                let kind = match e.is_connect() {
-                    true => ErrorKind::Connect,
-                    false => ErrorKind::Stream,
-                };
-                return fail(rec, clock, kind, e.to_string());
-            }
-            Ok(Ok(answer)) => break answer,
+            Ok(Err(e)) if e.is_connect() => return Err((ErrorKind::Connect, e.to_string())),
+            Ok(Err(e)) => return Err((ErrorKind::Stream, e.to_string())),
+            Ok(Ok(answer)) => return Ok(answer),
         }
-    };
-    // The kernel's arrival stamp where it gives one: the instant the bytes
-    // reached the socket, however late this task woke to read them.
-    // Never before the send: a step of the wall clock between a stamp and
-    // its read would misplace the kernel's stamp by the step.
-    let at = clock
-        .us(conn.arrived().unwrap_or_else(std::time::Instant::now))
-        .max(rec.sent_at_us);
-    rec.first_byte_at_us = Some(at);
-    rec.status = Some(head.status);
-    let mut body = head.body;
-    if (300..400).contains(&head.status) {
-        // Redirects are not followed: a POST turned into a GET elsewhere
-        // measures something else.
-        let to = head.location.as_deref().unwrap_or("?");
-        let msg = format!(
-            "HTTP {}: redirected to {to} (not followed; pass the final URL as --url)",
-            head.status
-        );
-        return fail(rec, clock, ErrorKind::Http(head.status), msg);
     }
-    let success = (200..300).contains(&head.status);
-    if !target.stream && success {
-        return whole_answer(
-            rec,
-            (conn, body, head.content_type),
-            (target, items_asked, judging),
-            clock,
-            cancel,
-            deadline,
-        )
-        .await;
-    }
-    let is_sse = head
-        .content_type
-        .as_deref()
-        .is_none_or(|c| c.contains("text/event-stream"));
-    if success && !is_sse {
-        let kind = head.content_type.unwrap_or_default();
-        let msg = format!(
-            "asked for a stream, got a complete `{kind}` body: the server ignored stream=true, so TTFT and ITL cannot be measured"
-        );
-        return fail(rec, clock, ErrorKind::NotStreamed, msg);
-    }
-    if !success {
-        let text = tokio::time::timeout(
-            Duration::from_secs(5),
-            conn.read_to_end(&mut body, 64 << 10),
-        )
-        .await;
-        let text = match text {
-            Ok(Ok(t)) => String::from_utf8_lossy(&t).into_owned(),
-            _ => String::new(),
-        };
-        let msg = serde_json::from_str::<serde_json::Value>(&text)
-            .ok()
-            .and_then(|v| target.api.error_message(&v))
-            .unwrap_or_else(|| {
-                text.lines()
-                    .next()
-                    .unwrap_or("")
-                    .chars()
-                    .take(200)
-                    .collect()
-            });
-        let msg = format!("HTTP {}: {msg}", head.status);
-        return fail(rec, clock, ErrorKind::Http(head.status), msg);
-    }
+}
 
-    let mut stream = Stream::new(target.api, target.reasoning, judging);
-    let mut sse = SseParser::new();
-    // The body bytes that came with the head, stamped with its arrival.
-    let mut ended = match conn.decode(&mut body, |d| sse.feed(d, |ev| stream.event(ev.data, at))) {
-        Ok(ended) => ended,
-        Err(e) => {
-            stream.failure = Some((ErrorKind::Stream, e.to_string()));
-            false
-        }
-    };
-    count_new(streamed, stream.chunks.len());
-    // One cancellation waiter and one watchdog timer per request, not per
-    // read: the watchdog fires at most once per idle period and re-arms
-    // itself from the time of the last read.
-    let cancelled = cancel.cancelled();
-    tokio::pin!(cancelled);
-    let watchdog = tokio::time::sleep_until(next_deadline());
-    tokio::pin!(watchdog);
-    let mut last_read = Instant::now();
-    let mut last_at = at;
-    while !ended && !stream.done && stream.failure.is_none() {
-        let read = tokio::select! {
-            biased;
-            _ = &mut cancelled => {
-                stream.failure.get_or_insert((ErrorKind::Cancelled, "cancelled mid-stream".into()));
-                break;
-            }
-            _ = &mut watchdog => {
-                let now = Instant::now();
-                let idle_until = deadline.min(last_read + target.idle_timeout);
-                if now < idle_until {
-                    watchdog.as_mut().reset(idle_until);
-                    continue;
-                }
-                let why = if now >= deadline { "request exceeded --timeout" } else { "stream stalled past --idle-timeout" };
-                stream.failure.get_or_insert((ErrorKind::Timeout, why.into()));
-                break;
-            }
-            r = conn.fill() => r,
-        };
-        let now = std::time::Instant::now();
-        let at = clock.us(conn.arrived().unwrap_or(now)).max(last_at);
-        last_at = at;
-        last_read = now.into();
-        let before = stream.chunks.len();
-        let decoded = match read {
-            Err(e) => Err(HttpError::Io(e)),
-            Ok(0) => body.eof().map(|()| true),
-            Ok(_) => conn.decode(&mut body, |d| sse.feed(d, |ev| stream.event(ev.data, at))),
-        };
-        match decoded {
-            Ok(true) => {
-                ended = true;
-                sse.finish(|ev| stream.event(ev.data, at));
-            }
-            Ok(false) => {}
-            Err(e) => {
-                stream
-                    .failure
-                    .get_or_insert((ErrorKind::Stream, e.to_string()));
-            }
-        }
-        count_new(streamed, stream.chunks.len() - before);
-    }
-    // The end of the stream is the arrival of the read that ended it (the
-    // kernel's stamp where there is one); a failure ends when it is seen.
-    rec.done_at_us = match stream.failure {
-        None => last_at,
-        Some(_) => clock.now_us(),
-    };
-    if stream.done && !ended {
-        // Read the body to its end (the chunked terminator usually follows
-        // `[DONE]` at once) so the connection can carry the next request.
-        let drain = conn.read_to_end(&mut body, 0);
-        ended = matches!(
-            tokio::time::timeout(Duration::from_secs(1), drain).await,
-            Ok(Ok(_))
+/// Why a streamed request's response is no stream to read: a redirect (not
+/// followed: a POST turned into a GET elsewhere measures something else), a
+/// complete body where a stream was asked, or an HTTP error with the
+/// server's own message. `None`: a stream follows.
+async fn refusal(
+    target: &Target,
+    (conn, body): (&mut Conn, &mut Body),
+    status: u16,
+    content_type: Option<String>,
+    location: Option<String>,
+) -> Option<(ErrorKind, String)> {
+    if (300..400).contains(&status) {
+        let to = location.as_deref().unwrap_or("?");
+        let msg = format!(
+            "HTTP {status}: redirected to {to} (not followed; pass the final URL as --url)"
         );
+        return Some((ErrorKind::Http(status), msg));
     }
-    if ended && body.reusable() {
-        target.http.checkin(conn);
+    if (200..300).contains(&status) {
+        // No content type at all is read as a stream: some servers send none.
+        return match content_type {
+            Some(kind) if !kind.contains("text/event-stream") => {
+                let msg = format!(
+                    "asked for a stream, got a complete `{kind}` body: the server ignored stream=true, so TTFT and ITL cannot be measured"
+                );
+                Some((ErrorKind::NotStreamed, msg))
+            }
+            _ => None,
+        };
     }
-    stream.finish_text();
-    // Counting tokens locally (no usage from the server) is CPU work: off
-    // the runtime's threads, so the other streams are read on time, and
-    // after `done_at`, so it is never part of this request's timing.
+    let text = tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(body, 64 << 10)).await;
+    let text = match text {
+        Ok(Ok(t)) => String::from_utf8_lossy(&t).into_owned(),
+        _ => String::new(),
+    };
+    let msg = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| target.api.error_message(&v))
+        .unwrap_or_else(|| {
+            text.lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(200)
+                .collect()
+        });
+    Some((ErrorKind::Http(status), format!("HTTP {status}: {msg}")))
+}
+
+/// What following one stream needs besides the stream itself.
+struct Reading<'a> {
+    target: &'a Target,
+    clock: &'a Clock,
+    cancel: &'a CancellationToken,
+    deadline: Instant,
+    streamed: &'a AtomicU64,
+}
+
+impl Reading<'_> {
+    /// Reads the stream to its end, a failure (into `stream.failure`),
+    /// cancellation or a timeout. `at` stamps the bytes that came with the
+    /// head. Returns whether the body ended, and the last read's stamp.
+    async fn follow(
+        &self,
+        conn: &mut Conn,
+        body: &mut Body,
+        stream: &mut Stream,
+        at: u64,
+    ) -> (bool, u64) {
+        let mut sse = SseParser::new();
+        let mut ended = match conn.decode(body, |d| sse.feed(d, |ev| stream.event(ev.data, at))) {
+            Ok(ended) => ended,
+            Err(e) => {
+                stream.failure = Some((ErrorKind::Stream, e.to_string()));
+                false
+            }
+        };
+        count_new(self.streamed, stream.chunks.len());
+        // One cancellation waiter and one watchdog timer per request, not per
+        // read: the watchdog fires at most once per idle period and re-arms
+        // itself from the time of the last read.
+        let cancelled = self.cancel.cancelled();
+        tokio::pin!(cancelled);
+        let idle = self.target.idle_timeout;
+        let watchdog = tokio::time::sleep_until(self.deadline.min(Instant::now() + idle));
+        tokio::pin!(watchdog);
+        let mut last_read = Instant::now();
+        let mut last_at = at;
+        while !ended && !stream.done && stream.failure.is_none() {
+            let read = tokio::select! {
+                biased;
+                _ = &mut cancelled => {
+                    stream.failure.get_or_insert((ErrorKind::Cancelled, "cancelled mid-stream".into()));
+                    break;
+                }
+                _ = &mut watchdog => {
+                    let now = Instant::now();
+                    let idle_until = self.deadline.min(last_read + idle);
+                    if now < idle_until {
+                        watchdog.as_mut().reset(idle_until);
+                        continue;
+                    }
+                    let why = if now >= self.deadline { "request exceeded --timeout" } else { "stream stalled past --idle-timeout" };
+                    stream.failure.get_or_insert((ErrorKind::Timeout, why.into()));
+                    break;
+                }
+                r = conn.fill() => r,
+            };
+            let now = std::time::Instant::now();
+            let at = self.clock.us(conn.arrived().unwrap_or(now)).max(last_at);
+            last_at = at;
+            last_read = now.into();
+            let before = stream.chunks.len();
+            let decoded = match read {
+                Err(e) => Err(HttpError::Io(e)),
+                Ok(0) => body.eof().map(|()| true),
+                Ok(_) => conn.decode(body, |d| sse.feed(d, |ev| stream.event(ev.data, at))),
+            };
+            match decoded {
+                Ok(true) => {
+                    ended = true;
+                    sse.finish(|ev| stream.event(ev.data, at));
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    stream
+                        .failure
+                        .get_or_insert((ErrorKind::Stream, e.to_string()));
+                }
+            }
+            count_new(self.streamed, stream.chunks.len() - before);
+        }
+        (ended, last_at)
+    }
+}
+
+/// Reads the body to its end after `[DONE]` (the chunked terminator usually
+/// follows at once) so the connection can carry the next request.
+async fn drained(conn: &mut Conn, body: &mut Body) -> bool {
+    let drain = conn.read_to_end(body, 0);
+    matches!(
+        tokio::time::timeout(Duration::from_secs(1), drain).await,
+        Ok(Ok(_))
+    )
+}
+
+/// Settles the record from the stream. Counting tokens locally (no usage
+/// from the server) is CPU work: then it runs off the runtime's threads, so
+/// the other streams are read on time, and after `done_at`, so it is never
+/// part of this request's timing.
+async fn settle_off_runtime(rec: RequestRecord, stream: Stream) -> (RequestRecord, String) {
     let counts_reasoning =
         stream.reasoning_bytes > 0 && stream.usage.is_none_or(|u| u.reasoning_tokens.is_none());
     let needs_tokenizer = stream.failure.is_none()

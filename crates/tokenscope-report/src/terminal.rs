@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 use tokenscope_core::analysis::{Analysis, SloCapacity};
-use tokenscope_core::results::RunResults;
+use tokenscope_core::results::{Counts, RunResults};
 use tokenscope_core::slo::{SloReport, Verdict};
 use tokenscope_core::stats::Summary;
 
@@ -169,6 +169,51 @@ fn band(pct: f64) -> &'static str {
 /// The summary as lines of text (no colour codes, so it can be logged).
 pub fn summary(r: &RunResults) -> String {
     let mut out = String::new();
+    header_lines(&mut out, r);
+    let _ = writeln!(
+        out,
+        "\nLatency (ms)                mean      p50      p90      p95      p99      max"
+    );
+    latency_lines(&mut out, r);
+    throughput_lines(&mut out, r);
+    workload_lines(&mut out, r);
+    adapter_lines(&mut out, r);
+    let media = crate::media::lines(r);
+    if !media.is_empty() {
+        let _ = writeln!(out, "\nMedia\n  {}", media.join("\n  "));
+    }
+    for (title, lines) in crate::answers::sections(r) {
+        let _ = writeln!(out, "\n{title}\n  {}", lines.join("\n  "));
+    }
+    let _ = writeln!(out, "\nEfficiency");
+    cost_lines(&mut out, r);
+    gpu_and_kv_lines(&mut out, r);
+    prefix_cache_line(&mut out, r);
+    if let (Some(cpu), Some(per_tok)) = (r.client.cpu_cores, r.client.cpu_us_per_output_token) {
+        let _ = writeln!(
+            out,
+            "  client CPU              {cpu:.2} cores, {per_tok:.2} µs per output token"
+        );
+    }
+    client_lines(&mut out, r);
+    if let (Some(kind), Some(m)) = (&r.server.kind, &r.server.metrics) {
+        server_lines(&mut out, kind, m);
+    }
+    error_lines(&mut out, &r.counts);
+    if let Some(slo) = &r.slo {
+        slo_lines(&mut out, slo, r.counts.requests);
+    }
+    if !r.diagnosis.is_empty() {
+        let _ = writeln!(out, "\nDiagnosis");
+        for f in &r.diagnosis {
+            let _ = writeln!(out, "  [{}] {}", f.severity, f.message);
+        }
+    }
+    out
+}
+
+/// Who was measured, and how many requests over what window.
+fn header_lines(out: &mut String, r: &RunResults) {
     let c = &r.counts;
     let builtin = r.target.builtin_note();
     let _ = writeln!(
@@ -195,13 +240,10 @@ pub fn summary(r: &RunResults) -> String {
             ""
         },
     );
+}
 
-    let _ = writeln!(
-        out,
-        "\nLatency (ms)                mean      p50      p90      p95      p99      max"
-    );
-    latency_lines(&mut out, r);
-
+/// Tokens, requests and users a second, and the concurrency held.
+fn throughput_lines(out: &mut String, r: &RunResults) {
     let t = &r.throughput;
     let _ = writeln!(out, "\nThroughput");
     let steady = r
@@ -247,17 +289,10 @@ pub fn summary(r: &RunResults) -> String {
             u.p50, u.min
         );
     }
+}
 
-    workload_lines(&mut out, r);
-    adapter_lines(&mut out, r);
-    let media = crate::media::lines(r);
-    if !media.is_empty() {
-        let _ = writeln!(out, "\nMedia\n  {}", media.join("\n  "));
-    }
-    for (title, lines) in crate::answers::sections(r) {
-        let _ = writeln!(out, "\n{title}\n  {}", lines.join("\n  "));
-    }
-    let _ = writeln!(out, "\nEfficiency");
+/// What the run cost, where a price was given.
+fn cost_lines(out: &mut String, r: &RunResults) {
     match &r.efficiency.cost {
         Some(cost) => {
             let per = |v: Option<f64>| v.map_or("—".to_string(), |v| format!("${v:.5}"));
@@ -311,6 +346,10 @@ pub fn summary(r: &RunResults) -> String {
             );
         }
     }
+}
+
+/// The GPU's and the KV cache's use, or why they are not known.
+fn gpu_and_kv_lines(out: &mut String, r: &RunResults) {
     let num = |v: &serde_json::Value| v.as_f64();
     match &r.efficiency.gpu {
         Some(g) => {
@@ -352,18 +391,10 @@ pub fn summary(r: &RunResults) -> String {
             let _ = writeln!(out, "  KV cache                not exposed by the server");
         }
     }
-    prefix_cache_line(&mut out, r);
-    if let (Some(cpu), Some(per_tok)) = (r.client.cpu_cores, r.client.cpu_us_per_output_token) {
-        let _ = writeln!(
-            out,
-            "  client CPU              {cpu:.2} cores, {per_tok:.2} µs per output token"
-        );
-    }
-    client_lines(&mut out, r);
+}
 
-    if let (Some(kind), Some(m)) = (&r.server.kind, &r.server.metrics) {
-        server_lines(&mut out, kind, m);
-    }
+/// The failures by kind, and the commonest messages.
+fn error_lines(out: &mut String, c: &Counts) {
     if !c.errors.is_empty() {
         let _ = writeln!(out, "\nErrors");
         for (kind, n) in &c.errors {
@@ -382,16 +413,6 @@ pub fn summary(r: &RunResults) -> String {
             let _ = writeln!(out, "  ×{:<5} {}: {message}", e.count, e.kind);
         }
     }
-    if let Some(slo) = &r.slo {
-        slo_lines(&mut out, slo, c.requests);
-    }
-    if !r.diagnosis.is_empty() {
-        let _ = writeln!(out, "\nDiagnosis");
-        for f in &r.diagnosis {
-            let _ = writeln!(out, "  [{}] {}", f.severity, f.message);
-        }
-    }
-    out
 }
 
 /// The SLO verdict in words, each objective with its sample and interval.

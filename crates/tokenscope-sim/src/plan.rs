@@ -117,38 +117,132 @@ pub fn simulate_into(
     sample_every_s: f64,
     on_record: &mut dyn FnMut(RequestRecord),
 ) -> Result<(Vec<Sample>, EngineSummary), String> {
-    let n = load.fleet.replicas.max(1) as usize;
-    let mut fleet: Vec<Replica> = Vec::with_capacity(n);
-    for i in 0..n {
-        let mut r = Replica::new(Engine::new(config.clone())?, 0.0);
-        r.role = match load.fleet.disaggregate {
-            Some(d) if (i as u32) < d.prefill => Role::Prefill,
-            Some(_) => Role::Decode,
-            None => Role::Both,
-        };
-        fleet.push(r);
-    }
-    let mut handoffs = Handoffs::default();
-    let mut scaler = load.fleet.autoscale.map(crate::autoscale::Scaler::new);
-    let mut events = Vec::new();
-    let tag_replicas = n > 1 || scaler.is_some();
+    let mut run = Run::new(config, load)?;
+    let mut sampler = Sampler {
+        every_s: sample_every_s,
+        next_s: 0.0,
+        samples: Vec::new(),
+    };
     let mut last_event = 0.0f64;
-    let mut traffic = Traffic::start(load, fleet[0].engine.scheduler.kv.block_size)?;
-    let mut jitter = Jitter::new(load.seed);
-    let mut front = FrontEnd::new(config.limits().static_batch);
-    let delay = us(load.network_delay_s);
-    let mut records: std::collections::HashMap<u64, RequestRecord, IdHash> = Default::default();
-    let (mut samples, mut next_sample) = (Vec::new(), 0.0);
-    let (mut routed, mut tokens_total) = (0u64, 0u64);
+    while let Some((now, event)) = run.next_event() {
+        last_event = now;
+        sampler.catch_up(&run, now);
+        match event {
+            Event::Wire => run.receive(),
+            Event::Handed => run.hand_over(now),
+            Event::Through => run.admit(now),
+            Event::Evaluate => run.evaluate(now)?,
+            Event::Step(t, i) => run.step(t, i, on_record),
+        }
+    }
+    // A replica that never served does not extend the plan.
+    let end = run
+        .fleet
+        .iter()
+        .filter(|r| r.steps > 0)
+        .map(|r| r.t)
+        .fold(last_event, f64::max);
+    sampler.catch_up(&run, end);
+    Ok(run.finish(sampler.samples, end, on_record))
+}
 
-    // Events in time order: a request off the wire (into the front end),
-    // through the front end (routed to a replica), a replica's next step.
-    // At equal times arrivals come first: they join before the step.
-    loop {
-        let wire = traffic.next_time().map(|sent| (sent + delay) as f64 / 1e6);
-        let through = front.next_time().map(|at| at as f64 / 1e6);
-        let handed = handoffs.next_time();
-        let step = fleet
+/// The engine's state sampled on a fixed virtual grid.
+struct Sampler {
+    every_s: f64,
+    next_s: f64,
+    samples: Vec<Sample>,
+}
+
+impl Sampler {
+    /// Every sample due by `now` (the state is the one before `now`'s event).
+    fn catch_up(&mut self, run: &Run, now: f64) {
+        while now >= self.next_s {
+            let s = sample(&run.fleet, self.next_s, run.tokens_total);
+            self.samples.push(s);
+            self.next_s += self.every_s;
+        }
+    }
+}
+
+/// The next thing to happen. At equal times they come in this order:
+/// arrivals join before the step.
+enum Event {
+    /// A request off the wire, into the front end.
+    Wire,
+    /// A prefilled request's KV reaches its decode replica.
+    Handed,
+    /// A request through the front end, to be routed to a replica.
+    Through,
+    /// The autoscaler's next look at the fleet.
+    Evaluate,
+    /// Replica `.1`'s next step, starting at `.0`.
+    Step(f64, usize),
+}
+
+/// One plan in flight: the fleet, the traffic, the front end and the
+/// records of the requests not yet finished.
+struct Run<'a> {
+    config: &'a EngineConfig,
+    load: &'a PlanLoad,
+    fleet: Vec<Replica>,
+    handoffs: Handoffs,
+    scaler: Option<crate::autoscale::Scaler>,
+    events: Vec<crate::autoscale::ScaleEvent>,
+    /// Records name their replica when there is more than one.
+    tag_replicas: bool,
+    traffic: Traffic<'a>,
+    jitter: Jitter,
+    front: FrontEnd,
+    /// The one-way network delay, µs.
+    delay: u64,
+    records: std::collections::HashMap<u64, RequestRecord, IdHash>,
+    routed: u64,
+    tokens_total: u64,
+}
+
+impl<'a> Run<'a> {
+    fn new(config: &'a EngineConfig, load: &'a PlanLoad) -> Result<Run<'a>, String> {
+        let n = load.fleet.replicas.max(1) as usize;
+        let mut fleet: Vec<Replica> = Vec::with_capacity(n);
+        for i in 0..n {
+            let mut r = Replica::new(Engine::new(config.clone())?, 0.0);
+            r.role = match load.fleet.disaggregate {
+                Some(d) if (i as u32) < d.prefill => Role::Prefill,
+                Some(_) => Role::Decode,
+                None => Role::Both,
+            };
+            fleet.push(r);
+        }
+        let scaler = load.fleet.autoscale.map(crate::autoscale::Scaler::new);
+        let traffic = Traffic::start(load, fleet[0].engine.scheduler.kv.block_size)?;
+        Ok(Run {
+            config,
+            load,
+            tag_replicas: n > 1 || scaler.is_some(),
+            fleet,
+            handoffs: Handoffs::default(),
+            scaler,
+            events: Vec::new(),
+            traffic,
+            jitter: Jitter::new(load.seed),
+            front: FrontEnd::new(config.limits().static_batch),
+            delay: us(load.network_delay_s),
+            records: Default::default(),
+            routed: 0,
+            tokens_total: 0,
+        })
+    }
+
+    /// The earliest event and its time; `None` when the plan is over.
+    fn next_event(&self) -> Option<(f64, Event)> {
+        let wire = self
+            .traffic
+            .next_time()
+            .map(|sent| (sent + self.delay) as f64 / 1e6);
+        let through = self.front.next_time().map(|at| at as f64 / 1e6);
+        let handed = self.handoffs.next_time();
+        let step = self
+            .fleet
             .iter()
             .enumerate()
             .filter(|(_, r)| !r.engine.is_idle())
@@ -156,165 +250,213 @@ pub fn simulate_into(
             .min_by(|a, b| a.0.total_cmp(&b.0));
         // The policy is evaluated while there is work left.
         let working = wire.is_some() || through.is_some() || step.is_some() || handed.is_some();
-        let eval = scaler.as_ref().filter(|_| working).map(|s| s.next_eval_s);
-        let next = [wire, through, handed, step.map(|s| s.0), eval]
+        let eval = self
+            .scaler
+            .as_ref()
+            .filter(|_| working)
+            .map(|s| s.next_eval_s);
+        let now = [wire, through, handed, step.map(|s| s.0), eval]
             .into_iter()
             .flatten()
-            .min_by(f64::total_cmp);
-        let Some(now) = next else { break };
-        last_event = now;
-        while now >= next_sample {
-            samples.push(sample(&fleet, next_sample, tokens_total));
-            next_sample += sample_every_s;
-        }
-        if wire == Some(now) {
-            let a = traffic.pop().expect("one is due");
-            let at = a.sent_us + delay;
-            // Image tokens count in the prompt, as a server's usage counts them.
-            let image_tokens = load.images.as_ref().map_or(0, |m| m.of(a.id).0);
-            let input = a.input + image_tokens;
-            let mut rec = new_record(a.id, a.id < load.warmup, a.sent_us, input, a.max_output);
-            rec.requested_input_tokens = Some(a.input); // the text asked for
-            if a.reasoning > 0 {
-                rec.reasoning_tokens = Some(a.reasoning as u64);
-                rec.reasoning_token_source = Some(TokenSource::ServerUsage);
-            }
-            rec.first_byte_at_us = Some(a.sent_us + 2 * delay);
-            (rec.session, rec.turn) = (a.turn.map(|t| t.0), a.turn.map(|t| t.1));
-            records.insert(a.id, rec);
-            let cost = front_end::Costs::of(config, input);
-            let after = us(jitter.front_end(cost.overlapped_s) + cost.ranks_s);
-            let servers = fleet.iter().filter(|r| !r.retiring).count();
-            front.receive(a, at, (us(cost.serial_s), after), servers);
+            .min_by(f64::total_cmp)?;
+        let event = if wire == Some(now) {
+            Event::Wire
         } else if handed == Some(now) {
-            let seq = handoffs.due(now).expect("one is due");
-            let i = route(
-                &fleet,
-                now,
-                Role::Decode,
-                load.fleet.router,
-                &seq.units,
-                seq.prompt,
-                routed,
-            );
-            routed += 1;
-            let id = seq.id;
-            fleet[i].take(seq, now);
-            if tag_replicas {
-                if let Some(rec) = records.get_mut(&id) {
-                    rec.replica = Some(i as u32);
-                }
-            }
+            Event::Handed
         } else if through == Some(now) {
-            let (at, a) = front.due(us(now)).expect("one is due");
-            let (router, input) = (load.fleet.router, a.input as u32);
-            let i = route(&fleet, now, Role::Prefill, router, &a.units, input, routed);
-            routed += 1;
-            // A prefill replica computes the prompt and the first token only.
-            let first_only = fleet[i].role == Role::Prefill && a.max_output > 1;
-            let asked = if first_only { 1 } else { a.max_output };
-            if first_only {
-                handoffs.wants.insert(a.id, a.max_output);
+            Event::Through
+        } else {
+            match step {
+                Some((t, i)) if t <= now => Event::Step(t, i),
+                _ => Event::Evaluate,
             }
-            let (image_tokens, encoder_flops) =
-                load.images.as_ref().map_or((0, 0.0), |m| m.of(a.id));
-            let prompt = (a.input + image_tokens) as u32;
-            let mut seq = Seq::new(a.id, prompt, asked, at as f64 / 1e6);
-            seq.units = a.units;
-            if let Some(m) = &load.images {
-                seq.encoder_flops = encoder_flops;
-                seq.encoder_params_b = m.encoder.params_b;
-            }
-            fleet[i].take(seq, now);
-            if tag_replicas {
-                if let Some(rec) = records.get_mut(&a.id) {
-                    rec.replica = Some(i as u32);
-                }
-            }
-        } else if step.is_none_or(|s| s.0 > now) {
-            let s = scaler.as_mut().expect("only a scaler's evaluation is left");
-            scale(s, &mut fleet, now, &mut events, config)?;
-        } else if let Some((t, i)) = step {
-            let r = &mut fleet[i];
-            let prefill_pool = r.role == Role::Prefill;
-            let (dt, work) = r.engine.begin_step(t);
-            let t_end = t + jitter.step(dt).max(1e-6);
-            let result = r.engine.end_step(work);
-            r.steps += 1;
-            r.busy += t_end - t;
-            r.t = t_end;
-            let at = us(t_end) + delay; // when the client has it
-            for &(id, generated, done) in &result.emitted {
-                tokens_total += 1;
-                let rec = records
-                    .get_mut(&id)
-                    .expect("emitting requests have records");
-                // Tokens a multi-step block hands over together are one chunk.
-                match rec.chunks.last_mut() {
-                    Some(Chunk(last, n)) if *last == at => *n += 1,
-                    _ => rec.chunks.push(Chunk(at, 1)),
-                }
-                if done && !(prefill_pool && handoffs.wants.contains_key(&id)) {
-                    rec.done_at_us = at;
-                    traffic.done(id, at, generated as u64);
-                }
-            }
-            for seq in result.finished {
-                if let Some(wants) = handoffs.wants.remove(&seq.id).filter(|_| prefill_pool) {
-                    // The KV leaves for a decode replica once the step has ended.
-                    let d = load
-                        .fleet
-                        .disaggregate
-                        .expect("a prefill pool is disaggregated");
-                    let bytes = seq.prompt as f64 * r.engine.cost.kv_bytes_per_token_per_gpu();
-                    let arrive = t_end
-                        + crate::router::KV_TRANSFER_LATENCY_S
-                        + bytes / (d.transfer_gbs * 1e9);
-                    handoffs.send(handed_over(&seq, wants, arrive), arrive);
-                    continue;
-                }
-                let mut rec = records
-                    .remove(&seq.id)
-                    .expect("finished requests have records");
-                settle(&mut rec, &seq, delay);
-                on_record(rec);
-            }
-            // A retiring replica leaves with its last request.
-            if r.retiring && r.engine.is_idle() {
-                r.gone_at = Some(t_end);
+        };
+        Some((now, event))
+    }
+
+    /// A request off the wire: its record opened, into the front end.
+    fn receive(&mut self) {
+        let a = self.traffic.pop().expect("one is due");
+        let (load, delay) = (self.load, self.delay);
+        let at = a.sent_us + delay;
+        // Image tokens count in the prompt, as a server's usage counts them.
+        let image_tokens = load.images.as_ref().map_or(0, |m| m.of(a.id).0);
+        let input = a.input + image_tokens;
+        let mut rec = new_record(a.id, a.id < load.warmup, a.sent_us, input, a.max_output);
+        rec.requested_input_tokens = Some(a.input); // the text asked for
+        if a.reasoning > 0 {
+            rec.reasoning_tokens = Some(a.reasoning as u64);
+            rec.reasoning_token_source = Some(TokenSource::ServerUsage);
+        }
+        rec.first_byte_at_us = Some(a.sent_us + 2 * delay);
+        (rec.session, rec.turn) = (a.turn.map(|t| t.0), a.turn.map(|t| t.1));
+        self.records.insert(a.id, rec);
+        let cost = front_end::Costs::of(self.config, input);
+        let after = us(self.jitter.front_end(cost.overlapped_s) + cost.ranks_s);
+        let servers = self.fleet.iter().filter(|r| !r.retiring).count();
+        self.front
+            .receive(a, at, (us(cost.serial_s), after), servers);
+    }
+
+    /// A prefilled request's KV arrived: to a decode replica.
+    fn hand_over(&mut self, now: f64) {
+        let seq = self.handoffs.due(now).expect("one is due");
+        let (router, prompt) = (self.load.fleet.router, seq.prompt);
+        let i = route(
+            &self.fleet,
+            now,
+            Role::Decode,
+            router,
+            &seq.units,
+            prompt,
+            self.routed,
+        );
+        self.routed += 1;
+        let id = seq.id;
+        self.fleet[i].take(seq, now);
+        self.tag(id, i);
+    }
+
+    /// A request through the front end: routed to a replica, which takes it.
+    fn admit(&mut self, now: f64) {
+        let (at, a) = self.front.due(us(now)).expect("one is due");
+        let (router, input) = (self.load.fleet.router, a.input as u32);
+        let i = route(
+            &self.fleet,
+            now,
+            Role::Prefill,
+            router,
+            &a.units,
+            input,
+            self.routed,
+        );
+        self.routed += 1;
+        // A prefill replica computes the prompt and the first token only.
+        let first_only = self.fleet[i].role == Role::Prefill && a.max_output > 1;
+        let asked = if first_only { 1 } else { a.max_output };
+        if first_only {
+            self.handoffs.wants.insert(a.id, a.max_output);
+        }
+        let images = self.load.images.as_ref();
+        let (image_tokens, encoder_flops) = images.map_or((0, 0.0), |m| m.of(a.id));
+        let prompt = (a.input + image_tokens) as u32;
+        let mut seq = Seq::new(a.id, prompt, asked, at as f64 / 1e6);
+        seq.units = a.units;
+        if let Some(m) = images {
+            seq.encoder_flops = encoder_flops;
+            seq.encoder_params_b = m.encoder.params_b;
+        }
+        self.fleet[i].take(seq, now);
+        self.tag(a.id, i);
+    }
+
+    /// Names the replica in the request's record, where there are several.
+    fn tag(&mut self, id: u64, replica: usize) {
+        if self.tag_replicas {
+            if let Some(rec) = self.records.get_mut(&id) {
+                rec.replica = Some(replica as u32);
             }
         }
     }
-    // A replica that never served does not extend the plan.
-    let end = fleet
-        .iter()
-        .filter(|r| r.steps > 0)
-        .map(|r| r.t)
-        .fold(last_event, f64::max);
-    while end >= next_sample {
-        samples.push(sample(&fleet, next_sample, tokens_total));
-        next_sample += sample_every_s;
+
+    /// The autoscaler looks at the fleet and may start or retire replicas.
+    fn evaluate(&mut self, now: f64) -> Result<(), String> {
+        let s = self
+            .scaler
+            .as_mut()
+            .expect("only a scaler's evaluation is left");
+        scale(s, &mut self.fleet, now, &mut self.events, self.config)
     }
-    let mut summary = summarize(&fleet);
-    if let Some(s) = scaler {
-        let p = s.policy;
-        summary.autoscale = Some(AutoscaleSummary {
-            policy: p.describe(),
-            min: p.min,
-            max: p.max,
-            startup_s: p.startup_s,
-            peak_replicas: samples.iter().map(|x| x.replicas).max().unwrap_or(n as u32),
-            replica_seconds: fleet
-                .iter()
-                .map(|r| (r.gone_at.unwrap_or(end).max(r.started_at) - r.started_at).max(0.0))
-                .sum(),
-            events,
-        });
+
+    /// Replica `i` runs one step from `t`: its tokens reach their records
+    /// (and the clients, a network delay later); the requests it finished
+    /// leave, to `on_record` or, prefilled for a decode pool, over the link.
+    fn step(&mut self, t: f64, i: usize, on_record: &mut dyn FnMut(RequestRecord)) {
+        let delay = self.delay;
+        let r = &mut self.fleet[i];
+        let prefill_pool = r.role == Role::Prefill;
+        let (dt, work) = r.engine.begin_step(t);
+        let t_end = t + self.jitter.step(dt).max(1e-6);
+        let result = r.engine.end_step(work);
+        r.steps += 1;
+        r.busy += t_end - t;
+        r.t = t_end;
+        let at = us(t_end) + delay; // when the client has it
+        for &(id, generated, done) in &result.emitted {
+            self.tokens_total += 1;
+            let rec = self
+                .records
+                .get_mut(&id)
+                .expect("emitting requests have records");
+            // Tokens a multi-step block hands over together are one chunk.
+            match rec.chunks.last_mut() {
+                Some(Chunk(last, n)) if *last == at => *n += 1,
+                _ => rec.chunks.push(Chunk(at, 1)),
+            }
+            if done && !(prefill_pool && self.handoffs.wants.contains_key(&id)) {
+                rec.done_at_us = at;
+                self.traffic.done(id, at, generated as u64);
+            }
+        }
+        for seq in result.finished {
+            let wants = self.handoffs.wants.remove(&seq.id).filter(|_| prefill_pool);
+            if let Some(wants) = wants {
+                // The KV leaves for a decode replica once the step has ended.
+                let d = self
+                    .load
+                    .fleet
+                    .disaggregate
+                    .expect("a prefill pool is disaggregated");
+                let bytes = seq.prompt as f64 * r.engine.cost.kv_bytes_per_token_per_gpu();
+                let arrive =
+                    t_end + crate::router::KV_TRANSFER_LATENCY_S + bytes / (d.transfer_gbs * 1e9);
+                self.handoffs.send(handed_over(&seq, wants, arrive), arrive);
+                continue;
+            }
+            let mut rec = self
+                .records
+                .remove(&seq.id)
+                .expect("finished requests have records");
+            settle(&mut rec, &seq, delay);
+            on_record(rec);
+        }
+        // A retiring replica leaves with its last request.
+        if r.retiring && r.engine.is_idle() {
+            r.gone_at = Some(t_end);
+        }
     }
-    let mut left: Vec<RequestRecord> = records.into_values().collect();
-    left.sort_by_key(|r| r.id);
-    left.into_iter().for_each(on_record);
-    Ok((samples, summary))
+
+    /// The engine's summary (the autoscaler's too, where there is one); the
+    /// records left unfinished go to `on_record`, by id.
+    fn finish(
+        self,
+        samples: Vec<Sample>,
+        end: f64,
+        on_record: &mut dyn FnMut(RequestRecord),
+    ) -> (Vec<Sample>, EngineSummary) {
+        let mut summary = summarize(&self.fleet);
+        if let Some(s) = self.scaler {
+            let p = s.policy;
+            let n = self.fleet.len() as u32;
+            summary.autoscale = Some(AutoscaleSummary {
+                policy: p.describe(),
+                min: p.min,
+                max: p.max,
+                startup_s: p.startup_s,
+                peak_replicas: samples.iter().map(|x| x.replicas).max().unwrap_or(n),
+                replica_seconds: self
+                    .fleet
+                    .iter()
+                    .map(|r| (r.gone_at.unwrap_or(end).max(r.started_at) - r.started_at).max(0.0))
+                    .sum(),
+                events: self.events,
+            });
+        }
+        let mut left: Vec<RequestRecord> = self.records.into_values().collect();
+        left.sort_by_key(|r| r.id);
+        left.into_iter().for_each(on_record);
+        (samples, summary)
+    }
 }
 
 /// What a replica does: everything, or one side of disaggregated serving.

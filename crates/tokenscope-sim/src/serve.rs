@@ -8,7 +8,7 @@
 //! its KV blocks freed, as vLLM does.
 
 use crate::engine::kv;
-use crate::engine::scheduler::Seq;
+use crate::engine::scheduler::{Seq, StepResult};
 use crate::engine::{Engine, EngineConfig, EngineState};
 use crate::faults::{Fault, Faults};
 use crate::http::{bad_request, injected_status, parse_body};
@@ -430,59 +430,9 @@ async fn run_engine(
 
         let mut m = lock(&metrics);
         m.iteration_tokens.observe(work.tokens as f64);
-        let mut gone = Vec::new();
-        for &(id, _, done) in &result.emitted {
-            let Some(l) = live.get_mut(&id) else { continue };
-            match l.first {
-                None => {
-                    l.first = Some(now);
-                    m.ttft.observe((now - l.arrived).as_secs_f64());
-                    m.prompt_tokens += l.prompt as u64;
-                }
-                Some(_) => m.itl.observe((now - l.last).as_secs_f64()),
-            }
-            l.last = now;
-            m.generation_tokens += 1;
-            let event = if done {
-                let seq = result
-                    .finished
-                    .iter()
-                    .find(|s| s.id == id)
-                    .expect("done requests are finished");
-                let scheduled = seq.first_scheduled_at.unwrap_or(seq.arrived_at);
-                Event::Done(json!({
-                    "cache_n": seq.cached_tokens.unwrap_or(0),
-                    "queue_ms": seq.queue_time * 1e3,
-                    "prefill_ms": ((secs(l.first.unwrap_or(now)) - scheduled) * 1e3).max(0.0),
-                    "preemptions": seq.preemptions,
-                }))
-            } else {
-                Event::Token
-            };
-            if l.events.send(event).is_err() {
-                gone.push(id);
-            }
-        }
-        for seq in &result.finished {
-            let Some(l) = live.remove(&seq.id) else {
-                continue;
-            };
-            let first = l.first.unwrap_or(now);
-            let scheduled =
-                origin + Duration::from_secs_f64(seq.first_scheduled_at.unwrap_or(seq.arrived_at));
-            m.finished_length += 1;
-            m.e2e.observe((now - l.arrived).as_secs_f64());
-            m.queue.observe(seq.queue_time);
-            m.prefill
-                .observe(first.saturating_duration_since(scheduled).as_secs_f64());
-            m.decode.observe((now - first).as_secs_f64());
-            m.inference
-                .observe(now.saturating_duration_since(scheduled).as_secs_f64());
-            if seq.generated > 1 {
-                m.tpot
-                    .observe((now - first).as_secs_f64() / (seq.generated - 1) as f64);
-            }
-        }
+        let clock = (origin, now);
+        let gone = hand_out(&result, &mut live, &mut m, clock);
+        count_finished(&result.finished, &mut live, &mut m, clock);
         // Requests whose client left: abort them now, between steps.
         live.retain(|id, l| {
             let closed = l.events.is_closed() || gone.contains(id);
@@ -496,6 +446,82 @@ async fn run_engine(
         m.spec = engine.spec_stats().cloned();
         m.prefix_queries = engine.scheduler.kv.queries;
         m.prefix_hits = engine.scheduler.kv.hits;
+    }
+}
+
+/// Sends each token the step emitted to its client (a done request's
+/// timings with its last) and counts TTFT and ITL. Returns the requests
+/// whose client has gone. `clock`: the engine's origin and the step's end.
+fn hand_out(
+    result: &StepResult,
+    live: &mut HashMap<u64, Live>,
+    m: &mut Metrics,
+    (origin, now): (Instant, Instant),
+) -> Vec<u64> {
+    let secs = |at: Instant| at.duration_since(origin).as_secs_f64();
+    let mut gone = Vec::new();
+    for &(id, _, done) in &result.emitted {
+        let Some(l) = live.get_mut(&id) else { continue };
+        match l.first {
+            None => {
+                l.first = Some(now);
+                m.ttft.observe((now - l.arrived).as_secs_f64());
+                m.prompt_tokens += l.prompt as u64;
+            }
+            Some(_) => m.itl.observe((now - l.last).as_secs_f64()),
+        }
+        l.last = now;
+        m.generation_tokens += 1;
+        let event = if done {
+            let seq = result
+                .finished
+                .iter()
+                .find(|s| s.id == id)
+                .expect("done requests are finished");
+            let scheduled = seq.first_scheduled_at.unwrap_or(seq.arrived_at);
+            Event::Done(json!({
+                "cache_n": seq.cached_tokens.unwrap_or(0),
+                "queue_ms": seq.queue_time * 1e3,
+                "prefill_ms": ((secs(l.first.unwrap_or(now)) - scheduled) * 1e3).max(0.0),
+                "preemptions": seq.preemptions,
+            }))
+        } else {
+            Event::Token
+        };
+        if l.events.send(event).is_err() {
+            gone.push(id);
+        }
+    }
+    gone
+}
+
+/// The finished requests leave: their E2E, queue, prefill, decode and TPOT
+/// into vLLM's histograms.
+fn count_finished(
+    finished: &[Seq],
+    live: &mut HashMap<u64, Live>,
+    m: &mut Metrics,
+    (origin, now): (Instant, Instant),
+) {
+    for seq in finished {
+        let Some(l) = live.remove(&seq.id) else {
+            continue;
+        };
+        let first = l.first.unwrap_or(now);
+        let scheduled =
+            origin + Duration::from_secs_f64(seq.first_scheduled_at.unwrap_or(seq.arrived_at));
+        m.finished_length += 1;
+        m.e2e.observe((now - l.arrived).as_secs_f64());
+        m.queue.observe(seq.queue_time);
+        m.prefill
+            .observe(first.saturating_duration_since(scheduled).as_secs_f64());
+        m.decode.observe((now - first).as_secs_f64());
+        m.inference
+            .observe(now.saturating_duration_since(scheduled).as_secs_f64());
+        if seq.generated > 1 {
+            m.tpot
+                .observe((now - first).as_secs_f64() / (seq.generated - 1) as f64);
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use tokenscope_core::record::RequestRecord;
 use tokenscope_core::results::{self, RunResults, Server};
 use tokenscope_core::stats::Distribution;
 use tokenscope_history::Kind;
+use tokenscope_load::recorder::Recorded;
 use tokenscope_sim::engine::EngineConfig;
 use tokenscope_sim::plan::{simulate_into, EngineSummary, PlanLoad, Sample};
 
@@ -245,6 +246,52 @@ fn phase_check(
     tokenscope_sim::phase::check(cfg, load, ttft, lifetime_s).map_err(Exit::usage)
 }
 
+/// Simulates the load into `dir`'s records: each written and counted as the
+/// simulation finishes it, and dropped, so only the requests in flight are
+/// held. The writer's queue is bounded, so a simulation never runs ahead of
+/// the disk. Returns the records' figures, the engine's samples and summary,
+/// and the requests' queue times.
+fn simulate_to(
+    dir: &Path,
+    cfg: &EngineConfig,
+    plan_load: &PlanLoad,
+    args: &PlanArgs,
+    duration: Option<std::time::Duration>,
+) -> anyhow::Result<(Recorded, Vec<Sample>, EngineSummary, Distribution)> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating the run directory {}", dir.display()))?;
+    let path = dir.join(crate::run_dir::REQUESTS);
+    let options = tokenscope_load::recorder::Options {
+        rotation: args.output.records.rotation(duration),
+        windows: (args.output.records.window_us(duration)).map(|us| (us, args.output.slo.clone())),
+        // A few hundred records (~1 MB of 256-token ones): enough that the
+        // writer never waits, few enough not to be the plan's peak memory.
+        bounded: Some(256),
+        ..Default::default()
+    };
+    let recorder = tokenscope_load::recorder::Recorder::create_with(
+        &path,
+        tokio_util::sync::CancellationToken::new(),
+        crate::spec::pricing::aggregator(&args.output),
+        options,
+    )?;
+    let sink = recorder.sink();
+    let mut queue = Distribution::new();
+    let simulated = simulate_into(cfg, plan_load, 1.0, &mut |r| {
+        if let Some(q) = queue_us(&r) {
+            queue.record(q);
+        }
+        sink.record(r);
+    });
+    drop(sink);
+    let recorded = recorder.finish();
+    let (samples, summary) = simulated.map_err(Exit::usage)?;
+    if let Some(e) = recorded.error {
+        return Err(anyhow::Error::new(e).context("writing the simulated run's records"));
+    }
+    Ok((recorded, samples, summary, queue))
+}
+
 /// Simulates one load (replaying `trace` lengths when given) and writes its run directory.
 fn one_point(
     cfg: &EngineConfig,
@@ -262,41 +309,8 @@ fn one_point(
         ..plan_load(load, args.network_delay)
     };
     let started_at = crate::run_dir::now_rfc3339();
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("creating the run directory {}", dir.display()))?;
-    // Each record is written and counted as the simulation finishes it, and
-    // dropped: only the requests in flight are held. The writer's queue is
-    // bounded, so a simulation never runs ahead of the disk.
-    let path = dir.join(crate::run_dir::REQUESTS);
-    let duration = plan.duration;
-    let options = tokenscope_load::recorder::Options {
-        rotation: args.output.records.rotation(duration),
-        windows: (args.output.records.window_us(duration)).map(|us| (us, args.output.slo.clone())),
-        // A few hundred records (~1 MB of 256-token ones): enough that the
-        // writer never waits, few enough not to be the plan's peak memory.
-        bounded: Some(256),
-        ..Default::default()
-    };
-    let recorder = tokenscope_load::recorder::Recorder::create_with(
-        &path,
-        tokio_util::sync::CancellationToken::new(),
-        crate::spec::pricing::aggregator(&args.output),
-        options,
-    )?;
-    let sink = recorder.sink();
-    let mut queue = Distribution::new();
-    let simulated = simulate_into(cfg, &plan_load, 1.0, &mut |r| {
-        if let Some(q) = queue_us(&r) {
-            queue.record(q);
-        }
-        sink.record(r);
-    });
-    drop(sink);
-    let recorded = recorder.finish();
-    let (samples, summary) = simulated.map_err(Exit::usage)?;
-    if let Some(e) = recorded.error {
-        return Err(anyhow::Error::new(e).context("writing the simulated run's records"));
-    }
+    let (recorded, samples, summary, queue) =
+        simulate_to(dir, cfg, &plan_load, args, plan.duration)?;
     let mut figures = recorded.figures;
     let measured = figures.finish();
     let phase = phase_check(cfg, &plan_load, &measured)?;

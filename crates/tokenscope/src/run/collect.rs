@@ -166,6 +166,61 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
+    /// Each metrics endpoint that failed, named also when others answered;
+    /// and metrics that could not be read at all: missing, not zero.
+    fn findings(&self) -> Vec<Finding> {
+        let mut out = Vec::new();
+        for (url, h) in self.endpoints.iter().filter(|(_, h)| h.failures > 0) {
+            out.push(Finding {
+                rule: "metrics_endpoint_failed".into(),
+                severity: "warning".into(),
+                message: format!(
+                    "metrics endpoint {url}: {} of {} scrapes failed ({}); its figures are missing, not zero",
+                    h.failures,
+                    h.attempts,
+                    h.first_error.as_deref().unwrap_or("no answer")
+                ),
+                evidence: [
+                    ("url".to_string(), json!(url)),
+                    ("failures".to_string(), json!(h.failures)),
+                    ("attempts".to_string(), json!(h.attempts)),
+                ]
+                .into_iter()
+                .collect(),
+            });
+        }
+        if self.sources.is_empty() && self.errors > 0 {
+            out.push(Finding {
+                rule: "metrics_unavailable".into(),
+                severity: "info".into(),
+                message: format!(
+                    "the server's metrics could not be read ({}): server-side figures are unavailable, not zero",
+                    self.first_error.as_deref().unwrap_or("no answer")
+                ),
+                evidence: [("scrape_errors".to_string(), json!(self.errors))].into_iter().collect(),
+            });
+        }
+        out
+    }
+
+    /// `results.json`'s `server.metrics`: the summary, where it came from and
+    /// how the scrapes went.
+    fn metrics(&self) -> serde_json::Value {
+        let mut metrics = serde_json::to_value(&self.summary).unwrap_or_default();
+        if let Some(obj) = metrics.as_object_mut() {
+            let sources: Vec<_> = self
+                .sources
+                .iter()
+                .map(|(u, k)| json!({"url": u, "kind": k}))
+                .collect();
+            obj.insert("sources".into(), json!(sources));
+            obj.insert("scrape_errors".into(), json!(self.errors));
+            obj.insert("endpoints".into(), json!(self.endpoints));
+            obj.insert("first_scrape_error".into(), json!(self.first_error));
+        }
+        metrics
+    }
+
     /// `load_end_s`: the last send, on the run's clock.
     pub fn from_log(log: &ScrapeLog, load_end_s: Option<f64>) -> Telemetry {
         Telemetry {
@@ -185,38 +240,8 @@ impl Telemetry {
 
 /// Assembles `results.json` from the run's figures and facts.
 pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
-    let client = match facts.client_cpu {
-        // Over the client's own working time, not the requests' window: token
-        // counting after a request's end is client work too.
-        Some((cpu, threads, wall_s)) => ClientUsage {
-            cpu_seconds: Some(cpu),
-            cpu_cores: (wall_s > 0.0).then(|| cpu / wall_s),
-            cpu_us_per_output_token: (m.tokens.output_total > 0)
-                .then(|| cpu * 1e6 / m.tokens.output_total as f64),
-            threads: Some(threads),
-            ..facts.client
-        },
-        None => facts.client,
-    };
-    let c = &facts.config;
-    let one_length = |key: &str| c[key].as_str().is_some_and(|s| s.parse::<u64>().is_ok());
-    let asked = Asked {
-        ignore_eos: c["ignore_eos"].as_bool().unwrap_or(false),
-        open_loop: c["load"]["mode"] == "open",
-        unique_prompts: c["shared_prefix"] == 0
-            && c["dataset"].is_null()
-            && c["multi_turn"].is_null(),
-        // A plan simulates both starts instead (`tokenscope_sim::phase`).
-        fixed_length_users: (facts.simulated.is_none()
-            && c["load"]["mode"] == "closed"
-            && one_length("output_tokens")
-            && (c["reasoning_tokens"].is_null() || one_length("reasoning_tokens"))
-            && c["dataset"].is_null()
-            && c["multi_turn"].is_null())
-        .then(|| c["load"]["concurrency"].as_u64())
-        .flatten(),
-        ramped: c["ramp_up_s"].as_f64().is_some_and(|r| r > 0.0),
-    };
+    let client = client_usage(facts.client_cpu, facts.client, m.tokens.output_total);
+    let asked = asked_of(&facts.config, facts.simulated.is_some());
     let accuracy = m
         .grades
         .finish(facts.config["grade"].as_str().unwrap_or(""));
@@ -228,53 +253,9 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
         diagnosis.extend(tokenscope_telemetry::diagnose::diagnose(
             &t.summary, &m.latency,
         ));
-        // Each endpoint that failed is named, also when others answered.
-        for (url, h) in t.endpoints.iter().filter(|(_, h)| h.failures > 0) {
-            diagnosis.push(Finding {
-                rule: "metrics_endpoint_failed".into(),
-                severity: "warning".into(),
-                message: format!(
-                    "metrics endpoint {url}: {} of {} scrapes failed ({}); its figures are missing, not zero",
-                    h.failures,
-                    h.attempts,
-                    h.first_error.as_deref().unwrap_or("no answer")
-                ),
-                evidence: [
-                    ("url".to_string(), json!(url)),
-                    ("failures".to_string(), json!(h.failures)),
-                    ("attempts".to_string(), json!(h.attempts)),
-                ]
-                .into_iter()
-                .collect(),
-            });
-        }
-        if t.sources.is_empty() && t.errors > 0 {
-            diagnosis.push(Finding {
-                rule: "metrics_unavailable".into(),
-                severity: "info".into(),
-                message: format!(
-                    "the server's metrics could not be read ({}): server-side figures are unavailable, not zero",
-                    t.first_error.as_deref().unwrap_or("no answer")
-                ),
-                evidence: [("scrape_errors".to_string(), json!(t.errors))].into_iter().collect(),
-            });
-        }
+        diagnosis.extend(t.findings());
         server.kind = t.kind.clone().or(server.kind);
-        let mut metrics = serde_json::to_value(&t.summary).unwrap_or_default();
-        if let Some(obj) = metrics.as_object_mut() {
-            obj.insert(
-                "sources".into(),
-                json!(t
-                    .sources
-                    .iter()
-                    .map(|(u, k)| json!({"url": u, "kind": k}))
-                    .collect::<Vec<_>>()),
-            );
-            obj.insert("scrape_errors".into(), json!(t.errors));
-            obj.insert("endpoints".into(), json!(t.endpoints));
-            obj.insert("first_scrape_error".into(), json!(t.first_error));
-        }
-        server.metrics = Some(metrics);
+        server.metrics = Some(t.metrics());
         kv_cache = kv_cache.or_else(|| tokenscope_telemetry::diagnose::kv_cache(&t.summary));
         gpu = tokenscope_telemetry::diagnose::gpu(&t.summary, m.tokens.output_total);
     }
@@ -316,6 +297,48 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
         merged: None,
         cold_start: None,
         warnings: Vec::new(),
+    }
+}
+
+/// The client's usage, its CPU figures over the client's own working time,
+/// not the requests' window: token counting after a request's end is client
+/// work too. `cpu`: (CPU seconds, threads, wall seconds).
+fn client_usage(
+    cpu: Option<(f64, usize, f64)>,
+    client: ClientUsage,
+    output_total: u64,
+) -> ClientUsage {
+    match cpu {
+        Some((cpu, threads, wall_s)) => ClientUsage {
+            cpu_seconds: Some(cpu),
+            cpu_cores: (wall_s > 0.0).then(|| cpu / wall_s),
+            cpu_us_per_output_token: (output_total > 0).then(|| cpu * 1e6 / output_total as f64),
+            threads: Some(threads),
+            ..client
+        },
+        None => client,
+    }
+}
+
+/// What the run asked for, as the diagnosis's rules read it from the config.
+fn asked_of(c: &serde_json::Value, simulated: bool) -> Asked {
+    let one_length = |key: &str| c[key].as_str().is_some_and(|s| s.parse::<u64>().is_ok());
+    Asked {
+        ignore_eos: c["ignore_eos"].as_bool().unwrap_or(false),
+        open_loop: c["load"]["mode"] == "open",
+        unique_prompts: c["shared_prefix"] == 0
+            && c["dataset"].is_null()
+            && c["multi_turn"].is_null(),
+        // A plan simulates both starts instead (`tokenscope_sim::phase`).
+        fixed_length_users: (!simulated
+            && c["load"]["mode"] == "closed"
+            && one_length("output_tokens")
+            && (c["reasoning_tokens"].is_null() || one_length("reasoning_tokens"))
+            && c["dataset"].is_null()
+            && c["multi_turn"].is_null())
+        .then(|| c["load"]["concurrency"].as_u64())
+        .flatten(),
+        ramped: c["ramp_up_s"].as_f64().is_some_and(|r| r > 0.0),
     }
 }
 
