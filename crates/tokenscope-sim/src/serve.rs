@@ -175,6 +175,59 @@ struct Shared {
     /// together get through one after another, as in `sim plan`.
     front_end: Mutex<crate::front_end::SerialStages>,
     started: Instant,
+    /// A static batch's members on their way to the engine (`BatchGate`).
+    gate: Arc<BatchGate>,
+}
+
+/// Static batching's hand-over. A batch's members leave the front end at
+/// one instant, but each request's task submits its own, one after another
+/// as the runtime gets round to them: an engine that stepped on the first
+/// would prefill it alone. So each member is expected here until it is
+/// submitted, and the engine holds its next step while members due by now
+/// are still on their way — a batch is prefilled whole, as in `sim plan`.
+#[derive(Default)]
+struct BatchGate(Mutex<std::collections::BTreeMap<Instant, usize>>);
+
+impl BatchGate {
+    /// A member due at the engine `at`; expected until the `Handover` drops.
+    fn expect(self: &Arc<Self>, at: Instant) -> Handover {
+        *lock(&self.0).entry(at).or_default() += 1;
+        Handover {
+            gate: self.clone(),
+            at,
+        }
+    }
+
+    /// Waits while members due by now have not been submitted. Bounded: a
+    /// member lost on its way holds a step 50 ms at most.
+    async fn wait_for_due(&self) {
+        for _ in 0..250 {
+            let now = Instant::now();
+            if lock(&self.0).range(..=now).next().is_none() {
+                return;
+            }
+            timer::sleep_until(now + Duration::from_micros(200)).await;
+        }
+    }
+}
+
+/// A static batch's member, expected by the engine until it is dropped
+/// (once submitted, or on any way out).
+struct Handover {
+    gate: Arc<BatchGate>,
+    at: Instant,
+}
+
+impl Drop for Handover {
+    fn drop(&mut self) {
+        let mut due = lock(&self.gate.0);
+        if let Some(n) = due.get_mut(&self.at) {
+            *n -= 1;
+            if *n == 0 {
+                due.remove(&self.at);
+            }
+        }
+    }
 }
 
 impl Shared {
@@ -197,14 +250,17 @@ impl Shared {
     /// The front end's cost (parsing, tokenisation, the hop to the
     /// engine, the hand-over to every tensor-parallel rank) before the
     /// scheduler sees a request of `tokens` prompt tokens that `arrived`:
-    /// its serial share queues behind the requests before it.
-    async fn front_end(&self, arrived: Instant, tokens: u64) {
+    /// its serial share queues behind the requests before it. A static
+    /// batch's member comes out expected by the engine until submitted.
+    async fn front_end(&self, arrived: Instant, tokens: u64) -> Option<Handover> {
         let cost = crate::front_end::Costs::of(&self.config, tokens);
         let us = |d: Duration| d.as_micros() as u64;
         let at_us = us(arrived.saturating_duration_since(self.started));
         let cost_us = us(Duration::from_secs_f64(cost.serial_s));
         let (_, out_us) = lock(&self.front_end).pass(at_us, cost_us, self.replicas.len());
         let mut through = self.started + Duration::from_micros(out_us);
+        let rest = Duration::from_secs_f64(cost.overlapped_s + cost.ranks_s);
+        let mut handover = None;
         if self.config.limits().static_batch {
             // A static batcher hands over what arrived while the front end
             // was busy as one batch, once it is idle (as `sim plan`'s does).
@@ -216,9 +272,10 @@ impl Shared {
                 }
                 through = idle;
             }
+            handover = Some(self.gate.expect(through + rest));
         }
-        let rest = Duration::from_secs_f64(cost.overlapped_s + cost.ranks_s);
         crate::timer::sleep_until(through + rest).await;
+        handover
     }
 
     /// Hands `seq` to the replica the router picks; its events come on
@@ -289,6 +346,7 @@ impl EngineServer {
     ) -> Result<EngineServer, String> {
         let mut replicas = Vec::new();
         let (mut kv_blocks, mut kv_block_size) = (0, 16);
+        let gate = Arc::new(BatchGate::default());
         for _ in 0..options.replicas.max(1) {
             let engine = Engine::new(config.clone())?;
             kv_blocks = engine.scheduler.kv.total_blocks;
@@ -296,7 +354,13 @@ impl EngineServer {
             let engine = Arc::new(Mutex::new(engine));
             let metrics = Arc::new(Mutex::new(Metrics::new()));
             let (submit, submissions) = mpsc::unbounded_channel();
-            tokio::spawn(run_engine(engine.clone(), submissions, metrics.clone()));
+            let gate = gate.clone();
+            tokio::spawn(run_engine(
+                engine.clone(),
+                submissions,
+                metrics.clone(),
+                gate,
+            ));
             replicas.push(Replica {
                 submit,
                 metrics,
@@ -315,6 +379,7 @@ impl EngineServer {
             ready_at: Instant::now() + options.load_time,
             front_end: Mutex::default(),
             started: Instant::now(),
+            gate,
             options,
             config,
             kv_blocks,
@@ -373,6 +438,7 @@ async fn run_engine(
     shared: Arc<Mutex<Engine>>,
     mut submissions: mpsc::UnboundedReceiver<Submit>,
     metrics: Arc<Mutex<Metrics>>,
+    gate: Arc<BatchGate>,
 ) {
     let origin = Instant::now();
     let secs = |at: Instant| at.duration_since(origin).as_secs_f64();
@@ -398,6 +464,7 @@ async fn run_engine(
     // loop gets round to them, so bookkeeping time does not stretch the clock.
     let mut previous_end: Option<Instant> = None;
     loop {
+        gate.wait_for_due().await;
         let step = {
             let mut engine = lock(&shared);
             while let Ok(s) = submissions.try_recv() {
@@ -784,7 +851,7 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
             prompt + max_tokens
         ));
     }
-    s.front_end(arrived, prompt).await;
+    let handover = s.front_end(arrived, prompt).await;
     let (events, mut rx) = mpsc::unbounded_channel();
     let mut seq = Seq::new(id, (prompt + encoder) as u32, max_tokens as u32, 0.0);
     if s.config.prefix_caching {
@@ -798,6 +865,7 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
     if let Err(stopped) = s.submit(seq, events, arrived) {
         return *stopped;
     }
+    drop(handover);
     let mut writer = Writer::new(dialect, "sim", id, &s.model_json, prompt).asked(&ask);
     let reasoning = s
         .options
@@ -878,7 +946,7 @@ async fn pool(s: Arc<Shared>, body: Bytes, kind: Pooled) -> Response {
             "This model's maximum context length is {max_context} tokens; an input has {long}"
         ));
     }
-    s.front_end(arrived, seqs.iter().sum()).await;
+    let handover = s.front_end(arrived, seqs.iter().sum()).await;
     let mut waits = Vec::with_capacity(seqs.len());
     for (k, &tokens) in seqs.iter().enumerate() {
         let (events, rx) = mpsc::unbounded_channel();
@@ -888,6 +956,7 @@ async fn pool(s: Arc<Shared>, body: Bytes, kind: Pooled) -> Response {
         }
         waits.push(rx);
     }
+    drop(handover);
     for mut rx in waits {
         while let Some(ev) = rx.recv().await {
             if matches!(ev, Event::Done(_)) {
