@@ -540,30 +540,12 @@ fn chat_under_slo(points: &[Point], slo: &str) -> Recommendation {
 /// in words; the points carry their judgement) the SLO is the chat
 /// profile's objective and every profile's point must meet it.
 pub fn recommend(points: &[Point], o: &Objectives, slo: Option<&str>) -> Vec<Recommendation> {
-    let min_e2e = points
-        .iter()
-        .map(|p| p.e2e_p99_ms)
-        .fold(f64::INFINITY, f64::min);
-    let kv_known = points.iter().all(|p| p.kv_usage_max.is_some());
-    // What the lightest point measured, for "no point meets it" answers.
-    let lightest = points.iter().min_by(|a, b| a.load.total_cmp(&b.load));
-    let at_lightest = |what: &dyn Fn(&Point) -> String| {
-        lightest.map_or(String::new(), |p| {
-            format!(" (at the lightest load, {}: {})", p.load, what(p))
-        })
-    };
-    // A series that reasoned is judged for chat by when the answer starts,
-    // not by the first thought.
-    let reasoning = points.iter().any(|p| p.answer_start_p99_ms.is_some());
-    let start = |p: &Point| p.answer_start_p99_ms.unwrap_or(p.ttft_p99_ms);
-    let start_name = if reasoning {
-        "answer start p99"
-    } else {
-        "TTFT p99"
-    };
+    let series = Series::of(points);
+    let min_e2e = series.min_e2e;
+    let start_name = series.start_name();
     let used = |profile: &str, p: &Point| match profile {
         "chat" if slo.is_some() => p.slo.map_or(1.0, |s| s.ratio),
-        "chat" => (start(p) / o.chat_ttft_p99_ms).max(p.tpot_p99_ms / o.chat_tpot_p99_ms),
+        "chat" => (series.start(p) / o.chat_ttft_p99_ms).max(p.tpot_p99_ms / o.chat_tpot_p99_ms),
         "batch" => p.e2e_p99_ms / (o.batch_e2e_growth * min_e2e),
         "cost" => p.ttft_p99_ms / o.cost_ttft_cap_ms,
         "agent" => p.e2e_p99_ms / o.agent_e2e_p99_ms,
@@ -577,83 +559,14 @@ pub fn recommend(points: &[Point], o: &Objectives, slo: Option<&str>) -> Vec<Rec
         "agent" => "cost per answer, E2E p99".into(),
         _ => "KV usage, preemptions".into(),
     };
-    let chat = |default: Recommendation| match slo {
-        Some(text) => chat_under_slo(points, text),
-        None => default,
-    };
     let chosen = vec![
-        chat(choose(
-            "chat",
-            format!("the most load with {start_name} ≤ {} ms and TPOT p99 ≤ {} ms", o.chat_ttft_p99_ms, o.chat_tpot_p99_ms),
-            points,
-            |p| start(p) <= o.chat_ttft_p99_ms && p.tpot_p99_ms <= o.chat_tpot_p99_ms,
-            |a, b| a.load > b.load,
-            |p| {
-                format!(
-                    "{start_name} {:.0} ms ({:.0} % of the limit), TPOT p99 {:.1} ms ({:.0} % of the limit)",
-                    start(p),
-                    start(p) / o.chat_ttft_p99_ms * 100.0,
-                    p.tpot_p99_ms,
-                    p.tpot_p99_ms / o.chat_tpot_p99_ms * 100.0
-                )
-            },
-            format!(
-                "no load meets the chat objectives{}; meeting them takes a faster GPU or tensor parallelism, a smaller or quantised model, or shorter prompts (TTFT){}",
-                at_lightest(&|p| format!("{start_name} {:.0} ms, TPOT p99 {:.1} ms", start(p), p.tpot_p99_ms)),
-                if reasoning { ", or a smaller reasoning budget" } else { "" }
-            ),
-        )),
-        choose(
-            "batch",
-            format!("the most output tokens/s whose E2E p99 stays bounded: within {}× the series' lowest, the server's queue not growing", o.batch_e2e_growth),
-            points,
-            |p| !p.overloaded && p.e2e_p99_ms <= o.batch_e2e_growth * min_e2e,
-            |a, b| a.output_tps > b.output_tps,
-            |p| format!("{:.0} output tokens/s with E2E p99 {:.0} ms ({:.1}× the lowest)", p.output_tps, p.e2e_p99_ms, p.e2e_p99_ms / min_e2e),
-            format!(
-                "no point has bounded E2E: each one's queue grew or its E2E p99 passed {}× the lowest; lighter loads would",
-                o.batch_e2e_growth
-            ),
-        ),
-        choose(
-            "cost",
-            format!("the least cost per 1K output tokens with TTFT p99 ≤ {} ms", o.cost_ttft_cap_ms),
-            points,
-            |p| p.ttft_p99_ms <= o.cost_ttft_cap_ms,
-            |a, b| match (a.cost_per_1k, b.cost_per_1k) {
-                (Some(x), Some(y)) => x < y,
-                _ => a.output_tps > b.output_tps, // same GPU: cost ∝ 1 / tokens/s
-            },
-            |p| match p.cost_per_1k {
-                Some(c) => format!("${c:.5} per 1K output tokens at {:.0} tokens/s", p.output_tps),
-                None => format!("{:.0} tokens/s: the least cost per token on the same GPUs (give --gpu-price for dollars)", p.output_tps),
-            },
-            format!(
-                "every point's TTFT p99 exceeds the {} ms cap{}; a higher cap (--objectives cost_ttft_cap=…), a faster GPU or shorter prompts would",
-                o.cost_ttft_cap_ms,
-                at_lightest(&|p| format!("{:.0} ms", p.ttft_p99_ms))
-            ),
-        ),
-        choose(
-            "long-context",
-            format!("the most load with KV usage under {:.0} % and no preemptions", o.long_context_kv_max * 100.0),
-            points,
-            |p| kv_known && p.kv_usage_max.is_some_and(|k| k < o.long_context_kv_max) && p.preemptions.unwrap_or(0.0) == 0.0,
-            |a, b| a.load > b.load,
-            |p| format!("KV usage max {:.0} %, no preemptions", p.kv_usage_max.unwrap_or(0.0) * 100.0),
-            if kv_known {
-                format!(
-                    "every point fills the KV cache or preempts{}; more KV memory (an FP8 KV cache, more GPUs) or lighter loads would leave headroom",
-                    at_lightest(&|p| format!(
-                        "KV usage max {:.0} %, {:.0} preemptions",
-                        p.kv_usage_max.unwrap_or(0.0) * 100.0,
-                        p.preemptions.unwrap_or(0.0)
-                    ))
-                )
-            } else {
-                "the server does not expose KV usage: no KV-headroom recommendation".into()
-            },
-        ),
+        match slo {
+            Some(text) => chat_under_slo(points, text),
+            None => chat(&series, o),
+        },
+        batch(&series, o),
+        cost(&series, o),
+        long_context(&series, o),
         agent(points, o),
     ];
     chosen
@@ -664,6 +577,163 @@ pub fn recommend(points: &[Point], o: &Objectives, slo: Option<&str>) -> Vec<Rec
             r
         })
         .collect()
+}
+
+/// What the profiles' rules read off a whole series.
+struct Series<'a> {
+    points: &'a [Point],
+    /// The lowest E2E p99 of any point (the batch profile's bound grows from it).
+    min_e2e: f64,
+    /// Every point knows its KV usage.
+    kv_known: bool,
+    /// A series that reasoned is judged for chat by when the answer
+    /// starts, not by the first thought.
+    reasoning: bool,
+}
+
+impl<'a> Series<'a> {
+    fn of(points: &'a [Point]) -> Series<'a> {
+        Series {
+            points,
+            min_e2e: points
+                .iter()
+                .map(|p| p.e2e_p99_ms)
+                .fold(f64::INFINITY, f64::min),
+            kv_known: points.iter().all(|p| p.kv_usage_max.is_some()),
+            reasoning: points.iter().any(|p| p.answer_start_p99_ms.is_some()),
+        }
+    }
+
+    /// The chat profile's start: the answer's where the series reasoned.
+    fn start(&self, p: &Point) -> f64 {
+        p.answer_start_p99_ms.unwrap_or(p.ttft_p99_ms)
+    }
+
+    fn start_name(&self) -> &'static str {
+        if self.reasoning {
+            "answer start p99"
+        } else {
+            "TTFT p99"
+        }
+    }
+
+    /// What the lightest point measured, for "no point meets it" answers.
+    fn at_lightest(&self, what: &dyn Fn(&Point) -> String) -> String {
+        let lightest = self.points.iter().min_by(|a, b| a.load.total_cmp(&b.load));
+        lightest.map_or(String::new(), |p| {
+            format!(" (at the lightest load, {}: {})", p.load, what(p))
+        })
+    }
+}
+
+/// The chat profile without `--slo`: the most load whose start and TPOT
+/// p99 keep the objectives.
+fn chat(series: &Series, o: &Objectives) -> Recommendation {
+    let (points, reasoning, start_name) = (series.points, series.reasoning, series.start_name());
+    let start = |p: &Point| series.start(p);
+    let at_lightest = |what: &dyn Fn(&Point) -> String| series.at_lightest(what);
+    choose(
+        "chat",
+        format!("the most load with {start_name} ≤ {} ms and TPOT p99 ≤ {} ms", o.chat_ttft_p99_ms, o.chat_tpot_p99_ms),
+        points,
+        |p| start(p) <= o.chat_ttft_p99_ms && p.tpot_p99_ms <= o.chat_tpot_p99_ms,
+        |a, b| a.load > b.load,
+        |p| {
+            format!(
+                "{start_name} {:.0} ms ({:.0} % of the limit), TPOT p99 {:.1} ms ({:.0} % of the limit)",
+                start(p),
+                start(p) / o.chat_ttft_p99_ms * 100.0,
+                p.tpot_p99_ms,
+                p.tpot_p99_ms / o.chat_tpot_p99_ms * 100.0
+            )
+        },
+        format!(
+            "no load meets the chat objectives{}; meeting them takes a faster GPU or tensor parallelism, a smaller or quantised model, or shorter prompts (TTFT){}",
+            at_lightest(&|p| format!("{start_name} {:.0} ms, TPOT p99 {:.1} ms", start(p), p.tpot_p99_ms)),
+            if reasoning { ", or a smaller reasoning budget" } else { "" }
+        ),
+    )
+}
+
+/// The batch profile: the most output tokens/s whose E2E stays bounded.
+fn batch(series: &Series, o: &Objectives) -> Recommendation {
+    let (points, min_e2e) = (series.points, series.min_e2e);
+    choose(
+        "batch",
+        format!("the most output tokens/s whose E2E p99 stays bounded: within {}× the series' lowest, the server's queue not growing", o.batch_e2e_growth),
+        points,
+        |p| !p.overloaded && p.e2e_p99_ms <= o.batch_e2e_growth * min_e2e,
+        |a, b| a.output_tps > b.output_tps,
+        |p| format!("{:.0} output tokens/s with E2E p99 {:.0} ms ({:.1}× the lowest)", p.output_tps, p.e2e_p99_ms, p.e2e_p99_ms / min_e2e),
+        format!(
+            "no point has bounded E2E: each one's queue grew or its E2E p99 passed {}× the lowest; lighter loads would",
+            o.batch_e2e_growth
+        ),
+    )
+}
+
+/// The cost profile: the least cost per 1K output tokens under a TTFT cap.
+fn cost(series: &Series, o: &Objectives) -> Recommendation {
+    let points = series.points;
+    let at_lightest = |what: &dyn Fn(&Point) -> String| series.at_lightest(what);
+    choose(
+        "cost",
+        format!("the least cost per 1K output tokens with TTFT p99 ≤ {} ms", o.cost_ttft_cap_ms),
+        points,
+        |p| p.ttft_p99_ms <= o.cost_ttft_cap_ms,
+        |a, b| match (a.cost_per_1k, b.cost_per_1k) {
+            (Some(x), Some(y)) => x < y,
+            _ => a.output_tps > b.output_tps, // same GPU: cost ∝ 1 / tokens/s
+        },
+        |p| match p.cost_per_1k {
+            Some(c) => format!("${c:.5} per 1K output tokens at {:.0} tokens/s", p.output_tps),
+            None => format!("{:.0} tokens/s: the least cost per token on the same GPUs (give --gpu-price for dollars)", p.output_tps),
+        },
+        format!(
+            "every point's TTFT p99 exceeds the {} ms cap{}; a higher cap (--objectives cost_ttft_cap=…), a faster GPU or shorter prompts would",
+            o.cost_ttft_cap_ms,
+            at_lightest(&|p| format!("{:.0} ms", p.ttft_p99_ms))
+        ),
+    )
+}
+
+/// The long-context profile: the most load that leaves KV headroom and
+/// preempts nothing.
+fn long_context(series: &Series, o: &Objectives) -> Recommendation {
+    let (points, kv_known) = (series.points, series.kv_known);
+    let at_lightest = |what: &dyn Fn(&Point) -> String| series.at_lightest(what);
+    choose(
+        "long-context",
+        format!(
+            "the most load with KV usage under {:.0} % and no preemptions",
+            o.long_context_kv_max * 100.0
+        ),
+        points,
+        |p| {
+            kv_known
+                && p.kv_usage_max.is_some_and(|k| k < o.long_context_kv_max)
+                && p.preemptions.unwrap_or(0.0) == 0.0
+        },
+        |a, b| a.load > b.load,
+        |p| {
+            format!(
+                "KV usage max {:.0} %, no preemptions",
+                p.kv_usage_max.unwrap_or(0.0) * 100.0
+            )
+        },
+        if kv_known {
+            format!(
+                "every point fills the KV cache or preempts{}; more KV memory (an FP8 KV cache, more GPUs) or lighter loads would leave headroom",
+                at_lightest(&|p| format!(
+                    "KV usage max {:.0} %, {:.0} preemptions",
+                    p.kv_usage_max.unwrap_or(0.0) * 100.0,
+                    p.preemptions.unwrap_or(0.0)
+                ))
+            )
+        } else {
+            "the server does not expose KV usage: no KV-headroom recommendation".into()
+        },
+    )
 }
 
 /// The agent profile (reasoning and tool-calling services): the least cost

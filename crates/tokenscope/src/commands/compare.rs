@@ -12,6 +12,7 @@ use std::path::Path;
 use tokenscope_core::compare::{
     compare_values, within_resolution, MetricChange, RunValues, Settings,
 };
+use tokenscope_core::consistency::Consistency;
 use tokenscope_core::results::RunResults;
 use tokenscope_report::run_dir::Run;
 
@@ -76,21 +77,8 @@ pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
         }
         pairs
     } else {
-        let (a, b) = (read_run(&args.a)?, read_run(&args.b)?);
-        if !args.json {
-            header(&args.a, &a.results, &args.b, &b.results);
-        }
-        let mut pairs = vec![Pair {
-            label: None,
-            changes: changes(
-                (&values_of(&a.dir)?, &a.results),
-                (&values_of(&b.dir)?, &b.results),
-                &settings,
-            ),
-            unlike: unlike(&a.results, &b.results),
-        }];
-        pairs.extend(adapter_pairs(&a, &b, &settings)?);
-        answers = crate::answers::between((&a.dir, &a.results), (&b.dir, &b.results));
+        let (pairs, between) = run_pairs(&args, &settings)?;
+        answers = between;
         pairs
     };
     if pairs.iter().all(|p| p.changes.is_empty()) {
@@ -112,24 +100,7 @@ pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
         })
         .collect();
     if args.json {
-        let points: Vec<_> = pairs
-            .iter()
-            .map(|p| json!({"load": p.label, "metrics": p.changes, "unlike": p.unlike}))
-            .collect();
-        let doc = json!({
-            "a": args.a, "b": args.b,
-            "settings": settings,
-            "unlike": pairs.iter().flat_map(|p| p.unlike.clone()).collect::<std::collections::BTreeSet<_>>(),
-            "metrics": if sweeps { json!(null) } else { json!(pairs[0].changes) },
-            "adapters": (!sweeps).then(|| pairs[1..].iter().map(|p| (p.label.clone().unwrap_or_default(), json!(p.changes))).collect::<serde_json::Map<_, _>>()),
-            "points": if sweeps { json!(points) } else { json!(null) },
-            "answers": answers,
-            "fail_on_regression_pct": args.fail_on_regression,
-            "regressions": failing.iter().map(|(l, c)| match l {
-                Some(l) => format!("{l}: {}", c.metric),
-                None => c.metric.clone(),
-            }).collect::<Vec<_>>(),
-        });
+        let doc = json_doc(&args, &settings, (&pairs, sweeps), &answers, &failing);
         crate::outln!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         print_pairs(&pairs, &settings, &args, gated, &failing);
@@ -150,6 +121,59 @@ pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
         Exit::Success
     } else {
         Exit::Regression
+    })
+}
+
+/// Two runs compared: the whole runs, then each LoRA adapter's requests
+/// apart; and their answers side by side, where both kept them.
+fn run_pairs(
+    args: &CompareArgs,
+    settings: &Settings,
+) -> anyhow::Result<(Vec<Pair>, Option<Consistency>)> {
+    let (a, b) = (read_run(&args.a)?, read_run(&args.b)?);
+    if !args.json {
+        header(&args.a, &a.results, &args.b, &b.results);
+    }
+    let mut pairs = vec![Pair {
+        label: None,
+        changes: changes(
+            (&values_of(&a.dir)?, &a.results),
+            (&values_of(&b.dir)?, &b.results),
+            settings,
+        ),
+        unlike: unlike(&a.results, &b.results),
+    }];
+    pairs.extend(adapter_pairs(&a, &b, settings)?);
+    let answers = crate::answers::between((&a.dir, &a.results), (&b.dir, &b.results));
+    Ok((pairs, answers))
+}
+
+/// `compare --json`: the changes of the runs (or of each sweep point), what
+/// makes them unlike, and the regressions that fail the gate.
+fn json_doc(
+    args: &CompareArgs,
+    settings: &Settings,
+    (pairs, sweeps): (&[Pair], bool),
+    answers: &Option<Consistency>,
+    failing: &[(Option<&String>, &MetricChange)],
+) -> serde_json::Value {
+    let points: Vec<_> = pairs
+        .iter()
+        .map(|p| json!({"load": p.label, "metrics": p.changes, "unlike": p.unlike}))
+        .collect();
+    json!({
+        "a": args.a, "b": args.b,
+        "settings": settings,
+        "unlike": pairs.iter().flat_map(|p| p.unlike.clone()).collect::<std::collections::BTreeSet<_>>(),
+        "metrics": if sweeps { json!(null) } else { json!(pairs[0].changes) },
+        "adapters": (!sweeps).then(|| pairs[1..].iter().map(|p| (p.label.clone().unwrap_or_default(), json!(p.changes))).collect::<serde_json::Map<_, _>>()),
+        "points": if sweeps { json!(points) } else { json!(null) },
+        "answers": answers,
+        "fail_on_regression_pct": args.fail_on_regression,
+        "regressions": failing.iter().map(|(l, c)| match l {
+            Some(l) => format!("{l}: {}", c.metric),
+            None => c.metric.clone(),
+        }).collect::<Vec<_>>(),
     })
 }
 

@@ -9,8 +9,10 @@ use crate::exit::Exit;
 use crate::spec::workload::Load;
 use crate::warnings::Warning;
 use anyhow::Context;
-use tokenscope_sim::calibrate::CalibrationRun;
-use tokenscope_sim::calibrate::Profile;
+use tokenscope_sim::calibrate::{CalibrationRun, Profile, Targets};
+use tokenscope_sim::engine::cost::Efficiency;
+use tokenscope_sim::engine::spec::SpecDecode;
+use tokenscope_sim::engine::EngineConfig;
 use tokenscope_sim::plan::PlanLoad;
 
 /// Who says its warnings.
@@ -29,6 +31,42 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<Exit> {
     if let Some((spec, _)) = &learned {
         cfg.spec = Some(spec.clone());
     }
+    let runs = replays(&args)?;
+    let (efficiency, predicted, residual) =
+        tokenscope_sim::calibrate::calibrate(&cfg, &runs).map_err(Exit::usage)?;
+    let profile = Profile {
+        model: cfg.model.name.clone(),
+        gpu: cfg.gpu.name.clone(),
+        tp: cfg.tp,
+        efficiency,
+        runs: args
+            .run_dirs
+            .iter()
+            .zip(runs.iter().zip(&predicted))
+            .map(|(dir, ((_, measured), predicted))| CalibrationRun {
+                run_dir: dir.display().to_string(),
+                measured: *measured,
+                predicted: *predicted,
+            })
+            .collect(),
+        residual,
+        spec_decode: learned.as_ref().map(|(s, _)| s.text()),
+    };
+    let path = args
+        .out
+        .clone()
+        .unwrap_or_else(|| args.run_dirs[0].join("profile.json"));
+    std::fs::write(&path, serde_json::to_string_pretty(&profile)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    report(&cfg, &profile, &learned);
+    crate::outln!("profile: {}", path.display());
+    warn_if_pinned(&cfg, &efficiency);
+    Ok(Exit::Success)
+}
+
+/// Each run directory as the load to replay on the simulator and what it
+/// measured; a run of too few requests is warned of.
+fn replays(args: &CalibrateArgs) -> anyhow::Result<Vec<(PlanLoad, Targets)>> {
     // The load flags' defaults, as clap gives them to a command line without any.
     #[derive(clap::Parser)]
     struct Defaults {
@@ -59,32 +97,12 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<Exit> {
         };
         runs.push((load, replay.measured));
     }
-    let (efficiency, predicted, residual) =
-        tokenscope_sim::calibrate::calibrate(&cfg, &runs).map_err(Exit::usage)?;
-    let profile = Profile {
-        model: cfg.model.name.clone(),
-        gpu: cfg.gpu.name.clone(),
-        tp: cfg.tp,
-        efficiency,
-        runs: args
-            .run_dirs
-            .iter()
-            .zip(runs.iter().zip(&predicted))
-            .map(|(dir, ((_, measured), predicted))| CalibrationRun {
-                run_dir: dir.display().to_string(),
-                measured: *measured,
-                predicted: *predicted,
-            })
-            .collect(),
-        residual,
-        spec_decode: learned.as_ref().map(|(s, _)| s.text()),
-    };
-    let path = args
-        .out
-        .clone()
-        .unwrap_or_else(|| args.run_dirs[0].join("profile.json"));
-    std::fs::write(&path, serde_json::to_string_pretty(&profile)? + "\n")
-        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(runs)
+}
+
+/// Measured against predicted for each run, and the factors fitted.
+fn report(cfg: &EngineConfig, profile: &Profile, learned: &Option<(SpecDecode, f64)>) {
+    let efficiency = &profile.efficiency;
     crate::outln!(
         "calibrated {} on {} × {}",
         cfg.model.name,
@@ -114,14 +132,17 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<Exit> {
         efficiency.per_sequence_s * 1e3,
         efficiency.per_layer_s * 1e6
     );
-    if let Some((spec, drafts)) = &learned {
+    if let Some((spec, drafts)) = learned {
         crate::outln!(
             "learned from the servers' counters ({drafts:.0} drafts): {}",
             spec.describe()
         );
     }
-    crate::outln!("profile: {}", path.display());
-    let pinned = tokenscope_sim::calibrate::at_bounds(&efficiency);
+}
+
+/// Factors fitted to a bound of their range: the run contradicts the model.
+fn warn_if_pinned(cfg: &EngineConfig, efficiency: &Efficiency) {
+    let pinned = tokenscope_sim::calibrate::at_bounds(efficiency);
     for p in &pinned {
         Warning::CalibrationFit { why: p.to_string() }.say_as(WHO, false);
     }
@@ -132,7 +153,6 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<Exit> {
         );
         Warning::CalibrationFit { why }.say_as(WHO, false);
     }
-    Ok(Exit::Success)
 }
 
 /// Speculative decoding as the runs' servers counted it

@@ -8,38 +8,19 @@ use crate::output::to_stdout;
 use anyhow::Context;
 use std::path::Path;
 use tokenscope_report::sizing::{options_table, sizing_page, SizedOption, SizingView};
-use tokenscope_sim::engine::catalogue::Gpu;
+use tokenscope_sim::engine::catalogue::{Catalogue, Gpu};
 use tokenscope_sim::engine::preset::Preset;
 use tokenscope_sim::engine::EngineConfig;
 use tokenscope_sim::size::{size, Candidate, Report, Search};
 
 pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
-    crate::spec::records::refuse_forever(
-        args.load.duration,
-        "a simulation on a virtual clock needs an end",
-    )?;
-    if args.load.rate.len() != 1 || !args.load.concurrency.is_empty() {
-        return Err(Exit::usage(
-            "sim size needs one target load as --rate R (requests/s; the open loop a service faces)".into(),
-        ));
-    }
-    if args.load.requests.is_none() && args.load.duration.is_none() {
-        // Enough for a p99 to be judged by the estimate (1,000 needed).
-        args.load.requests = Some(1500);
-    }
+    one_target_load(&mut args)?;
     let work = crate::spec::workload::Load::read_for_plan(args.load.clone(), args.json)?;
     let cat = crate::engine::catalogue(args.catalogue.as_deref())?;
     let model = cat
         .model(&args.model)
         .map_err(|e| Exit::usage(format!("--model: {e}")))?;
-    let gpus: Vec<Gpu> = if args.gpu.is_empty() {
-        cat.gpus.clone()
-    } else {
-        args.gpu
-            .iter()
-            .map(|g| cat.gpu(g).map_err(|e| Exit::usage(format!("--gpu: {e}"))))
-            .collect::<Result<_, _>>()?
-    };
+    let gpus = gpus_of(&cat, &args)?;
     let engines = engines(&args);
     let mut template = EngineConfig::new(model, gpus[0].clone());
     if let Some(text) = &args.spec_decode {
@@ -67,27 +48,12 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
         top: args.top as usize,
     };
     if !args.json {
-        eprintln!(
-            "tokenscope: sizing {}{} for {} at {} req/s: {} deployment shapes ({} GPU types × TP {:?} × {} × {})",
-            template.model.name,
-            args.reasoning_tokens
-                .map(|r| format!(" thinking {r} tokens a request"))
-                .unwrap_or_default(),
-            args.slo.describe(),
-            args.load.rate[0],
-            candidates.len(),
-            gpus.len() - unpriced.len(),
-            args.tp,
-            args.dtype
-                .iter()
-                .map(|d| format!("{d:?}").to_lowercase())
-                .collect::<Vec<_>>()
-                .join("/"),
-            engines
-                .iter()
-                .map(|e| e.name())
-                .collect::<Vec<_>>()
-                .join("/")
+        let priced = gpus.len() - unpriced.len();
+        announce(
+            &args,
+            &template.model.name,
+            (candidates.len(), priced),
+            &engines,
         );
     }
     let started = std::time::Instant::now();
@@ -122,6 +88,59 @@ pub fn run(mut args: SizeArgs) -> anyhow::Result<Exit> {
     } else {
         Exit::Success
     })
+}
+
+/// `sim size` plans for one open-loop rate, to an end: 1,500 requests
+/// unless told, enough for a p99 to be judged by the estimate (1,000 needed).
+fn one_target_load(args: &mut SizeArgs) -> anyhow::Result<()> {
+    crate::spec::records::refuse_forever(
+        args.load.duration,
+        "a simulation on a virtual clock needs an end",
+    )?;
+    if args.load.rate.len() != 1 || !args.load.concurrency.is_empty() {
+        return Err(Exit::usage(
+            "sim size needs one target load as --rate R (requests/s; the open loop a service faces)".into(),
+        ));
+    }
+    if args.load.requests.is_none() && args.load.duration.is_none() {
+        args.load.requests = Some(1500);
+    }
+    Ok(())
+}
+
+/// The GPUs searched: those named by `--gpu`, or the whole catalogue.
+fn gpus_of(cat: &Catalogue, args: &SizeArgs) -> anyhow::Result<Vec<Gpu>> {
+    if args.gpu.is_empty() {
+        return Ok(cat.gpus.clone());
+    }
+    let named = args
+        .gpu
+        .iter()
+        .map(|g| cat.gpu(g).map_err(|e| Exit::usage(format!("--gpu: {e}"))));
+    named.collect()
+}
+
+/// Says on stderr what is being searched: `shapes` (deployment shapes,
+/// priced GPU types).
+fn announce(args: &SizeArgs, model: &str, (shapes, priced): (usize, usize), engines: &[Preset]) {
+    let thinking = args
+        .reasoning_tokens
+        .map(|r| format!(" thinking {r} tokens a request"))
+        .unwrap_or_default();
+    let dtypes: Vec<String> = args
+        .dtype
+        .iter()
+        .map(|d| format!("{d:?}").to_lowercase())
+        .collect();
+    let engines: Vec<&str> = engines.iter().map(|e| e.name()).collect();
+    eprintln!(
+        "tokenscope: sizing {model}{thinking} for {} at {} req/s: {shapes} deployment shapes ({priced} GPU types × TP {:?} × {} × {})",
+        args.slo.describe(),
+        args.load.rate[0],
+        args.tp,
+        dtypes.join("/"),
+        engines.join("/")
+    );
 }
 
 /// The shapes that fit under none of the engines searched, each once; a
