@@ -658,27 +658,22 @@ async fn whole_answer(
         _ = cancel.cancelled() => return fail(rec, clock, ErrorKind::Cancelled, "cancelled before the answer".into()),
         b = timeout_at(deadline, conn.read_to_end(&mut body, MAX_WHOLE_ANSWER)) => b,
     };
-    let body = match read {
+    let bytes = match read {
         Err(_) => {
-            return fail(
-                rec,
-                clock,
-                ErrorKind::Timeout,
-                "request exceeded --timeout".into(),
-            )
+            let msg = "request exceeded --timeout".into();
+            return fail(rec, clock, ErrorKind::Timeout, msg);
         }
         Ok(Err(e)) => return fail(rec, clock, ErrorKind::Stream, e.to_string()),
-        Ok(Ok(bytes)) => {
-            // The answer's end is the arrival of its last bytes (the
-            // kernel's stamp where there is one), as a stream's is.
-            let now = std::time::Instant::now();
-            rec.done_at_us = clock.us(conn.arrived().unwrap_or(now)).max(rec.sent_at_us);
-            if body.reusable() {
-                target.http.checkin(conn);
-            }
-            String::from_utf8_lossy(&bytes).into_owned()
-        }
+        Ok(Ok(bytes)) => bytes,
     };
+    // The answer's end is the arrival of its last bytes (the kernel's stamp
+    // where there is one), as a stream's is.
+    let now = std::time::Instant::now();
+    rec.done_at_us = clock.us(conn.arrived().unwrap_or(now)).max(rec.sent_at_us);
+    if body.reusable() {
+        target.http.checkin(conn);
+    }
+    let body = String::from_utf8_lossy(&bytes).into_owned();
     if target.api.pooling() {
         return pooled(rec, &body, target.api, items_asked);
     }
@@ -703,11 +698,29 @@ async fn whole_answer(
         let msg = "the answer carried no generated text".to_string();
         return failed_after(rec, ErrorKind::EmptyAnswer, msg);
     }
-    rec.finish_reason = whole.finish_reason;
-    rec.server_timings = whole.timings;
+    rec.finish_reason = whole.finish_reason.take();
+    rec.server_timings = whole.timings.take();
     // The answer, if any, came with the rest at the end.
     rec.first_answer_at_us =
         (whole.answer_bytes > 0 || !calls.is_empty()).then_some(rec.done_at_us);
+    whole_reasoning(&mut rec, &whole, &reasoner).await;
+    if let Some(p) = whole.usage.and_then(|u| u.prompt_tokens) {
+        rec.input_tokens = Some(p);
+        rec.input_token_source = Some(TokenSource::ServerUsage);
+    }
+    rec.cached_tokens = whole.usage.and_then(|u| u.cached_tokens);
+    let (tokens, source) = whole_output_tokens(&whole, &text, &calls).await;
+    rec.output_tokens = tokens;
+    rec.output_token_source = Some(source);
+    rec.chunks = vec![Chunk(rec.done_at_us, tokens.min(u32::MAX as u64) as u32)];
+    judging.judge(&mut rec, &text, whole.answer_bytes, &calls);
+    (rec, text)
+}
+
+/// A whole answer's thinking: the server's count where it gives one (then
+/// hidden if no thought was sent), else the thought's text counted off the
+/// runtime's threads.
+async fn whole_reasoning(rec: &mut RequestRecord, whole: &Piece, reasoner: &Reasoner) {
     let usage_reasoning = whole
         .usage
         .and_then(|u| u.reasoning_tokens)
@@ -726,31 +739,24 @@ async fn whole_answer(
         Some(_) => TokenSource::ServerUsage,
         None => TokenSource::Tokenizer,
     });
-    if let Some(p) = whole.usage.and_then(|u| u.prompt_tokens) {
-        rec.input_tokens = Some(p);
-        rec.input_token_source = Some(TokenSource::ServerUsage);
-    }
-    rec.cached_tokens = whole.usage.and_then(|u| u.cached_tokens);
+}
+
+/// A whole answer's output tokens and where the count came from: the
+/// server's, else its text and calls counted off the runtime's threads.
+async fn whole_output_tokens(whole: &Piece, text: &str, calls: &[CallSoFar]) -> (u64, TokenSource) {
     let counted = whole
         .usage
         .and_then(|u| u.completion_tokens)
         .or(whole.output_tokens);
-    let (tokens, source) = match counted {
-        Some(n) => (n, TokenSource::ServerUsage),
-        None => {
-            let counted = with_calls(&text, &calls).into_owned();
-            let n = tokio::task::spawn_blocking(move || tokenizer::count_tokens(&counted)).await;
-            match n.ok().flatten() {
-                Some(n) => (n, TokenSource::Tokenizer),
-                None => (1, TokenSource::Chunks),
-            }
-        }
-    };
-    rec.output_tokens = tokens;
-    rec.output_token_source = Some(source);
-    rec.chunks = vec![Chunk(rec.done_at_us, tokens.min(u32::MAX as u64) as u32)];
-    judging.judge(&mut rec, &text, whole.answer_bytes, &calls);
-    (rec, text)
+    if let Some(n) = counted {
+        return (n, TokenSource::ServerUsage);
+    }
+    let counted = with_calls(text, calls).into_owned();
+    let n = tokio::task::spawn_blocking(move || tokenizer::count_tokens(&counted)).await;
+    match n.ok().flatten() {
+        Some(n) => (n, TokenSource::Tokenizer),
+        None => (1, TokenSource::Chunks),
+    }
 }
 
 /// A pooling API's answer (embeddings, rerank): nothing generated, so no

@@ -278,6 +278,26 @@ impl Shared {
         handover
     }
 
+    /// The engine's sequence of a request of `prefill` tokens that may
+    /// write `max_tokens`. With prefix caching its cache units are the
+    /// prompt's words and the answer's: the answer is known ahead (its words
+    /// are fixed), so the blocks it fills are cached too, as vLLM caches
+    /// every full block, and a next turn that carries it back finds them.
+    fn seq_of(
+        &self,
+        id: u64,
+        (prefill, max_tokens): (u64, u64),
+        (body, dialect): (&Value, Dialect),
+    ) -> Seq {
+        let mut seq = Seq::new(id, prefill as u32, max_tokens as u32, 0.0);
+        if self.config.prefix_caching {
+            let answer = openai::text(0, max_tokens);
+            let words = openai::prompt_words(body, dialect).chain(answer.split_whitespace());
+            seq.units = kv::word_units(words, self.kv_block_size).into();
+        }
+        seq
+    }
+
     /// Hands `seq` to the replica the router picks; its events come on
     /// `events`. The answer to send instead when the engine has stopped.
     fn submit(
@@ -832,36 +852,13 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
     if let Fault::Status(code) = fault {
         return injected_status(code);
     }
-    let max_tokens = ask
-        .max_tokens
-        .map_or(s.options.default_max_tokens as u64, |n| {
-            n.clamp(1, u32::MAX as u64)
-        });
-    // The vision encoder's work, charged as the prefill tokens of equal cost.
-    let params = s.config.model.active_params_b * 1e9;
-    let encoder = (ask.image_tokens as f64 * crate::vision::ENCODER_FLOPS_PER_TOKEN
-        / (2.0 * params))
-        .ceil()
-        .min(u32::MAX as f64 / 2.0) as u64;
-    let prompt = ask.prompt_tokens.clamp(1, u32::MAX as u64 / 2);
-    if prompt + max_tokens > s.config.model.max_context as u64 {
-        return bad_request(&format!(
-            "This model's maximum context length is {} tokens; the request asks for {} ({prompt} prompt + {max_tokens} output)",
-            s.config.model.max_context,
-            prompt + max_tokens
-        ));
-    }
+    let (prompt, max_tokens, encoder) = match sizes(&s, &ask) {
+        Ok(sizes) => sizes,
+        Err(refused) => return *refused,
+    };
     let handover = s.front_end(arrived, prompt).await;
-    let (events, mut rx) = mpsc::unbounded_channel();
-    let mut seq = Seq::new(id, (prompt + encoder) as u32, max_tokens as u32, 0.0);
-    if s.config.prefix_caching {
-        // The answer is known ahead (its words are fixed), so the blocks it
-        // fills are cached too, as vLLM caches every full block: a next turn
-        // that carries it back finds them.
-        let answer = openai::text(0, max_tokens);
-        let words = openai::prompt_words(&body, dialect).chain(answer.split_whitespace());
-        seq.units = kv::word_units(words, s.kv_block_size).into();
-    }
+    let (events, rx) = mpsc::unbounded_channel();
+    let seq = s.seq_of(id, (prompt + encoder, max_tokens), (&body, dialect));
     if let Err(stopped) = s.submit(seq, events, arrived) {
         return *stopped;
     }
@@ -887,15 +884,7 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
     };
     crate::answers::shape(&mut writer, &context);
     if !ask.stream {
-        let mut n = 0;
-        while let Some(ev) = rx.recv().await {
-            n += 1;
-            if let Event::Done(timings) = ev {
-                writer.set_cached_tokens(timings["cache_n"].as_u64().unwrap_or(0));
-                break;
-            }
-        }
-        return Json(writer.whole(n, &s.options.model_name)).into_response();
+        return whole(writer, rx, &s.options.model_name).await;
     }
     let state = StreamState {
         writer,
@@ -917,6 +906,49 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
         .header(header::CACHE_CONTROL, "no-cache")
         .body(body)
         .expect("a valid response")
+}
+
+/// A generating request's sizes as the engine sees them: its prompt, the
+/// output it may write, and the vision encoder's work as prefill tokens of
+/// equal cost. A request longer than the model's context is refused, as
+/// vLLM refuses it.
+fn sizes(s: &Shared, ask: &Ask) -> Result<(u64, u64, u64), Box<Response>> {
+    let max_tokens = ask
+        .max_tokens
+        .map_or(s.options.default_max_tokens as u64, |n| {
+            n.clamp(1, u32::MAX as u64)
+        });
+    let params = s.config.model.active_params_b * 1e9;
+    let encoder = (ask.image_tokens as f64 * crate::vision::ENCODER_FLOPS_PER_TOKEN
+        / (2.0 * params))
+        .ceil()
+        .min(u32::MAX as f64 / 2.0) as u64;
+    let prompt = ask.prompt_tokens.clamp(1, u32::MAX as u64 / 2);
+    if prompt + max_tokens > s.config.model.max_context as u64 {
+        return Err(Box::new(bad_request(&format!(
+            "This model's maximum context length is {} tokens; the request asks for {} ({prompt} prompt + {max_tokens} output)",
+            s.config.model.max_context,
+            prompt + max_tokens
+        ))));
+    }
+    Ok((prompt, max_tokens, encoder))
+}
+
+/// A non-streamed answer: waits for its last token, then writes it whole.
+async fn whole(
+    mut writer: Writer,
+    mut rx: mpsc::UnboundedReceiver<Event>,
+    model_name: &str,
+) -> Response {
+    let mut n = 0;
+    while let Some(ev) = rx.recv().await {
+        n += 1;
+        if let Event::Done(timings) = ev {
+            writer.set_cached_tokens(timings["cache_n"].as_u64().unwrap_or(0));
+            break;
+        }
+    }
+    Json(writer.whole(n, model_name)).into_response()
 }
 
 /// An embeddings or rerank request: each of its sequences (an input, a
