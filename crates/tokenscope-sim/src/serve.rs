@@ -179,6 +179,9 @@ struct Shared {
     gate: Arc<BatchGate>,
 }
 
+/// The most 200 µs waits the engine makes for a static batch's members.
+const GATE_WAITS: u32 = 250;
+
 /// Static batching's hand-over. A batch's members leave the front end at
 /// one instant, but each request's task submits its own, one after another
 /// as the runtime gets round to them: an engine that stepped on the first
@@ -198,16 +201,18 @@ impl BatchGate {
         }
     }
 
-    /// Waits while members due by now have not been submitted. Bounded: a
-    /// member lost on its way holds a step 50 ms at most.
-    async fn wait_for_due(&self) {
-        for _ in 0..250 {
+    /// Waits while members due by now have not been submitted; returns how
+    /// many 200 µs waits that took. Bounded: a member lost on its way holds
+    /// a step 50 ms at most.
+    async fn wait_for_due(&self) -> u32 {
+        for waits in 0..GATE_WAITS {
             let now = Instant::now();
             if lock(&self.0).range(..=now).next().is_none() {
-                return;
+                return waits;
             }
             timer::sleep_until(now + Duration::from_micros(200)).await;
         }
+        GATE_WAITS
     }
 }
 
@@ -1089,5 +1094,33 @@ impl StreamState {
                 Phase::End => return None,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The engine waits for a batch's members due by now until they are
+    /// submitted, not for a batch due later, and for a lost member no
+    /// longer than its bound; every member leaves the gate when dropped.
+    #[tokio::test]
+    async fn a_static_batch_is_waited_for_while_due_and_no_longer() {
+        let gate = Arc::new(BatchGate::default());
+        assert_eq!(gate.wait_for_due().await, 0, "nothing expected");
+        let later = gate.expect(Instant::now() + Duration::from_secs(3600));
+        assert_eq!(gate.wait_for_due().await, 0, "a batch due later");
+        let due: Vec<Handover> = (0..3).map(|_| gate.expect(Instant::now())).collect();
+        let submitted = tokio::spawn(async move { drop(due) });
+        let waits = gate.wait_for_due().await;
+        assert!(
+            (1..GATE_WAITS).contains(&waits),
+            "waited {waits} times for members submitted at once"
+        );
+        submitted.await.expect("the submitting task");
+        let lost = gate.expect(Instant::now());
+        assert_eq!(gate.wait_for_due().await, GATE_WAITS, "a lost member");
+        drop((lost, later));
+        assert!(lock(&gate.0).is_empty());
     }
 }

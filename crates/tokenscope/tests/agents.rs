@@ -385,8 +385,13 @@ fn answers_that_change_above_four_in_flight_are_found_by_a_consistency_sweep() {
     );
     let differ = 48 - high["identical"].as_u64().unwrap();
     assert_eq!(differ, stat_of(&server, "diverged"), "{high}");
+    // How many of the prompts drawn to diverge (half) arrive above four in
+    // flight depends on the client's pace: a full run on two busy cores
+    // read 10 of 48, an idle one about 24. The server's own count is the
+    // truth; the share must be the one it implies.
+    assert!(differ > 0, "some answers changed: {high}");
     let share = stat(high, "share");
-    assert!((0.25..=0.75).contains(&share), "about half: {high}");
+    assert!((share - (48 - differ) as f64 / 48.0).abs() < 1e-9, "{high}");
     assert_eq!(
         high["texts_compared"].as_u64(),
         Some(differ),
