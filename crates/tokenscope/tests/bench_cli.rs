@@ -166,7 +166,26 @@ fn builtin_server_is_the_default_target() {
     assert_ok(&o);
     let r = results(&out);
     assert!(r["target"]["builtin"].as_str().unwrap().contains("exact"));
-    assert!((stat(&r, "latency.ttft_ms.p50") - 100.0).abs() < 5.0);
+    // The exact server sends the first token 100 ms in by its own clock
+    // (`server_timings.ttft_ms`). The client cannot see it sooner, and on a
+    // loaded machine sees it later by its own delay, so this smoke test
+    // holds a generous bound against the server's own send time; the
+    // tight figure is `timing_accuracy.rs`'s and `scripts/bench-client.sh`'s
+    // (docs/performance.md).
+    for rec in records(&out) {
+        let client = (rec["first_token_at_us"].as_f64().unwrap()
+            - rec["sent_at_us"].as_f64().unwrap())
+            / 1e3;
+        let server = rec["server_timings"]["ttft_ms"].as_f64().unwrap();
+        assert!(
+            (99.0..150.0).contains(&server),
+            "the server sent at {server} ms"
+        );
+        assert!(
+            (-0.5..50.0).contains(&(client - server)),
+            "client TTFT {client} ms against the server's {server} ms"
+        );
+    }
 }
 
 #[test]
