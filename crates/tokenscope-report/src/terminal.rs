@@ -823,6 +823,37 @@ fn phase_notes(points: &[(String, RunResults)], a: &Analysis) -> String {
 /// the operating point for each service profile.
 pub fn analysis(a: &Analysis) -> String {
     let mut out = String::new();
+    knee_lines(&mut out, a);
+    spread_lines(&mut out, a);
+    if let Some(s) = a.saturation {
+        _ = writeln!(
+            out,
+            "saturated from load {}: tokens/s grew < 5 % while TTFT p99 rose",
+            s.load
+        );
+    }
+    if let Some(c) = &a.slo {
+        slo_capacity_lines(&mut out, c);
+    }
+    if let Some(s) = &a.scaling {
+        scaling_lines(&mut out, s);
+    }
+    if let Some(answers) = &a.answers {
+        for line in crate::answers::across_loads(answers) {
+            _ = writeln!(out, "{line}");
+        }
+    }
+    if let Some(spec) = &a.spec_decode {
+        for line in crate::answers::spec_across_loads(spec) {
+            _ = writeln!(out, "{line}");
+        }
+    }
+    recommendation_lines(&mut out, a);
+    out
+}
+
+/// The knee (or why there is none), and the saturation rule it rests on.
+fn knee_lines(out: &mut String, a: &Analysis) {
     let on = |i: usize| {
         if a.pareto_frontier.contains(&i) {
             "on"
@@ -853,6 +884,10 @@ pub fn analysis(a: &Analysis) -> String {
     if let Some(f) = a.flattening.as_ref().filter(|f| f.saturated) {
         _ = writeln!(out, "  rule: {}", f.rule);
     }
+}
+
+/// Each load measured more than once: its runs' ranges.
+fn spread_lines(out: &mut String, a: &Analysis) {
     for p in &a.series {
         if let Some(s) = p.spread {
             _ = writeln!(
@@ -869,29 +904,10 @@ pub fn analysis(a: &Analysis) -> String {
             );
         }
     }
-    if let Some(s) = a.saturation {
-        _ = writeln!(
-            out,
-            "saturated from load {}: tokens/s grew < 5 % while TTFT p99 rose",
-            s.load
-        );
-    }
-    if let Some(c) = &a.slo {
-        slo_capacity_lines(&mut out, c);
-    }
-    if let Some(s) = &a.scaling {
-        scaling_lines(&mut out, s);
-    }
-    if let Some(answers) = &a.answers {
-        for line in crate::answers::across_loads(answers) {
-            _ = writeln!(out, "{line}");
-        }
-    }
-    if let Some(spec) = &a.spec_decode {
-        for line in crate::answers::spec_across_loads(spec) {
-            _ = writeln!(out, "{line}");
-        }
-    }
+}
+
+/// Each profile's operating point, its margin and what judged it.
+fn recommendation_lines(out: &mut String, a: &Analysis) {
     _ = writeln!(out, "\nRecommended operating points");
     for r in &a.recommendations {
         match r.load {
@@ -919,7 +935,6 @@ pub fn analysis(a: &Analysis) -> String {
             }
         }
     }
-    out
 }
 
 /// What the series says of `--slo`: up to where it holds, where it stops
