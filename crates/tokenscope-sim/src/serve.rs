@@ -175,19 +175,21 @@ struct Shared {
     /// together get through one after another, as in `sim plan`.
     front_end: Mutex<crate::front_end::SerialStages>,
     started: Instant,
-    /// A static batch's members on their way to the engine (`BatchGate`).
+    /// Requests through the front end on their way to the engine (`BatchGate`).
     gate: Arc<BatchGate>,
 }
 
-/// The most 200 µs waits the engine makes for a static batch's members.
+/// The most 200 µs waits the engine makes for requests due at it.
 const GATE_WAITS: u32 = 250;
 
-/// Static batching's hand-over. A batch's members leave the front end at
-/// one instant, but each request's task submits its own, one after another
-/// as the runtime gets round to them: an engine that stepped on the first
-/// would prefill it alone. So each member is expected here until it is
-/// submitted, and the engine holds its next step while members due by now
-/// are still on their way — a batch is prefilled whole, as in `sim plan`.
+/// The hand-over from the front end to the engine. On `sim plan`'s clock a
+/// request due at the engine by a step's start joins that step. Here each
+/// request's task submits its own, one after another as the runtime gets
+/// round to them: an engine that stepped on the first of several due
+/// together would take it alone (a static batch's eight members, released
+/// at one instant, were prefilled 1 + 7). So every request is expected here
+/// from when its front-end time is known until it is submitted, and the
+/// engine holds its next step while requests due by now are on their way.
 #[derive(Default)]
 struct BatchGate(Mutex<std::collections::BTreeMap<Instant, usize>>);
 
@@ -201,8 +203,8 @@ impl BatchGate {
         }
     }
 
-    /// Waits while members due by now have not been submitted; returns how
-    /// many 200 µs waits that took. Bounded: a member lost on its way holds
+    /// Waits while requests due by now have not been submitted; returns how
+    /// many 200 µs waits that took. Bounded: a request lost on its way holds
     /// a step 50 ms at most.
     async fn wait_for_due(&self) -> u32 {
         for waits in 0..GATE_WAITS {
@@ -216,8 +218,8 @@ impl BatchGate {
     }
 }
 
-/// A static batch's member, expected by the engine until it is dropped
-/// (once submitted, or on any way out).
+/// A request expected by the engine until this is dropped (once
+/// submitted, or on any way out).
 struct Handover {
     gate: Arc<BatchGate>,
     at: Instant,
@@ -255,9 +257,9 @@ impl Shared {
     /// The front end's cost (parsing, tokenisation, the hop to the
     /// engine, the hand-over to every tensor-parallel rank) before the
     /// scheduler sees a request of `tokens` prompt tokens that `arrived`:
-    /// its serial share queues behind the requests before it. A static
-    /// batch's member comes out expected by the engine until submitted.
-    async fn front_end(&self, arrived: Instant, tokens: u64) -> Option<Handover> {
+    /// its serial share queues behind the requests before it. It comes out
+    /// expected by the engine until submitted.
+    async fn front_end(&self, arrived: Instant, tokens: u64) -> Handover {
         let cost = crate::front_end::Costs::of(&self.config, tokens);
         let us = |d: Duration| d.as_micros() as u64;
         let at_us = us(arrived.saturating_duration_since(self.started));
@@ -265,7 +267,6 @@ impl Shared {
         let (_, out_us) = lock(&self.front_end).pass(at_us, cost_us, self.replicas.len());
         let mut through = self.started + Duration::from_micros(out_us);
         let rest = Duration::from_secs_f64(cost.overlapped_s + cost.ranks_s);
-        let mut handover = None;
         if self.config.limits().static_batch {
             // A static batcher hands over what arrived while the front end
             // was busy as one batch, once it is idle (as `sim plan`'s does).
@@ -277,8 +278,8 @@ impl Shared {
                 }
                 through = idle;
             }
-            handover = Some(self.gate.expect(through + rest));
         }
+        let handover = self.gate.expect(through + rest);
         crate::timer::sleep_until(through + rest).await;
         handover
     }
@@ -503,13 +504,11 @@ async fn run_engine(
         };
         let Some((start, dt, work)) = step else {
             previous_end = None;
+            // Requests due with this one join its step (`BatchGate`).
             match submissions.recv().await {
                 Some(s) => add(&mut lock(&shared), &mut live, s),
                 None => return,
             }
-            // Requests due at the same instant join the step it starts, as
-            // on `sim plan`'s clock: let those woken with this one submit.
-            tokio::task::yield_now().await;
             continue;
         };
         // The step runs unlocked: the router may read the cache meanwhile.
@@ -1101,15 +1100,15 @@ impl StreamState {
 mod tests {
     use super::*;
 
-    /// The engine waits for a batch's members due by now until they are
-    /// submitted, not for a batch due later, and for a lost member no
-    /// longer than its bound; every member leaves the gate when dropped.
+    /// The engine waits for requests due by now until they are submitted,
+    /// not for one due later, and for a lost one no longer than its bound;
+    /// every request leaves the gate when dropped.
     #[tokio::test]
-    async fn a_static_batch_is_waited_for_while_due_and_no_longer() {
+    async fn requests_due_are_waited_for_and_no_longer() {
         let gate = Arc::new(BatchGate::default());
         assert_eq!(gate.wait_for_due().await, 0, "nothing expected");
         let later = gate.expect(Instant::now() + Duration::from_secs(3600));
-        assert_eq!(gate.wait_for_due().await, 0, "a batch due later");
+        assert_eq!(gate.wait_for_due().await, 0, "a request due later");
         let due: Vec<Handover> = (0..3).map(|_| gate.expect(Instant::now())).collect();
         let submitted = tokio::spawn(async move { drop(due) });
         let waits = gate.wait_for_due().await;
@@ -1119,7 +1118,7 @@ mod tests {
         );
         submitted.await.expect("the submitting task");
         let lost = gate.expect(Instant::now());
-        assert_eq!(gate.wait_for_due().await, GATE_WAITS, "a lost member");
+        assert_eq!(gate.wait_for_due().await, GATE_WAITS, "a lost request");
         drop((lost, later));
         assert!(lock(&gate.0).is_empty());
     }
