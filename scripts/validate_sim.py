@@ -11,6 +11,7 @@ overhead); then two held-out sets that nothing in the engine was fitted to
     scripts/validate_sim.py BIN [--rules-off]
     scripts/validate_sim.py BIN --fit-kernel-time
     scripts/validate_sim.py BIN --phases
+    scripts/validate_sim.py BIN --drift
 
 --fit-kernel-time prints the fit behind vLLM V1's step overhead and each
 layer's kernel time (cost::PER_LAYER_S): the vLLM nightly benchmark's four
@@ -18,6 +19,11 @@ batch-of-8 runs over a grid of both, every other factor the binary's own.
 
 --phases sets each closed loop of fixed lengths against the simulator's two
 starts (`simulated.phase`: users started together, and staggered).
+
+--drift prints how long a fixed-length closed loop's two starts stay apart
+(docs/simulator.md, "Both starts"): each loop's mean TTFT over each sixth of
+its requests by send time, started together and ramped over 5 s, then one
+loop over 3,000 virtual seconds.
 
 --rules-off runs every point without engine presets or multi-step scheduling
 (vLLM V1's rules), e.g. for a binary that predates them. The sources are
@@ -363,6 +369,8 @@ def main():
             fit_kernel_time(binary, work)
         elif "--phases" in sys.argv:
             phases(binary, work)
+        elif "--drift" in sys.argv:
+            drift(binary, work)
         else:
             run_all(binary, rules_off, work)
     finally:
@@ -419,6 +427,56 @@ def phases(binary, work):
         pub = published["TTFT mean (ms)"]
         t, st = p["together_ttft_ms"]["mean"], p["staggered_ttft_ms"]["mean"]
         print(f"| {label} | {pub:.1f} | {t:.1f} ({(t / pub - 1) * 100:+.0f} %) | {st:.1f} ({(st / pub - 1) * 100:+.0f} %) |")
+
+
+def drift(binary, work):
+    """How long a fixed-length closed loop's two starts stay apart: mean TTFT
+    (ms) over each sixth of the requests by send time, started together and
+    ramped over 5 s (the engine's default seed)."""
+    out = os.path.join(work, "drift")
+
+    def records(flags):
+        cmd = [binary, "sim", "plan", *flags, "--quiet", "--json", "--no-history", "--out", out]
+        subprocess.run(cmd, check=True, capture_output=True)
+        with open(os.path.join(out, "requests.jsonl")) as f:
+            rs = [json.loads(line) for line in f]
+        shutil.rmtree(out, ignore_errors=True)
+        return sorted(rs, key=lambda r: r["sent_at_us"])
+
+    def ttft(rs):
+        return [(r["first_token_at_us"] - r["sent_at_us"]) / 1e3 for r in rs]
+
+    def sixths(rs):
+        n = len(rs) // 6
+        return [statistics.mean(ttft(rs[i * n:(i + 1) * n])) for i in range(6)]
+
+    h100_8b = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm"]
+    loops = [
+        ("vLLM, 8B on an H100", [], 100, 200, 200, 25),
+        ("vLLM", [], 100, 1000, 1000, 25),
+        ("vLLM", [], 100, 3000, 100, 32),
+        ("TensorRT-LLM FP8 (NIM's)", [*h100_8b, *TRTLLM_FP8], 300, 200, 200, 50),
+        ("TensorRT-LLM FP8", [*h100_8b, *TRTLLM_FP8], 300, 1000, 1000, 50),
+        ("TensorRT-LLM FP8", [*h100_8b, *TRTLLM_FP8], 300, 5000, 500, 100),
+        ("TensorRT-LLM FP8, 70B TP 2", NIM_DEPLOYMENT, 300, 5000, 500, 5),
+    ]
+    print("| closed loop | lifetimes | started together | ramped |")
+    print("|---|---|---|---|")
+    for name, deployment, lifetimes, isl, osl, c in loops:
+        flags = [*deployment, "--concurrency", str(c), "--requests", str(lifetimes * c),
+                 "--input-tokens", str(isl), "--output-tokens", str(osl)]
+        together, ramped = sixths(records(flags)), sixths(records([*flags, "--ramp-up", "5s"]))
+        print(f"| {name}, {isl:,}/{osl:,}, {c} users | {lifetimes} | {together[0]:.0f} → {together[-1]:.0f} "
+              f"| {ramped[0]:.0f} → {ramped[-1]:.0f} |")
+    print()
+    print("vLLM 3,000/100, 32 users, 3,000 virtual s: TTFT p50 (ms) of each tenth; the second half's p50")
+    for start, extra in [("started together", []), ("ramped over 3 s", ["--ramp-up", "3s"])]:
+        rs = records(["--concurrency", "32", "--input-tokens", "3000", "--output-tokens", "100",
+                      "--duration", "3000s", *extra])
+        n = len(rs) // 10
+        tenths = [statistics.median(ttft(rs[i * n:(i + 1) * n])) for i in range(10)]
+        half = statistics.median(ttft(rs[len(rs) // 2:]))
+        print(f"- {start}: {', '.join(f'{t:.0f}' for t in tenths)}; second half {half:.0f}")
 
 
 def run_all(binary, rules_off, work):

@@ -506,13 +506,12 @@ fn a_bench_run_reads_back_the_speculation_it_was_given() {
 /// The served static-batching engine gathers requests sent together into
 /// one batch, as `sim plan`'s does, though its front end hands them over
 /// one tokenisation apart: every member is prefilled in the same step
-/// (the same prefill time), none alone ahead of the others. (Each 20,000-
-/// token prompt keeps the front end busy ~31 ms, so a loaded client that
-/// sends eight within that of each other still makes one batch: with
-/// 6,000-token prompts, ~10 ms, a full test run on two busy cores once
-/// sent the first alone. Llama-3.2-1B keeps the batch's prefill short.
-/// The members then reach the engine one task at a time: its `BatchGate`
-/// holds the step until all are in, without which 1 + 7 was common.)
+/// (the same prefill time), none alone ahead of the others. (The members
+/// reach the engine one task at a time; its `BatchGate` holds the step
+/// until all those due are in: without it, 1 + 7 was common, on an idle
+/// machine too. Each 20,000-token prompt keeps the front end busy ~31 ms,
+/// so a loaded client that sends eight within that of each other still
+/// makes one batch; Llama-3.2-1B keeps the batch's prefill short.)
 #[test]
 fn a_served_static_batch_is_prefilled_together() {
     let cat = tokenscope_sim::engine::catalogue::Catalogue::builtin();
