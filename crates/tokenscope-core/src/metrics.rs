@@ -414,60 +414,11 @@ impl Aggregator {
     /// it is made, so the run's peak memory stays that of the aggregator).
     pub fn finish(&mut self) -> Measured {
         let itl = self.merged_itl();
-        let mut icl = self.single_token_gaps.clone();
-        icl.merge(&self.icl_multi);
         let window = self.window();
-        let latency = Latency {
-            ttft_ms: self.ttft.summary(US_TO_MS),
-            answer_start_ms: self.answer_start.summary(US_TO_MS),
-            reasoning_ms: self.reasoning_span.summary(US_TO_MS),
-            answer_tpot_ms: self.answer_tpot.summary(US_TO_MS),
-            ttft_from_scheduled_ms: self.ttft_sched.summary(US_TO_MS),
-            tpot_ms: self.tpot.summary(US_TO_MS),
-            itl_ms: itl.summary(US_TO_MS),
-            icl_ms: icl.summary(US_TO_MS),
-            e2e_ms: self.e2e.summary(US_TO_MS),
-            client_lag_ms: self.lag.summary(US_TO_MS),
-            ttft_ms_by_turn: self
-                .ttft_by_turn
-                .iter()
-                .filter_map(|(&turn, d)| Some((turn, d.summary(US_TO_MS)?)))
-                .collect(),
-        };
-        let mut counts = self.counts.clone();
-        counts.warmup = self.warmup;
-        counts.top_errors = top_errors(&self.messages);
-        counts.finished_together = itl
-            .quantile(0.5)
-            .map_or(0, |p50| self.finish_gaps.within(p50 / 2.0));
-        let mut tokens = self.tokens.clone();
-        if let Some(r) = &mut tokens.reasoning {
-            r.answer_tokens = tokens.output_total.saturating_sub(r.tokens);
-        }
-        tokens.multi_token_chunks = tokens.tokens_per_chunk.keys().any(|&k| k > 1);
-        tokens.prefix_cache = (self.cache.requests > 0).then(|| CacheHits {
-            hit_rate: self.cache.cached_tokens as f64 / self.cache.prompt_tokens.max(1) as f64,
-            ..self.cache.clone()
-        });
-
-        let window_s = window.duration_s;
-        let rate = |x: f64| if window_s > 0.0 { x / window_s } else { 0.0 };
-        let judged = self.slo.is_some();
-        let throughput = Throughput {
-            output_tokens_per_s: rate(tokens.output_total as f64),
-            total_tokens_per_s: rate((tokens.output_total + tokens.input_total) as f64),
-            input_tokens_per_s: rate(tokens.input_total as f64),
-            items_per_s: tokens.items_total.map(|n| rate(n as f64)),
-            requests_per_s: rate(counts.succeeded as f64),
-            goodput_requests_per_s: judged.then(|| rate(self.good_requests as f64)),
-            goodput_output_tokens_per_s: judged.then(|| rate(self.good_tokens as f64)),
-            per_user_output_tokens_per_s: self.per_user.summary(1e-3),
-            concurrency: match self.instants.span_us() {
-                Some((from, to)) => self.instants.concurrency(from, to),
-                None => Default::default(),
-            },
-            output_tokens_per_s_ci95: self.rate_interval(tokens.output_total),
-        };
+        let latency = self.latency(&itl);
+        let counts = self.counts(&itl);
+        let tokens = self.tokens();
+        let throughput = self.throughput(window.duration_s, &tokens, &counts);
         let slo = self.slo.as_ref().map(|s| {
             let samples = |m: SloMetric| match m {
                 SloMetric::Ttft => &self.ttft,
@@ -478,22 +429,8 @@ impl Aggregator {
             };
             slo_report(s, samples, &latency, self.good_requests)
         });
-        let reasoning = tokens.reasoning.as_ref();
-        let cost = self.price.map(|p| {
-            p.cost(
-                window_s,
-                Produced {
-                    output_tokens: tokens.output_total,
-                    total_tokens: tokens.output_total + tokens.input_total,
-                    good_output_tokens: judged.then_some(self.good_tokens),
-                    answer_tokens: reasoning.map(|r| r.answer_tokens),
-                    answers: counts
-                        .succeeded
-                        .saturating_sub(reasoning.map_or(0, |r| r.budget_spent_requests)),
-                },
-            )
-        });
-        let adapters = self.adapters(window_s);
+        let cost = self.cost(window.duration_s, &tokens, &counts);
+        let adapters = self.adapters(window.duration_s);
         Measured {
             adapters,
             media: self.media.finish(),
@@ -510,6 +447,98 @@ impl Aggregator {
             slo,
             cost,
         }
+    }
+
+    /// Each latency's summary, ms; ITL is `itl`, the merged gaps.
+    fn latency(&mut self, itl: &Distribution) -> Latency {
+        let mut icl = self.single_token_gaps.clone();
+        icl.merge(&self.icl_multi);
+        Latency {
+            ttft_ms: self.ttft.summary(US_TO_MS),
+            answer_start_ms: self.answer_start.summary(US_TO_MS),
+            reasoning_ms: self.reasoning_span.summary(US_TO_MS),
+            answer_tpot_ms: self.answer_tpot.summary(US_TO_MS),
+            ttft_from_scheduled_ms: self.ttft_sched.summary(US_TO_MS),
+            tpot_ms: self.tpot.summary(US_TO_MS),
+            itl_ms: itl.summary(US_TO_MS),
+            icl_ms: icl.summary(US_TO_MS),
+            e2e_ms: self.e2e.summary(US_TO_MS),
+            client_lag_ms: self.lag.summary(US_TO_MS),
+            ttft_ms_by_turn: self
+                .ttft_by_turn
+                .iter()
+                .filter_map(|(&turn, d)| Some((turn, d.summary(US_TO_MS)?)))
+                .collect(),
+        }
+    }
+
+    /// The counts, with the warm-up, the commonest errors and the requests
+    /// that ended in the same step as the one before (within half the ITL p50).
+    fn counts(&self, itl: &Distribution) -> Counts {
+        let mut counts = self.counts.clone();
+        counts.warmup = self.warmup;
+        counts.top_errors = top_errors(&self.messages);
+        counts.finished_together = itl
+            .quantile(0.5)
+            .map_or(0, |p50| self.finish_gaps.within(p50 / 2.0));
+        counts
+    }
+
+    /// The token counts, with what is derived from them: answer tokens,
+    /// whether chunks carried several, the prefix cache's hit rate.
+    fn tokens(&self) -> Tokens {
+        let mut tokens = self.tokens.clone();
+        if let Some(r) = &mut tokens.reasoning {
+            r.answer_tokens = tokens.output_total.saturating_sub(r.tokens);
+        }
+        tokens.multi_token_chunks = tokens.tokens_per_chunk.keys().any(|&k| k > 1);
+        tokens.prefix_cache = (self.cache.requests > 0).then(|| CacheHits {
+            hit_rate: self.cache.cached_tokens as f64 / self.cache.prompt_tokens.max(1) as f64,
+            ..self.cache.clone()
+        });
+        tokens
+    }
+
+    /// The rates over the run's window (`window_s`; none in an empty one).
+    fn throughput(&mut self, window_s: f64, tokens: &Tokens, counts: &Counts) -> Throughput {
+        let rate = |x: f64| if window_s > 0.0 { x / window_s } else { 0.0 };
+        let judged = self.slo.is_some();
+        Throughput {
+            output_tokens_per_s: rate(tokens.output_total as f64),
+            total_tokens_per_s: rate((tokens.output_total + tokens.input_total) as f64),
+            input_tokens_per_s: rate(tokens.input_total as f64),
+            items_per_s: tokens.items_total.map(|n| rate(n as f64)),
+            requests_per_s: rate(counts.succeeded as f64),
+            goodput_requests_per_s: judged.then(|| rate(self.good_requests as f64)),
+            goodput_output_tokens_per_s: judged.then(|| rate(self.good_tokens as f64)),
+            per_user_output_tokens_per_s: self.per_user.summary(1e-3),
+            concurrency: match self.instants.span_us() {
+                Some((from, to)) => self.instants.concurrency(from, to),
+                None => Default::default(),
+            },
+            output_tokens_per_s_ci95: self.rate_interval(tokens.output_total),
+        }
+    }
+
+    /// What the run cost at `--price`, per token produced and per answer
+    /// (a reasoning request that spent its budget thinking gave none).
+    fn cost(&self, window_s: f64, tokens: &Tokens, counts: &Counts) -> Option<Cost> {
+        let reasoning = tokens.reasoning.as_ref();
+        let judged = self.slo.is_some();
+        self.price.map(|p| {
+            p.cost(
+                window_s,
+                Produced {
+                    output_tokens: tokens.output_total,
+                    total_tokens: tokens.output_total + tokens.input_total,
+                    good_output_tokens: judged.then_some(self.good_tokens),
+                    answer_tokens: reasoning.map(|r| r.answer_tokens),
+                    answers: counts
+                        .succeeded
+                        .saturating_sub(reasoning.map_or(0, |r| r.budget_spent_requests)),
+                },
+            )
+        })
     }
 
     /// Each adapter's figures, its rates over the run's window (`window_s`).

@@ -505,42 +505,14 @@ impl Runner {
         max_concurrency: Option<usize>,
         deadline: Option<Instant>,
     ) {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Duration)>();
         // Multi-turn: an arrival starts a session, and the sessions' turns
         // take request ids as they go.
         let arrivals_cap = match plan.multi_turn() {
             true => plan.sessions,
             false => plan.total(),
         };
+        let (arrivals, mut rx) = self.keep_schedule(schedule, arrivals_cap, deadline);
         let next_id = Arc::new(AtomicU64::new(0));
-        let (total, origin, cancel) = (arrivals_cap, self.clock.origin(), self.cancel.clone());
-        let arrivals = std::thread::Builder::new()
-            .name("ts-arrival".into())
-            .spawn(move || {
-                for (id, offset) in schedule.enumerate() {
-                    let id = id as u64;
-                    let at = origin + offset;
-                    if total.is_some_and(|t| id >= t) || deadline.is_some_and(|d| at >= d) {
-                        break;
-                    }
-                    // Sleep in slices so cancellation is noticed within 50 ms.
-                    loop {
-                        if cancel.is_cancelled() {
-                            return;
-                        }
-                        let now = Instant::now();
-                        if now >= at {
-                            break;
-                        }
-                        std::thread::sleep((at - now).min(Duration::from_millis(50)));
-                    }
-                    if tx.send((id, offset)).is_err() {
-                        return;
-                    }
-                }
-            })
-            .expect("spawning the arrival thread");
-
         let slots = max_concurrency.map(|n| Arc::new(Semaphore::new(n)));
         let mut tasks = JoinSet::new();
         loop {
@@ -557,19 +529,8 @@ impl Runner {
             {
                 break; // the sessions so far used up the request budget
             }
-            let (permit, waited) = match &slots {
-                None => (None, false),
-                Some(sem) => match sem.clone().try_acquire_owned() {
-                    Ok(p) => (Some(p), false),
-                    Err(_) => {
-                        let p = tokio::select! {
-                            biased;
-                            _ = self.cancel.cancelled() => break,
-                            p = sem.clone().acquire_owned() => p.expect("semaphore is never closed"),
-                        };
-                        (Some(p), true)
-                    }
-                },
+            let Some((permit, waited)) = self.take_slot(slots.as_ref()).await else {
+                break; // cancelled while waiting for a slot
             };
             let (me, plan, next_id) = (self.clone(), plan.clone(), next_id.clone());
             let at_us = offset.as_micros() as u64;
@@ -578,20 +539,19 @@ impl Runner {
                     let _slot = permit;
                     me.session(&plan, id, &next_id, at_us, deadline).await;
                 });
-                while tasks.try_join_next().is_some() {}
-                continue;
+            } else {
+                let ticket = Ticket {
+                    id,
+                    scheduled_at_us: at_us,
+                    warmup: id < plan.warmup,
+                    waited_for_slot: waited,
+                    turn: None,
+                };
+                tasks.spawn(async move {
+                    let _slot = permit;
+                    me.one(&plan, ticket, None).await;
+                });
             }
-            let ticket = Ticket {
-                id,
-                scheduled_at_us: at_us,
-                warmup: id < plan.warmup,
-                waited_for_slot: waited,
-                turn: None,
-            };
-            tasks.spawn(async move {
-                let _slot = permit;
-                me.one(&plan, ticket, None).await;
-            });
             // Reap finished tasks so a long run does not hold them all.
             while tasks.try_join_next().is_some() {}
         }
@@ -602,6 +562,74 @@ impl Runner {
             // The schedule broke off: the caller says so (never a quietly short run).
             self.progress.arrival_failed.store(true, Ordering::SeqCst);
         }
+    }
+
+    /// The arrival thread: hands each of the schedule's arrivals (its id and
+    /// offset) to the runtime at its time, until `cap` arrivals, the
+    /// deadline or a cancellation. A thread, because its sleep is finer than
+    /// tokio's 1 ms timer.
+    fn keep_schedule(
+        &self,
+        schedule: Schedule,
+        cap: Option<u64>,
+        deadline: Option<Instant>,
+    ) -> (std::thread::JoinHandle<()>, Arrivals) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<(u64, Duration)>();
+        let (origin, cancel) = (self.clock.origin(), self.cancel.clone());
+        let thread = std::thread::Builder::new()
+            .name("ts-arrival".into())
+            .spawn(move || {
+                for (id, offset) in schedule.enumerate() {
+                    let id = id as u64;
+                    let at = origin + offset;
+                    if cap.is_some_and(|t| id >= t) || deadline.is_some_and(|d| at >= d) {
+                        break;
+                    }
+                    if !sleep_until(at, &cancel) || tx.send((id, offset)).is_err() {
+                        return;
+                    }
+                }
+            })
+            .expect("spawning the arrival thread");
+        (thread, rx)
+    }
+
+    /// A slot under `--max-concurrency` (none without it), and whether the
+    /// arrival had to wait for it; `None` when the run was cancelled while
+    /// it waited.
+    async fn take_slot(
+        &self,
+        slots: Option<&Arc<Semaphore>>,
+    ) -> Option<(Option<tokio::sync::OwnedSemaphorePermit>, bool)> {
+        let Some(sem) = slots else {
+            return Some((None, false));
+        };
+        if let Ok(p) = sem.clone().try_acquire_owned() {
+            return Some((Some(p), false));
+        }
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => None,
+            p = sem.clone().acquire_owned() => Some((Some(p.expect("semaphore is never closed")), true)),
+        }
+    }
+}
+
+/// The arrivals the schedule's thread hands over: (id, offset from the origin).
+type Arrivals = tokio::sync::mpsc::UnboundedReceiver<(u64, Duration)>;
+
+/// Sleeps until `at`, in slices so a cancellation is noticed within 50 ms;
+/// false when it was.
+fn sleep_until(at: Instant, cancel: &CancellationToken) -> bool {
+    loop {
+        if cancel.is_cancelled() {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= at {
+            return true;
+        }
+        std::thread::sleep((at - now).min(Duration::from_millis(50)));
     }
 }
 

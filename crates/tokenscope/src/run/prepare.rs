@@ -134,8 +134,47 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
 
 /// What every request is sent to and how.
 fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
-    let base = &probed.base;
-    let api = probed.api;
+    let (base, api, r) = (&probed.base, probed.api, &spec.request);
+    refuse_unfit(spec, api)?;
+    // A pooling API answers whole: nothing streams.
+    let stream = !r.no_stream && !api.pooling();
+    let path = api.endpoint(&probed.model, stream);
+    let endpoint = reqwest::Url::parse(&format!("{base}{path}")).context("endpoint URL")?;
+    let http = http1::Client::new(
+        &endpoint,
+        &probed.headers,
+        Duration::from_secs(10),
+        probed.ca_pem.as_deref(),
+    )
+    .map_err(|why| Exit::usage(format!("--url `{base}`: {why}")))?;
+    Ok(Target {
+        http: Arc::new(http),
+        api,
+        model: probed.model.clone(),
+        ignore_eos: r.ignore_eos,
+        stream,
+        documents: api.documents(r.batch_size),
+        adapters: adapters(spec)?,
+        check: answer_check(spec, api)?,
+        tools: tool_use(spec, api)?,
+        grade: grade(spec)?,
+        keep_text: r.keep_text,
+        shape: tokenscope_load::protocol::Shape {
+            system_prompt: r.system_prompt.clone(),
+            temperature: r.temperature,
+            extra: r.extra_body.clone().unwrap_or_default(),
+            response_format: r.response_format.clone(),
+        },
+        reasoning: r.reasoning_parser,
+        timeout: r.timeout,
+        idle_timeout: r.idle_timeout,
+    })
+}
+
+/// Refuses what the API cannot carry, before anything is sent: a batch to
+/// a generating API, media it has no field for (the requests would go
+/// without them), sessions to a pooling API.
+fn refuse_unfit(spec: &RunSpec, api: &dyn Protocol) -> anyhow::Result<()> {
     let r = &spec.request;
     if r.batch_size > 1 && !api.pooling() {
         return Err(Exit::usage(format!(
@@ -165,80 +204,55 @@ fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
         );
         return Err(Exit::usage(why));
     }
-    let adapters = match r.lora.is_empty() {
-        true => None,
-        false => {
-            let a = Adapters::new(
-                r.lora.clone(),
-                r.lora_assignment.clone(),
-                spec.plan.workload.seed,
-            );
-            Some(Arc::new(a.map_err(Exit::usage)?))
-        }
-    };
-    let check = match &r.response_format {
-        None => None,
-        Some(_) if !api.response_formats() => {
-            return Err(Exit::usage(format!(
-                "--response-format: {} has no field for it (chat, completions, Responses, Anthropic, TGI and SGLang do)",
-                api.name()
-            )))
-        }
-        Some(f) => {
-            let check = AnswerCheck::new(f)
-                .map_err(|e| Exit::usage(format!("--response-format: {e}")))?;
-            Some(Arc::new(check))
-        }
-    };
-    let tools = tool_use(spec, api)?;
-    let grade = match &r.grade {
-        None => None,
-        Some(_) if !spec.load.has_expected_answers() => {
-            return Err(Exit::usage(
-                "--grade needs answers to grade against: a --dataset whose entries carry `expected` (or --dataset builtin:arithmetic)".into(),
-            ))
-        }
-        Some(g) => Some(Arc::new(g.clone())),
-    };
-    // A pooling API answers whole: nothing streams.
-    let stream = !r.no_stream && !api.pooling();
-    let path = api.endpoint(&probed.model, stream);
-    let endpoint = reqwest::Url::parse(&format!("{base}{path}")).context("endpoint URL")?;
-    let http = http1::Client::new(
-        &endpoint,
-        &probed.headers,
-        Duration::from_secs(10),
-        probed.ca_pem.as_deref(),
-    )
-    .map_err(|why| Exit::usage(format!("--url `{base}`: {why}")))?;
-    Ok(Target {
-        http: Arc::new(http),
-        api,
-        model: probed.model.clone(),
-        ignore_eos: r.ignore_eos,
-        stream,
-        documents: api.documents(r.batch_size),
-        adapters,
-        check,
-        tools,
-        grade,
-        keep_text: r.keep_text,
-        shape: tokenscope_load::protocol::Shape {
-            system_prompt: r.system_prompt.clone(),
-            temperature: r.temperature,
-            extra: r.extra_body.clone().unwrap_or_default(),
-            response_format: r.response_format.clone(),
-        },
-        reasoning: r.reasoning_parser,
-        timeout: r.timeout,
-        idle_timeout: r.idle_timeout,
-    })
+    Ok(())
 }
 
-/// What each finished record is shown to besides the results: the live
-/// exporter and the OTLP push, when asked for.
-/// What the recorder does besides writing records: the live taps, and
-/// for a long run its windows and rotation (`spec::records`).
+/// `--lora`: the adapters and how requests are assigned to them.
+fn adapters(spec: &RunSpec) -> anyhow::Result<Option<Arc<Adapters>>> {
+    let r = &spec.request;
+    if r.lora.is_empty() {
+        return Ok(None);
+    }
+    let a = Adapters::new(
+        r.lora.clone(),
+        r.lora_assignment.clone(),
+        spec.plan.workload.seed,
+    );
+    Ok(Some(Arc::new(a.map_err(Exit::usage)?)))
+}
+
+/// `--response-format`: the check each answer is held to, where the API
+/// has a field to ask for it.
+fn answer_check(spec: &RunSpec, api: &dyn Protocol) -> anyhow::Result<Option<Arc<AnswerCheck>>> {
+    let Some(f) = &spec.request.response_format else {
+        return Ok(None);
+    };
+    if !api.response_formats() {
+        return Err(Exit::usage(format!(
+            "--response-format: {} has no field for it (chat, completions, Responses, Anthropic, TGI and SGLang do)",
+            api.name()
+        )));
+    }
+    let check = AnswerCheck::new(f).map_err(|e| Exit::usage(format!("--response-format: {e}")))?;
+    Ok(Some(Arc::new(check)))
+}
+
+/// `--grade`: needs a dataset whose entries carry their expected answers.
+fn grade(spec: &RunSpec) -> anyhow::Result<Option<Arc<tokenscope_load::grading::Grade>>> {
+    let Some(g) = &spec.request.grade else {
+        return Ok(None);
+    };
+    if !spec.load.has_expected_answers() {
+        return Err(Exit::usage(
+            "--grade needs answers to grade against: a --dataset whose entries carry `expected` (or --dataset builtin:arithmetic)".into(),
+        ));
+    }
+    Ok(Some(Arc::new(g.clone())))
+}
+
+/// What the recorder does besides writing records: the live taps (the
+/// exporter and the OTLP push, when asked for), and for a long run its
+/// windows and rotation (`spec::records`).
 fn recorder_options(
     spec: &RunSpec,
     live: Option<(Arc<crate::live_metrics::LiveMetrics>, String)>,
