@@ -686,53 +686,121 @@ async fn models(State(s): State<Arc<Shared>>) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
+/// A series of one figure per replica: its name, help and value.
+type Figure = (&'static str, &'static str, fn(&Metrics) -> f64);
+
+/// vLLM V1's gauges.
+const GAUGES: [Figure; 3] = [
+    (
+        "vllm:num_requests_running",
+        "Number of requests in model execution batches.",
+        |m| m.state.running as f64,
+    ),
+    (
+        "vllm:num_requests_waiting",
+        "Number of requests waiting to be processed.",
+        |m| m.state.waiting as f64,
+    ),
+    (
+        "vllm:kv_cache_usage_perc",
+        "KV-cache usage. 1 means 100 percent usage.",
+        |m| m.state.kv_usage,
+    ),
+];
+
+/// vLLM V1's counters (named without `_total`, which the exposition adds).
+const COUNTERS: [Figure; 5] = [
+    (
+        "vllm:num_preemptions",
+        "Cumulative number of preemption from the engine.",
+        |m| m.state.preemptions_total as f64,
+    ),
+    (
+        "vllm:prefix_cache_queries",
+        "Prefix cache queries, in terms of number of queried tokens.",
+        |m| m.prefix_queries as f64,
+    ),
+    (
+        "vllm:prefix_cache_hits",
+        "Prefix cache hits, in terms of number of cached tokens.",
+        |m| m.prefix_hits as f64,
+    ),
+    (
+        "vllm:prompt_tokens",
+        "Number of prefill tokens processed.",
+        |m| m.prompt_tokens as f64,
+    ),
+    (
+        "vllm:generation_tokens",
+        "Number of generation tokens processed.",
+        |m| m.generation_tokens as f64,
+    ),
+];
+
+/// vLLM V1's histograms, in its bucket layouts.
+const HISTOGRAMS: [(&str, &str, fn(&Metrics) -> &Histogram); 9] = [
+    (
+        "vllm:iteration_tokens_total",
+        "Number of tokens per engine_step.",
+        |m| &m.iteration_tokens,
+    ),
+    (
+        "vllm:time_to_first_token_seconds",
+        "Histogram of time to first token in seconds.",
+        |m| &m.ttft,
+    ),
+    (
+        "vllm:inter_token_latency_seconds",
+        "Histogram of inter-token latency in seconds.",
+        |m| &m.itl,
+    ),
+    (
+        "vllm:request_time_per_output_token_seconds",
+        "Histogram of time_per_output_token_seconds per request.",
+        |m| &m.tpot,
+    ),
+    (
+        "vllm:e2e_request_latency_seconds",
+        "Histogram of e2e request latency in seconds.",
+        |m| &m.e2e,
+    ),
+    (
+        "vllm:request_queue_time_seconds",
+        "Histogram of time spent in WAITING phase for request.",
+        |m| &m.queue,
+    ),
+    (
+        "vllm:request_prefill_time_seconds",
+        "Histogram of time spent in PREFILL phase for request.",
+        |m| &m.prefill,
+    ),
+    (
+        "vllm:request_decode_time_seconds",
+        "Histogram of time spent in DECODE phase for request.",
+        |m| &m.decode,
+    ),
+    (
+        "vllm:request_inference_time_seconds",
+        "Histogram of time spent in RUNNING phase for request.",
+        |m| &m.inference,
+    ),
+];
+
+/// `/metrics`: vLLM V1's names, types and units, a series per replica
+/// (`engine="i"`), as a vLLM server with several engines exposes them.
 async fn metrics_text(State(s): State<Arc<Shared>>) -> Response {
     let labels = (0..s.replicas.len())
         .map(|i| format!("model_name={},engine=\"{i}\"", s.model_json))
         .collect();
     let mut e = Exposition::each(labels);
     let ms: Vec<_> = s.replicas.iter().map(|r| lock(&r.metrics)).collect();
-    let each = |f: &dyn Fn(&Metrics) -> f64| -> Vec<f64> { ms.iter().map(|m| f(m)).collect() };
-    e.gauge(
-        "vllm:num_requests_running",
-        "Number of requests in model execution batches.",
-        &each(&|m| m.state.running as f64),
-    );
-    e.gauge(
-        "vllm:num_requests_waiting",
-        "Number of requests waiting to be processed.",
-        &each(&|m| m.state.waiting as f64),
-    );
-    e.gauge(
-        "vllm:kv_cache_usage_perc",
-        "KV-cache usage. 1 means 100 percent usage.",
-        &each(&|m| m.state.kv_usage),
-    );
-    e.counter(
-        "vllm:num_preemptions",
-        "Cumulative number of preemption from the engine.",
-        &each(&|m| m.state.preemptions_total as f64),
-    );
-    e.counter(
-        "vllm:prefix_cache_queries",
-        "Prefix cache queries, in terms of number of queried tokens.",
-        &each(&|m| m.prefix_queries as f64),
-    );
-    e.counter(
-        "vllm:prefix_cache_hits",
-        "Prefix cache hits, in terms of number of cached tokens.",
-        &each(&|m| m.prefix_hits as f64),
-    );
-    e.counter(
-        "vllm:prompt_tokens",
-        "Number of prefill tokens processed.",
-        &each(&|m| m.prompt_tokens as f64),
-    );
-    e.counter(
-        "vllm:generation_tokens",
-        "Number of generation tokens processed.",
-        &each(&|m| m.generation_tokens as f64),
-    );
+    let each = |f: fn(&Metrics) -> f64| -> Vec<f64> { ms.iter().map(|m| f(m)).collect() };
+    for (name, help, value) in GAUGES {
+        e.gauge(name, help, &each(value));
+    }
+    for (name, help, value) in COUNTERS {
+        e.counter(name, help, &each(value));
+    }
     e.counter_by(
         "vllm:request_success",
         "Count of successfully processed requests.",
@@ -750,53 +818,27 @@ async fn metrics_text(State(s): State<Arc<Shared>>) -> Response {
     if ms.iter().any(|m| m.spec.is_some()) {
         spec_counters(&mut e, &ms, s.config.spec.as_ref().map_or(0, |s| s.k));
     }
-    e.histogram(
-        "vllm:iteration_tokens_total",
-        "Number of tokens per engine_step.",
-        &ms.iter().map(|m| &m.iteration_tokens).collect::<Vec<_>>(),
-    );
-    e.histogram(
-        "vllm:time_to_first_token_seconds",
-        "Histogram of time to first token in seconds.",
-        &ms.iter().map(|m| &m.ttft).collect::<Vec<_>>(),
-    );
-    e.histogram(
-        "vllm:inter_token_latency_seconds",
-        "Histogram of inter-token latency in seconds.",
-        &ms.iter().map(|m| &m.itl).collect::<Vec<_>>(),
-    );
-    e.histogram(
-        "vllm:request_time_per_output_token_seconds",
-        "Histogram of time_per_output_token_seconds per request.",
-        &ms.iter().map(|m| &m.tpot).collect::<Vec<_>>(),
-    );
-    e.histogram(
-        "vllm:e2e_request_latency_seconds",
-        "Histogram of e2e request latency in seconds.",
-        &ms.iter().map(|m| &m.e2e).collect::<Vec<_>>(),
-    );
-    e.histogram(
-        "vllm:request_queue_time_seconds",
-        "Histogram of time spent in WAITING phase for request.",
-        &ms.iter().map(|m| &m.queue).collect::<Vec<_>>(),
-    );
-    e.histogram(
-        "vllm:request_prefill_time_seconds",
-        "Histogram of time spent in PREFILL phase for request.",
-        &ms.iter().map(|m| &m.prefill).collect::<Vec<_>>(),
-    );
-    e.histogram(
-        "vllm:request_decode_time_seconds",
-        "Histogram of time spent in DECODE phase for request.",
-        &ms.iter().map(|m| &m.decode).collect::<Vec<_>>(),
-    );
-    e.histogram(
-        "vllm:request_inference_time_seconds",
-        "Histogram of time spent in RUNNING phase for request.",
-        &ms.iter().map(|m| &m.inference).collect::<Vec<_>>(),
-    );
+    for (name, help, hist) in HISTOGRAMS {
+        e.histogram(name, help, &ms.iter().map(|m| hist(m)).collect::<Vec<_>>());
+    }
+    let n = ms.len();
+    drop(ms);
+    engine_facts(&mut e, &s, n);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        e.finish(),
+    )
+        .into_response()
+}
+
+/// The info series: the simulated deployment, and each of the `n`
+/// replicas' cache config as vLLM's `cache_config_info` gives it.
+fn engine_facts(e: &mut Exposition, s: &Shared, n: usize) {
+    let c = &s.config;
     let facts = |i: usize| -> Vec<(&str, String)> {
-        let c = &s.config;
         vec![
             ("engine", i.to_string()),
             ("block_size", c.block_size.to_string()),
@@ -812,9 +854,6 @@ async fn metrics_text(State(s): State<Arc<Shared>>) -> Response {
             ("num_gpu_blocks", s.kv_blocks.to_string()),
         ]
     };
-    let n = ms.len();
-    drop(ms);
-    let c = &s.config;
     e.info(
         "tokenscope:engine_info",
         "The simulated deployment behind this server (tokenscope sim serve).",
@@ -830,14 +869,6 @@ async fn metrics_text(State(s): State<Arc<Shared>>) -> Response {
         "Information of the LLMEngine CacheConfig",
         &(0..n).map(facts).collect::<Vec<_>>(),
     );
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        e.finish(),
-    )
-        .into_response()
 }
 
 async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
