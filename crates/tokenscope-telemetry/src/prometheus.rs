@@ -106,81 +106,12 @@ fn parse_sample(line: &str) -> Result<Sample, String> {
     if !is_name_start(b[0]) {
         return Err("a metric name must start with a letter, `_` or `:`".into());
     }
-    let mut i = 1;
-    while i < b.len() && is_name_char(b[i]) {
-        i += 1;
-    }
+    let i = skip(b, 1, is_name_char);
     let name = line[..i].to_string();
-    let mut labels = Vec::new();
-    if i < b.len() && b[i] == b'{' {
-        i += 1;
-        loop {
-            while i < b.len() && b[i] == b' ' {
-                i += 1;
-            }
-            if i < b.len() && b[i] == b'}' {
-                i += 1;
-                break;
-            }
-            let start = i;
-            while i < b.len() && is_name_char(b[i]) {
-                i += 1;
-            }
-            if start == i {
-                return Err("expected a label name".into());
-            }
-            let key = line[start..i].to_string();
-            if i + 1 >= b.len() || b[i] != b'=' || b[i + 1] != b'"' {
-                return Err(format!("label `{key}` needs =\"value\""));
-            }
-            i += 2;
-            let mut value = String::new();
-            loop {
-                if i >= b.len() {
-                    return Err("unterminated label value".into());
-                }
-                match b[i] {
-                    b'"' => {
-                        i += 1;
-                        break;
-                    }
-                    b'\\' if i + 1 < b.len() && matches!(b[i + 1], b'n' | b'"' | b'\\') => {
-                        value.push(match b[i + 1] {
-                            b'n' => '\n',
-                            b'"' => '"',
-                            _ => '\\',
-                        });
-                        i += 2;
-                    }
-                    b'\\' => {
-                        // An unknown escape is kept as written; the character
-                        // after it (perhaps several bytes) is copied whole
-                        // next (found by fuzzing: `\é` split a character).
-                        value.push('\\');
-                        i += 1;
-                    }
-                    _ => {
-                        // Copy one UTF-8 character.
-                        let ch = line[i..].chars().next().ok_or("bad label value")?;
-                        value.push(ch);
-                        i += ch.len_utf8();
-                    }
-                }
-            }
-            labels.push((key, value));
-            while i < b.len() && b[i] == b' ' {
-                i += 1;
-            }
-            match b.get(i) {
-                Some(b',') => i += 1,
-                Some(b'}') => {
-                    i += 1;
-                    break;
-                }
-                _ => return Err("expected `,` or `}` after a label".into()),
-            }
-        }
-    }
+    let (labels, i) = match b.get(i) {
+        Some(b'{') => parse_labels(line, i + 1)?,
+        _ => (Vec::new(), i),
+    };
     // Value, optional timestamp, optional OpenMetrics exemplar (` # {...} v`).
     let rest = line[i..].split(" # ").next().unwrap_or("");
     let mut fields = rest.split_whitespace();
@@ -198,6 +129,79 @@ fn parse_sample(line: &str) -> Result<Sample, String> {
         labels,
         value,
     })
+}
+
+/// The first index from `i` whose byte is not `keep`'s.
+fn skip(b: &[u8], mut i: usize, keep: impl Fn(u8) -> bool) -> usize {
+    while i < b.len() && keep(b[i]) {
+        i += 1;
+    }
+    i
+}
+
+/// The labels from just after `{` to the closing `}`, and the index after it.
+fn parse_labels(line: &str, mut i: usize) -> Result<(Vec<(String, String)>, usize), String> {
+    let b = line.as_bytes();
+    let mut labels = Vec::new();
+    loop {
+        i = skip(b, i, |c| c == b' ');
+        if b.get(i) == Some(&b'}') {
+            return Ok((labels, i + 1));
+        }
+        let start = i;
+        i = skip(b, i, is_name_char);
+        if start == i {
+            return Err("expected a label name".into());
+        }
+        let key = line[start..i].to_string();
+        if i + 1 >= b.len() || b[i] != b'=' || b[i + 1] != b'"' {
+            return Err(format!("label `{key}` needs =\"value\""));
+        }
+        let (value, after) = label_value(line, i + 2)?;
+        labels.push((key, value));
+        i = skip(b, after, |c| c == b' ');
+        match b.get(i) {
+            Some(b',') => i += 1,
+            Some(b'}') => return Ok((labels, i + 1)),
+            _ => return Err("expected `,` or `}` after a label".into()),
+        }
+    }
+}
+
+/// A label's value from just after its opening quote, unescaped, and the
+/// index after its closing quote.
+fn label_value(line: &str, mut i: usize) -> Result<(String, usize), String> {
+    let b = line.as_bytes();
+    let mut value = String::new();
+    loop {
+        if i >= b.len() {
+            return Err("unterminated label value".into());
+        }
+        match b[i] {
+            b'"' => return Ok((value, i + 1)),
+            b'\\' if i + 1 < b.len() && matches!(b[i + 1], b'n' | b'"' | b'\\') => {
+                value.push(match b[i + 1] {
+                    b'n' => '\n',
+                    b'"' => '"',
+                    _ => '\\',
+                });
+                i += 2;
+            }
+            b'\\' => {
+                // An unknown escape is kept as written; the character
+                // after it (perhaps several bytes) is copied whole
+                // next (found by fuzzing: `\é` split a character).
+                value.push('\\');
+                i += 1;
+            }
+            _ => {
+                // Copy one UTF-8 character.
+                let ch = line[i..].chars().next().ok_or("bad label value")?;
+                value.push(ch);
+                i += ch.len_utf8();
+            }
+        }
+    }
 }
 
 #[cfg(test)]
