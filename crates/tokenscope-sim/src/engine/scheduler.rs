@@ -418,11 +418,22 @@ impl Scheduler {
         self.scheduled.clear();
         self.preempted_in_step = 0;
         // A static batch's prompts go together, whatever the budget.
-        let mut budget = match self.limits.static_batch {
+        let budget = match self.limits.static_batch {
             true => u32::MAX,
             false => self.limits.max_num_batched_tokens,
         };
-        let mut preempted_any = false;
+        let budget = self.schedule_running(now, kind, budget);
+        if self.preempted_in_step == 0 && kind != StepKind::Decodes && !closed {
+            self.admit_waiting(now, kind, budget);
+        }
+        self.work()
+    }
+
+    /// Schedules the running sequences' shares in order, within `budget`,
+    /// preempting the latest admitted while the KV cache is out of blocks;
+    /// what is left of the budget. Scheduling stops at a sequence that had
+    /// to preempt itself.
+    fn schedule_running(&mut self, now: f64, kind: StepKind, mut budget: u32) -> u32 {
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
             let Some(n) = self.share(&self.running[i], kind, budget) else {
@@ -430,32 +441,15 @@ impl Scheduler {
                 continue;
             };
             let target = self.running[i].computed + n;
-            let mut scheduled_self = true;
             loop {
                 let (kv, seq) = (&mut self.kv, &mut self.running[i]);
                 if Self::grow(kv, seq, target) {
                     break;
                 }
-                // Out of blocks: preempt the most recently admitted running request.
-                let mut victim = self.running.pop().expect("running is not empty here");
-                Self::free(&mut self.kv, &mut victim);
-                victim.computed = 0;
-                victim.preemptions += 1;
-                victim.queued_at = now;
-                self.preemptions_total += 1;
-                self.preempted_in_step += 1;
-                preempted_any = true;
-                let was_self = self.running.len() == i;
-                // Undo anything already scheduled for the victim this step.
-                self.scheduled.retain(|s| s.id != victim.id);
-                self.waiting.push_front(victim);
-                if was_self {
-                    scheduled_self = false;
-                    break;
+                self.preempt_latest(now);
+                if self.running.len() == i {
+                    return budget; // it was the latest itself
                 }
-            }
-            if !scheduled_self {
-                break;
             }
             budget = budget.saturating_sub(n);
             let drafts = self.drafts(&self.running[i]).min(n.saturating_sub(1));
@@ -466,46 +460,61 @@ impl Scheduler {
             });
             i += 1;
         }
-        if !preempted_any && kind != StepKind::Decodes && !closed {
-            while budget > 0 && (self.running.len() as u32) < self.limits.max_num_seqs {
-                let Some(mut seq) = self.waiting.pop_front() else {
-                    break;
-                };
-                let (queries, hits) = (self.kv.queries, self.kv.hits);
-                if seq.computed == 0 {
-                    Self::reuse(&mut self.kv, &mut seq);
-                }
-                let Some(n) = self.share(&seq, kind, budget) else {
-                    // A whole prompt that does not fit what is left waits for the next step.
-                    Self::unhold(&mut self.kv, &mut seq);
-                    seq.computed = 0;
-                    (self.kv.queries, self.kv.hits) = (queries, hits);
-                    self.waiting.push_front(seq);
-                    break;
-                };
-                let target = seq.computed + n;
-                if !Self::grow(&mut self.kv, &mut seq, target) {
-                    // Head-of-line blocking: it stays first in the queue, and
-                    // its lookup is undone (it is looked up again when admitted).
-                    Self::unhold(&mut self.kv, &mut seq);
-                    seq.computed = 0;
-                    (self.kv.queries, self.kv.hits) = (queries, hits);
-                    self.waiting.push_front(seq);
-                    break;
-                }
-                seq.cached_tokens.get_or_insert(seq.held_tokens);
-                seq.queue_time += (now - seq.queued_at).max(0.0);
-                seq.first_scheduled_at.get_or_insert(now);
-                budget = budget.saturating_sub(n);
-                self.scheduled.push(Slot {
-                    id: seq.id,
-                    new_tokens: n,
-                    drafts: 0,
-                });
-                self.running.push(seq);
+        budget
+    }
+
+    /// Out of blocks: the most recently admitted running request goes back
+    /// to the front of the queue, its blocks freed, anything scheduled for
+    /// it this step undone.
+    fn preempt_latest(&mut self, now: f64) {
+        let mut victim = self.running.pop().expect("running is not empty here");
+        Self::free(&mut self.kv, &mut victim);
+        victim.computed = 0;
+        victim.preemptions += 1;
+        victim.queued_at = now;
+        self.preemptions_total += 1;
+        self.preempted_in_step += 1;
+        self.scheduled.retain(|s| s.id != victim.id);
+        self.waiting.push_front(victim);
+    }
+
+    /// Admits waiting requests in order while the budget, `max_num_seqs`
+    /// and the KV cache allow; the first that does not fit stays first
+    /// (head-of-line blocking).
+    fn admit_waiting(&mut self, now: f64, kind: StepKind, mut budget: u32) {
+        while budget > 0 && (self.running.len() as u32) < self.limits.max_num_seqs {
+            let Some(mut seq) = self.waiting.pop_front() else {
+                break;
+            };
+            let (queries, hits) = (self.kv.queries, self.kv.hits);
+            if seq.computed == 0 {
+                Self::reuse(&mut self.kv, &mut seq);
             }
+            // A whole prompt that does not fit what is left of the budget,
+            // or of the cache, waits for the next step; its lookup is undone
+            // (it is looked up again when admitted).
+            let fits = self.share(&seq, kind, budget).filter(|&n| {
+                let target = seq.computed + n;
+                Self::grow(&mut self.kv, &mut seq, target)
+            });
+            let Some(n) = fits else {
+                Self::unhold(&mut self.kv, &mut seq);
+                seq.computed = 0;
+                (self.kv.queries, self.kv.hits) = (queries, hits);
+                self.waiting.push_front(seq);
+                break;
+            };
+            seq.cached_tokens.get_or_insert(seq.held_tokens);
+            seq.queue_time += (now - seq.queued_at).max(0.0);
+            seq.first_scheduled_at.get_or_insert(now);
+            budget = budget.saturating_sub(n);
+            self.scheduled.push(Slot {
+                id: seq.id,
+                new_tokens: n,
+                drafts: 0,
+            });
+            self.running.push(seq);
         }
-        self.work()
     }
 
     fn work(&self) -> StepWork {
