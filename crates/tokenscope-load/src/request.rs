@@ -836,6 +836,50 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
         };
         s.usage = Some(s.usage.map_or(counted, |u| u.merged(counted)));
     }
+    check_stream(&mut rec, &mut s);
+    if let Some(p) = s.usage.and_then(|u| u.prompt_tokens) {
+        rec.input_tokens = Some(p);
+        rec.input_token_source = Some(TokenSource::ServerUsage);
+    }
+    rec.cached_tokens = s.usage.and_then(|u| u.cached_tokens).or_else(|| {
+        // llama.cpp's own timings say it too (`cache_n`).
+        rec.server_timings.as_ref()?.get("cache_n")?.as_u64()
+    });
+    let n_chunks = s.chunks.len() as u64;
+    let (total, source) = output_count(&s);
+    rec.first_answer_at_us = s.first_answer_chunk.map(|i| s.chunks[i].at_us());
+    rec.first_tool_call_at_us = s.first_call_chunk.map(|i| s.chunks[i].at_us());
+    let hidden = count_reasoning(&mut rec, &s);
+    let streamed = match hidden {
+        0 => total,
+        n => total.saturating_sub(n).max(n_chunks),
+    };
+    let chunk_usage: std::borrow::Cow<'_, [u64]> = match hidden {
+        0 => std::borrow::Cow::Borrowed(&s.chunk_usage),
+        n => s.chunk_usage.iter().map(|c| c.saturating_sub(n)).collect(),
+    };
+    split_tokens(&mut s.chunks, &chunk_usage, streamed);
+    rec.output_tokens = if s.chunks.is_empty() && s.failure.is_some() {
+        total.min(n_chunks)
+    } else {
+        total
+    };
+    rec.output_token_source = Some(source);
+    rec.chunks = s.chunks;
+    if let Some((kind, msg)) = s.failure {
+        rec.error_kind = Some(kind);
+        rec.error = Some(msg);
+    } else {
+        s.judging.judge(&mut rec, &s.text, s.answer_bytes, &s.calls);
+    }
+    (rec, s.text)
+}
+
+/// What the finished stream says against itself: an end with no `[DONE]`
+/// or finish reason is broken, a usage its own text cannot hold is dropped
+/// (and said so), and no text at all is an empty answer — unless the
+/// server thought to its limit without showing it.
+fn check_stream(rec: &mut RequestRecord, s: &mut Stream) {
     let ended_by_body = s.api.ends_with_the_body() && !s.chunks.is_empty();
     if s.failure.is_none() && !s.done && rec.finish_reason.is_none() && !ended_by_body {
         s.failure = Some((
@@ -863,15 +907,14 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
                 .into(),
         ));
     }
-    if let Some(p) = s.usage.and_then(|u| u.prompt_tokens) {
-        rec.input_tokens = Some(p);
-        rec.input_token_source = Some(TokenSource::ServerUsage);
-    }
-    rec.cached_tokens = s.usage.and_then(|u| u.cached_tokens).or_else(|| {
-        // llama.cpp's own timings say it too (`cache_n`).
-        rec.server_timings.as_ref()?.get("cache_n")?.as_u64()
-    });
-    let (total, source) = match s.usage.and_then(|u| u.completion_tokens) {
+}
+
+/// The answer's tokens and where the count comes from: the server's usage,
+/// else the tokenizer over the text (never fewer than the chunks), else the
+/// chunks. A failed request's usage and text are not trusted.
+fn output_count(s: &Stream) -> (u64, TokenSource) {
+    let n_chunks = s.chunks.len() as u64;
+    match s.usage.and_then(|u| u.completion_tokens) {
         Some(n) if s.failure.is_none() => (n, TokenSource::ServerUsage),
         _ => match tokenizer::count_tokens(&with_calls(&s.text, &s.calls))
             .filter(|_| s.failure.is_none())
@@ -879,43 +922,25 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
             Some(n) => (n.max(n_chunks), TokenSource::Tokenizer),
             None => (n_chunks, TokenSource::Chunks),
         },
-    };
-    rec.first_answer_at_us = s.first_answer_chunk.map(|i| s.chunks[i].at_us());
-    rec.first_tool_call_at_us = s.first_call_chunk.map(|i| s.chunks[i].at_us());
-    let reasoning = reasoning_count(&s);
-    if let Some((n, source)) = reasoning {
-        rec.reasoning_tokens = Some(n);
-        rec.reasoning_token_source = Some(source);
-        // Reasoning the server counted and never streamed: the chunks carry
-        // the rest, and their tokens are what the per-token figures rest on.
-        rec.reasoning_hidden = n > 0 && s.reasoning_bytes == 0;
     }
-    let hidden = reasoning
-        .filter(|_| rec.reasoning_hidden)
-        .map_or(0, |r| r.0);
-    let streamed = match hidden {
-        0 => total,
-        n => total.saturating_sub(n).max(n_chunks),
+}
+
+/// Records the reasoning's tokens and their source; the count of them the
+/// server never streamed (0 when it streamed its thinking, or none).
+fn count_reasoning(rec: &mut RequestRecord, s: &Stream) -> u64 {
+    let Some((n, source)) = reasoning_count(s) else {
+        return 0;
     };
-    let chunk_usage: std::borrow::Cow<'_, [u64]> = match hidden {
-        0 => std::borrow::Cow::Borrowed(&s.chunk_usage),
-        n => s.chunk_usage.iter().map(|c| c.saturating_sub(n)).collect(),
-    };
-    split_tokens(&mut s.chunks, &chunk_usage, streamed);
-    rec.output_tokens = if s.chunks.is_empty() && s.failure.is_some() {
-        total.min(n_chunks)
+    rec.reasoning_tokens = Some(n);
+    rec.reasoning_token_source = Some(source);
+    // Reasoning the server counted and never streamed: the chunks carry
+    // the rest, and their tokens are what the per-token figures rest on.
+    rec.reasoning_hidden = n > 0 && s.reasoning_bytes == 0;
+    if rec.reasoning_hidden {
+        n
     } else {
-        total
-    };
-    rec.output_token_source = Some(source);
-    rec.chunks = s.chunks;
-    if let Some((kind, msg)) = s.failure {
-        rec.error_kind = Some(kind);
-        rec.error = Some(msg);
-    } else {
-        s.judging.judge(&mut rec, &s.text, s.answer_bytes, &s.calls);
+        0
     }
-    (rec, s.text)
 }
 
 /// A response with no text that is still an answer of sorts: the server
