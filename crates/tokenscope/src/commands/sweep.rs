@@ -246,38 +246,12 @@ impl Series<'_> {
     /// between them until the server is past saturation.
     async fn auto(&mut self) -> anyhow::Result<bool> {
         let base = self.base.clone();
-        let flags = &base.flags;
         let max = self.args.auto_max_concurrency;
         // Unless told how much to run, a point is two rounds of its
         // concurrency and at least AUTO_MIN_REQUESTS: the 100 a point of an
         // explicit series gets would spend most of the sweep at concurrency 1.
-        let sized = flags.requests.is_none() && flags.duration.is_none();
-        // With --slo, enough requests that its percentiles can be judged.
-        let slo_needs = self
-            .args
-            .bench
-            .output
-            .slo
-            .as_ref()
-            .and_then(|s| s.requests_needed());
-        match (&slo_needs, sized) {
-            (Some((n, key)), true) => self.say(&format!(
-                "auto: --slo {key} is judged on ≥ {n} requests: each point runs at least that many"
-            )),
-            (Some((n, _)), false) => {
-                if let Some(w) = self.args.bench.output.slo.as_ref().and_then(|s| {
-                    flags
-                        .requests
-                        .and_then(|r| crate::warnings::slo_sample_size(s, r))
-                }) {
-                    self.say(&format!("warning: {}", w.message()));
-                } else if flags.duration.is_some() {
-                    self.say(&format!("note: --slo needs ≈ {n} requests a point to be judged on its own; --duration decides how many are sent"));
-                }
-            }
-            _ => {}
-        }
-        let slo_min = slo_needs.map_or(0, |(n, _)| n);
+        let sized = base.flags.requests.is_none() && base.flags.duration.is_none();
+        let slo_min = self.say_slo_sample(sized);
         let point_at = |c: u64| {
             let mut level = closed(&base, c);
             if sized {
@@ -295,17 +269,7 @@ impl Series<'_> {
         if !self.point(point_at(max)).await? {
             return Ok(false);
         }
-        let (baseline, probe) = (&self.done[0].results, &self.done[1].results);
-        // Little's law: the concurrency that would carry the probe's request
-        // rate at the baseline's latency. Saturation comes near it; four
-        // times past it the server is surely saturated.
-        let e2e_s = baseline.latency.e2e_ms.map_or(1.0, |s| s.mean / 1e3);
-        let little = probe.throughput.requests_per_s * e2e_s;
-        let top = ((4.0 * little).ceil() as u64).clamp(2, max);
-        self.say(&format!(
-            "auto: the probe carried {:.1} requests/s; at the baseline's {:.2} s per request that needs concurrency ≈ {little:.0}: points 2 … {top} (×2), stopping past saturation",
-            probe.throughput.requests_per_s, e2e_s
-        ));
+        let top = self.auto_top(max);
         let mut c = 2;
         while c < max && c <= top {
             self.say(&format!("auto: point at concurrency {c}"));
@@ -332,6 +296,49 @@ impl Series<'_> {
             ));
         }
         Ok(true)
+    }
+
+    /// With `--slo`, the requests a point needs for its percentiles to be
+    /// judged (0 without), said before the sweep: each point runs that many
+    /// when the sweep sizes them (`sized`), else a warning or a note on
+    /// what `--requests` or `--duration` leaves.
+    fn say_slo_sample(&self, sized: bool) -> u64 {
+        let flags = &self.base.flags;
+        let slo = self.args.bench.output.slo.as_ref();
+        let Some((n, key)) = slo.and_then(|s| s.requests_needed()) else {
+            return 0;
+        };
+        if sized {
+            self.say(&format!(
+                "auto: --slo {key} is judged on ≥ {n} requests: each point runs at least that many"
+            ));
+        } else if let Some(w) = slo.and_then(|s| {
+            flags
+                .requests
+                .and_then(|r| crate::warnings::slo_sample_size(s, r))
+        }) {
+            self.say(&format!("warning: {}", w.message()));
+        } else if flags.duration.is_some() {
+            self.say(&format!("note: --slo needs ≈ {n} requests a point to be judged on its own; --duration decides how many are sent"));
+        }
+        n
+    }
+
+    /// The highest concurrency the climb may reach, from the baseline and
+    /// the probe (the first two points): by Little's law, the concurrency
+    /// that would carry the probe's request rate at the baseline's latency.
+    /// Saturation comes near it; four times past it the server is surely
+    /// saturated.
+    fn auto_top(&self, max: u64) -> u64 {
+        let (baseline, probe) = (&self.done[0].results, &self.done[1].results);
+        let e2e_s = baseline.latency.e2e_ms.map_or(1.0, |s| s.mean / 1e3);
+        let little = probe.throughput.requests_per_s * e2e_s;
+        let top = ((4.0 * little).ceil() as u64).clamp(2, max);
+        self.say(&format!(
+            "auto: the probe carried {:.1} requests/s; at the baseline's {:.2} s per request that needs concurrency ≈ {little:.0}: points 2 … {top} (×2), stopping past saturation",
+            probe.throughput.requests_per_s, e2e_s
+        ));
+        top
     }
 
     /// Whether the last point run (ascending, probe left out) is past
