@@ -46,18 +46,7 @@ pub fn expand(cmd: &Command, argv: Vec<OsString>) -> Result<Vec<OsString>, Strin
     };
     let (sub, depth) = subcommand(cmd, &argv[1..at])
         .ok_or("--config goes after a command (bench, sweep, sim plan)")?;
-    let text =
-        std::fs::read_to_string(&path).map_err(|e| format!("--config {}: {e}", path.display()))?;
-    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-        let line = e
-            .span()
-            .map_or(0, |s| text[..s.start].lines().count().max(1));
-        format!(
-            "--config {}:{line}: not TOML: {}",
-            path.display(),
-            e.message()
-        )
-    })?;
+    let table = read_table(&path)?;
     // Flags of the command line's own: a file's flag that conflicts with one
     // (its --concurrency with the line's --rate) gives way.
     let given: Vec<&clap::Arg> = argv[1..]
@@ -89,36 +78,8 @@ pub fn expand(cmd: &Command, argv: Vec<OsString>) -> Result<Vec<OsString>, Strin
             continue;
         }
         let takes_value = arg.get_action().takes_values();
-        let values = match value {
-            toml::Value::Array(items) => items,
-            one => vec![one],
-        };
-        for v in values {
-            let text = match v {
-                toml::Value::String(s) => s,
-                toml::Value::Boolean(b) if !takes_value => {
-                    if b {
-                        flags.push(OsString::from(format!("--{name}")));
-                    }
-                    continue;
-                }
-                toml::Value::Table(_) | toml::Value::Array(_) => {
-                    return Err(format!(
-                        "--config {}: `{key}` must be a value or a list of values",
-                        path.display()
-                    ));
-                }
-                other => other.to_string(),
-            };
-            if !takes_value {
-                return Err(format!(
-                    "--config {}: `{key}` is a switch: write `{key} = true`",
-                    path.display()
-                ));
-            }
-            flags.push(OsString::from(format!("--{name}")));
-            flags.push(OsString::from(text));
-        }
+        let bad = |why: String| format!("--config {}: {why}", path.display());
+        flags.extend(as_flags(&key, value, takes_value).map_err(bad)?);
     }
     let mut out = argv[..at].to_vec();
     let mut rest = out.split_off(1 + depth);
@@ -126,6 +87,55 @@ pub fn expand(cmd: &Command, argv: Vec<OsString>) -> Result<Vec<OsString>, Strin
     out.append(&mut rest);
     out.extend(argv[at..].iter().cloned());
     Ok(out)
+}
+
+/// The `--config` file's table; an error names the file and the line.
+fn read_table(path: &Path) -> Result<toml::Table, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("--config {}: {e}", path.display()))?;
+    text.parse().map_err(|e: toml::de::Error| {
+        let line = e
+            .span()
+            .map_or(0, |s| text[..s.start].lines().count().max(1));
+        format!(
+            "--config {}:{line}: not TOML: {}",
+            path.display(),
+            e.message()
+        )
+    })
+}
+
+/// One key's command-line words: `--name value` for each value (a list
+/// repeats the flag), `--name` for a switch set true, nothing for one set
+/// false; an error says what the key must be instead.
+fn as_flags(key: &str, value: toml::Value, takes_value: bool) -> Result<Vec<OsString>, String> {
+    let name = key.replace('_', "-");
+    let values = match value {
+        toml::Value::Array(items) => items,
+        one => vec![one],
+    };
+    let mut flags = Vec::new();
+    for v in values {
+        let text = match v {
+            toml::Value::String(s) => s,
+            toml::Value::Boolean(b) if !takes_value => {
+                if b {
+                    flags.push(OsString::from(format!("--{name}")));
+                }
+                continue;
+            }
+            toml::Value::Table(_) | toml::Value::Array(_) => {
+                return Err(format!("`{key}` must be a value or a list of values"));
+            }
+            other => other.to_string(),
+        };
+        if !takes_value {
+            return Err(format!("`{key}` is a switch: write `{key} = true`"));
+        }
+        flags.push(OsString::from(format!("--{name}")));
+        flags.push(OsString::from(text));
+    }
+    Ok(flags)
 }
 
 /// Lets every flag be given again, the last one winning: what makes the
