@@ -245,6 +245,15 @@ struct Lines {
 }
 
 impl Lines {
+    /// Writes `r` as one JSON line, serialised into `buf` (reused, so a
+    /// long run allocates no line per record).
+    fn write_record(&mut self, buf: &mut Vec<u8>, r: &RequestRecord) -> std::io::Result<()> {
+        buf.clear();
+        serde_json::to_writer(&mut *buf, r)?;
+        buf.push(b'\n');
+        self.write(buf)
+    }
+
     /// Writes one whole line; a failed write is cut back to the last whole record.
     fn write(&mut self, line: &[u8]) -> std::io::Result<()> {
         if let Err(e) = self.file.write_all(line) {
@@ -473,22 +482,13 @@ fn write_all(
             }
         }
         if done.error.is_none() {
-            line.clear();
-            let wrote = serde_json::to_writer(&mut line, &r)
-                .map_err(std::io::Error::from)
-                .and_then(|()| {
-                    line.push(b'\n');
-                    lines.write(&line)
-                });
-            match wrote
+            let wrote = lines
+                .write_record(&mut line, &r)
                 .map(|()| done.on_disk += 1)
-                .and_then(|()| lines.rotate_if_full())
-            {
-                Ok(()) => {}
-                Err(source) => {
-                    done.error = Some(io(path, source));
-                    on_failure.cancel();
-                }
+                .and_then(|()| lines.rotate_if_full());
+            if let Err(source) = wrote {
+                done.error = Some(io(path, source));
+                on_failure.cancel();
             }
         }
         if let Some(tap) = &options.tap {
