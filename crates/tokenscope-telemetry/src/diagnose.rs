@@ -19,89 +19,109 @@ fn finding(rule: &str, severity: &str, message: String, evidence: Value) -> Find
     }
 }
 
+/// The server's figures read against the client's: each rule that applies
+/// gives one finding.
 pub fn diagnose(s: &ServerSummary, client: &Latency) -> Vec<Finding> {
-    let mut out = Vec::new();
-    if let (Some(w), Some(r)) = (s.waiting, s.running.or(s.waiting)) {
-        let grew = w.last - w.first;
-        if w.slope_per_s > 0.0 && grew >= (0.2 * r.max).max(2.0) {
-            out.push(finding(
-                "overload",
-                "critical",
-                format!(
-                    "waiting requests grew from {:.0} to {:.0} through the run ({:+.1}/s): the server is past capacity, queue time and TTFT will keep growing",
-                    w.first, w.last, w.slope_per_s
-                ),
-                json!({"waiting_first": w.first, "waiting_last": w.last, "waiting_slope_per_s": w.slope_per_s, "running_max": r.max}),
-            ));
-        }
-    }
-    if let (Some(q), Some(ttft)) = (s.queue_time, client.ttft_ms) {
-        if ttft.mean > 0.0 && q.mean_ms >= 0.5 * ttft.mean {
-            out.push(finding(
-                "ttft_queue_dominated",
-                "warning",
-                format!(
-                    "TTFT is dominated by server queue time: queue {:.0} ms of {:.0} ms mean TTFT ({:.0} %) — add capacity or admit fewer requests",
-                    q.mean_ms,
-                    ttft.mean,
-                    q.mean_ms / ttft.mean * 100.0
-                ),
-                json!({"server_queue_mean_ms": q.mean_ms, "client_ttft_mean_ms": ttft.mean}),
-            ));
-        }
-    }
-    if let (Some(kv), Some(p)) = (s.kv_usage, s.preemptions) {
-        if kv.max > 0.9 && p > 0.0 {
-            out.push(finding(
-                "recompute_thrash",
-                "critical",
-                format!(
-                    "KV cache reached {:.0} % with {p:.0} preemptions: requests are evicted and recomputed — give the KV cache more memory or run fewer sequences",
-                    kv.max * 100.0
-                ),
-                json!({"kv_usage_max": kv.max, "kv_usage_mean": kv.mean, "preemptions": p}),
-            ));
-        }
-    }
-    if let Some(u) = s.gpu_util_time_pct {
-        let (severity, band) = if u.mean < 50.0 {
-            (
-                "warning",
-                "below 50 %: capacity is wasted — review batching and concurrency",
-            )
-        } else if u.mean > 90.0 {
-            (
-                "info",
-                "above 90 %: saturated, latency at risk (time-based: one small kernel reads 100 %)",
-            )
-        } else if u.mean >= 70.0 {
-            ("info", "70–90 %: healthy")
-        } else {
-            ("info", "50–70 %: room for more load")
-        };
-        out.push(finding(
-            "gpu_utilisation",
-            severity,
-            format!("GPU busy {:.0} % of the time (NVML/DCGM time-based definition), {band}", u.mean),
-            json!({"gpu_util_time_pct_mean": u.mean, "gpu_util_time_pct_max": u.max, "definition": "time any kernel ran"}),
-        ));
-    }
-    if let Some(f) = speculation(s, client) {
-        out.push(f);
-    }
-    if let (Some(q), Some(prefill), Some(ttft)) = (s.queue_time, s.prefill_time, client.ttft_ms) {
-        let network = (ttft.mean - q.mean_ms - prefill.mean_ms).max(0.0);
-        out.push(finding(
-            "ttft_breakdown",
+    [
+        overload(s),
+        queue_dominated(s, client),
+        recompute_thrash(s),
+        gpu_utilisation(s),
+        speculation(s, client),
+        ttft_breakdown(s, client),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// The queue grew through the run by a fifth of the batch (at least two).
+fn overload(s: &ServerSummary) -> Option<Finding> {
+    let (w, r) = (s.waiting?, s.running.or(s.waiting)?);
+    let grew = w.last - w.first;
+    (w.slope_per_s > 0.0 && grew >= (0.2 * r.max).max(2.0)).then(|| finding(
+        "overload",
+        "critical",
+        format!(
+            "waiting requests grew from {:.0} to {:.0} through the run ({:+.1}/s): the server is past capacity, queue time and TTFT will keep growing",
+            w.first, w.last, w.slope_per_s
+        ),
+        json!({"waiting_first": w.first, "waiting_last": w.last, "waiting_slope_per_s": w.slope_per_s, "running_max": r.max}),
+    ))
+}
+
+/// The server's queue time is at least half the client's TTFT.
+fn queue_dominated(s: &ServerSummary, client: &Latency) -> Option<Finding> {
+    let (q, ttft) = (s.queue_time?, client.ttft_ms?);
+    (ttft.mean > 0.0 && q.mean_ms >= 0.5 * ttft.mean).then(|| finding(
+        "ttft_queue_dominated",
+        "warning",
+        format!(
+            "TTFT is dominated by server queue time: queue {:.0} ms of {:.0} ms mean TTFT ({:.0} %) — add capacity or admit fewer requests",
+            q.mean_ms,
+            ttft.mean,
+            q.mean_ms / ttft.mean * 100.0
+        ),
+        json!({"server_queue_mean_ms": q.mean_ms, "client_ttft_mean_ms": ttft.mean}),
+    ))
+}
+
+/// A full KV cache (over 90 %) with preemptions.
+fn recompute_thrash(s: &ServerSummary) -> Option<Finding> {
+    let (kv, p) = (s.kv_usage?, s.preemptions?);
+    (kv.max > 0.9 && p > 0.0).then(|| finding(
+        "recompute_thrash",
+        "critical",
+        format!(
+            "KV cache reached {:.0} % with {p:.0} preemptions: requests are evicted and recomputed — give the KV cache more memory or run fewer sequences",
+            kv.max * 100.0
+        ),
+        json!({"kv_usage_max": kv.max, "kv_usage_mean": kv.mean, "preemptions": p}),
+    ))
+}
+
+/// The GPU's time-based utilisation, in bands: below 50 % a warning.
+fn gpu_utilisation(s: &ServerSummary) -> Option<Finding> {
+    let u = s.gpu_util_time_pct?;
+    let (severity, band) = if u.mean < 50.0 {
+        (
+            "warning",
+            "below 50 %: capacity is wasted — review batching and concurrency",
+        )
+    } else if u.mean > 90.0 {
+        (
             "info",
-            format!(
-                "TTFT {:.0} ms = queue {:.0} ms + prefill {:.0} ms + network and front end {:.0} ms (means)",
-                ttft.mean, q.mean_ms, prefill.mean_ms, network
-            ),
-            json!({"ttft_mean_ms": ttft.mean, "queue_mean_ms": q.mean_ms, "prefill_mean_ms": prefill.mean_ms, "network_mean_ms": network}),
-        ));
-    }
-    out
+            "above 90 %: saturated, latency at risk (time-based: one small kernel reads 100 %)",
+        )
+    } else if u.mean >= 70.0 {
+        ("info", "70–90 %: healthy")
+    } else {
+        ("info", "50–70 %: room for more load")
+    };
+    Some(finding(
+        "gpu_utilisation",
+        severity,
+        format!(
+            "GPU busy {:.0} % of the time (NVML/DCGM time-based definition), {band}",
+            u.mean
+        ),
+        json!({"gpu_util_time_pct_mean": u.mean, "gpu_util_time_pct_max": u.max, "definition": "time any kernel ran"}),
+    ))
+}
+
+/// TTFT split into the server's queue and prefill times and the rest.
+fn ttft_breakdown(s: &ServerSummary, client: &Latency) -> Option<Finding> {
+    let (q, prefill, ttft) = (s.queue_time?, s.prefill_time?, client.ttft_ms?);
+    let network = (ttft.mean - q.mean_ms - prefill.mean_ms).max(0.0);
+    Some(finding(
+        "ttft_breakdown",
+        "info",
+        format!(
+            "TTFT {:.0} ms = queue {:.0} ms + prefill {:.0} ms + network and front end {:.0} ms (means)",
+            ttft.mean, q.mean_ms, prefill.mean_ms, network
+        ),
+        json!({"ttft_mean_ms": ttft.mean, "queue_mean_ms": q.mean_ms, "prefill_mean_ms": prefill.mean_ms, "network_mean_ms": network}),
+    ))
 }
 
 /// TPOT explained by speculative decoding: each verification step yields
