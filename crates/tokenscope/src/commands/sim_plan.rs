@@ -6,7 +6,7 @@ use crate::exit::Exit;
 use crate::run::collect::RunFacts;
 use crate::spec::workload::Load;
 use anyhow::Context;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::path::Path;
 use tokenscope_core::record::RequestRecord;
 use tokenscope_core::results::{self, RunResults, Server};
@@ -316,13 +316,7 @@ fn one_point(
     let phase = phase_check(cfg, &plan_load, &measured)?;
     crate::run_dir::write_jsonl(&dir.join(crate::run_dir::TIMESERIES), &samples)?;
     let metrics = server_metrics(&queue, &samples, &summary);
-    let kv = json!({
-        "capacity_tokens": summary.kv_capacity_tokens,
-        "block_size": summary.block_size,
-        "usage_mean": metrics["kv_usage"]["mean"],
-        "usage_max": metrics["kv_usage"]["max"],
-        "preemptions": summary.preemptions_total,
-    });
+    let kv = kv_json(&summary, &metrics);
     let facts = RunFacts {
         started_at,
         partial: false,
@@ -351,16 +345,13 @@ fn one_point(
             .into_iter()
             .chain(phase.as_ref().and_then(|p| p.finding()))
             .collect(),
-        simulated: Some({
-            let mut d = deployment_json(cfg, plan_load.fleet, &summary);
-            if let Some(s) = spec_json(cfg, &summary, load) {
-                d["spec_decode"] = s;
-            }
-            if let Some(p) = &phase {
-                d["phase"] = json!(p);
-            }
-            d
-        }),
+        simulated: Some(simulated_json(
+            cfg,
+            &plan_load,
+            &summary,
+            load,
+            phase.as_ref(),
+        )),
         telemetry: None,
     };
     let mut results = crate::run::collect::assemble(measured, facts);
@@ -375,6 +366,36 @@ fn one_point(
     crate::run_dir::write_results(dir, &results)?;
     crate::run_dir::write_html_of(dir, results.clone(), figures, true);
     Ok(results)
+}
+
+/// The results' `kv_cache`: the simulated cache's size and how full it ran.
+fn kv_json(summary: &EngineSummary, metrics: &Value) -> Value {
+    json!({
+        "capacity_tokens": summary.kv_capacity_tokens,
+        "block_size": summary.block_size,
+        "usage_mean": metrics["kv_usage"]["mean"],
+        "usage_max": metrics["kv_usage"]["max"],
+        "preemptions": summary.preemptions_total,
+    })
+}
+
+/// The results' `simulated`: the deployment, and with them the speculative
+/// decoder's figures and both starts' TTFTs.
+fn simulated_json(
+    cfg: &EngineConfig,
+    plan_load: &PlanLoad,
+    summary: &EngineSummary,
+    load: &Load,
+    phase: Option<&tokenscope_sim::phase::PhaseCheck>,
+) -> Value {
+    let mut d = deployment_json(cfg, plan_load.fleet, summary);
+    if let Some(s) = spec_json(cfg, summary, load) {
+        d["spec_decode"] = s;
+    }
+    if let Some(p) = phase {
+        d["phase"] = json!(p);
+    }
+    d
 }
 
 pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
