@@ -737,8 +737,11 @@ const COUNTERS: [Figure; 5] = [
     ),
 ];
 
+/// A histogram series: its name, help and the replica's histogram.
+type Distribution = (&'static str, &'static str, fn(&Metrics) -> &Histogram);
+
 /// vLLM V1's histograms, in its bucket layouts.
-const HISTOGRAMS: [(&str, &str, fn(&Metrics) -> &Histogram); 9] = [
+const HISTOGRAMS: [Distribution; 9] = [
     (
         "vllm:iteration_tokens_total",
         "Number of tokens per engine_step.",

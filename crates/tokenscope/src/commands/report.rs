@@ -54,8 +54,69 @@ pub fn run(args: ReportArgs) -> anyhow::Result<Exit> {
     } else {
         Report::read(dir).map_err(|e| Exit::usage(e.to_string()))?
     };
-    // A sweep re-reported against other objectives or another SLO.
-    if let Report::Sweep(s) = &mut report {
+    rejudge(&args, &mut report)?;
+    write(&args, &report)?;
+    Ok(Exit::Success)
+}
+
+/// The report in the format asked for: a file (its path said), or the
+/// terminal's.
+fn write(args: &ReportArgs, report: &Report) -> anyhow::Result<()> {
+    let dir = &args.dir;
+    match (args.format, report) {
+        (ReportFormat::Html, Report::Run(run)) => done(write_file(
+            out(args, crate::run_dir::REPORT),
+            &html::run_page(run),
+        )?),
+        (ReportFormat::Html, Report::Sweep(s)) => done(write_file(
+            out(args, crate::run_dir::REPORT),
+            &html::sweep_page(s),
+        )?),
+        (ReportFormat::Md, _) => {
+            let text = match report {
+                Report::Run(run) => markdown::run(&run.results),
+                Report::Sweep(s) => markdown::sweep(s),
+            };
+            match &args.out {
+                Some(path) => done(write_file(path.clone(), &text)?),
+                None => crate::output::to_stdout(&text),
+            }
+        }
+        (ReportFormat::Csv, Report::Run(run)) => {
+            let path = out(args, "requests.csv");
+            let file = std::fs::File::create(&path)
+                .with_context(|| format!("writing {}", path.display()))?;
+            export::requests_csv(&run.dir, std::io::BufWriter::new(file))
+                .with_context(|| format!("writing {}", path.display()))?;
+            done(path)
+        }
+        (ReportFormat::Csv, Report::Sweep(s)) => {
+            done(write_file(out(args, "sweep.csv"), &export::sweep_csv(s)?)?)
+        }
+        (ReportFormat::Terminal, Report::Run(run)) => {
+            crate::output::to_stdout(&terminal::summary(&run.results))
+        }
+        (ReportFormat::Terminal, Report::Sweep(s)) => print_sweep(s),
+        (ReportFormat::Vllm | ReportFormat::Aiperf | ReportFormat::Guidellm, Report::Run(run)) => {
+            done(write_dialect(args, run)?)
+        }
+        (ReportFormat::Vllm | ReportFormat::Aiperf | ReportFormat::Guidellm, Report::Sweep(_)) => {
+            return Err(Exit::usage(format!(
+                "{}: a sweep; export each point's run directory ({}/<point>) instead",
+                dir.display(),
+                dir.display()
+            )))
+        }
+    }
+    Ok(())
+}
+
+/// A sweep re-reported against other objectives or another SLO, or a run
+/// against another SLO (by the same rule as when it ran), from the
+/// records; the files on disk are left as they are.
+fn rejudge(args: &ReportArgs, report: &mut Report) -> anyhow::Result<()> {
+    let dir = &args.dir;
+    if let Report::Sweep(s) = report {
         if args.slo.is_some() || args.series.target_load.is_some() || args.objectives_given() {
             let points = crate::run_dir::read_series(dir)?;
             s.analysis = crate::series::analyse(&points, &args.output(), &args.series);
@@ -67,8 +128,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<Exit> {
             }
         }
     }
-    // A run re-judged against another SLO, by the same rule as when it ran.
-    if let (Report::Run(run), Some(slo)) = (&mut report, &args.slo) {
+    if let (Report::Run(run), Some(slo)) = (report, &args.slo) {
         let mut again = tokenscope_core::metrics::Aggregator::new(Some(slo.clone()), None);
         for_each_record(dir, |r| again.add(&r)).map_err(|e| Exit::usage(e.to_string()))?;
         let measured = again.finish();
@@ -81,52 +141,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<Exit> {
             slo.describe()
         );
     }
-    match (args.format, &report) {
-        (ReportFormat::Html, Report::Run(run)) => done(write_file(
-            out(&args, crate::run_dir::REPORT),
-            &html::run_page(run),
-        )?),
-        (ReportFormat::Html, Report::Sweep(s)) => done(write_file(
-            out(&args, crate::run_dir::REPORT),
-            &html::sweep_page(s),
-        )?),
-        (ReportFormat::Md, _) => {
-            let text = match &report {
-                Report::Run(run) => markdown::run(&run.results),
-                Report::Sweep(s) => markdown::sweep(s),
-            };
-            match &args.out {
-                Some(path) => done(write_file(path.clone(), &text)?),
-                None => crate::output::to_stdout(&text),
-            }
-        }
-        (ReportFormat::Csv, Report::Run(run)) => {
-            let path = out(&args, "requests.csv");
-            let file = std::fs::File::create(&path)
-                .with_context(|| format!("writing {}", path.display()))?;
-            export::requests_csv(&run.dir, std::io::BufWriter::new(file))
-                .with_context(|| format!("writing {}", path.display()))?;
-            done(path)
-        }
-        (ReportFormat::Csv, Report::Sweep(s)) => {
-            done(write_file(out(&args, "sweep.csv"), &export::sweep_csv(s)?)?)
-        }
-        (ReportFormat::Terminal, Report::Run(run)) => {
-            crate::output::to_stdout(&terminal::summary(&run.results))
-        }
-        (ReportFormat::Terminal, Report::Sweep(s)) => print_sweep(s),
-        (ReportFormat::Vllm | ReportFormat::Aiperf | ReportFormat::Guidellm, Report::Run(run)) => {
-            done(write_dialect(&args, run)?)
-        }
-        (ReportFormat::Vllm | ReportFormat::Aiperf | ReportFormat::Guidellm, Report::Sweep(_)) => {
-            return Err(Exit::usage(format!(
-                "{}: a sweep; export each point's run directory ({}/<point>) instead",
-                dir.display(),
-                dir.display()
-            )))
-        }
-    }
-    Ok(Exit::Success)
+    Ok(())
 }
 
 /// A run in a peer tool's JSON dialect, under that tool's own file name.
