@@ -352,14 +352,8 @@ impl Runner {
         let (mut k, turns, mut round) = (0u32, w.session_turns(s), 0u32);
         let mut tool_wait = None;
         while k < turns {
-            if !history.is_empty() {
-                let at = self.clock.at(Duration::from_micros(intended));
-                tokio::select! {
-                    _ = self.cancel.cancelled() => break,
-                    _ = tokio::time::sleep_until(at.into()) => {}
-                }
-            }
-            if self.cancel.is_cancelled() || deadline.is_some_and(|d| Instant::now() >= d) {
+            let first = history.is_empty();
+            if !self.wait_for_turn(first, intended, deadline).await {
                 break;
             }
             let id = next_id.fetch_add(1, Ordering::Relaxed);
@@ -411,6 +405,20 @@ impl Runner {
         }
         tally.finish(&self.sink);
         intended
+    }
+
+    /// Waits until a turn is due at `intended` (µs; the first turn is sent
+    /// at once, its arrival already kept); false when the run was cancelled
+    /// or its deadline passed, and the session ends.
+    async fn wait_for_turn(&self, first: bool, intended: u64, deadline: Option<Instant>) -> bool {
+        if !first {
+            let at = self.clock.at(Duration::from_micros(intended));
+            tokio::select! {
+                _ = self.cancel.cancelled() => return false,
+                _ = tokio::time::sleep_until(at.into()) => {}
+            }
+        }
+        !self.cancel.is_cancelled() && deadline.is_none_or(|d| Instant::now() < d)
     }
 
     /// The results of an answer's tool calls (`--tool-result-tokens` of
