@@ -502,7 +502,19 @@ fn latency_lines(out: &mut String, r: &RunResults) {
         row(out, &from_schedule, l.ttft_from_scheduled_ms.as_ref());
     }
     turn_rows(out, &l.ttft_ms_by_turn);
-    if !tainted.is_empty() {
+    latency_notes(out, r, !tainted.is_empty(), phase);
+}
+
+/// The latency table's footnotes: `‡` a figure the client's lag may have
+/// moved, `§` a TTFT that hangs on how a closed loop's users lined up,
+/// `*` ITL split over chunks of several tokens.
+fn latency_notes(
+    out: &mut String,
+    r: &RunResults,
+    tainted: bool,
+    phase: Option<&tokenscope_core::results::Finding>,
+) {
+    if tainted {
         let _ = writeln!(
             out,
             "  ‡ the client was late (client_lag below): this figure may be off by its lag"
@@ -536,7 +548,6 @@ fn latency_lines(out: &mut String, r: &RunResults) {
     }
 }
 
-/// What was asked against what was delivered: lengths and arrivals.
 /// `--lora`: each adapter's figures, a row each.
 fn adapter_lines(out: &mut String, r: &RunResults) {
     let rows = crate::adapters::rows(r);
@@ -555,6 +566,7 @@ fn adapter_lines(out: &mut String, r: &RunResults) {
     }
 }
 
+/// What was asked against what was delivered: lengths and arrivals.
 fn workload_lines(out: &mut String, r: &RunResults) {
     let w = &r.workload;
     let mean = |s: &Option<Summary>| s.as_ref().map(|s| s.mean);
