@@ -11,7 +11,7 @@ use crate::traffic::Traffic;
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use tokenscope_core::record::{Chunk, RequestRecord, TokenSource};
+use tokenscope_core::record::{Chunk, ErrorKind, RequestRecord, TokenSource};
 
 /// One sample of the engine's state (virtual seconds since the start).
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -128,7 +128,7 @@ pub fn simulate_into(
         last_event = now;
         sampler.catch_up(&run, now);
         match event {
-            Event::Wire => run.receive(),
+            Event::Wire => run.receive(on_record),
             Event::Handed => run.hand_over(now),
             Event::Through => run.admit(now),
             Event::Evaluate => run.evaluate(now)?,
@@ -198,6 +198,8 @@ struct Run<'a> {
     records: std::collections::HashMap<u64, RequestRecord, IdHash>,
     routed: u64,
     tokens_total: u64,
+    /// The longest request an engine takes (`EngineConfig::max_model_len`).
+    max_len: u64,
 }
 
 impl<'a> Run<'a> {
@@ -230,6 +232,7 @@ impl<'a> Run<'a> {
             records: Default::default(),
             routed: 0,
             tokens_total: 0,
+            max_len: config.max_model_len(),
         })
     }
 
@@ -274,8 +277,9 @@ impl<'a> Run<'a> {
         Some((now, event))
     }
 
-    /// A request off the wire: its record opened, into the front end.
-    fn receive(&mut self) {
+    /// A request off the wire: its record opened, into the front end — or
+    /// refused there, when it is longer than an engine takes.
+    fn receive(&mut self, on_record: &mut dyn FnMut(RequestRecord)) {
         let a = self.traffic.pop().expect("one is due");
         let (load, delay) = (self.load, self.delay);
         let at = a.sent_us + delay;
@@ -290,8 +294,16 @@ impl<'a> Run<'a> {
         }
         rec.first_byte_at_us = Some(a.sent_us + 2 * delay);
         (rec.session, rec.turn) = (a.turn.map(|t| t.0), a.turn.map(|t| t.1));
-        self.records.insert(a.id, rec);
         let cost = front_end::Costs::of(self.config, input);
+        if input + a.max_output as u64 > self.max_len {
+            // The front end tokenizes the prompt before it can count it.
+            let counted = at + us(cost.serial_s).max(1);
+            refuse(&mut rec, self.max_len, counted + delay);
+            self.traffic.failed(a.id, rec.done_at_us);
+            on_record(rec);
+            return;
+        }
+        self.records.insert(a.id, rec);
         let after = us(self.jitter.front_end(cost.overlapped_s) + cost.ranks_s);
         let servers = self.fleet.iter().filter(|r| !r.retiring).count();
         self.front
@@ -776,6 +788,27 @@ fn new_record(id: u64, warmup: bool, at_us: u64, input: u64, max_output: u32) ->
         chunks: Vec::with_capacity(max_output.min(4096) as usize),
         ..RequestRecord::sent(id, at_us, at_us)
     }
+}
+
+/// A request longer than the engine takes (`max_len` tokens, prompt and
+/// answer), refused by the front end as vLLM's API server refuses it: a
+/// 400 the client has back at `done_us`.
+fn refuse(rec: &mut RequestRecord, max_len: u64, done_us: u64) {
+    let (prompt, answer) = (
+        rec.input_tokens.unwrap_or(0),
+        rec.requested_output_tokens.unwrap_or(0),
+    );
+    rec.status = Some(400);
+    rec.finish_reason = None;
+    rec.input_token_source = None;
+    rec.output_token_source = None;
+    rec.reasoning_tokens = None;
+    rec.error_kind = Some(ErrorKind::Http(400));
+    rec.error = Some(format!(
+        "This model's maximum context length is {max_len} tokens. However, you requested {} tokens ({prompt} in the messages, {answer} in the completion)",
+        prompt + answer
+    ));
+    (rec.first_byte_at_us, rec.done_at_us) = (Some(done_us), done_us);
 }
 
 /// The chunk that carries output token `reasoning` (0-based): the answer's first.

@@ -167,6 +167,8 @@ struct Shared {
     config: EngineConfig,
     kv_blocks: u64,
     kv_block_size: u32,
+    /// The longest request taken (`EngineConfig::max_model_len`); longer is a 400.
+    max_model_len: u64,
     model_json: String,
     /// When the modelled start-up ends.
     ready_at: Instant,
@@ -407,6 +409,7 @@ impl EngineServer {
             started: Instant::now(),
             gate,
             options,
+            max_model_len: config.max_model_len(),
             config,
             kv_blocks,
             kv_block_size,
@@ -681,7 +684,7 @@ async fn models(State(s): State<Arc<Shared>>) -> Response {
     }
     let body = format!(
         r#"{{"object":"list","data":[{{"id":{},"object":"model","owned_by":"tokenscope-sim","max_model_len":{}}}]}}"#,
-        s.model_json, s.config.model.max_context
+        s.model_json, s.max_model_len
     );
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
@@ -962,10 +965,10 @@ fn sizes(s: &Shared, ask: &Ask) -> Result<(u64, u64, u64), Box<Response>> {
         .ceil()
         .min(u32::MAX as f64 / 2.0) as u64;
     let prompt = ask.prompt_tokens.clamp(1, u32::MAX as u64 / 2);
-    if prompt + max_tokens > s.config.model.max_context as u64 {
+    let max_len = s.max_model_len;
+    if prompt + max_tokens > max_len {
         return Err(Box::new(bad_request(&format!(
-            "This model's maximum context length is {} tokens; the request asks for {} ({prompt} prompt + {max_tokens} output)",
-            s.config.model.max_context,
+            "This model's maximum context length is {max_len} tokens; the request asks for {} ({prompt} prompt + {max_tokens} output)",
             prompt + max_tokens
         ))));
     }
@@ -1010,7 +1013,7 @@ async fn pool(s: Arc<Shared>, body: Bytes, kind: Pooled) -> Response {
     if let Fault::Status(code) = s.options.faults.for_request(s.options.seed, first) {
         return injected_status(code);
     }
-    let max_context = s.config.model.max_context as u64;
+    let max_context = s.max_model_len;
     if let Some(&long) = seqs.iter().find(|&&n| n >= max_context) {
         return bad_request(&format!(
             "This model's maximum context length is {max_context} tokens; an input has {long}"

@@ -282,8 +282,13 @@ impl Searcher<'_> {
             true => cfg.engine = c.engine,
             false => cfg.set_engine(c.engine),
         }
+        cfg.check_tp()?;
         cfg.kv_blocks().map_err(|e| format!("does not fit: {e}"))?;
         let alone = self.eval(&cfg, LoadPattern::Closed { concurrency: 1 }, 1, Some(16))?;
+        if let Some(e) = alone.measured.counts.top_errors.first() {
+            // A request the engine refuses (longer than its context or cache).
+            return Err(format!("refuses the load's requests: {}", e.message));
+        }
         if let Some(o) = alone
             .objectives()
             .iter()
@@ -355,10 +360,7 @@ impl Searcher<'_> {
             failing = r;
             failed_eval = Some(e);
             if r >= max {
-                return Err(format!(
-                    "misses the SLO even with {max} replicas (--max-replicas): {}",
-                    missed(failed_eval.as_ref())
-                ));
+                return self.fewest_fleet(c, b).map(Some);
             }
             r = ((r as f64 * 1.5).ceil() as u32).max(r + 1).min(max);
         };
@@ -395,6 +397,40 @@ impl Searcher<'_> {
             (passing + 2).min(max),
             self.search.router.name()
         ))
+    }
+
+    /// When even `--max-replicas` shares of the load miss: the fleet itself
+    /// at that size, which its router may carry where a random share of the
+    /// arrivals does not (least-outstanding sends a burst to idle replicas);
+    /// if it meets the SLO, the fewest fleet that does, by bisection from
+    /// the throughput bound. An error when the whole fleet misses too.
+    fn fewest_fleet(&mut self, c: &Candidate, b: &Bound) -> Result<Sized, String> {
+        let (cfg, max) = (&b.cfg, self.search.max_replicas);
+        let mut passing = (max, self.fleet(cfg, max)?);
+        if !passing.1.met() {
+            return Err(format!(
+                "misses the SLO even with {max} replicas (--max-replicas): {}",
+                missed(Some(&passing.1))
+            ));
+        }
+        let (mut failing, mut failed_eval) = (b.low - 1, None);
+        while passing.0 - failing > 1 {
+            let mid = failing + (passing.0 - failing) / 2;
+            let e = self.fleet(cfg, mid)?;
+            if e.met() {
+                passing = (mid, e);
+            } else {
+                (failing, failed_eval) = (mid, Some(e));
+            }
+        }
+        let binding = match &failed_eval {
+            Some(e) => binding(e),
+            None => format!(
+                "throughput: {:.0} output tokens/s need {} replica(s) at ~{:.0} each at most",
+                b.needed_tps, b.low, b.capacity_tps
+            ),
+        };
+        Ok(self.sized(c, passing.0, &passing.1, binding))
     }
 
     /// A disaggregated shape's pools: the fewest replicas in all whose best

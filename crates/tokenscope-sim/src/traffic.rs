@@ -250,6 +250,18 @@ impl<'a> Traffic<'a> {
         }
     }
 
+    /// Request `id` failed (as the client has it at `at_us`): a session
+    /// cannot go on without its answer and ends; a closed-loop user sends
+    /// again.
+    pub fn failed(&mut self, id: u64, at_us: u64) {
+        if let Some((turn, _)) = self.in_flight.remove(&id) {
+            self.sessions.remove(&turn.session);
+        }
+        if matches!(self.load.pattern, LoadPattern::Closed { .. }) {
+            self.begin(at_us);
+        }
+    }
+
     /// Request `id`'s answer ended (as the client has it) at `at_us` after
     /// `output` tokens: a closed-loop user sends again, a session's next
     /// turn is due after the think time.

@@ -834,3 +834,88 @@ fn tensor_parallel_4_at_batch_1_pays_its_per_request_overhead() {
         (trtllm(8) - 3.0 * trtllm(2)).abs() < 1e-9 && (trtllm(4) - 2.0 * trtllm(2)).abs() < 1e-9
     );
 }
+
+/// A request longer than the engine takes — the model's context, or the
+/// KV cache when that holds less — is refused with a 400 as vLLM's API
+/// server refuses it, instead of waiting forever for blocks that never come
+/// free; the others are served. A session ends at its refused turn.
+#[test]
+fn a_request_longer_than_the_engine_takes_is_refused_and_the_rest_are_served() {
+    let cat = Catalogue::builtin();
+    let cfg = EngineConfig::new(cat.model("llama-3.1-8b").unwrap(), cat.gpu("l4").unwrap());
+    let max_len = cfg.max_model_len();
+    let cache = cfg.kv_blocks().unwrap() * cfg.block_size as u64;
+    assert_eq!(max_len, cache, "the L4's cache holds less than 128K");
+    assert!(max_len < 131_072 && max_len > 10_000, "{max_len}");
+
+    // Prompts on both sides of the limit.
+    let mut l = load(closed(4), 60, 0, 100);
+    l.workload.input = LengthSpec::Uniform(max_len / 2, max_len * 3 / 2);
+    let out = run(&cfg, &l);
+    assert_eq!(out.records.len(), 60, "every request has its record");
+    let (refused, served): (Vec<_>, Vec<_>) =
+        out.records.iter().partition(|r| r.error_kind.is_some());
+    assert!(!refused.is_empty() && !served.is_empty());
+    for r in &refused {
+        let asked = r.input_tokens.unwrap() + 100;
+        assert!(asked > max_len, "{r:?}");
+        assert_eq!(r.status, Some(400));
+        assert!(r.error.as_ref().unwrap().contains("maximum context length"));
+        assert_eq!(r.output_tokens, 0);
+    }
+    for r in &served {
+        assert!(r.input_tokens.unwrap() + 100 <= max_len);
+        assert_eq!(r.output_tokens, 100);
+    }
+
+    // Sessions whose context grows past it: each ends at its refused turn.
+    let mut l = load(closed(2), 40, 3000, 500);
+    l.workload.multi_turn = Some(tokenscope_workload::session::MultiTurn {
+        turns: LengthSpec::Fixed(20),
+        think_time: Default::default(),
+        tools: Default::default(),
+    });
+    let out = run(&cfg, &l);
+    let mut by_session = std::collections::BTreeMap::<u64, Vec<&RequestRecord>>::new();
+    for r in &out.records {
+        by_session.entry(r.session.unwrap()).or_default().push(r);
+    }
+    assert!(by_session.len() >= 2, "sessions went on after a refusal");
+    let mut ended = 0;
+    for turns in by_session.values_mut() {
+        turns.sort_by_key(|r| r.turn);
+        let first_refused = turns.iter().position(|r| r.error_kind.is_some());
+        if let Some(i) = first_refused {
+            ended += 1;
+            assert_eq!(i + 1, turns.len(), "no turn after a refused one");
+            let r = turns[i];
+            assert!(r.input_tokens.unwrap() + 500 > max_len, "{r:?}");
+            assert!(i > 0, "the first turns fit");
+        }
+    }
+    assert!(ended >= 2, "{ended} sessions reached the limit");
+}
+
+/// vLLM splits the attention heads evenly over the GPUs and refuses a TP
+/// that does not divide them; so does the simulator.
+#[test]
+fn a_tensor_parallel_degree_that_does_not_divide_the_heads_is_refused() {
+    let cat = Catalogue::builtin();
+    let mut cfg = EngineConfig::new(
+        cat.model("qwen2.5-7b").unwrap(),
+        cat.gpu("h100-sxm").unwrap(),
+    );
+    for (tp, ok) in [
+        (1, true),
+        (2, true),
+        (4, true),
+        (7, true),
+        (8, false),
+        (3, false),
+    ] {
+        cfg.tp = tp;
+        assert_eq!(cfg.check_tp().is_ok(), ok, "TP {tp} of 28 heads");
+    }
+    cfg.tp = 8;
+    assert!(cfg.check_tp().unwrap_err().contains("28 attention heads"));
+}

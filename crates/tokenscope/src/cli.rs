@@ -352,10 +352,10 @@ pub struct EngineArgs {
     #[arg(long, default_value_t = 0.9, value_parser = probability)]
     pub gpu_memory_utilization: f64,
     /// Running sequences at most (default: vLLM's for the GPU).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_num_seqs: Option<u32>,
     /// Token budget per step (default: vLLM's for the GPU).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_num_batched_tokens: Option<u32>,
     #[arg(long)]
     pub no_prefix_caching: bool,

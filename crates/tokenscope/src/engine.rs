@@ -41,6 +41,8 @@ pub fn engine_config(a: &EngineArgs) -> anyhow::Result<EngineConfig> {
     if let Some(text) = &a.spec_decode {
         cfg.spec = Some(parse_spec(text, a.catalogue.as_deref())?);
     }
+    cfg.check_tp()
+        .map_err(|e| Exit::usage(format!("--tp: {e}")))?;
     cfg.kv_blocks().map_err(Exit::usage)?;
     Ok(cfg)
 }

@@ -549,3 +549,64 @@ fn a_served_static_batch_is_prefilled_together() {
         "one batch has one prefill step: {prefill_ms:?}"
     );
 }
+
+/// A prompt the cache cannot hold is refused with a 400, as vLLM refuses a
+/// request over its max_model_len, and the engine goes on serving: before,
+/// it waited forever for blocks that never come free, holding up every
+/// request behind it. `/v1/models` says the length it takes.
+#[test]
+fn a_prompt_longer_than_the_cache_holds_is_refused_and_the_engine_serves_on() {
+    let mut config = default_engine();
+    config.gpu_memory_utilization = 0.25; // ~16K tokens of KV, under the 128K context
+    let max_len = config.max_model_len();
+    assert!(max_len < 131_072);
+    let engine = Engine::start(config);
+    let models = http_get(&format!("{}/v1/models", engine.url));
+    assert!(
+        models.contains(&format!("\"max_model_len\":{max_len}")),
+        "{models}"
+    );
+    let bench = |input: u64, name: &str| {
+        let out = run_dir(name);
+        let o = tokenscope()
+            .args([
+                "bench",
+                "--url",
+                &engine.url,
+                "--quiet",
+                "--concurrency",
+                "2",
+            ])
+            .args([
+                "--requests",
+                "4",
+                "--output-tokens",
+                "8",
+                "--timeout",
+                "30s",
+            ])
+            .args(["--input-tokens", &input.to_string(), "--out"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        (o, records(&out))
+    };
+    let (_, refused) = bench(max_len + 1000, "engine-too-long");
+    assert_eq!(refused.len(), 4);
+    for r in &refused {
+        assert_eq!(r["error_kind"], "http_400", "{r}");
+        assert!(
+            r["error"]
+                .as_str()
+                .unwrap()
+                .contains("maximum context length"),
+            "{r}"
+        );
+    }
+    let (o, served) = bench(512, "engine-after-refusals");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        served.iter().all(|r| r["error_kind"].is_null()),
+        "{served:?}"
+    );
+}

@@ -287,3 +287,65 @@ fn a_reasoning_workload_is_sized_by_its_answer_start_and_needs_more() {
         "{thinking_ms} ms thinking, 512 × TPOT = {decode_ms} ms"
     );
 }
+
+/// 100,000-token prompts at 2 req/s: one replica given a random share of
+/// the arrivals (rate ÷ `--max-replicas`) misses TTFT p99, yet the fleet
+/// behind the least-outstanding router, which sends a burst to idle
+/// replicas, meets it. `sim size` gives that fleet (it said "misses even
+/// with 40 replicas" before), and the command it lists meets the SLO. An
+/// L4, whose KV cache holds less than one such request, is left out: its
+/// engine refuses them.
+#[test]
+fn a_fleet_its_router_carries_is_sized_though_a_random_share_misses() {
+    let load = [
+        "--model",
+        "llama-3.1-8b",
+        "--input-tokens",
+        "100000",
+        "--slo",
+        "ttft_p99=20s",
+    ];
+    let shapes = ["--gpu", "h100-sxm,l4", "--tp", "1", "--dtype", "bf16"];
+    let (code, doc, err) =
+        size(&[&load[..], &shapes, &["--rate", "2", "--max-replicas", "40"]].concat());
+    assert_eq!(code, Some(0), "{err}");
+    // The share at 40 replicas misses on its own.
+    let dir = run_dir("size-share");
+    let share = plan(
+        &[
+            &load[..],
+            &["--gpu", "h100-sxm", "--rate", "0.05", "--requests", "200"],
+        ]
+        .concat(),
+        &dir.join("share"),
+    );
+    assert_eq!(
+        share.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&share.stderr)
+    );
+    let options = doc["report"]["options"].as_array().unwrap();
+    assert_eq!(options.len(), 1, "{doc:#}");
+    let replicas = options[0]["replicas"].as_u64().unwrap();
+    assert!((1..=40).contains(&replicas), "{doc:#}");
+    let cmd = doc["commands"][0].as_str().unwrap();
+    let words: Vec<&str> = cmd.split_whitespace().collect();
+    let run = plan(&words[3..], &dir.join("option"));
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{cmd}: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let rejected = doc["report"]["rejected"].as_array().unwrap();
+    let l4 = rejected
+        .iter()
+        .find(|r| r["candidate"].as_str().unwrap().contains("l4"))
+        .expect("the L4 is left out");
+    let why = l4["why"].as_str().unwrap();
+    assert!(
+        why.contains("refuses") && why.contains("maximum context length"),
+        "{why}"
+    );
+}

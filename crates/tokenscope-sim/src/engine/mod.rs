@@ -154,6 +154,35 @@ impl EngineConfig {
         Ok((available / block_bytes).floor() as u64)
     }
 
+    /// The longest request (prompt and answer) the engine takes: the model's
+    /// context, or what its KV cache holds when that is less — as if started
+    /// with that `--max-model-len` (vLLM refuses to start when one sequence
+    /// of the model's whole context cannot fit its cache). A longer request
+    /// is refused (400), as a server refuses it; one let in would wait
+    /// forever for blocks that never come free.
+    pub fn max_model_len(&self) -> u64 {
+        let cache = self.kv_blocks().unwrap_or(0) * self.block_size as u64;
+        (self.model.max_context as u64).min(cache)
+    }
+
+    /// Tensor parallelism splits the attention heads evenly over the GPUs:
+    /// vLLM refuses a TP that does not divide them (and so does this).
+    pub fn check_tp(&self) -> Result<(), String> {
+        let heads = self.model.heads;
+        match heads % self.tp {
+            0 => Ok(()),
+            _ => Err(format!(
+                "TP {} does not divide {}'s {heads} attention heads (vLLM refuses it); take a TP that does, e.g. {}",
+                self.tp,
+                self.model.name,
+                (1..=self.tp.min(heads))
+                    .rev()
+                    .find(|t| heads % t == 0 && t.is_power_of_two())
+                    .unwrap_or(1)
+            )),
+        }
+    }
+
     /// A one-line description for reports.
     pub fn describe(&self) -> String {
         let mut engine = match self.engine {
