@@ -68,7 +68,14 @@ where
         .route("/v2/models/{model}/generate", answer(Some(Dialect::Triton)))
         .route("/v1/embeddings", pooled(Pooled::Embeddings))
         .route("/v1/rerank", pooled(Pooled::Rerank))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
+
+/// The largest request body taken. axum's default (2 MB) answered a
+/// million-token prompt with a 413 before the engine could refuse it by
+/// its length, as a vLLM server (which sets no such limit) does; 256 MB
+/// holds any context and a prompt's images in base64.
+const MAX_BODY_BYTES: usize = 256 << 20;
 
 /// A request body as JSON, whatever its Content-Type; the error says why not.
 pub fn parse_body(body: &[u8]) -> Result<serde_json::Value, String> {
