@@ -177,7 +177,7 @@ impl EngineConfig {
                 self.model.name,
                 (1..=self.tp.min(heads))
                     .rev()
-                    .find(|t| heads % t == 0 && t.is_power_of_two())
+                    .find(|t| heads.is_multiple_of(*t) && t.is_power_of_two())
                     .unwrap_or(1)
             )),
         }
