@@ -896,10 +896,11 @@ fn a_request_longer_than_the_engine_takes_is_refused_and_the_rest_are_served() {
     assert!(ended >= 2, "{ended} sessions reached the limit");
 }
 
-/// vLLM splits the attention heads evenly over the GPUs and refuses a TP
-/// that does not divide them; so does the simulator.
+/// vLLM splits the attention heads evenly over the GPUs, and the KV heads
+/// too or each over whole GPUs, and refuses a TP that does neither; so
+/// does the simulator. Qwen2.5-7B: 28 heads, 4 KV heads.
 #[test]
-fn a_tensor_parallel_degree_that_does_not_divide_the_heads_is_refused() {
+fn a_tensor_parallel_degree_that_does_not_split_the_heads_is_refused() {
     let cat = Catalogue::builtin();
     let mut cfg = EngineConfig::new(
         cat.model("qwen2.5-7b").unwrap(),
@@ -909,13 +910,24 @@ fn a_tensor_parallel_degree_that_does_not_divide_the_heads_is_refused() {
         (1, true),
         (2, true),
         (4, true),
-        (7, true),
-        (8, false),
+        (7, false), // 28 heads split, 4 KV heads do not
+        (8, false), // 28 heads do not
         (3, false),
     ] {
         cfg.tp = tp;
-        assert_eq!(cfg.check_tp().is_ok(), ok, "TP {tp} of 28 heads");
+        assert_eq!(cfg.check_tp().is_ok(), ok, "TP {tp}");
     }
     cfg.tp = 8;
-    assert!(cfg.check_tp().unwrap_err().contains("28 attention heads"));
+    let why = cfg.check_tp().unwrap_err();
+    assert!(
+        why.contains("28 attention heads") && why.ends_with("TP 1, 2, 4"),
+        "{why}"
+    );
+    // Fewer KV heads than GPUs: each is copied to TP ÷ KV heads of them.
+    let mut cfg = EngineConfig::new(
+        cat.model("llama-3.1-70b").unwrap(),
+        cat.gpu("h100-sxm").unwrap(),
+    );
+    cfg.tp = 16; // 64 heads, 8 KV heads
+    assert!(cfg.check_tp().is_ok());
 }

@@ -165,22 +165,33 @@ impl EngineConfig {
         (self.model.max_context as u64).min(cache)
     }
 
-    /// Tensor parallelism splits the attention heads evenly over the GPUs:
-    /// vLLM refuses a TP that does not divide them (and so does this).
+    /// Tensor parallelism splits the attention heads evenly over the GPUs,
+    /// and the KV heads too (or copies each to TP ÷ KV heads GPUs when there
+    /// are fewer): vLLM refuses a TP that does neither, and so does this.
     pub fn check_tp(&self) -> Result<(), String> {
-        let heads = self.model.heads;
-        match heads % self.tp {
-            0 => Ok(()),
-            _ => Err(format!(
-                "TP {} does not divide {}'s {heads} attention heads (vLLM refuses it); take a TP that does, e.g. {}",
-                self.tp,
-                self.model.name,
-                (1..=self.tp.min(heads))
-                    .rev()
-                    .find(|t| heads.is_multiple_of(*t) && t.is_power_of_two())
-                    .unwrap_or(1)
-            )),
+        let fits = |tp: u32| {
+            let kv = self.model.kv_heads.max(1);
+            let kv_split = match self.model.mla {
+                Some(_) => true, // one latent KV shared by every head
+                None if kv >= tp => kv.is_multiple_of(tp),
+                None => tp.is_multiple_of(kv),
+            };
+            self.model.heads.is_multiple_of(tp) && kv_split
+        };
+        if fits(self.tp) {
+            return Ok(());
         }
+        let (heads, kv) = (self.model.heads, self.model.kv_heads);
+        let fitting: Vec<String> = (1..=heads)
+            .filter(|&t| fits(t) && t <= 16)
+            .map(|t| t.to_string())
+            .collect();
+        Err(format!(
+            "TP {} does not split {}'s {heads} attention heads and {kv} KV heads evenly (vLLM refuses it); it takes TP {}",
+            self.tp,
+            self.model.name,
+            fitting.join(", ")
+        ))
     }
 
     /// A one-line description for reports.
