@@ -71,7 +71,7 @@ fn dot(h: Health) -> String {
 }
 
 /// A card: a title, a colour (its worst row), rows of (health, name, value, note).
-fn card(out: &mut String, title: &str, rows: &[(Health, String, String, String)]) {
+fn card(out: &mut String, title: &str, rows: &[Row]) {
     let worst = rows.iter().map(|r| r.0).max().unwrap_or(Health::Unknown);
     let _ = write!(
         out,
@@ -102,7 +102,25 @@ fn limit(r: &RunResults, metric: &str, stat: &str) -> Option<f64> {
     })
 }
 
+/// A card's row: its health (the colour), name, value and note.
+type Row = (Health, String, String, String);
+
+/// A row with no judgement of its health.
+fn plain(name: &str, value: String, note: &str) -> Row {
+    (Health::Unknown, name.into(), value, note.into())
+}
+
+/// The three cards at the top of a run's page.
 fn cards(out: &mut String, r: &RunResults) {
+    out.push_str("<div class=\"cards\">");
+    card(out, "Latency", &latency_rows(r));
+    card(out, "Throughput", &throughput_rows(r));
+    card(out, "Efficiency", &efficiency_rows(r));
+    out.push_str("</div>");
+}
+
+/// The latencies' medians and tails, each judged against its SLO limit.
+fn latency_rows(r: &RunResults) -> Vec<Row> {
     let l = &r.latency;
     let mut lat = Vec::new();
     let mut add = |name: &str, metric: &str, s: Option<Summary>, stat: &str| {
@@ -132,32 +150,24 @@ fn cards(out: &mut String, r: &RunResults) {
     }
     add("ITL", "itl", l.itl_ms, "p99");
     add("E2E", "e2e", l.e2e_ms, "p99");
-    let t = &r.throughput;
-    let c = &r.counts;
+    lat
+}
+
+/// The rates, the concurrency held, and the failures with their kinds.
+fn throughput_rows(r: &RunResults) -> Vec<Row> {
+    let (t, c) = (&r.throughput, &r.counts);
     let mut thr = vec![
-        (
-            Health::Unknown,
-            "output tokens/s".into(),
+        plain(
+            "output tokens/s",
             format!("{:.1}", t.output_tokens_per_s),
-            String::new(),
+            "",
         ),
-        (
-            Health::Unknown,
-            "total tokens/s".into(),
-            format!("{:.1}", t.total_tokens_per_s),
-            String::new(),
-        ),
-        (
-            Health::Unknown,
-            "requests/s".into(),
-            format!("{:.2}", t.requests_per_s),
-            String::new(),
-        ),
-        (
-            Health::Unknown,
-            "concurrency".into(),
+        plain("total tokens/s", format!("{:.1}", t.total_tokens_per_s), ""),
+        plain("requests/s", format!("{:.2}", t.requests_per_s), ""),
+        plain(
+            "concurrency",
             format!("{:.1} mean, {} max", t.concurrency.mean, t.concurrency.max),
-            String::new(),
+            "",
         ),
         (
             health::failures(c.failed, c.requests),
@@ -171,24 +181,24 @@ fn cards(out: &mut String, r: &RunResults) {
         ),
     ];
     if let Some(items) = t.items_per_s {
-        thr.push((
-            Health::Unknown,
-            "items/s".into(),
-            format!("{items:.1}"),
-            format!(
-                "vectors embedded or documents scored; {:.1} input tokens/s",
-                t.input_tokens_per_s
-            ),
-        ));
+        let note = format!(
+            "vectors embedded or documents scored; {:.1} input tokens/s",
+            t.input_tokens_per_s
+        );
+        thr.push(plain("items/s", format!("{items:.1}"), &note));
     }
     if let Some(g) = t.goodput_requests_per_s {
-        thr.push((
-            Health::Unknown,
-            "goodput requests/s".into(),
+        thr.push(plain(
+            "goodput requests/s",
             format!("{g:.2}"),
-            "meeting every SLO".into(),
+            "meeting every SLO",
         ));
     }
+    thr
+}
+
+/// The GPU, the KV cache, the cost and the client's own CPU, where known.
+fn efficiency_rows(r: &RunResults) -> Vec<Row> {
     let e = &r.efficiency;
     let mut eff = Vec::new();
     if let Some(g) = &e.gpu {
@@ -197,12 +207,7 @@ fn cards(out: &mut String, r: &RunResults) {
             eff.push((h, "GPU utilisation".into(), format!("{u:.0} %"), why.into()));
         }
         if let Some(p) = g["power_w_mean"].as_f64() {
-            eff.push((
-                Health::Unknown,
-                "GPU power".into(),
-                format!("{p:.0} W"),
-                String::new(),
-            ));
+            eff.push(plain("GPU power", format!("{p:.0} W"), ""));
         }
     }
     if let Some(k) = &e.kv_cache {
@@ -224,58 +229,52 @@ fn cards(out: &mut String, r: &RunResults) {
         }
     }
     if let Some(cost) = &e.cost {
-        if let Some(c1k) = cost.usd_per_1k_output_tokens {
-            eff.push((
-                Health::Unknown,
-                "cost per 1K output tokens".into(),
-                format!("${c1k:.5}"),
-                format!("${:.2}/GPU-h × {}", cost.usd_per_gpu_hour, cost.gpus),
-            ));
-        }
-        let more = [
-            (
-                "cost per 1K answer tokens",
-                cost.usd_per_1k_answer_tokens,
-                "thinking paid, not read",
-            ),
-            (
-                "cost per answer",
-                cost.usd_per_answer,
-                "per request that answered",
-            ),
-        ];
-        for (name, value, note) in more {
-            if let Some(v) = value {
-                eff.push((
-                    Health::Unknown,
-                    name.into(),
-                    format!("${v:.5}"),
-                    note.into(),
-                ));
-            }
-        }
+        eff.extend(cost_rows(cost));
     }
     if let Some(cpu) = r.client.cpu_cores {
-        eff.push((
-            Health::Unknown,
-            "client cores busy".into(),
-            format!("{cpu:.2}"),
-            "the load generator's own CPU".into(),
-        ));
+        let note = "the load generator's own CPU";
+        eff.push(plain("client cores busy", format!("{cpu:.2}"), note));
     }
     if eff.is_empty() {
-        eff.push((
-            Health::Unknown,
-            "no GPU, KV or cost figures".into(),
+        eff.push(plain(
+            "no GPU, KV or cost figures",
             "—".into(),
-            "give --gpu-price or --gpu-type; a server exposing /metrics adds KV".into(),
+            "give --gpu-price or --gpu-type; a server exposing /metrics adds KV",
         ));
     }
-    out.push_str("<div class=\"cards\">");
-    card(out, "Latency", &lat);
-    card(out, "Throughput", &thr);
-    card(out, "Efficiency", &eff);
-    out.push_str("</div>");
+    eff
+}
+
+/// What the tokens cost: per 1K output tokens, per 1K answer tokens and
+/// per answer, where known.
+fn cost_rows(cost: &tokenscope_core::cost::Cost) -> Vec<Row> {
+    let mut rows = Vec::new();
+    if let Some(c1k) = cost.usd_per_1k_output_tokens {
+        let note = format!("${:.2}/GPU-h × {}", cost.usd_per_gpu_hour, cost.gpus);
+        rows.push(plain(
+            "cost per 1K output tokens",
+            format!("${c1k:.5}"),
+            &note,
+        ));
+    }
+    let more = [
+        (
+            "cost per 1K answer tokens",
+            cost.usd_per_1k_answer_tokens,
+            "thinking paid, not read",
+        ),
+        (
+            "cost per answer",
+            cost.usd_per_answer,
+            "per request that answered",
+        ),
+    ];
+    for (name, value, note) in more {
+        if let Some(v) = value {
+            rows.push(plain(name, format!("${v:.5}"), note));
+        }
+    }
+    rows
 }
 
 /// Points of a time series: (seconds into the run, value).
