@@ -512,7 +512,21 @@ pub fn run_page(run: &Run) -> String {
     header(&mut out, "run", r);
     verdict(&mut out, r);
     cards(&mut out, r);
+    distribution_charts(&mut out, run);
+    time_charts(&mut out, run);
+    out.push_str("<h2>Diagnosis</h2>");
+    findings(&mut out, &r.diagnosis);
+    workload(&mut out, r);
+    adapters(&mut out, r);
+    answer_sections(&mut out, r);
+    settings(&mut out, r);
+    page(&format!("tokenscope run — {}", r.target.model), &out)
+}
 
+/// Each latency's CDF (per request, or per token for ITL) with its SLO
+/// limit, and its histogram.
+fn distribution_charts(out: &mut String, run: &Run) {
+    let r = &run.results;
     out.push_str("<h2>Distributions</h2><div class=\"charts\">");
     for Values {
         name,
@@ -526,7 +540,7 @@ pub fn run_page(run: &Run) -> String {
             false => "share of requests ≤ x",
         };
         chart(
-            &mut out,
+            out,
             charts::cdf_weighted(
                 &format!("{name}: CDF"),
                 &unit,
@@ -538,7 +552,7 @@ pub fn run_page(run: &Run) -> String {
         );
         let (values, weights): (Vec<f64>, Vec<f64>) = buckets.into_iter().unzip();
         chart(
-            &mut out,
+            out,
             charts::histogram(
                 &format!("{name}: histogram"),
                 &unit,
@@ -549,7 +563,12 @@ pub fn run_page(run: &Run) -> String {
         );
     }
     out.push_str("</div>");
+}
 
+/// The run over time: load, replicas, TTFT, tokens/s, the server's queue
+/// and KV cache, the GPU, and the client's own event-loop delay; a chart
+/// with no source says why.
+fn time_charts(out: &mut String, run: &Run) {
     out.push_str("<h2>Over time</h2><div class=\"charts\">");
     let (in_flight, tokens) = client_series(run);
     let load = nonempty(vec![
@@ -558,7 +577,7 @@ pub fn run_page(run: &Run) -> String {
         ("waiting (server)".into(), column(run, "waiting", 1.0)),
     ]);
     chart(
-        &mut out,
+        out,
         charts::xy(
             &time_axes("Requests in flight and waiting", "requests"),
             &load,
@@ -571,7 +590,7 @@ pub fn run_page(run: &Run) -> String {
     if replicas.iter().any(|&(_, n)| n != replicas[0].1) {
         let series = nonempty(vec![("replicas serving".into(), replicas)]);
         chart(
-            &mut out,
+            out,
             charts::xy(&time_axes("Replicas serving", "replicas"), &series, &[]),
             "no replicas",
         );
@@ -579,7 +598,7 @@ pub fn run_page(run: &Run) -> String {
     let (p50, p99) = ttft_by_send_time(run);
     let ttft = nonempty(vec![("TTFT p50".into(), p50), ("TTFT p99".into(), p99)]);
     chart(
-        &mut out,
+        out,
         charts::xy(
             &time_axes("TTFT by when the request was sent", "ms"),
             &ttft,
@@ -592,10 +611,18 @@ pub fn run_page(run: &Run) -> String {
         ("generated (server)".into(), server_tokens_per_s(run)),
     ]);
     chart(
-        &mut out,
+        out,
         charts::xy(&time_axes("Output tokens/s", "tokens/s"), &tps, &[]),
         "no tokens",
     );
+    server_time_charts(out, run);
+    out.push_str("</div>");
+}
+
+/// The server's queue and KV cache, the GPU and the client's loop delay
+/// over time; a chart with no source says why.
+fn server_time_charts(out: &mut String, run: &Run) {
+    let r = &run.results;
     let server_missing = if run.timeseries.is_empty() {
         "not sampled: the run read no /metrics (--no-metrics or none given)"
     } else {
@@ -606,7 +633,7 @@ pub fn run_page(run: &Run) -> String {
         column(run, "queue_time_mean_ms", 1.0),
     )]);
     chart(
-        &mut out,
+        out,
         charts::xy(&time_axes("Server queue time", "ms"), &queue, &[]),
         &format!("Queue time: {server_missing}"),
     );
@@ -615,7 +642,7 @@ pub fn run_page(run: &Run) -> String {
         column(run, "kv_usage", 100.0),
     )]);
     chart(
-        &mut out,
+        out,
         charts::xy(&time_axes("KV-cache usage", "%"), &kv, &[]),
         &format!("KV-cache usage: {server_missing}"),
     );
@@ -627,7 +654,7 @@ pub fn run_page(run: &Run) -> String {
         ("GPU power (W)".into(), column(run, "gpu_power_w", 1.0)),
     ]);
     chart(
-        &mut out,
+        out,
         charts::xy(&time_axes("GPU utilisation and power", "% · W"), &gpu, &[]),
         "GPU utilisation and power: no GPU source (--gpu local, or a DCGM exporter with --metrics-url)",
     );
@@ -639,7 +666,7 @@ pub fn run_page(run: &Run) -> String {
         .collect();
     let delay = nonempty(vec![("worst wake-up in the second".into(), delay)]);
     chart(
-        &mut out,
+        out,
         charts::xy(
             &time_axes("Client event-loop delay (a 1 ms timer)", "ms"),
             &delay,
@@ -647,12 +674,11 @@ pub fn run_page(run: &Run) -> String {
         ),
         "Client loop delay: not measured (a simulated run, or one before it was)",
     );
-    out.push_str("</div>");
+}
 
-    out.push_str("<h2>Diagnosis</h2>");
-    findings(&mut out, &r.diagnosis);
-    workload(&mut out, r);
-    adapters(&mut out, r);
+/// Media, and what the answers were checked for (formats, tool calls,
+/// grades, sessions): a list each, where there is one.
+fn answer_sections(out: &mut String, r: &RunResults) {
     let media = ("Media".to_string(), crate::media::lines(r));
     for (title, lines) in std::iter::once(media).chain(crate::answers::sections(r)) {
         if lines.is_empty() {
@@ -664,8 +690,6 @@ pub fn run_page(run: &Run) -> String {
         }
         out.push_str("</ul>");
     }
-    settings(&mut out, r);
-    page(&format!("tokenscope run — {}", r.target.model), &out)
 }
 
 /// What the run asked of the server against what it delivered.
