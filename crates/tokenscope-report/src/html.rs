@@ -788,19 +788,21 @@ pub fn sweep_page(s: &Sweep) -> String {
     if let Some(first) = s.points.first() {
         header(&mut out, "sweep", &first.results);
     }
-    let loads: Vec<f64> = a.series.iter().map(|p| p.load).collect();
-    let log_x = loads.iter().all(|&l| l > 0.0)
-        && loads.iter().copied().fold(0.0, f64::max)
-            / loads.iter().copied().fold(f64::INFINITY, f64::min)
-            >= 8.0;
-    let load_name = if s.points.iter().any(|p| p.point.starts_with("rate")) {
-        "requests/s offered"
-    } else {
-        "concurrency"
-    };
     conclusions(&mut out, a);
-
     out.push_str("<h2>Throughput against latency</h2><div class=\"charts\">");
+    frontier_chart(&mut out, a);
+    load_charts(&mut out, s);
+    out.push_str("</div>");
+    points_table(&mut out, s);
+    if let Some(first) = s.points.first() {
+        settings(&mut out, &first.results);
+    }
+    page("tokenscope sweep", &out)
+}
+
+/// Output tokens/s against TTFT p99 for every point, the Pareto frontier
+/// through them, and the knee and each recommendation marked.
+fn frontier_chart(out: &mut String, a: &Analysis) {
     let all: Vec<(f64, f64)> = a
         .series
         .iter()
@@ -824,7 +826,7 @@ pub fn sweep_page(s: &Sweep) -> String {
         }
     }
     chart(
-        &mut out,
+        out,
         charts::xy(
             &Axes {
                 title: "Output tokens/s against TTFT p99",
@@ -848,6 +850,22 @@ pub fn sweep_page(s: &Sweep) -> String {
         ),
         "no points",
     );
+}
+
+/// Throughput, latency, cost and the GPU and KV cache against the load
+/// (log-scaled when it spans 8× or more).
+fn load_charts(out: &mut String, s: &Sweep) {
+    let a = &s.analysis;
+    let loads: Vec<f64> = a.series.iter().map(|p| p.load).collect();
+    let log_x = loads.iter().all(|&l| l > 0.0)
+        && loads.iter().copied().fold(0.0, f64::max)
+            / loads.iter().copied().fold(f64::INFINITY, f64::min)
+            >= 8.0;
+    let load_name = if s.points.iter().any(|p| p.point.starts_with("rate")) {
+        "requests/s offered"
+    } else {
+        "concurrency"
+    };
     let by_load =
         |f: &dyn Fn(&tokenscope_core::analysis::Point) -> Option<f64>| -> Vec<(f64, f64)> {
             a.series
@@ -868,7 +886,7 @@ pub fn sweep_page(s: &Sweep) -> String {
         style: Style::LineAndPoints,
     };
     chart(
-        &mut out,
+        out,
         charts::xy(
             &axes("Throughput against load", "tokens/s"),
             &[
@@ -883,7 +901,7 @@ pub fn sweep_page(s: &Sweep) -> String {
         "no points",
     );
     chart(
-        &mut out,
+        out,
         charts::xy(
             &axes("Latency against load", "ms"),
             &[
@@ -895,7 +913,7 @@ pub fn sweep_page(s: &Sweep) -> String {
         "no points",
     );
     chart(
-        &mut out,
+        out,
         charts::xy(
             &axes("Cost per 1K output tokens against load", "$ per 1K tokens"),
             &[lp("cost per 1K", by_load(&|p| p.cost_per_1k))],
@@ -912,7 +930,7 @@ pub fn sweep_page(s: &Sweep) -> String {
     ];
     let util: Vec<Series> = util.into_iter().filter(|s| !s.points.is_empty()).collect();
     chart(
-        &mut out,
+        out,
         charts::xy(
             &axes("GPU utilisation and KV usage against load", "%"),
             &util,
@@ -920,8 +938,11 @@ pub fn sweep_page(s: &Sweep) -> String {
         ),
         "GPU utilisation and KV usage: the server exposed neither",
     );
-    out.push_str("</div>");
+}
 
+/// A row per point run, linked to its own report.
+fn points_table(out: &mut String, s: &Sweep) {
+    let a = &s.analysis;
     out.push_str("<h2>Points</h2><table><tr><th>point</th><th>output tok/s</th><th>TTFT p50</th><th>TTFT p99</th><th>TPOT p99</th><th>E2E p99</th><th>failed</th><th>frontier</th><th>run</th></tr>");
     for (n, p) in s.points.iter().enumerate() {
         // Repeated runs of a load share its analysed point.
@@ -951,8 +972,4 @@ pub fn sweep_page(s: &Sweep) -> String {
         );
     }
     out.push_str("</table>");
-    if let Some(first) = s.points.first() {
-        settings(&mut out, &first.results);
-    }
-    page("tokenscope sweep", &out)
 }

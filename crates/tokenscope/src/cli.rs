@@ -1020,10 +1020,12 @@ pub enum BuiltinChoice {
 pub struct LoadArgs {
     /// Closed loop: exactly N requests in flight (default 10 unless --rate is given).
     /// `sweep` takes a list: 1,2,4,8 (each point then runs at least 2 × its
-    /// concurrency requests unless --duration is given).
+    /// concurrency requests unless --duration is given); `sim plan` runs a
+    /// list as its --sweep.
     #[arg(long, conflicts_with = "rate", value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub concurrency: Vec<u64>,
-    /// Open loop: requests per second, whatever the server does. `sweep` takes a list: 1,2,4.
+    /// Open loop: requests per second, whatever the server does. `sweep` takes a list: 1,2,4
+    /// (`sim plan` runs a list as its --sweep).
     #[arg(long, value_delimiter = ',', value_parser = rate)]
     pub rate: Vec<f64>,
     /// Open-loop arrivals: poisson, constant or gamma:K (K < 1 burstier).

@@ -84,3 +84,43 @@ fn recommendations_follow_the_physics() {
         );
     }
 }
+
+/// A list in `--concurrency` or `--rate` is a series: `sim plan` runs each
+/// load as `--sweep` does (it ran the first alone, silently, before), the
+/// same figures point for point; with `--sweep` too it is refused.
+#[test]
+fn a_listed_load_is_planned_as_the_series_it_names() {
+    let (listed, swept) = (run_dir("sweep-listed"), run_dir("sweep-swept"));
+    let common = ["--requests", "30", "--no-history"];
+    let o = sim_plan(&listed, &[&["--rate", "2,8"][..], &common].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = sim_plan(&swept, &[&["--sweep", "rate:2,8"][..], &common].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for point in ["point-00", "point-01"] {
+        let (a, b) = (results(&listed.join(point)), results(&swept.join(point)));
+        assert_eq!(a["throughput"], b["throughput"], "{point}");
+        assert_eq!(a["latency"], b["latency"], "{point}");
+    }
+    let rates: Vec<f64> = ["point-00", "point-01"]
+        .iter()
+        .map(|p| {
+            results(&listed.join(p))["config"]["load"]["rate"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(rates, [2.0, 8.0]);
+    let o = sim_plan(
+        &run_dir("sweep-both"),
+        &[
+            "--concurrency",
+            "1,4",
+            "--sweep",
+            "rate:1,2",
+            "--requests",
+            "4",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("give the series once"));
+}

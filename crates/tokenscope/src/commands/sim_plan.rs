@@ -398,6 +398,15 @@ fn simulated_json(
     d
 }
 
+/// A list in `--concurrency` or `--rate` is a series, run as `--sweep`
+/// runs it (it ran its first load alone, silently, before 2026-12-06).
+fn listed_series(load: &crate::cli::LoadArgs) -> Option<Sweep> {
+    if load.concurrency.len() > 1 {
+        return Some(Sweep::Concurrency(load.concurrency.clone()));
+    }
+    (load.rate.len() > 1).then(|| Sweep::Rate(load.rate.clone()))
+}
+
 pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
     crate::spec::records::refuse_forever(
         args.load.duration,
@@ -408,6 +417,14 @@ pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
         return Err(Exit::usage(
             "sim plan does not model audio yet: --audio is for bench (the built-in engine charges it)".into(),
         ));
+    }
+    if let Some(series) = listed_series(&args.load) {
+        if args.sweep.is_some() {
+            return Err(Exit::usage(
+                "--sweep and a list in --concurrency or --rate: give the series once".into(),
+            ));
+        }
+        args.sweep = Some(series);
     }
     let mut cfg = engine_config(&args.engine)?;
     crate::engine::plan_images(&cfg.model, &args.load)?;
