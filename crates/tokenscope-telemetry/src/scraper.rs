@@ -377,7 +377,7 @@ async fn fetch(
             .headers(headers.clone())
             .send()
             .await
-            .map_err(|e| format!("{url}: {}", e.without_url()))?;
+            .map_err(|e| format!("{url}: {}", causes(e.without_url())))?;
         let status = resp.status();
         if !status.is_success() {
             return Err(format!("{url}: HTTP {}", status.as_u16()));
@@ -385,12 +385,27 @@ async fn fetch(
         let text = resp
             .text()
             .await
-            .map_err(|e| format!("{url}: {}", e.without_url()))?;
+            .map_err(|e| format!("{url}: {}", causes(e.without_url())))?;
         prometheus::parse(&text).map_err(|e| format!("{url}: {e}"))
     };
     tokio::time::timeout(timeout, get)
         .await
         .unwrap_or_else(|_| Err(format!("{url}: no answer within {timeout:?}")))
+}
+
+/// An error with what caused it, down its chain ("error sending request:
+/// … Connection refused"): reqwest's own message names no cause.
+fn causes(e: reqwest::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        let said = s.to_string();
+        if !out.contains(&said) {
+            out = format!("{out}: {said}");
+        }
+        source = s.source();
+    }
+    out
 }
 
 #[cfg(test)]

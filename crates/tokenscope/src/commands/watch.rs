@@ -134,11 +134,11 @@ pub fn run(args: WatchArgs) -> anyhow::Result<Exit> {
 async fn once(w: &mut Watcher, args: &WatchArgs, urls: &[String]) -> anyhow::Result<Exit> {
     let first = w.sample().await;
     if first.kind.is_none() {
-        return Err(anyhow::Error::new(Exit::Unreachable).context(format!(
-            "{}: {}",
-            urls[0],
-            first.error.unwrap_or_else(|| "no metrics".into())
-        )));
+        // The scraper's error names the endpoint it read.
+        let why = first
+            .error
+            .unwrap_or_else(|| format!("{}: no metrics", urls[0]));
+        return Err(anyhow::Error::new(Exit::Unreachable).context(why));
     }
     tokio::time::sleep(args.interval).await;
     let s = w.sample().await;
