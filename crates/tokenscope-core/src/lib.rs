@@ -6,7 +6,8 @@
 //! trade-offs of a series ([`analysis`]) and the autoscaling thresholds they
 //! give ([`autoscale`]), whether two runs differ ([`compare`]), the run's one
 //! monotonic clock ([`clock`]), and the `results.json` document ([`results`]).
-//! [`duration`] parses the durations flags carry; [`mutate`] feeds the
+//! [`duration`] parses the durations flags carry; [`error_chain`] says an
+//! error with its causes; [`mutate`] feeds the
 //! fuzz tests of the crates above.
 //!
 //! Nothing here does I/O or knows about HTTP: the load crate produces
@@ -21,6 +22,7 @@ pub mod consistency;
 pub mod cost;
 pub mod diagnosis;
 pub mod duration;
+pub mod error_chain;
 pub mod formats;
 pub mod grading;
 pub mod hash;

@@ -188,15 +188,7 @@ fn sqlite_err(loc: &Location, doing: &'static str, source: rusqlite::Error) -> E
 }
 
 fn pg_err(loc: &Location, doing: &'static str, source: postgres::Error) -> Error {
-    let mut message = source.to_string();
-    let mut cause = std::error::Error::source(&source);
-    while let Some(c) = cause {
-        let text = c.to_string();
-        if !message.contains(&text) {
-            message = format!("{message}: {text}");
-        }
-        cause = c.source();
-    }
+    let message = tokenscope_core::error_chain::line(&source);
     Error::Postgres {
         db: loc.shown(),
         doing,

@@ -125,18 +125,7 @@ async fn server_message(resp: reqwest::Response) -> Option<String> {
 
 /// The error and its causes on one line, without the URL.
 fn describe(e: &reqwest::Error) -> String {
-    let mut msg = String::new();
-    let mut cur: Option<&dyn std::error::Error> = Some(e);
-    while let Some(err) = cur {
-        let text = err.to_string();
-        if !msg.contains(&text) {
-            if !msg.is_empty() {
-                msg.push_str(": ");
-            }
-            msg.push_str(&text);
-        }
-        cur = err.source();
-    }
+    let mut msg = tokenscope_core::error_chain::line(e);
     if let Some(url) = e.url() {
         msg = msg
             .replace(&format!(" ({url})"), "")

@@ -49,6 +49,18 @@ impl RunPlan {
     fn multi_turn(&self) -> bool {
         self.workload.multi_turn.is_some()
     }
+
+    /// A single request's ticket: request `id`, due at `at_us` (warm-up
+    /// while its id is within `--warmup`), `waited` for a free slot or not.
+    fn ticket(&self, id: u64, at_us: u64, waited: bool) -> Ticket {
+        Ticket {
+            id,
+            scheduled_at_us: at_us,
+            warmup: id < self.warmup,
+            waited_for_slot: waited,
+            turn: None,
+        }
+    }
 }
 
 /// What a finished request tells the session it is a turn of.
@@ -492,13 +504,7 @@ impl Runner {
                     if plan.total().is_some_and(|t| id >= t) {
                         break;
                     }
-                    let ticket = Ticket {
-                        id,
-                        scheduled_at_us: intended,
-                        warmup: id < plan.warmup,
-                        waited_for_slot: false,
-                        turn: None,
-                    };
+                    let ticket = plan.ticket(id, intended, false);
                     intended = me.one(&plan, ticket, None).await.done_at_us;
                 }
             });
@@ -548,13 +554,7 @@ impl Runner {
                     me.session(&plan, id, &next_id, at_us, deadline).await;
                 });
             } else {
-                let ticket = Ticket {
-                    id,
-                    scheduled_at_us: at_us,
-                    warmup: id < plan.warmup,
-                    waited_for_slot: waited,
-                    turn: None,
-                };
+                let ticket = plan.ticket(id, at_us, waited);
                 tasks.spawn(async move {
                     let _slot = permit;
                     me.one(&plan, ticket, None).await;

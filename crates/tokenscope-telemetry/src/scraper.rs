@@ -393,19 +393,9 @@ async fn fetch(
         .unwrap_or_else(|_| Err(format!("{url}: no answer within {timeout:?}")))
 }
 
-/// An error with what caused it, down its chain ("error sending request:
-/// … Connection refused"): reqwest's own message names no cause.
+/// The error with its causes ("… Connection refused").
 fn causes(e: reqwest::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        let said = s.to_string();
-        if !out.contains(&said) {
-            out = format!("{out}: {said}");
-        }
-        source = s.source();
-    }
-    out
+    tokenscope_core::error_chain::line(&e)
 }
 
 #[cfg(test)]
