@@ -31,6 +31,14 @@ pub enum Warning {
         measured: u64,
         fewest: u64,
     },
+    /// A `sim calibrate` run with failed requests: they are replayed as if
+    /// served, so the fit is to a load the server did not carry whole.
+    CalibrationFailedRequests {
+        dir: String,
+        failed: u64,
+        requests: u64,
+        top: String,
+    },
     /// A `sim calibrate` fit's own doubt (a factor at its bound, a poor fit).
     CalibrationFit { why: String },
 }
@@ -44,6 +52,7 @@ impl Warning {
             Warning::HistoryNotRecorded { .. } => "history_not_recorded",
             Warning::ConfigNotStored { .. } => "config_not_stored",
             Warning::CalibrationFewRequests { .. } => "calibration_few_requests",
+            Warning::CalibrationFailedRequests { .. } => "calibration_failed_requests",
             Warning::CalibrationFit { .. } => "calibration_fit",
         }
     }
@@ -70,6 +79,14 @@ impl Warning {
                 fewest,
             } => format!(
                 "{dir} has {measured} measured requests; the fit matches TTFT p90, which with fewer than {fewest} rests on one or two of them, so one stall moves the whole fit"
+            ),
+            Warning::CalibrationFailedRequests {
+                dir,
+                failed,
+                requests,
+                top,
+            } => format!(
+                "{dir}: {failed} of its {requests} requests failed (most often: {top}); the simulator replays them as if served, so the fit is to a load the server did not carry: fit to a run without errors (less load, or a longer --timeout)"
             ),
             Warning::CalibrationFit { why } => why.clone(),
         }

@@ -358,6 +358,82 @@ fn calibrating_on_a_short_run_warns() {
     assert!(out.join("profile.json").exists(), "it still fits");
 }
 
+/// A run none of whose requests was served has no latency to fit: refused,
+/// naming the commonest error (before, it "fitted" the defaults to zeros).
+/// One with some failures is fitted and warned of. A sweep's directory
+/// stands for its points: the profile lists each.
+#[test]
+fn calibration_refuses_a_run_with_nothing_served_and_takes_a_sweep_whole() {
+    let calibrate = |dir: &std::path::Path, gpu: &str| {
+        tokenscope()
+            .args(["sim", "calibrate", "--gpu", gpu])
+            .arg(dir)
+            .output()
+            .unwrap()
+    };
+    // On an L4 the cache holds ~28K tokens: longer prompts are refused.
+    let (none, some) = (run_dir("calib-none"), run_dir("calib-some"));
+    let long = [
+        "--rate",
+        "5",
+        "--requests",
+        "30",
+        "--gpu",
+        "l4",
+        "--no-history",
+    ];
+    let o = sim_plan(&none, &[&long[..], &["--input-tokens", "40000"]].concat());
+    assert_eq!(o.status.code(), Some(4), "every request failed");
+    let o = calibrate(&none, "l4");
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("none of its 30 requests succeeded") && err.contains("maximum context length"),
+        "{err}"
+    );
+    let o = sim_plan(
+        &some,
+        &[&long[..], &["--input-tokens", "uniform:10000..40000"]].concat(),
+    );
+    assert!(matches!(o.status.code(), Some(0) | Some(4)));
+    let o = calibrate(&some, "l4");
+    assert_ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("requests failed") && err.contains("fit to a run without errors"),
+        "{err}"
+    );
+
+    let sweep = run_dir("calib-sweep");
+    let o = sim_plan(
+        &sweep,
+        &[
+            "--sweep",
+            "concurrency:1,8",
+            "--requests",
+            "24",
+            "--no-history",
+        ],
+    );
+    assert_ok(&o);
+    let o = calibrate(&sweep, "h100-sxm");
+    assert_ok(&o);
+    let profile: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(sweep.join("profile.json")).unwrap())
+            .unwrap();
+    let runs: Vec<&str> = profile["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["run_dir"].as_str().unwrap())
+        .collect();
+    assert_eq!(runs.len(), 2, "{profile}");
+    assert!(
+        runs[0].ends_with("point-00") && runs[1].ends_with("point-01"),
+        "{runs:?}"
+    );
+}
+
 #[test]
 fn a_scenario_file_runs_the_command_line_wins_and_the_run_repeats_from_its_config() {
     let server = Server::start(exact(20, 2));

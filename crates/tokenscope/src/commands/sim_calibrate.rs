@@ -9,6 +9,7 @@ use crate::exit::Exit;
 use crate::spec::workload::Load;
 use crate::warnings::Warning;
 use anyhow::Context;
+use std::path::{Path, PathBuf};
 use tokenscope_sim::calibrate::{CalibrationRun, Profile, Targets};
 use tokenscope_sim::engine::cost::Efficiency;
 use tokenscope_sim::engine::spec::SpecDecode;
@@ -26,12 +27,13 @@ const CALIBRATION_MIN_REQUESTS: u64 = 20;
 /// Fits the efficiency factors and writes the profile.
 pub fn run(args: CalibrateArgs) -> anyhow::Result<Exit> {
     let mut cfg = engine_config(&args.engine)?;
+    let dirs = run_dirs(&args.run_dirs)?;
     // Speculation first: the TPOT fitted next is explained by it.
-    let learned = learned_spec(&cfg, &args.run_dirs)?;
+    let learned = learned_spec(&cfg, &dirs)?;
     if let Some((spec, _)) = &learned {
         cfg.spec = Some(spec.clone());
     }
-    let runs = replays(&args)?;
+    let runs = replays(&args, &dirs)?;
     let (efficiency, predicted, residual) =
         tokenscope_sim::calibrate::calibrate(&cfg, &runs).map_err(Exit::usage)?;
     let profile = Profile {
@@ -39,8 +41,7 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<Exit> {
         gpu: cfg.gpu.name.clone(),
         tp: cfg.tp,
         efficiency,
-        runs: args
-            .run_dirs
+        runs: dirs
             .iter()
             .zip(runs.iter().zip(&predicted))
             .map(|(dir, ((_, measured), predicted))| CalibrationRun {
@@ -64,9 +65,37 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<Exit> {
     Ok(Exit::Success)
 }
 
+/// The run directories to fit to: a sweep's directory stands for its
+/// points, in order (a series at several loads is what separates the
+/// per-step cost from the per-sequence one).
+fn run_dirs(given: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut dirs = Vec::new();
+    for dir in given {
+        if dir.join(crate::run_dir::RESULTS).exists() || !crate::run_dir::holds_sweep(dir) {
+            dirs.push(dir.clone());
+            continue;
+        }
+        let mut points: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .filter_map(|e| Some(e.ok()?.path()))
+            .filter(|p| p.join(crate::run_dir::RESULTS).exists())
+            .collect();
+        if points.is_empty() {
+            return Err(Exit::usage(format!(
+                "{}: a sweep with no finished point",
+                dir.display()
+            )));
+        }
+        points.sort();
+        dirs.extend(points);
+    }
+    Ok(dirs)
+}
+
 /// Each run directory as the load to replay on the simulator and what it
-/// measured; a run of too few requests is warned of.
-fn replays(args: &CalibrateArgs) -> anyhow::Result<Vec<(PlanLoad, Targets)>> {
+/// measured; a run of too few requests, or with failures, is warned of,
+/// and one with no request served is refused.
+fn replays(args: &CalibrateArgs, dirs: &[PathBuf]) -> anyhow::Result<Vec<(PlanLoad, Targets)>> {
     // The load flags' defaults, as clap gives them to a command line without any.
     #[derive(clap::Parser)]
     struct Defaults {
@@ -77,8 +106,9 @@ fn replays(args: &CalibrateArgs) -> anyhow::Result<Vec<(PlanLoad, Targets)>> {
         .expect("the load flags parse with none given")
         .load;
     let mut runs = Vec::new();
-    for dir in &args.run_dirs {
+    for dir in dirs {
         let replay = read_replay(dir, &defaults)?;
+        judge_failures(dir, &replay.failed)?;
         let measured = replay
             .load
             .requests
@@ -98,6 +128,32 @@ fn replays(args: &CalibrateArgs) -> anyhow::Result<Vec<(PlanLoad, Targets)>> {
         runs.push((load, replay.measured));
     }
     Ok(runs)
+}
+
+/// A run none of whose requests was served has no latency to fit to; one
+/// with failures is replayed whole (the failed requests' lengths as if
+/// served), so the fit is warned of.
+fn judge_failures(
+    dir: &Path,
+    (failed, requests, top): &(u64, u64, Option<String>),
+) -> anyhow::Result<()> {
+    let top = top.as_deref().unwrap_or("no message");
+    if *requests > 0 && failed >= requests {
+        return Err(Exit::usage(format!(
+            "{}: none of its {requests} requests succeeded (most often: {top}); there is no latency to fit to",
+            dir.display()
+        )));
+    }
+    if *failed > 0 {
+        Warning::CalibrationFailedRequests {
+            dir: dir.display().to_string(),
+            failed: *failed,
+            requests: *requests,
+            top: top.to_string(),
+        }
+        .say_as(WHO, false);
+    }
+    Ok(())
 }
 
 /// Measured against predicted for each run, and the factors fitted.
