@@ -132,3 +132,46 @@ fn twenty_percent_slower_decode_is_a_regression_and_fails_the_gate() {
     assert_ok(&o);
     assert!(String::from_utf8_lossy(&o.stdout).contains("significant · worse"));
 }
+
+/// Two sweeps are compared at the loads both ran, a concurrency with a
+/// concurrency and a rate with a rate: a concurrency series against a rate
+/// series shares no load (it compared concurrency 4 with 4 requests/s).
+#[test]
+fn sweeps_are_compared_at_the_same_loads_of_the_same_kind() {
+    let dirs: Vec<_> = [
+        ("cmp-sweep-c14", "concurrency:1,4"),
+        ("cmp-sweep-c416", "concurrency:4,16"),
+        ("cmp-sweep-r14", "rate:1,4"),
+    ]
+    .into_iter()
+    .map(|(name, sweep)| {
+        let out = run_dir(name);
+        let o = sim_plan(
+            &out,
+            &["--sweep", sweep, "--requests", "24", "--no-history"],
+        );
+        assert_ok(&o);
+        out
+    })
+    .collect();
+    let (code, doc) = compare(&dirs[0], &dirs[1], &[]);
+    assert_eq!(code, Some(0));
+    let loads: Vec<&str> = doc["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["load"].as_str().unwrap())
+        .collect();
+    assert_eq!(loads, ["concurrency 4"]);
+    let o = tokenscope()
+        .arg("compare")
+        .args([&dirs[0], &dirs[2]])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("a concurrency series") && err.contains("a rate series"),
+        "{err}"
+    );
+}

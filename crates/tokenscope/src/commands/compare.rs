@@ -205,9 +205,11 @@ fn sweep_pairs(a: &Path, b: &Path, settings: &Settings) -> anyhow::Result<(Vec<P
             .and_then(|dir| values_of(dir).ok())
             .unwrap_or_default()
     };
+    // A concurrency of 4 and 4 requests/s are not the same load.
+    let kind = |d: &crate::run_dir::Done| d.results.config["load"]["mode"].clone();
     let mut pairs = Vec::new();
     for pa in &sa {
-        let Some(pb) = sb.iter().find(|p| p.load == pa.load) else {
+        let Some(pb) = sb.iter().find(|p| p.load == pa.load && kind(p) == kind(pa)) else {
             continue;
         };
         pairs.push(Pair {
@@ -221,10 +223,17 @@ fn sweep_pairs(a: &Path, b: &Path, settings: &Settings) -> anyhow::Result<(Vec<P
         });
     }
     if pairs.is_empty() {
+        let series = |s: &[crate::run_dir::Done]| match s.first().map(kind) {
+            Some(k) if k == "open" => "a rate series",
+            Some(k) if k == "closed" => "a concurrency series",
+            _ => "a series",
+        };
         return Err(Exit::usage(format!(
-            "the sweeps {} and {} share no load: nothing to compare point by point",
+            "the sweeps {} ({}) and {} ({}) share no load: nothing to compare point by point",
             a.display(),
-            b.display()
+            series(&sa),
+            b.display(),
+            series(&sb)
         )));
     }
     let line = format!(
