@@ -153,12 +153,22 @@ pub struct Load {
 
 impl Dataset {
     pub fn load(path: &Path, how: &Load) -> Result<Dataset, DatasetError> {
-        let text = match path.to_str() == Some(crate::arithmetic::NAME) {
-            true => crate::arithmetic::jsonl(),
-            false => std::fs::read_to_string(path).map_err(|source| DatasetError::Io {
+        let name = path.to_str().unwrap_or("");
+        let text = if name == crate::arithmetic::NAME {
+            crate::arithmetic::jsonl()
+        } else if name.starts_with("builtin:") && !path.exists() {
+            return Err(DatasetError::Whole {
+                path: path.into(),
+                what: format!(
+                    "no such built-in dataset; the one built in is {}",
+                    crate::arithmetic::NAME
+                ),
+            });
+        } else {
+            std::fs::read_to_string(path).map_err(|source| DatasetError::Io {
                 path: path.into(),
                 source,
-            })?,
+            })?
         };
         let format = match how.format {
             Some(f) => f,
