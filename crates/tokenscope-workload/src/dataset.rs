@@ -893,4 +893,15 @@ mod tests {
         assert_eq!(short.len(), 5);
         assert_eq!(short.entry(7).output_tokens, Some(3), "cycles past the end");
     }
+
+    #[test]
+    fn an_unknown_builtin_names_the_one_there_is() {
+        let e = Dataset::load(Path::new("builtin:nope"), &Load::default()).unwrap_err();
+        let said = e.to_string();
+        assert!(
+            said.contains("no such built-in dataset") && said.contains("builtin:arithmetic"),
+            "{said}"
+        );
+        assert!(Dataset::load(Path::new("builtin:arithmetic"), &Load::default()).is_ok());
+    }
 }
