@@ -465,18 +465,25 @@ impl Runner {
     ) {
         let next = Arc::new(AtomicU64::new(0));
         let next_session = Arc::new(AtomicU64::new(0));
+        // Every request (or session) handed out: a worker still waiting for
+        // its ramp-up slot has nothing left to send.
+        let spent = CancellationToken::new();
         let mut workers = JoinSet::new();
         for worker in 0..concurrency {
             let (me, next, plan) = (self.clone(), next.clone(), plan.clone());
-            let next_session = next_session.clone();
+            let (next_session, spent) = (next_session.clone(), spent.clone());
             let ramp = plan
                 .ramp_up
                 .map(|r| r.mul_f64(worker as f64 / concurrency as f64));
             workers.spawn(async move {
                 if let Some(offset) = ramp {
+                    // The slot, or the deadline if that comes first.
+                    let start = me.clock.at(offset);
+                    let until = deadline.map_or(start, |d| d.min(start));
                     tokio::select! {
                         _ = me.cancel.cancelled() => return,
-                        _ = tokio::time::sleep_until(me.clock.at(offset).into()) => {}
+                        _ = spent.cancelled() => return,
+                        _ = tokio::time::sleep_until(until.into()) => {}
                     }
                 }
                 // The intended start of a request: when its slot came free —
@@ -495,6 +502,7 @@ impl Runner {
                             .total()
                             .is_none_or(|t| next.load(Ordering::Relaxed) < t);
                         if plan.sessions.is_some_and(|n| s >= n) || !budget_left {
+                            spent.cancel();
                             break;
                         }
                         intended = me.session(&plan, s, &next, intended, deadline).await;
@@ -502,6 +510,7 @@ impl Runner {
                     }
                     let id = next.fetch_add(1, Ordering::Relaxed);
                     if plan.total().is_some_and(|t| id >= t) {
+                        spent.cancel();
                         break;
                     }
                     let ticket = plan.ticket(id, intended, false);

@@ -143,6 +143,45 @@ fn users_of_one_answer_length_started_together_are_called_waves() {
     assert!(!has_rule(&varied, "waves"), "{}", varied["diagnosis"]);
 }
 
+/// A ramp-up longer than the run: the users still waiting for their slot
+/// leave once every request is handed out, or at the deadline, instead of
+/// holding the run open until their slot (an hour here; it waited).
+#[test]
+fn users_still_ramping_up_leave_when_the_run_is_done() {
+    let server = Server::start(exact(5, 5));
+    for (name, until) in [
+        ("ramp-budget", &["--requests", "6"][..]),
+        ("ramp-deadline", &["--duration", "1s"]),
+    ] {
+        let out = run_dir(name);
+        let started = std::time::Instant::now();
+        let o = tokenscope()
+            .args(["bench", "--url", &server.url, "--quiet", "--out"])
+            .arg(&out)
+            .args([
+                "--concurrency",
+                "4",
+                "--ramp-up",
+                "1h",
+                "--output-tokens",
+                "10",
+            ])
+            .args(until)
+            .output()
+            .unwrap();
+        assert_ok(&o);
+        // An hour's ramp over four users: the second's slot is 15 minutes in.
+        assert!(
+            started.elapsed().as_secs() < 120,
+            "{name}: {:?}",
+            started.elapsed()
+        );
+        let recs = records(&out);
+        assert!(!recs.is_empty(), "{name}");
+        assert!(recs.iter().all(|r| r["error_kind"].is_null()), "{name}");
+    }
+}
+
 #[test]
 fn max_concurrency_in_open_loop_counts_late_requests() {
     let server = Server::start(exact(50, 10));
