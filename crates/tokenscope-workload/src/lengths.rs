@@ -63,7 +63,9 @@ impl std::str::FromStr for LengthSpec {
             Some((kind, _)) => return Err(bad(&format!("unknown distribution `{kind}`"))),
         };
         match parsed {
-            LengthSpec::Fixed(0) => Err(bad("a length must be at least 1")),
+            LengthSpec::Fixed(0) | LengthSpec::Uniform(0, _) => {
+                Err(bad("a length must be at least 1"))
+            }
             LengthSpec::Normal { mean, std } | LengthSpec::LogNormal { mean, std }
                 if !(mean > 0.0 && std >= 0.0) =>
             {

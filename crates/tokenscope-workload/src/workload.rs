@@ -350,6 +350,7 @@ mod tests {
         }
         for bad in [
             "0",
+            "uniform:0..5",
             "abc",
             "uniform:5..1",
             "gauss:1,2",
