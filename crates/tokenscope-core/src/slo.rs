@@ -294,6 +294,15 @@ impl Slo {
                 ));
             }
             let limit_ms = parse_limit_ms(key, value).map_err(|e| format!("`{part}`: {e}"))?;
+            if objectives
+                .iter()
+                .any(|o: &Objective| o.metric == metric && o.stat == stat)
+            {
+                return Err(format!(
+                    "`{part}`: {}_{stat} is given twice; give each objective one limit",
+                    metric.name()
+                ));
+            }
             objectives.push(Objective {
                 metric,
                 stat: stat.to_string(),
@@ -342,7 +351,7 @@ mod tests {
 
     #[test]
     fn the_answer_start_is_a_metric_whose_name_holds_an_underscore() {
-        let slo = Slo::parse("answer_start_p99=2s,ttft_p50=100ms,answer_start=3s").unwrap();
+        let slo = Slo::parse("answer_start_p99=2s,ttft_p50=100ms,answer_start_p50=1s").unwrap();
         let got: Vec<(SloMetric, &str)> = slo
             .objectives
             .iter()
@@ -353,8 +362,14 @@ mod tests {
             [
                 (SloMetric::AnswerStart, "p99"),
                 (SloMetric::Ttft, "p50"),
-                (SloMetric::AnswerStart, "p99"),
+                (SloMetric::AnswerStart, "p50"),
             ]
+        );
+        // No statistic is p99.
+        let bare = Slo::parse("answer_start=3s").unwrap();
+        assert_eq!(
+            (bare.objectives[0].metric, bare.objectives[0].stat.as_str()),
+            (SloMetric::AnswerStart, "p99")
         );
         assert!(Slo::parse("answer_p99=1s").is_err());
         assert!(Slo::parse("ttft_p77=1s").is_err());
@@ -379,6 +394,16 @@ mod tests {
         // Microseconds are allowed and kept exactly (shown back in ms).
         let slo = Slo::parse("tpot_p50=500us").unwrap();
         assert_eq!(slo.objectives[0].limit_ms, 0.5);
+    }
+
+    #[test]
+    fn an_objective_given_twice_is_refused() {
+        // `ttft` alone is `ttft_p99`: the same objective with two limits.
+        for text in ["ttft_p99=5ms,ttft_p99=6ms", "ttft=5ms,ttft_p99=6ms"] {
+            let err = Slo::parse(text).unwrap_err();
+            assert!(err.contains("ttft_p99 is given twice"), "{err}");
+        }
+        assert!(Slo::parse("ttft_p50=5ms,ttft_p99=6ms").is_ok());
     }
 
     fn dist(values_ms: impl IntoIterator<Item = f64>) -> Distribution {
