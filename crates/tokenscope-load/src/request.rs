@@ -704,11 +704,7 @@ async fn whole_answer(
     rec.first_answer_at_us =
         (whole.answer_bytes > 0 || !calls.is_empty()).then_some(rec.done_at_us);
     whole_reasoning(&mut rec, &whole, &reasoner).await;
-    if let Some(p) = whole.usage.and_then(|u| u.prompt_tokens) {
-        rec.input_tokens = Some(p);
-        rec.input_token_source = Some(TokenSource::ServerUsage);
-    }
-    rec.cached_tokens = whole.usage.and_then(|u| u.cached_tokens);
+    prompt_counts(&mut rec, whole.usage);
     let (tokens, source) = whole_output_tokens(&whole, &text, &calls).await;
     rec.output_tokens = tokens;
     rec.output_token_source = Some(source);
@@ -790,10 +786,7 @@ fn pooled(
         }
         _ => {}
     }
-    if let Some(p) = whole.usage.and_then(|u| u.prompt_tokens) {
-        rec.input_tokens = Some(p);
-        rec.input_token_source = Some(TokenSource::ServerUsage);
-    }
+    prompt_counts(&mut rec, whole.usage);
     (rec, String::new())
 }
 
@@ -837,14 +830,7 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
         s.usage = Some(s.usage.map_or(counted, |u| u.merged(counted)));
     }
     check_stream(&mut rec, &mut s);
-    if let Some(p) = s.usage.and_then(|u| u.prompt_tokens) {
-        rec.input_tokens = Some(p);
-        rec.input_token_source = Some(TokenSource::ServerUsage);
-    }
-    rec.cached_tokens = s.usage.and_then(|u| u.cached_tokens).or_else(|| {
-        // llama.cpp's own timings say it too (`cache_n`).
-        rec.server_timings.as_ref()?.get("cache_n")?.as_u64()
-    });
+    prompt_counts(&mut rec, s.usage);
     let n_chunks = s.chunks.len() as u64;
     let (total, source) = output_count(&s);
     rec.first_answer_at_us = s.first_answer_chunk.map(|i| s.chunks[i].at_us());
@@ -873,6 +859,19 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
         s.judging.judge(&mut rec, &s.text, s.answer_bytes, &s.calls);
     }
     (rec, s.text)
+}
+
+/// The prompt's tokens as the server counted them, and those its prefix
+/// cache served (from the usage, else llama.cpp's own timings' `cache_n`),
+/// for a streamed answer and a whole one alike.
+fn prompt_counts(rec: &mut RequestRecord, usage: Option<Usage>) {
+    if let Some(p) = usage.and_then(|u| u.prompt_tokens) {
+        rec.input_tokens = Some(p);
+        rec.input_token_source = Some(TokenSource::ServerUsage);
+    }
+    rec.cached_tokens = usage
+        .and_then(|u| u.cached_tokens)
+        .or_else(|| rec.server_timings.as_ref()?.get("cache_n")?.as_u64());
 }
 
 /// What the finished stream says against itself: an end with no `[DONE]`

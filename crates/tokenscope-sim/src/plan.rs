@@ -295,10 +295,10 @@ impl<'a> Run<'a> {
         rec.first_byte_at_us = Some(a.sent_us + 2 * delay);
         (rec.session, rec.turn) = (a.turn.map(|t| t.0), a.turn.map(|t| t.1));
         let cost = front_end::Costs::of(self.config, input);
-        if input + a.max_output as u64 > self.max_len {
+        if let Some(why) = EngineConfig::too_long(self.max_len, input, a.max_output as u64) {
             // The front end tokenizes the prompt before it can count it.
             let counted = at + us(cost.serial_s).max(1);
-            refuse(&mut rec, self.max_len, counted + delay);
+            refuse(&mut rec, why, counted + delay);
             self.traffic.failed(a.id, rec.done_at_us);
             on_record(rec);
             return;
@@ -790,24 +790,17 @@ fn new_record(id: u64, warmup: bool, at_us: u64, input: u64, max_output: u32) ->
     }
 }
 
-/// A request longer than the engine takes (`max_len` tokens, prompt and
-/// answer), refused by the front end as vLLM's API server refuses it: a
-/// 400 the client has back at `done_us`.
-fn refuse(rec: &mut RequestRecord, max_len: u64, done_us: u64) {
-    let (prompt, answer) = (
-        rec.input_tokens.unwrap_or(0),
-        rec.requested_output_tokens.unwrap_or(0),
-    );
+/// A request longer than the engine takes, refused by the front end as
+/// vLLM's API server refuses it (`why`): a 400 the client has back at
+/// `done_us`.
+fn refuse(rec: &mut RequestRecord, why: String, done_us: u64) {
     rec.status = Some(400);
     rec.finish_reason = None;
     rec.input_token_source = None;
     rec.output_token_source = None;
     rec.reasoning_tokens = None;
     rec.error_kind = Some(ErrorKind::Http(400));
-    rec.error = Some(format!(
-        "This model's maximum context length is {max_len} tokens. However, you requested {} tokens ({prompt} in the messages, {answer} in the completion)",
-        prompt + answer
-    ));
+    rec.error = Some(why);
     (rec.first_byte_at_us, rec.done_at_us) = (Some(done_us), done_us);
 }
 

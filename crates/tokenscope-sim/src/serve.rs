@@ -827,9 +827,8 @@ async fn metrics_text(State(s): State<Arc<Shared>>) -> Response {
     for (name, help, hist) in HISTOGRAMS {
         e.histogram(name, help, &ms.iter().map(|m| hist(m)).collect::<Vec<_>>());
     }
-    let n = ms.len();
     drop(ms);
-    engine_facts(&mut e, &s, n);
+    engine_facts(&mut e, &s);
     (
         [(
             header::CONTENT_TYPE,
@@ -840,10 +839,10 @@ async fn metrics_text(State(s): State<Arc<Shared>>) -> Response {
         .into_response()
 }
 
-/// The info series: the simulated deployment, and each of the `n`
-/// replicas' cache config as vLLM's `cache_config_info` gives it.
-fn engine_facts(e: &mut Exposition, s: &Shared, n: usize) {
-    let c = &s.config;
+/// The info series: the simulated deployment, and each replica's cache
+/// config as vLLM's `cache_config_info` gives it.
+fn engine_facts(e: &mut Exposition, s: &Shared) {
+    let (c, n) = (&s.config, s.replicas.len());
     let facts = |i: usize| -> Vec<(&str, String)> {
         vec![
             ("engine", i.to_string()),
@@ -965,12 +964,8 @@ fn sizes(s: &Shared, ask: &Ask) -> Result<(u64, u64, u64), Box<Response>> {
         .ceil()
         .min(u32::MAX as f64 / 2.0) as u64;
     let prompt = ask.prompt_tokens.clamp(1, u32::MAX as u64 / 2);
-    let max_len = s.max_model_len;
-    if prompt + max_tokens > max_len {
-        return Err(Box::new(bad_request(&format!(
-            "This model's maximum context length is {max_len} tokens; the request asks for {} ({prompt} prompt + {max_tokens} output)",
-            prompt + max_tokens
-        ))));
+    if let Some(why) = EngineConfig::too_long(s.max_model_len, prompt, max_tokens) {
+        return Err(Box::new(bad_request(&why)));
     }
     Ok((prompt, max_tokens, encoder))
 }
@@ -1013,11 +1008,12 @@ async fn pool(s: Arc<Shared>, body: Bytes, kind: Pooled) -> Response {
     if let Fault::Status(code) = s.options.faults.for_request(s.options.seed, first) {
         return injected_status(code);
     }
-    let max_context = s.max_model_len;
-    if let Some(&long) = seqs.iter().find(|&&n| n >= max_context) {
-        return bad_request(&format!(
-            "This model's maximum context length is {max_context} tokens; an input has {long}"
-        ));
+    // A pooling model's pass writes nothing: an input may fill the context.
+    let refused = seqs
+        .iter()
+        .find_map(|&n| EngineConfig::too_long(s.max_model_len, n, 0));
+    if let Some(why) = refused {
+        return bad_request(&why);
     }
     let handover = s.front_end(arrived, seqs.iter().sum()).await;
     let mut waits = Vec::with_capacity(seqs.len());

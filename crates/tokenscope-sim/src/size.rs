@@ -375,13 +375,7 @@ impl Searcher<'_> {
                 failed_eval = Some(e);
             }
         }
-        let binding = match &failed_eval {
-            Some(e) if failing + 1 == passing => binding(e),
-            _ => format!(
-                "throughput: {:.0} output tokens/s need {low} replica(s) at ~{:.0} each at most",
-                b.needed_tps, b.capacity_tps
-            ),
-        };
+        let binding = binding_of(failed_eval.as_ref().filter(|_| failing + 1 == passing), b);
         // The fleet at the full rate, as `sim plan --replicas` runs it.
         for replicas in passing..(passing + 3).min(max + 1) {
             if over(replicas) {
@@ -423,13 +417,7 @@ impl Searcher<'_> {
                 (failing, failed_eval) = (mid, Some(e));
             }
         }
-        let binding = match &failed_eval {
-            Some(e) => binding(e),
-            None => format!(
-                "throughput: {:.0} output tokens/s need {} replica(s) at ~{:.0} each at most",
-                b.needed_tps, b.low, b.capacity_tps
-            ),
-        };
+        let binding = binding_of(failed_eval.as_ref(), b);
         Ok(self.sized(c, passing.0, &passing.1, binding))
     }
 
@@ -700,6 +688,18 @@ fn missed(e: Option<&Eval>) -> String {
             .join(", ")
     })
     .unwrap_or_default()
+}
+
+/// The constraint that binds: what made one replica fewer (`failed`, the
+/// fleet one below the answer) miss, else the throughput bound itself.
+fn binding_of(failed: Option<&Eval>, b: &Bound) -> String {
+    match failed {
+        Some(e) => binding(e),
+        None => format!(
+            "throughput: {:.0} output tokens/s need {} replica(s) at ~{:.0} each at most",
+            b.needed_tps, b.low, b.capacity_tps
+        ),
+    }
 }
 
 /// What made one replica fewer miss: the KV cache filling, requests

@@ -18,6 +18,7 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokenscope_core::error_chain;
 use tokio_util::sync::CancellationToken;
 
 /// How long the baseline may wait for an endpoint: the run waits for it
@@ -377,7 +378,7 @@ async fn fetch(
             .headers(headers.clone())
             .send()
             .await
-            .map_err(|e| format!("{url}: {}", causes(e.without_url())))?;
+            .map_err(|e| format!("{url}: {}", error_chain::line(&e.without_url())))?;
         let status = resp.status();
         if !status.is_success() {
             return Err(format!("{url}: HTTP {}", status.as_u16()));
@@ -385,17 +386,12 @@ async fn fetch(
         let text = resp
             .text()
             .await
-            .map_err(|e| format!("{url}: {}", causes(e.without_url())))?;
+            .map_err(|e| format!("{url}: {}", error_chain::line(&e.without_url())))?;
         prometheus::parse(&text).map_err(|e| format!("{url}: {e}"))
     };
     tokio::time::timeout(timeout, get)
         .await
         .unwrap_or_else(|_| Err(format!("{url}: no answer within {timeout:?}")))
-}
-
-/// The error with its causes ("… Connection refused").
-fn causes(e: reqwest::Error) -> String {
-    tokenscope_core::error_chain::line(&e)
 }
 
 #[cfg(test)]

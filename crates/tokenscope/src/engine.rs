@@ -148,9 +148,14 @@ pub struct Replay {
     pub load: crate::cli::LoadArgs,
     pub trace: Vec<(u64, u64)>,
     pub measured: Targets,
-    /// The run's measured requests that failed, of how many, and the
-    /// commonest error's message.
-    pub failed: (u64, u64, Option<String>),
+    pub failures: Failures,
+}
+
+/// A run's failed requests, of how many, and the commonest error's message.
+pub struct Failures {
+    pub failed: u64,
+    pub requests: u64,
+    pub top: Option<String>,
 }
 
 pub fn read_replay(dir: &Path, defaults: &crate::cli::LoadArgs) -> anyhow::Result<Replay> {
@@ -201,17 +206,17 @@ pub fn read_replay(dir: &Path, defaults: &crate::cli::LoadArgs) -> anyhow::Resul
         e2e_p50_ms: ms("e2e_ms", "p50"),
     };
     let counts = &r["counts"];
-    let failed = (
-        counts["failed"].as_u64().unwrap_or(0),
-        counts["requests"].as_u64().unwrap_or(0),
-        counts["top_errors"][0]["message"]
+    let failures = Failures {
+        failed: counts["failed"].as_u64().unwrap_or(0),
+        requests: counts["requests"].as_u64().unwrap_or(0),
+        top: counts["top_errors"][0]["message"]
             .as_str()
             .map(String::from),
-    );
+    };
     Ok(Replay {
         load,
         trace,
         measured,
-        failed,
+        failures,
     })
 }

@@ -177,12 +177,14 @@ fn builtin_server_is_the_default_target() {
             - rec["sent_at_us"].as_f64().unwrap())
             / 1e3;
         let server = rec["server_timings"]["ttft_ms"].as_f64().unwrap();
+        // Never before the server's send; after it by at most half a
+        // second, a lag no loaded machine's scheduler comes near.
         assert!(
-            (99.0..150.0).contains(&server),
+            (99.0..600.0).contains(&server),
             "the server sent at {server} ms"
         );
         assert!(
-            (-0.5..50.0).contains(&(client - server)),
+            (-0.5..500.0).contains(&(client - server)),
             "client TTFT {client} ms against the server's {server} ms"
         );
     }

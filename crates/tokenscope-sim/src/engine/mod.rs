@@ -165,6 +165,17 @@ impl EngineConfig {
         (self.model.max_context as u64).min(cache)
     }
 
+    /// Why a request of `prompt` tokens that may write `answer` is refused
+    /// (vLLM's words), or `None` when it is within `max_len`
+    /// ([`EngineConfig::max_model_len`]). `sim plan` and `sim serve` refuse
+    /// alike.
+    pub fn too_long(max_len: u64, prompt: u64, answer: u64) -> Option<String> {
+        (prompt + answer > max_len).then(|| format!(
+            "This model's maximum context length is {max_len} tokens. However, you requested {} tokens ({prompt} in the messages, {answer} in the completion)",
+            prompt + answer
+        ))
+    }
+
     /// Tensor parallelism splits the attention heads evenly over the GPUs,
     /// and the KV heads too (or copies each to TP ÷ KV heads GPUs when there
     /// are fewer): vLLM refuses a TP that does neither, and so does this.
@@ -182,8 +193,8 @@ impl EngineConfig {
             return Ok(());
         }
         let (heads, kv) = (self.model.heads, self.model.kv_heads);
-        let fitting: Vec<String> = (1..=heads)
-            .filter(|&t| fits(t) && t <= 16)
+        let fitting: Vec<String> = (1..=heads.min(16))
+            .filter(|&t| fits(t))
             .map(|t| t.to_string())
             .collect();
         Err(format!(

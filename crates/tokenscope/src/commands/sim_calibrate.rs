@@ -108,7 +108,7 @@ fn replays(args: &CalibrateArgs, dirs: &[PathBuf]) -> anyhow::Result<Vec<(PlanLo
     let mut runs = Vec::new();
     for dir in dirs {
         let replay = read_replay(dir, &defaults)?;
-        judge_failures(dir, &replay.failed)?;
+        judge_failures(dir, &replay.failures)?;
         let measured = replay
             .load
             .requests
@@ -133,22 +133,20 @@ fn replays(args: &CalibrateArgs, dirs: &[PathBuf]) -> anyhow::Result<Vec<(PlanLo
 /// A run none of whose requests was served has no latency to fit to; one
 /// with failures is replayed whole (the failed requests' lengths as if
 /// served), so the fit is warned of.
-fn judge_failures(
-    dir: &Path,
-    (failed, requests, top): &(u64, u64, Option<String>),
-) -> anyhow::Result<()> {
-    let top = top.as_deref().unwrap_or("no message");
-    if *requests > 0 && failed >= requests {
+fn judge_failures(dir: &Path, f: &crate::engine::Failures) -> anyhow::Result<()> {
+    let (failed, requests) = (f.failed, f.requests);
+    let top = f.top.as_deref().unwrap_or("no message");
+    if requests > 0 && failed >= requests {
         return Err(Exit::usage(format!(
             "{}: none of its {requests} requests succeeded (most often: {top}); there is no latency to fit to",
             dir.display()
         )));
     }
-    if *failed > 0 {
+    if failed > 0 {
         Warning::CalibrationFailedRequests {
             dir: dir.display().to_string(),
-            failed: *failed,
-            requests: *requests,
+            failed,
+            requests,
             top: top.to_string(),
         }
         .say_as(WHO, false);
