@@ -6,7 +6,8 @@
 //! trade-offs of a series ([`analysis`]) and the autoscaling thresholds they
 //! give ([`autoscale`]), whether two runs differ ([`compare`]), the run's one
 //! monotonic clock ([`clock`]), and the `results.json` document ([`results`]).
-//! [`duration`] parses the durations flags carry; [`error_chain`] says an
+//! [`duration`] parses the durations flags carry; [`capped`] holds a
+//! server's body up to a limit; [`error_chain`] says an
 //! error with its causes; [`mutate`] feeds the
 //! fuzz tests of the crates above.
 //!
@@ -15,6 +16,7 @@
 
 pub mod analysis;
 pub mod autoscale;
+pub mod capped;
 pub mod capacity;
 pub mod clock;
 pub mod compare;

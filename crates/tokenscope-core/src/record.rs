@@ -46,6 +46,9 @@ pub enum ErrorKind {
     NotStreamed,
     /// The stream ended properly but carried no generated text at all.
     EmptyAnswer,
+    /// The answer outgrew a memory bound of the client (one event-stream
+    /// line or event, or a whole body): read no further, its limit named.
+    TooLarge,
 }
 
 impl fmt::Display for ErrorKind {
@@ -61,6 +64,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Internal => f.write_str("internal"),
             ErrorKind::NotStreamed => f.write_str("not_streamed"),
             ErrorKind::EmptyAnswer => f.write_str("empty_answer"),
+            ErrorKind::TooLarge => f.write_str("too_large"),
         }
     }
 }
@@ -78,6 +82,7 @@ impl std::str::FromStr for ErrorKind {
             "internal" => ErrorKind::Internal,
             "not_streamed" => ErrorKind::NotStreamed,
             "empty_answer" => ErrorKind::EmptyAnswer,
+            "too_large" => ErrorKind::TooLarge,
             other => match other.strip_prefix("http_").and_then(|c| c.parse().ok()) {
                 Some(code) => ErrorKind::Http(code),
                 None => return Err(format!("unknown error kind `{other}`")),

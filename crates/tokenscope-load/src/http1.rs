@@ -551,6 +551,28 @@ impl Conn {
         self.rb.decode(body, &mut on_data)
     }
 
+    /// Reads and decodes the body to its end, keeping it whole, or stops at
+    /// the first byte past `limit` (`Ok(None)`): a body that never ends, or
+    /// is larger than any answer, costs at most `limit` bytes of memory.
+    pub async fn read_within(
+        &mut self,
+        body: &mut Body,
+        limit: usize,
+    ) -> Result<Option<Vec<u8>>, HttpError> {
+        let mut whole = tokenscope_core::capped::Capped::new(limit);
+        let mut over = false;
+        while !self.rb.decode(body, &mut |d: &[u8]| over |= !whole.push(d))? {
+            if over {
+                return Ok(None);
+            }
+            if self.fill().await? == 0 {
+                body.eof()?;
+                break;
+            }
+        }
+        Ok(whole.finish().ok())
+    }
+
     /// Reads and decodes the body to its end, handing on at most `limit`
     /// bytes of it (the rest is read and dropped).
     pub async fn read_to_end(

@@ -3,11 +3,13 @@
 //! [`protocol`] module, sent over [`http1`] and read back as protocol-neutral
 //! events over [`sse`] — one request, timed per network read, in
 //! [`request`] — by the load loop in [`runner`], and kept by the
-//! [`recorder`] (`requests.jsonl`). [`probe`] asks the server what it
+//! [`recorder`] (`requests.jsonl`); [`counts`] holds what a finished
+//! answer's token counts may be. [`probe`] asks the server what it
 //! serves before the load; [`connections`], [`runtime`], [`rx_stamp`],
 //! [`loop_delay`] and [`cpu`] keep the client itself fast and measured.
 
 pub mod connections;
+pub mod counts;
 pub mod cpu;
 pub mod grading;
 pub mod http1;

@@ -48,7 +48,7 @@ pub async fn list_models(
             status.as_u16()
         )));
     }
-    let body: Value = resp.json().await.map_err(|e| {
+    let body: Value = read_json(resp).await.map_err(|e| {
         ProbeError::Refused(format!("GET {url}: not a model list ({e}); pass --model"))
     })?;
     Ok(body["data"]
@@ -81,10 +81,14 @@ pub async fn detect_api(
             .send()
             .await
             .map_err(|e| unreachable(base, e))?;
-        if resp.status().is_success() {
-            return Ok(api);
-        }
         let status = resp.status().as_u16();
+        if resp.status().is_success() {
+            match recognised(api, resp).await {
+                Ok(()) => return Ok(api),
+                Err(why) => tried.push(format!("{path} → HTTP {status}, {why}")),
+            }
+            continue;
+        }
         let said = server_message(resp).await;
         tried.push(match said {
             Some(m) => format!("{path} → HTTP {status}: {m}"),
@@ -97,10 +101,58 @@ pub async fn detect_api(
     )))
 }
 
+/// The most a probe keeps of one answer: a model list, a one-token
+/// answer or an error is a few kilobytes; a page larger than this is no
+/// answer of an API.
+const MAX_PROBE_BODY: usize = 1 << 20;
+
+/// A probe answer's body, whole, or why not (too large, broken off).
+async fn read_body(mut resp: reqwest::Response) -> Result<String, String> {
+    let mut body = tokenscope_core::capped::Capped::new(MAX_PROBE_BODY);
+    while let Some(piece) = resp.chunk().await.map_err(|e| describe(&e))? {
+        if !body.push(&piece) {
+            break;
+        }
+    }
+    let bytes = body.finish().map_err(|e| e.to_string())?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// A probe answer's body as JSON.
+async fn read_json(resp: reqwest::Response) -> Result<Value, String> {
+    let text = read_body(resp).await?;
+    serde_json::from_str(&text).map_err(|e| e.to_string())
+}
+
+/// Whether a 2xx answer to `api`'s probe is that API's answer: it parses
+/// as one and says something (text, a call, a finish, usage, items, an
+/// error). A web page, a health check's `OK` or another API's JSON served
+/// with 200 is not, and says what it was instead.
+async fn recognised(api: &dyn Protocol, resp: reqwest::Response) -> Result<(), String> {
+    let kind = resp
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("no content type")
+        .to_string();
+    let body = read_body(resp).await?;
+    let start: String = body.split_whitespace().collect::<Vec<_>>().join(" ");
+    let start: String = start.chars().take(80).collect();
+    let not_it = || format!("not a {} answer (`{kind}`: {start:?})", api.name());
+    let mut said = false;
+    let parsed = api.whole(&body, &mut |e| {
+        said |= !matches!(e, crate::protocol::Event::Timings(_))
+    });
+    match parsed {
+        Ok(()) if said => Ok(()),
+        _ => Err(not_it()),
+    }
+}
+
 /// What an error response says, in one short line: its JSON `error.message`
 /// (OpenAI, vLLM), `message` or `detail`, else the start of its text.
 async fn server_message(resp: reqwest::Response) -> Option<String> {
-    let text = tokio::time::timeout(Duration::from_secs(5), resp.text())
+    let text = tokio::time::timeout(Duration::from_secs(5), read_body(resp))
         .await
         .ok()?
         .ok()?;
@@ -160,7 +212,7 @@ pub async fn server_version(
         if !resp.status().is_success() {
             continue;
         }
-        if let Ok(body) = resp.json::<Value>().await {
+        if let Ok(body) = read_json(resp).await {
             if let Some(v) = body[field].as_str().filter(|v| !v.is_empty()) {
                 return Some(v.chars().take(100).collect());
             }

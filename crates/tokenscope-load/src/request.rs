@@ -4,8 +4,11 @@
 //! the chunk JSON → push `(instant, bytes)`. Token counts per chunk are settled
 //! once the stream ends, from the server's usage when it has one.
 
+use crate::counts::{implausible, implausible_running, split_tokens, Carried};
 use crate::http1::{Body, Conn, Head, HttpError};
-use crate::protocol::{Piece, Protocol, Reasoner, ReasoningParser, Request, Shape, Usage};
+use crate::protocol::{
+    ItemsAsked, Piece, Protocol, Reasoner, ReasoningParser, Request, Shape, Usage,
+};
 use crate::sse::SseParser;
 use crate::tools::{merge, CallSoFar, ToolUse};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,8 +29,12 @@ use tokio_util::sync::CancellationToken;
 /// connection. Only this failure is retried, and at most this often.
 const MAX_STALE_RETRIES: u32 = 2;
 
-/// The largest whole answer (`--no-stream`) kept; the rest is read and dropped.
-const MAX_WHOLE_ANSWER: usize = 256 << 20;
+/// The most bytes one response body may bring, streamed or whole: 64 MiB,
+/// some three times what a 128K-token answer streams in vLLM's chat format
+/// (~200 bytes an event). Past it the request fails `too_large`, naming
+/// the limit, and what it held is let go: a server that streams forever,
+/// or answers with an endless body, costs this much memory and no more.
+pub const MAX_ANSWER_BYTES: usize = 64 << 20;
 
 /// Everything a request needs that is the same for the whole run.
 #[derive(Debug, Clone)]
@@ -133,10 +140,14 @@ impl Judging {
         }
     }
 
-    /// The checks of a whole answer, into its record: `text` the generated
-    /// text, of which the last `answer_bytes` are answer (not reasoning).
-    fn judge(&self, rec: &mut RequestRecord, text: &str, answer_bytes: usize, calls: &[CallSoFar]) {
-        let answer = answer_of(text, answer_bytes);
+    /// Whether any check reads the answer (format, tools, grade).
+    fn checks(&self) -> bool {
+        self.check.is_some() || self.tools.is_some() || self.grade.is_some()
+    }
+
+    /// The checks of a whole answer, into its record: the answer alone
+    /// (never its reasoning) and its tool calls.
+    fn judge(&self, rec: &mut RequestRecord, answer: &str, calls: &[CallSoFar]) {
         if let Some(check) = &self.check {
             let verdict = check.check(answer);
             rec.format_valid = Some(verdict.is_ok());
@@ -200,7 +211,7 @@ impl Stream {
                     return;
                 }
                 if let Some(n) = info.output_tokens {
-                    self.counted_tokens += n;
+                    self.counted_tokens = self.counted_tokens.saturating_add(n);
                 }
                 if info.text_bytes > 0 {
                     self.chunks
@@ -383,7 +394,7 @@ fn wire_request(
     (spec, history): (&PromptSpec, &[Exchange]),
     adapter: Option<&str>,
     judging: &Judging,
-) -> (Vec<u8>, u64) {
+) -> (Vec<u8>, ItemsAsked) {
     let offered = judging.tools.as_ref();
     let request = Request {
         tools: offered.map_or(&[][..], |(_, list)| list.as_slice()),
@@ -539,8 +550,8 @@ impl Reading<'_> {
         stream: &mut Stream,
         at: u64,
     ) -> (bool, u64) {
-        let mut sse = SseParser::new();
-        let mut ended = match conn.decode(body, |d| sse.feed(d, |ev| stream.event(ev.data, at))) {
+        let mut sse = Framing::default();
+        let mut ended = match conn.decode(body, |d| sse.feed(d, at, stream)) {
             Ok(ended) => ended,
             Err(e) => {
                 stream.failure = Some((ErrorKind::Stream, e.to_string()));
@@ -586,12 +597,12 @@ impl Reading<'_> {
             let decoded = match read {
                 Err(e) => Err(HttpError::Io(e)),
                 Ok(0) => body.eof().map(|()| true),
-                Ok(_) => conn.decode(body, |d| sse.feed(d, |ev| stream.event(ev.data, at))),
+                Ok(_) => conn.decode(body, |d| sse.feed(d, at, stream)),
             };
             match decoded {
                 Ok(true) => {
                     ended = true;
-                    sse.finish(|ev| stream.event(ev.data, at));
+                    sse.sse.finish(|ev| stream.event(ev.data, at));
                 }
                 Ok(false) => {}
                 Err(e) => {
@@ -606,6 +617,35 @@ impl Reading<'_> {
     }
 }
 
+/// A stream's body framed into events, within its memory bounds.
+#[derive(Default)]
+struct Framing {
+    sse: SseParser,
+    /// The body's bytes so far.
+    wire: usize,
+}
+
+impl Framing {
+    /// Frames one read's bytes into the stream's events; fails the stream,
+    /// once, when it outgrew a bound: one line or event
+    /// ([`crate::sse::MAX_EVENT_BYTES`]) or the whole body ([`MAX_ANSWER_BYTES`]).
+    fn feed(&mut self, d: &[u8], at: u64, stream: &mut Stream) {
+        self.wire += d.len();
+        self.sse.feed(d, |ev| stream.event(ev.data, at));
+        if stream.failure.is_some() {
+            return;
+        }
+        if let Some(e) = self.sse.overflow() {
+            stream.failure = Some((ErrorKind::TooLarge, e.to_string()));
+        } else if self.wire > MAX_ANSWER_BYTES {
+            let msg = format!(
+                "the stream outgrew {MAX_ANSWER_BYTES} bytes (the limit on one answer) before it ended"
+            );
+            stream.failure = Some((ErrorKind::TooLarge, msg));
+        }
+    }
+}
+
 /// Reads the body to its end after `[DONE]` (the chunked terminator usually
 /// follows at once) so the connection can carry the next request.
 async fn drained(conn: &mut Conn, body: &mut Body) -> bool {
@@ -616,25 +656,47 @@ async fn drained(conn: &mut Conn, body: &mut Body) -> bool {
     )
 }
 
-/// Settles the record from the stream. Counting tokens locally (no usage
-/// from the server) is CPU work: then it runs off the runtime's threads, so
-/// the other streams are read on time, and after `done_at`, so it is never
-/// part of this request's timing.
-async fn settle_off_runtime(rec: RequestRecord, stream: Stream) -> (RequestRecord, String) {
-    let counts_reasoning =
-        stream.reasoning_bytes > 0 && stream.usage.is_none_or(|u| u.reasoning_tokens.is_none());
-    let needs_tokenizer = stream.failure.is_none()
-        && (stream.usage.is_none_or(|u| u.completion_tokens.is_none()) || counts_reasoning)
-        && (!stream.text.is_empty() || !stream.calls.is_empty());
-    if !needs_tokenizer {
+/// Settles the record from the stream. What the stream says against
+/// itself is checked first (cheap); the rest — counting tokens locally,
+/// checking the answer's format and tools, grading it, hashing a long
+/// one — is CPU work that grows with the answer: then it runs off the
+/// runtime's threads, so the other streams are read on time, and after
+/// `done_at`, so it is never part of this request's timing.
+async fn settle_off_runtime(mut rec: RequestRecord, mut stream: Stream) -> (RequestRecord, String) {
+    check_stream(&mut rec, &mut stream);
+    if !stream.needs_cpu() {
         return settle(rec, stream);
     }
-    match tokio::task::spawn_blocking(move || settle(rec, stream)).await {
-        Ok(settled) => settled,
+    off_runtime(move || settle(rec, stream)).await
+}
+
+/// Runs one request's CPU work on the blocking pool and waits for it.
+async fn off_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(done) => done,
         Err(e) => match e.try_into_panic() {
             Ok(panic) => std::panic::resume_unwind(panic),
-            Err(_) => panic!("counting the answer's tokens was cancelled"),
+            Err(_) => panic!("settling the answer was cancelled"),
         },
+    }
+}
+
+/// Answers shorter than this are hashed on the runtime's thread (a few
+/// microseconds); longer ones off it.
+const SHORT_ANSWER: usize = 16 << 10;
+
+impl Stream {
+    /// Whether settling it is CPU work that can take long.
+    fn needs_cpu(&self) -> bool {
+        if self.failure.is_some() {
+            return false;
+        }
+        let counted = self.usage.is_some_and(|u| u.completion_tokens.is_some());
+        let thought_counted =
+            self.reasoning_bytes == 0 || self.usage.is_some_and(|u| u.reasoning_tokens.is_some());
+        !(counted && thought_counted)
+            || self.judging.checks()
+            || self.text.len() + self.reasoner.reasoning_text().len() > SHORT_ANSWER
     }
 }
 
@@ -644,19 +706,18 @@ async fn settle_off_runtime(rec: RequestRecord, stream: Stream) -> (RequestRecor
 async fn whole_answer(
     mut rec: RequestRecord,
     (mut conn, mut body, content_type): (Conn, Body, Option<String>),
-    (target, items_asked, judging): (&Target, u64, Judging),
+    (target, items_asked, judging): (&Target, ItemsAsked, Judging),
     clock: &Clock,
     cancel: &CancellationToken,
     deadline: Instant,
 ) -> (RequestRecord, String) {
     if content_type.is_some_and(|c| c.contains("text/event-stream")) {
-        let msg = "asked for a whole answer (--no-stream), got an event stream".to_string();
-        return fail(rec, clock, ErrorKind::Malformed, msg);
+        return fail(rec, clock, ErrorKind::Malformed, streamed_whole(target.api));
     }
     let read = tokio::select! {
         biased;
         _ = cancel.cancelled() => return fail(rec, clock, ErrorKind::Cancelled, "cancelled before the answer".into()),
-        b = timeout_at(deadline, conn.read_to_end(&mut body, MAX_WHOLE_ANSWER)) => b,
+        b = timeout_at(deadline, conn.read_within(&mut body, MAX_ANSWER_BYTES)) => b,
     };
     let bytes = match read {
         Err(_) => {
@@ -664,7 +725,11 @@ async fn whole_answer(
             return fail(rec, clock, ErrorKind::Timeout, msg);
         }
         Ok(Err(e)) => return fail(rec, clock, ErrorKind::Stream, e.to_string()),
-        Ok(Ok(bytes)) => bytes,
+        Ok(Ok(None)) => {
+            let msg = format!("the answer outgrew {MAX_ANSWER_BYTES} bytes (the limit on one answer)");
+            return fail(rec, clock, ErrorKind::TooLarge, msg);
+        }
+        Ok(Ok(Some(bytes))) => bytes,
     };
     // The answer's end is the arrival of its last bytes (the kernel's stamp
     // where there is one), as a stream's is.
@@ -673,16 +738,32 @@ async fn whole_answer(
     if body.reusable() {
         target.http.checkin(conn);
     }
-    let body = String::from_utf8_lossy(&bytes).into_owned();
-    if target.api.pooling() {
-        return pooled(rec, &body, target.api, items_asked);
+    let api = (target.api, target.reasoning, items_asked);
+    off_runtime(move || settle_whole(rec, bytes, api, judging)).await
+}
+
+/// A whole answer's body into its record, off the runtime's threads (the
+/// body may be megabytes of JSON): a pooling API's items, or the generated
+/// text, reasoning, calls and their counts, and the checks of the answer.
+fn settle_whole(
+    mut rec: RequestRecord,
+    bytes: Vec<u8>,
+    (api, parser, items_asked): (&'static dyn Protocol, ReasoningParser, ItemsAsked),
+    judging: Judging,
+) -> (RequestRecord, String) {
+    // One copy of the body at most: a lossy copy only where it is not UTF-8.
+    let body = String::from_utf8(bytes)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
+    if api.pooling() {
+        return pooled(rec, &body, api, items_asked);
     }
     let mut text = String::new();
-    let mut reasoner = Reasoner::new(target.reasoning);
-    let mut whole = match Piece::of_whole(target.api, &body, &mut text, &mut reasoner) {
+    let mut reasoner = Reasoner::new(parser);
+    let mut whole = match Piece::of_whole(api, &body, &mut text, &mut reasoner) {
         Err(e) => return failed_after(rec, ErrorKind::Malformed, e.to_string()),
         Ok(w) => w,
     };
+    drop(body);
     if let Some(msg) = whole.error {
         return failed_after(rec, ErrorKind::ServerError, msg);
     }
@@ -690,8 +771,10 @@ async fn whole_answer(
     std::mem::take(&mut whole.calls)
         .into_iter()
         .for_each(|p| merge(&mut calls, p));
+    let thought = reasoner.reasoning_text();
     // No first tool-call token to time in a whole answer, as no TTFT.
     if text.is_empty()
+        && thought.is_empty()
         && calls.is_empty()
         && !thought_to_its_limit(whole.usage, whole.finish_reason.as_deref())
     {
@@ -700,59 +783,125 @@ async fn whole_answer(
     }
     rec.finish_reason = whole.finish_reason.take();
     rec.server_timings = whole.timings.take();
+    let answer = answer_of(&text, whole.answer_bytes);
+    let answered = !answer.is_empty() || !calls.is_empty();
     // The answer, if any, came with the rest at the end.
-    rec.first_answer_at_us =
-        (whole.answer_bytes > 0 || !calls.is_empty()).then_some(rec.done_at_us);
-    whole_reasoning(&mut rec, &whole, &reasoner).await;
-    prompt_counts(&mut rec, whole.usage);
-    let (tokens, source) = whole_output_tokens(&whole, &text, &calls).await;
-    rec.output_tokens = tokens;
-    rec.output_token_source = Some(source);
-    rec.chunks = vec![Chunk(rec.done_at_us, tokens.min(u32::MAX as u64) as u32)];
-    judging.judge(&mut rec, &text, whole.answer_bytes, &calls);
-    (rec, text)
+    rec.first_answer_at_us = answered.then_some(rec.done_at_us);
+    let mut usage = whole.usage;
+    if let Some(n) = whole.output_tokens {
+        let u = usage.get_or_insert_with(Usage::default);
+        u.completion_tokens = u.completion_tokens.or(Some(n));
+    }
+    let carried = Carried {
+        bytes: whole.text_bytes as u64,
+        chunks: 1,
+        calls: calls.len() as u64,
+        max_tokens: rec.requested_output_tokens,
+    };
+    if let Some(why) = implausible(usage, &carried) {
+        rec.implausible_usage = Some(why);
+        usage = None;
+    }
+    prompt_counts(&mut rec, usage);
+    let total = match usage.and_then(|u| u.completion_tokens) {
+        Some(n) => (n, TokenSource::ServerUsage),
+        None => match local_output(thought, answer, &calls) {
+            Some(n) => (n, TokenSource::Tokenizer),
+            None => (1, TokenSource::Chunks),
+        },
+    };
+    let said = Said {
+        thought,
+        answer,
+        calls: &calls,
+    };
+    whole_reasoning(&mut rec, usage, whole.reasoning_bytes, &said, total);
+    rec.output_tokens = total.0;
+    rec.output_token_source = Some(total.1);
+    rec.chunks = vec![Chunk(rec.done_at_us, total.0.min(u32::MAX as u64) as u32)];
+    judging.judge(&mut rec, answer, &calls);
+    let answer = answer.to_string();
+    (rec, answer)
+}
+
+/// Why an event stream cannot be read where a whole answer was asked for,
+/// naming the flag only when the user gave it: a pooling API is never
+/// streamed, whatever the flags.
+fn streamed_whole(api: &dyn Protocol) -> String {
+    match api.pooling() {
+        true => format!(
+            "{} answers whole (a pooling API is never streamed), the server sent an event stream",
+            api.name()
+        ),
+        false => "asked for a whole answer (--no-stream), got an event stream".into(),
+    }
 }
 
 /// A whole answer's thinking: the server's count where it gives one (then
-/// hidden if no thought was sent), else the thought's text counted off the
-/// runtime's threads.
-async fn whole_reasoning(rec: &mut RequestRecord, whole: &Piece, reasoner: &Reasoner) {
-    let usage_reasoning = whole
-        .usage
-        .and_then(|u| u.reasoning_tokens)
-        .filter(|&n| n > 0);
-    rec.reasoning_tokens = match (usage_reasoning, whole.reasoning_bytes) {
-        (Some(n), _) => Some(n),
-        (None, 0) => None,
-        (None, _) => {
-            let thought = reasoner.reasoning_text().to_string();
-            let n = tokio::task::spawn_blocking(move || tokenizer::count_tokens(&thought)).await;
-            Some(n.ok().flatten().unwrap_or(1))
-        }
+/// hidden if no thought was sent), else the thought counted locally; never
+/// more than the output leaves once an answer that was sent has a token.
+fn whole_reasoning(
+    rec: &mut RequestRecord,
+    usage: Option<Usage>,
+    reasoning_bytes: usize,
+    said: &Said<'_>,
+    total: (u64, TokenSource),
+) {
+    let usage_reasoning = usage.and_then(|u| u.reasoning_tokens).filter(|&n| n > 0);
+    let (n, source) = match (usage_reasoning, reasoning_bytes) {
+        (Some(n), _) => (n, TokenSource::ServerUsage),
+        (None, 0) => return,
+        (None, _) => (said.local_reasoning(total).unwrap_or(1), TokenSource::Tokenizer),
     };
-    rec.reasoning_hidden = usage_reasoning.is_some() && whole.reasoning_bytes == 0;
-    rec.reasoning_token_source = rec.reasoning_tokens.map(|_| match usage_reasoning {
-        Some(_) => TokenSource::ServerUsage,
-        None => TokenSource::Tokenizer,
-    });
+    rec.reasoning_tokens = Some(said.within(n, total.0));
+    rec.reasoning_hidden = usage_reasoning.is_some() && reasoning_bytes == 0;
+    rec.reasoning_token_source = Some(source);
 }
 
-/// A whole answer's output tokens and where the count came from: the
-/// server's, else its text and calls counted off the runtime's threads.
-async fn whole_output_tokens(whole: &Piece, text: &str, calls: &[CallSoFar]) -> (u64, TokenSource) {
-    let counted = whole
-        .usage
-        .and_then(|u| u.completion_tokens)
-        .or(whole.output_tokens);
-    if let Some(n) = counted {
-        return (n, TokenSource::ServerUsage);
+/// What an answer said, apart: its reasoning, its answer and its calls.
+struct Said<'a> {
+    thought: &'a str,
+    answer: &'a str,
+    calls: &'a [CallSoFar],
+}
+
+impl Said<'_> {
+    /// Whether an answer was sent: text or a call.
+    fn answered(&self) -> bool {
+        !self.answer.is_empty() || !self.calls.is_empty()
     }
-    let counted = with_calls(text, calls).into_owned();
-    let n = tokio::task::spawn_blocking(move || tokenizer::count_tokens(&counted)).await;
-    match n.ok().flatten() {
-        Some(n) => (n, TokenSource::Tokenizer),
-        None => (1, TokenSource::Chunks),
+
+    /// Reasoning tokens `n` held to what `total` leaves: an answer that
+    /// was sent keeps at least one token, so reasoning + answer = output.
+    fn within(&self, n: u64, total: u64) -> u64 {
+        n.min(total.saturating_sub(u64::from(self.answered())))
     }
+
+    /// The reasoning counted here: the tokenizer over its text; when the
+    /// total is the server's, that total shared between reasoning and
+    /// answer in the proportion the tokenizer counts them — the server's
+    /// count is trusted for the whole, the local one only for the split,
+    /// so both sides are on one scale (a tag the server counts as one
+    /// token and the tokenizer as four moves no token across).
+    fn local_reasoning(&self, total: (u64, TokenSource)) -> Option<u64> {
+        let thought = tokenizer::count_tokens(self.thought)?;
+        if total.1 != TokenSource::ServerUsage {
+            return Some(thought);
+        }
+        let answer = tokenizer::count_tokens(&with_calls(self.answer, self.calls)).unwrap_or(0);
+        Some(crate::counts::share(total.0, thought, answer))
+    }
+}
+
+/// All that was generated, counted by the tokenizer: the reasoning, the
+/// answer and the calls' names and arguments.
+fn local_output(thought: &str, answer: &str, calls: &[CallSoFar]) -> Option<u64> {
+    let answer = tokenizer::count_tokens(&with_calls(answer, calls))?;
+    let thought = match thought.is_empty() {
+        true => 0,
+        false => tokenizer::count_tokens(thought)?,
+    };
+    Some(answer.saturating_add(thought))
 }
 
 /// A pooling API's answer (embeddings, rerank): nothing generated, so no
@@ -762,7 +911,7 @@ fn pooled(
     mut rec: RequestRecord,
     body: &str,
     api: &dyn Protocol,
-    asked: u64,
+    asked: ItemsAsked,
 ) -> (RequestRecord, String) {
     let mut none = String::new();
     let mut reasoner = Reasoner::new(ReasoningParser::None);
@@ -775,13 +924,22 @@ fn pooled(
     }
     rec.items = whole.items;
     rec.server_timings = whole.timings;
-    match whole.items.unwrap_or(0) {
-        0 => {
+    let inputs = asked.inputs;
+    match (whole.items.unwrap_or(0), whole.highest_index) {
+        (0, _) => {
             let msg = "the answer carried no items (no vectors or scores)".to_string();
             return failed_after(rec, ErrorKind::EmptyAnswer, msg);
         }
-        n if n < asked => {
-            let msg = format!("asked for {asked} items, the answer carried {n}");
+        (n, _) if n < asked.least => {
+            let msg = format!("asked for {} items, the answer carried {n}", asked.least);
+            return failed_after(rec, ErrorKind::Malformed, msg);
+        }
+        (n, _) if n > inputs => {
+            let msg = format!("the answer carried {n} items for the {inputs} inputs sent");
+            return failed_after(rec, ErrorKind::Malformed, msg);
+        }
+        (_, Some(i)) if i >= inputs => {
+            let msg = format!("an item at index {i}, past the {inputs} inputs sent");
             return failed_after(rec, ErrorKind::Malformed, msg);
         }
         _ => {}
@@ -816,49 +974,48 @@ fn failed_after(mut rec: RequestRecord, kind: ErrorKind, msg: String) -> (Reques
     (rec, String::new())
 }
 
-/// Turns the stream into the record — failure or success, token counts and
-/// their sources — and the answer's text.
+/// Turns the checked stream into the record — failure or success, token
+/// counts and their sources — and the answer's text (what a next turn
+/// carries back: the answer, not its reasoning).
 fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
-    rec.first_token_at_us = s.chunks.first().map(Chunk::at_us);
-    rec.finish_reason = s.finish_reason.take();
-    rec.server_timings = s.timings.take();
-    if s.counted_tokens > 0 && s.usage.is_none_or(|u| u.completion_tokens.is_none()) {
-        let counted = Usage {
-            completion_tokens: Some(s.counted_tokens),
-            ..Usage::default()
-        };
-        s.usage = Some(s.usage.map_or(counted, |u| u.merged(counted)));
-    }
-    check_stream(&mut rec, &mut s);
     prompt_counts(&mut rec, s.usage);
     let n_chunks = s.chunks.len() as u64;
-    let (total, source) = output_count(&s);
+    let answer = answer_of(&s.text, s.answer_bytes);
+    let said = Said {
+        thought: s.reasoner.reasoning_text(),
+        answer,
+        calls: &s.calls,
+    };
+    let total = output_count(&s, &said);
     rec.first_answer_at_us = s.first_answer_chunk.map(|i| s.chunks[i].at_us());
     rec.first_tool_call_at_us = s.first_call_chunk.map(|i| s.chunks[i].at_us());
-    let hidden = count_reasoning(&mut rec, &s);
+    let hidden = count_reasoning(&mut rec, &s, &said, total);
     let streamed = match hidden {
-        0 => total,
-        n => total.saturating_sub(n).max(n_chunks),
+        0 => total.0,
+        n => total.0.saturating_sub(n).max(n_chunks),
     };
-    let chunk_usage: std::borrow::Cow<'_, [u64]> = match hidden {
+    let running: std::borrow::Cow<'_, [u64]> = match hidden {
         0 => std::borrow::Cow::Borrowed(&s.chunk_usage),
         n => s.chunk_usage.iter().map(|c| c.saturating_sub(n)).collect(),
     };
-    split_tokens(&mut s.chunks, &chunk_usage, streamed);
-    rec.output_tokens = if s.chunks.is_empty() && s.failure.is_some() {
-        total.min(n_chunks)
+    let mut chunks = std::mem::take(&mut s.chunks);
+    split_tokens(&mut chunks, &running, streamed);
+    rec.output_tokens = if chunks.is_empty() && s.failure.is_some() {
+        total.0.min(n_chunks)
     } else {
-        total
+        total.0
     };
-    rec.output_token_source = Some(source);
-    rec.chunks = s.chunks;
-    if let Some((kind, msg)) = s.failure {
-        rec.error_kind = Some(kind);
-        rec.error = Some(msg);
-    } else {
-        s.judging.judge(&mut rec, &s.text, s.answer_bytes, &s.calls);
+    rec.output_token_source = Some(total.1);
+    rec.chunks = chunks;
+    match s.failure.take() {
+        Some((kind, msg)) => {
+            rec.error_kind = Some(kind);
+            rec.error = Some(msg);
+        }
+        None => s.judging.judge(&mut rec, answer, &s.calls),
     }
-    (rec, s.text)
+    let answer = answer.to_string();
+    (rec, answer)
 }
 
 /// The prompt's tokens as the server counted them, and those its prefix
@@ -874,11 +1031,22 @@ fn prompt_counts(rec: &mut RequestRecord, usage: Option<Usage>) {
         .or_else(|| rec.server_timings.as_ref()?.get("cache_n")?.as_u64());
 }
 
-/// What the finished stream says against itself: an end with no `[DONE]`
-/// or finish reason is broken, a usage its own text cannot hold is dropped
-/// (and said so), and no text at all is an empty answer — unless the
-/// server thought to its limit without showing it.
+/// What the finished stream says against itself, before anything is
+/// counted: an end with no `[DONE]` or finish reason is broken; a usage, or
+/// a running count, that its own text cannot hold is dropped (and said
+/// so), never split into timings; no text at all is an empty answer —
+/// unless the server thought to its limit without showing it.
 fn check_stream(rec: &mut RequestRecord, s: &mut Stream) {
+    rec.first_token_at_us = s.chunks.first().map(Chunk::at_us);
+    rec.finish_reason = s.finish_reason.take();
+    rec.server_timings = s.timings.take();
+    if s.counted_tokens > 0 && s.usage.is_none_or(|u| u.completion_tokens.is_none()) {
+        let counted = Usage {
+            completion_tokens: Some(s.counted_tokens),
+            ..Usage::default()
+        };
+        s.usage = Some(s.usage.map_or(counted, |u| u.merged(counted)));
+    }
     let ended_by_body = s.api.ends_with_the_body() && !s.chunks.is_empty();
     if s.failure.is_none() && !s.done && rec.finish_reason.is_none() && !ended_by_body {
         s.failure = Some((
@@ -886,15 +1054,20 @@ fn check_stream(rec: &mut RequestRecord, s: &mut Stream) {
             "stream ended without [DONE] or a finish reason".into(),
         ));
     }
-    let n_chunks = s.chunks.len() as u64;
-    // Before the split, a chunk's second field is its text bytes.
-    let bytes: u64 = s.chunks.iter().map(|c| c.1 as u64).sum();
-    // A tool call's framing (`{"name": …, "arguments": `) is generated and
-    // never streamed as text: with calls, the bytes bound no count.
-    let text_bound = (s.calls.is_empty()).then_some((bytes, n_chunks));
-    if let Some(why) = implausible(s.usage, text_bound, rec.requested_output_tokens) {
+    let carried = Carried {
+        // Before the split, a chunk's second field is its text bytes.
+        bytes: s.chunks.iter().map(|c| c.1 as u64).sum(),
+        chunks: s.chunks.len() as u64,
+        calls: s.calls.len() as u64,
+        max_tokens: rec.requested_output_tokens,
+    };
+    let running = implausible_running(&s.chunk_usage, &carried);
+    if let Some(why) = implausible(s.usage, &carried).or(running) {
+        // One count of the server's that cannot be true puts its others in
+        // doubt: neither its total nor its running count is used.
         rec.implausible_usage = Some(why);
         s.usage = None;
+        s.chunk_usage = Vec::new();
     }
     if s.failure.is_none()
         && s.chunks.is_empty()
@@ -909,15 +1082,17 @@ fn check_stream(rec: &mut RequestRecord, s: &mut Stream) {
 }
 
 /// The answer's tokens and where the count comes from: the server's usage,
-/// else the tokenizer over the text (never fewer than the chunks), else the
-/// chunks. A failed request's usage and text are not trusted.
-fn output_count(s: &Stream) -> (u64, TokenSource) {
+/// else the tokenizer over the reasoning, the answer and the calls (never
+/// fewer than the chunks), else the chunks. A failed request's usage and
+/// text are not trusted.
+fn output_count(s: &Stream, said: &Said<'_>) -> (u64, TokenSource) {
     let n_chunks = s.chunks.len() as u64;
+    if s.failure.is_some() {
+        return (n_chunks, TokenSource::Chunks);
+    }
     match s.usage.and_then(|u| u.completion_tokens) {
-        Some(n) if s.failure.is_none() => (n, TokenSource::ServerUsage),
-        _ => match tokenizer::count_tokens(&with_calls(&s.text, &s.calls))
-            .filter(|_| s.failure.is_none())
-        {
+        Some(n) => (n, TokenSource::ServerUsage),
+        None => match local_output(said.thought, said.answer, said.calls) {
             Some(n) => (n.max(n_chunks), TokenSource::Tokenizer),
             None => (n_chunks, TokenSource::Chunks),
         },
@@ -926,8 +1101,13 @@ fn output_count(s: &Stream) -> (u64, TokenSource) {
 
 /// Records the reasoning's tokens and their source; the count of them the
 /// server never streamed (0 when it streamed its thinking, or none).
-fn count_reasoning(rec: &mut RequestRecord, s: &Stream) -> u64 {
-    let Some((n, source)) = reasoning_count(s) else {
+fn count_reasoning(
+    rec: &mut RequestRecord,
+    s: &Stream,
+    said: &Said<'_>,
+    total: (u64, TokenSource),
+) -> u64 {
+    let Some((n, source)) = reasoning_count(s, said, total) else {
         return 0;
     };
     rec.reasoning_tokens = Some(n);
@@ -960,103 +1140,34 @@ fn generated_so_far(timings: &Option<serde_json::Value>) -> Option<u64> {
 /// A stream's reasoning tokens and where the count came from: the server's
 /// usage; else its running count on every chunk — all it generated before
 /// the answer's first token, the tags around the thinking included; else
-/// the tokenizer on the reasoning it streamed; else its reasoning chunks.
-/// `None` when it showed no reasoning at all.
-fn reasoning_count(s: &Stream) -> Option<(u64, TokenSource)> {
-    match s.usage.and_then(|u| u.reasoning_tokens) {
-        Some(0) if s.reasoning_bytes == 0 => None,
-        Some(n) => Some((n, TokenSource::ServerUsage)),
-        None if s.reasoning_bytes == 0 => None,
-        None if s.chunk_usage.len() == s.chunks.len() => {
+/// the thought counted locally (`Said::local_reasoning`); else its
+/// reasoning chunks. Always held to what the output leaves an answer that
+/// was sent (`Said::within`). `None` when it showed no reasoning at all.
+fn reasoning_count(
+    s: &Stream,
+    said: &Said<'_>,
+    total: (u64, TokenSource),
+) -> Option<(u64, TokenSource)> {
+    let (n, source) = match s.usage.and_then(|u| u.reasoning_tokens) {
+        Some(0) if s.reasoning_bytes == 0 => return None,
+        Some(n) => (n, TokenSource::ServerUsage),
+        None if s.reasoning_bytes == 0 => return None,
+        None if !s.chunk_usage.is_empty() && s.chunk_usage.len() == s.chunks.len() => {
             let before_answer = match s.first_answer_chunk {
                 Some(i) => s.chunk_usage[i].saturating_sub(1),
                 None => *s.chunk_usage.last()?,
             };
-            Some((
+            (
                 before_answer.max(s.reasoning_chunks),
                 TokenSource::ServerChunks,
-            ))
+            )
         }
-        None => Some(match tokenizer::count_tokens(s.reasoner.reasoning_text()) {
+        None => match said.local_reasoning(total) {
             Some(n) => (n.max(s.reasoning_chunks), TokenSource::Tokenizer),
             None => (s.reasoning_chunks.max(1), TokenSource::Chunks),
-        }),
-    }
-}
-
-/// Prompt sizes past this are not real (the largest context windows hold ~10M).
-const MAX_PLAUSIBLE_PROMPT: u64 = 1 << 32;
-
-/// Why the server's usage cannot be true, if it cannot: a token is at least
-/// a byte of text (or an empty chunk), a server never writes past
-/// `max_tokens` (one more for an end-of-sequence token), and no prompt holds
-/// billions of tokens.
-fn implausible(
-    usage: Option<Usage>,
-    text: Option<(u64, u64)>,
-    max_tokens: Option<u64>,
-) -> Option<String> {
-    let u = usage?;
-    if let Some(n) = u.completion_tokens {
-        let hidden = u.reasoning_tokens.unwrap_or(0);
-        if hidden > n {
-            return Some(format!(
-                "reasoning_tokens {hidden} of completion_tokens {n}"
-            ));
-        }
-        // Reasoning may have been counted and never shown (hidden): only
-        // the rest needs text.
-        if let Some((bytes, chunks)) = text.filter(|(b, c)| n - hidden > b.saturating_add(*c)) {
-            return Some(format!(
-                "completion_tokens {n} from {chunks} chunks carrying {bytes} bytes"
-            ));
-        }
-        if let Some(max) = max_tokens.filter(|&m| n > m.saturating_add(1)) {
-            return Some(format!("completion_tokens {n} with max_tokens {max}"));
-        }
-    }
-    match u.prompt_tokens {
-        Some(p) if p > MAX_PLAUSIBLE_PROMPT => Some(format!("prompt_tokens {p}")),
-        _ => None,
-    }
-}
-
-/// Replaces each chunk's byte count with its token count.
-/// Per-chunk usage when the server sent it; otherwise one token per chunk
-/// when the totals agree; otherwise `total` split in proportion to text bytes
-/// (largest remainder, at least one per chunk).
-fn split_tokens(chunks: &mut [Chunk], chunk_usage: &[u64], total: u64) {
-    let n = chunks.len() as u64;
-    if n == 0 {
-        return;
-    }
-    if chunk_usage.len() == chunks.len() && chunk_usage.windows(2).all(|w| w[1] >= w[0]) {
-        let mut prev = 0;
-        for (c, &cum) in chunks.iter_mut().zip(chunk_usage) {
-            c.1 = (cum - prev).max(1) as u32;
-            prev = cum;
-        }
-        return;
-    }
-    if total <= n {
-        chunks.iter_mut().for_each(|c| c.1 = 1);
-        return;
-    }
-    let bytes: u64 = chunks.iter().map(|c| c.1 as u64).sum();
-    let extra = total - n; // one each first, the rest by bytes
-    let mut given = 0;
-    let mut remainders: Vec<(u64, usize)> = Vec::with_capacity(chunks.len());
-    for (i, c) in chunks.iter_mut().enumerate() {
-        let share = extra * c.1 as u64;
-        let whole = share / bytes;
-        remainders.push((share % bytes, i));
-        c.1 = 1 + whole as u32;
-        given += whole;
-    }
-    remainders.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    for &(_, i) in remainders.iter().take((extra - given) as usize) {
-        chunks[i].1 += 1;
-    }
+        },
+    };
+    Some((said.within(n, total.0), source))
 }
 
 /// A request that failed before any stream: its record, and no answer.
@@ -1070,46 +1181,4 @@ fn fail(
     rec.error_kind = Some(kind);
     rec.error = Some(msg);
     (rec, String::new())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn chunks(bytes: &[u32]) -> Vec<Chunk> {
-        bytes
-            .iter()
-            .enumerate()
-            .map(|(i, &b)| Chunk(i as u64, b))
-            .collect()
-    }
-
-    #[test]
-    fn one_token_per_chunk_when_totals_agree() {
-        let mut c = chunks(&[5, 3, 9]);
-        split_tokens(&mut c, &[], 3);
-        assert!(c.iter().all(|c| c.1 == 1));
-    }
-
-    #[test]
-    fn equal_chunks_split_evenly() {
-        let mut c = chunks(&[12, 12, 12, 12]);
-        split_tokens(&mut c, &[], 16);
-        assert!(c.iter().all(|c| c.1 == 4), "{c:?}");
-    }
-
-    #[test]
-    fn uneven_chunks_split_by_bytes_and_sum_to_total() {
-        let mut c = chunks(&[1, 3, 10, 6]);
-        split_tokens(&mut c, &[], 11);
-        assert_eq!(c.iter().map(|c| c.1 as u64).sum::<u64>(), 11);
-        assert!(c[2].1 > c[0].1);
-    }
-
-    #[test]
-    fn per_chunk_usage_wins() {
-        let mut c = chunks(&[4, 4, 4]);
-        split_tokens(&mut c, &[2, 5, 6], 6);
-        assert_eq!(c.iter().map(|c| c.1).collect::<Vec<_>>(), vec![2, 3, 1]);
-    }
 }

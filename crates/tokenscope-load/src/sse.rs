@@ -7,6 +7,12 @@
 //! a CRLF is split across reads); `:` starts a comment; `data:` lines of one
 //! event are joined with `\n`; a blank line dispatches; one space after the
 //! colon is dropped; unknown fields are ignored.
+//!
+//! A hostile or broken server may send a line that never ends, or `data:`
+//! lines that never reach a blank line: the parser holds at most
+//! [`MAX_EVENT_BYTES`] of one line or event. Past that it stops — no event
+//! is dispatched again — and [`SseParser::overflow`] says so, so the request
+//! fails (`too_large`) with the limit named and the run goes on.
 
 /// One dispatched event. `event` is the `event:` field, if any.
 #[derive(Debug, PartialEq, Eq)]
@@ -15,7 +21,19 @@ pub struct SseEvent<'a> {
     pub data: &'a str,
 }
 
-#[derive(Debug, Default)]
+/// The most bytes one line or one event (its `data:` lines joined) may
+/// hold: 8 MiB, some thirty times the largest event a real server sends
+/// (an OpenAI Responses `response.completed` carrying a long answer whole).
+pub const MAX_EVENT_BYTES: usize = 8 << 20;
+
+/// A line or event that outgrew [`MAX_EVENT_BYTES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("an event-stream line or event grew past {limit} bytes without ending (the limit on one event)")]
+pub struct EventTooLarge {
+    pub limit: usize,
+}
+
+#[derive(Debug)]
 pub struct SseParser {
     /// A line not yet terminated at the end of the previous read.
     partial: Vec<u8>,
@@ -25,6 +43,16 @@ pub struct SseParser {
     event: Option<String>,
     /// The previous read ended in `\r`: a leading `\n` now belongs to it.
     after_cr: bool,
+    /// A line or event outgrew the limit: nothing more is parsed.
+    overflow: Option<EventTooLarge>,
+    /// The limit (`MAX_EVENT_BYTES`; smaller in tests).
+    limit: usize,
+}
+
+impl Default for SseParser {
+    fn default() -> Self {
+        Self::with_limit(MAX_EVENT_BYTES)
+    }
 }
 
 impl SseParser {
@@ -32,8 +60,30 @@ impl SseParser {
         Self::default()
     }
 
+    /// A parser that holds at most `limit` bytes of one line or event.
+    pub fn with_limit(limit: usize) -> Self {
+        SseParser {
+            partial: Vec::new(),
+            data: String::new(),
+            has_data: false,
+            event: None,
+            after_cr: false,
+            overflow: None,
+            limit,
+        }
+    }
+
+    /// The line or event that outgrew the limit, once one has: the stream
+    /// cannot be read further.
+    pub fn overflow(&self) -> Option<EventTooLarge> {
+        self.overflow
+    }
+
     /// Feeds one read; calls `on_event` for each event it completes.
     pub fn feed(&mut self, mut bytes: &[u8], mut on_event: impl FnMut(SseEvent<'_>)) {
+        if self.overflow.is_some() {
+            return;
+        }
         if self.after_cr {
             self.after_cr = false;
             if let Some(rest) = bytes.strip_prefix(b"\n") {
@@ -50,6 +100,9 @@ impl SseParser {
                     None => self.after_cr = true,
                 }
             }
+            if self.partial.len() + line.len() > self.limit {
+                return self.overflowed();
+            }
             if self.partial.is_empty() {
                 self.line(line, &mut on_event);
             } else {
@@ -59,14 +112,31 @@ impl SseParser {
                 whole.clear();
                 self.partial = whole; // keep the allocation
             }
+            if self.data.len() > self.limit {
+                return self.overflowed();
+            }
             bytes = rest;
         }
+        if self.partial.len() + bytes.len() > self.limit {
+            return self.overflowed();
+        }
         self.partial.extend_from_slice(bytes);
+    }
+
+    /// Drops what was held and stops parsing.
+    fn overflowed(&mut self) {
+        self.overflow = Some(EventTooLarge { limit: self.limit });
+        self.partial = Vec::new();
+        self.data = String::new();
+        self.has_data = false;
     }
 
     /// The stream ended. A last event without its blank line is still
     /// dispatched: servers that omit the final terminator lose nothing.
     pub fn finish(&mut self, mut on_event: impl FnMut(SseEvent<'_>)) {
+        if self.overflow.is_some() {
+            return;
+        }
         if !self.partial.is_empty() {
             let line = std::mem::take(&mut self.partial);
             self.line(&line, &mut on_event);
@@ -202,6 +272,42 @@ mod tests {
     #[test]
     fn blank_lines_without_data_dispatch_nothing() {
         assert!(datas(&[b"\n\n\r\n"]).is_empty());
+    }
+
+    #[test]
+    fn a_line_that_never_ends_stops_the_parser_at_its_limit() {
+        let mut p = SseParser::with_limit(64);
+        let mut seen = 0;
+        p.feed(b"data: 1\n\ndata: ", |_| seen += 1);
+        // An endless line, a read at a time: held up to the limit, then dropped.
+        for _ in 0..100 {
+            p.feed(&[b'x'; 16], |_| seen += 1);
+        }
+        assert_eq!(p.overflow(), Some(EventTooLarge { limit: 64 }));
+        assert!(p.partial.capacity() == 0 && p.data.capacity() == 0);
+        // Nothing more is dispatched, even a good event or the end.
+        p.feed(b"\n\ndata: 2\n\n", |_| seen += 1);
+        p.finish(|_| seen += 1);
+        assert_eq!(seen, 1);
+    }
+
+    #[test]
+    fn an_event_of_endless_data_lines_stops_at_its_limit() {
+        // Each line is short; the event they build never reaches a blank line.
+        let mut p = SseParser::with_limit(64);
+        let mut seen = 0;
+        for _ in 0..20 {
+            p.feed(b"data: 0123456789\n", |_| seen += 1);
+        }
+        assert!(p.overflow().is_some());
+        assert_eq!(seen, 0);
+        // An event at the limit is still whole.
+        let mut p = SseParser::with_limit(64);
+        let mut got = String::new();
+        p.feed(format!("data: {}\n\n", "y".repeat(58)).as_bytes(), |e| {
+            got = e.data.to_owned()
+        });
+        assert_eq!((p.overflow(), got.len()), (None, 58));
     }
 
     #[test]

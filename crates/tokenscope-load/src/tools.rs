@@ -32,10 +32,26 @@ pub struct CallSoFar {
     pub arguments: String,
 }
 
-/// Adds one streamed piece to the calls it belongs to (by its index: a
-/// piece of a new index opens a new call).
+/// Adds one streamed piece to the call it belongs to: by its id when it
+/// carries one (a new id opens a new call, even at an index already used —
+/// some servers send every call at index 0), else to the latest call at
+/// its index (OpenAI's form: the id on the first piece only). A piece of a
+/// new index opens a new call.
 pub fn merge(calls: &mut Vec<CallSoFar>, d: ToolCallDelta<'_>) {
-    let i = match calls.iter().position(|c| c.index == d.index) {
+    let found = match d.id.as_deref() {
+        Some(id) => calls
+            .iter()
+            .rposition(|c| c.id.as_deref() == Some(id))
+            // An id sent after its call's first piece (no id yet) joins it.
+            .or_else(|| {
+                calls
+                    .iter()
+                    .rposition(|c| c.index == d.index)
+                    .filter(|&i| calls[i].id.is_none())
+            }),
+        None => calls.iter().rposition(|c| c.index == d.index),
+    };
+    let i = match found {
         Some(i) => i,
         None => {
             calls.push(CallSoFar {
@@ -157,6 +173,33 @@ mod tests {
         assert_eq!(calls.len(), 2);
         assert_eq!(calls[0].arguments, r#"{"city":"Oslo"}"#);
         assert_eq!(calls[1].name, "f");
+    }
+
+    #[test]
+    fn calls_with_their_own_ids_at_one_index_stay_apart() {
+        let piece = |id: Option<&'static str>, name: Option<&'static str>, args: &'static str| {
+            ToolCallDelta {
+                index: 0,
+                id: id.map(Into::into),
+                name: name.map(Into::into),
+                arguments: args.into(),
+            }
+        };
+        // Two calls, both at index 0, each with its id (some servers do this).
+        let mut calls = Vec::new();
+        merge(&mut calls, piece(Some("a"), Some("get_weather"), ""));
+        merge(&mut calls, piece(None, None, "{\"city\":\"Oslo\"}"));
+        merge(&mut calls, piece(Some("b"), Some("get_time"), ""));
+        merge(&mut calls, piece(None, None, "{}"));
+        let named: Vec<_> = calls.iter().map(|c| (c.name.as_str(), c.arguments.as_str())).collect();
+        assert_eq!(named, [("get_weather", r#"{"city":"Oslo"}"#), ("get_time", "{}")]);
+        // The id repeated on every piece, or first given late, is one call.
+        let mut calls = Vec::new();
+        merge(&mut calls, piece(None, Some("f"), "{"));
+        merge(&mut calls, piece(Some("c"), None, "}"));
+        merge(&mut calls, piece(Some("c"), None, ""));
+        assert_eq!(calls.len(), 1);
+        assert_eq!((calls[0].id.as_deref(), calls[0].arguments.as_str()), (Some("c"), "{}"));
     }
 
     #[test]

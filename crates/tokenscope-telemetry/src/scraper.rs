@@ -383,16 +383,29 @@ async fn fetch(
         if !status.is_success() {
             return Err(format!("{url}: HTTP {}", status.as_u16()));
         }
-        let text = resp
-            .text()
+        let mut body = tokenscope_core::capped::Capped::new(MAX_EXPOSITION_BYTES);
+        let mut resp = resp;
+        while let Some(piece) = resp
+            .chunk()
             .await
-            .map_err(|e| format!("{url}: {}", error_chain::line(&e.without_url())))?;
-        prometheus::parse(&text).map_err(|e| format!("{url}: {e}"))
+            .map_err(|e| format!("{url}: {}", error_chain::line(&e.without_url())))?
+        {
+            if !body.push(&piece) {
+                break;
+            }
+        }
+        let bytes = body.finish().map_err(|e| format!("{url}: {e}"))?;
+        prometheus::parse(&String::from_utf8_lossy(&bytes)).map_err(|e| format!("{url}: {e}"))
     };
     tokio::time::timeout(timeout, get)
         .await
         .unwrap_or_else(|_| Err(format!("{url}: no answer within {timeout:?}")))
 }
+
+/// The most bytes one scrape may bring: 16 MiB, some twenty times a
+/// large exporter's page (DCGM's on eight GPUs). Past it the scrape fails,
+/// naming the limit, and the next one is tried as usual.
+pub const MAX_EXPOSITION_BYTES: usize = 16 << 20;
 
 #[cfg(test)]
 mod thinning {

@@ -93,7 +93,7 @@ pub struct Entry {
     /// (read and encoded once, at load) or a URL.
     pub media: Vec<std::sync::Arc<crate::media::Media>>,
     /// Those as the file names them, until [`Dataset::load`] reads them.
-    media_refs: Vec<(crate::media::Kind, String)>,
+    media_refs: Vec<MediaRef>,
     /// Tools it offers the model (JSONL `tools`, OpenAI's or BFCL's
     /// form), put in OpenAI chat's form; they win over `--tools`.
     pub tools: Option<std::sync::Arc<Vec<serde_json::Value>>>,
@@ -165,9 +165,14 @@ impl Dataset {
                 ),
             });
         } else {
-            std::fs::read_to_string(path).map_err(|source| DatasetError::Io {
+            let bytes = std::fs::read(path).map_err(|source| DatasetError::Io {
                 path: path.into(),
                 source,
+            })?;
+            utf8(bytes).map_err(|(line, what)| DatasetError::Bad {
+                path: path.into(),
+                line,
+                what,
             })?
         };
         let format = match how.format {
@@ -202,7 +207,7 @@ impl Dataset {
             what,
         };
         let dir = path.parent().unwrap_or(Path::new("."));
-        load_media(&mut entries, dir).map_err(|e| whole(format!("media: {e}")))?;
+        load_media(&mut entries, dir).map_err(|(l, w)| bad(l, w))?;
         let sessions = if how.multi_turn {
             let mut sessions = group_sessions(&entries).map_err(whole)?;
             if let Some(n) = how.sample {
@@ -355,11 +360,28 @@ fn entry(prompt: Prompt, output_tokens: Option<u64>, timestamp_ms: Option<f64>) 
     }
 }
 
+/// A piece of media an entry names: its kind, its path or URL, and the
+/// dataset's line that names it (for errors).
+type MediaRef = (crate::media::Kind, String, usize);
+
+/// A dataset's bytes as text, or where they stop being UTF-8: the line
+/// and column of the first bad byte.
+fn utf8(bytes: Vec<u8>) -> Result<String, (usize, String)> {
+    String::from_utf8(bytes).map_err(|e| {
+        let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let line = 1 + memchr_count(b'\n', good);
+        let column = 1 + good.len() - good.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let byte = e.as_bytes()[good.len()];
+        (line, format!("not UTF-8: byte 0x{byte:02x} at column {column} (save the file as UTF-8)"))
+    })
+}
+
+fn memchr_count(needle: u8, hay: &[u8]) -> usize {
+    hay.iter().filter(|&&b| b == needle).count()
+}
+
 /// The media an entry names: each field a path or URL, or a list of them.
-fn media_refs(
-    n: usize,
-    m: &serde_json::Map<String, serde_json::Value>,
-) -> Parsed<Vec<(crate::media::Kind, String)>> {
+fn media_refs(n: usize, m: &serde_json::Map<String, serde_json::Value>) -> Parsed<Vec<MediaRef>> {
     use crate::media::Kind;
     let fields = [
         ("image", Kind::Image),
@@ -386,22 +408,37 @@ fn media_refs(
                 ))
             }
         };
-        out.extend(list.into_iter().map(|r| (kind, r.to_string())));
+        out.extend(list.into_iter().map(|r| (kind, r.to_string(), n)));
     }
     Ok(out)
 }
 
+/// The most bytes the media a dataset names may hold in all, read and
+/// encoded (each file's limit is `media::MAX_FILE_BYTES`).
+pub const MAX_DATASET_MEDIA_BYTES: u64 = 1 << 30;
+
 /// Reads the media every entry names, each distinct path once, relative to
-/// the dataset's own directory.
-fn load_media(entries: &mut [Entry], dir: &Path) -> Result<(), String> {
+/// the dataset's own directory; a file too large, or more than the client
+/// keeps in all, is refused at the line that names it, before it is read.
+fn load_media(entries: &mut [Entry], dir: &Path) -> Result<(), (usize, String)> {
     let mut loaded: HashMap<(crate::media::Kind, String), std::sync::Arc<crate::media::Media>> =
         HashMap::new();
+    let mut held = 0u64;
     for e in entries {
-        for (kind, r) in std::mem::take(&mut e.media_refs) {
+        for (kind, r, line) in std::mem::take(&mut e.media_refs) {
             let m = match loaded.get(&(kind, r.clone())) {
                 Some(m) => m.clone(),
                 None => {
-                    let m = std::sync::Arc::new(crate::media::Media::from_dataset(kind, &r, dir)?);
+                    let m = crate::media::Media::from_dataset(kind, &r, dir)
+                        .map_err(|e| (line, format!("media: {e}")))?;
+                    held = held.saturating_add(m.url.len() as u64);
+                    if held > MAX_DATASET_MEDIA_BYTES {
+                        let why = format!(
+                            "media: the files named so far hold {held} bytes encoded, past the {MAX_DATASET_MEDIA_BYTES} the client keeps for a dataset's media (sample fewer entries with --dataset-sample)"
+                        );
+                        return Err((line, why));
+                    }
+                    let m = std::sync::Arc::new(m);
                     loaded.insert((kind, r), m.clone());
                     m
                 }
@@ -779,6 +816,33 @@ mod tests {
         let path = dir.join(format!("d-{}", text.len()));
         std::fs::write(&path, text).unwrap();
         Dataset::load(&path, &how)
+    }
+
+    #[test]
+    fn bad_utf8_is_named_by_its_line_and_column() {
+        let dir = std::env::temp_dir().join(format!("ts-utf8-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("d.jsonl");
+        std::fs::write(&path, b"{\"prompt\": \"ok\"}\n{\"prompt\": \"a\xffb\"}\n").unwrap();
+        let e = Dataset::load(&path, &Load::default()).unwrap_err().to_string();
+        assert!(e.contains("d.jsonl:2: not UTF-8: byte 0xff at column 14"), "{e}");
+    }
+
+    #[test]
+    fn a_media_file_past_its_limit_is_refused_at_its_line_unread() {
+        let dir = std::env::temp_dir().join(format!("ts-media-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // 4 GiB, sparse: nothing is written, and nothing may be read.
+        let huge = std::fs::File::create(dir.join("huge.png")).unwrap();
+        huge.set_len(4 << 30).unwrap();
+        std::fs::write(dir.join("small.png"), b"png").unwrap();
+        let path = dir.join("d.jsonl");
+        let text = "{\"prompt\": \"a\", \"image\": \"small.png\"}\n{\"prompt\": \"b\", \"image\": \"huge.png\"}\n";
+        std::fs::write(&path, text).unwrap();
+        let e = Dataset::load(&path, &Load::default()).unwrap_err().to_string();
+        assert!(e.contains("d.jsonl:2: media:"), "{e}");
+        assert!(e.contains("4294967296 bytes, past the 33554432"), "{e}");
+        std::fs::remove_file(dir.join("huge.png")).unwrap();
     }
 
     #[test]

@@ -53,10 +53,15 @@ impl Media {
 
     /// The data URL of `bytes` of type `mime`.
     fn inline(kind: Kind, mime: &str, bytes: &[u8], label: String) -> Media {
-        let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+        // The URL built in one allocation: no second copy of the base64.
+        let mut url = String::with_capacity(data_url_len(mime, bytes.len() as u64) as usize);
+        url.push_str("data:");
+        url.push_str(mime);
+        url.push_str(";base64,");
+        base64::engine::general_purpose::STANDARD.encode_string(bytes, &mut url);
         Media {
             kind,
-            url: format!("data:{mime};base64,{b64}").into(),
+            url: url.into(),
             mime: mime.into(),
             bytes: bytes.len() as u64,
             label,
@@ -79,6 +84,15 @@ impl Media {
             });
         }
         let path = base.join(reference);
+        let size = std::fs::metadata(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?
+            .len();
+        if size > MAX_FILE_BYTES {
+            return Err(format!(
+                "{}: {size} bytes, past the {MAX_FILE_BYTES} a media file may hold (not read)",
+                path.display()
+            ));
+        }
         let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
         let mime = match (kind, ext.to_ascii_lowercase().as_str()) {
@@ -95,6 +109,33 @@ impl Media {
             .map_or(reference.into(), |n| n.to_string_lossy().into_owned());
         Ok(Media::inline(kind, mime, &bytes, label))
     }
+}
+
+/// The most bytes one media file a dataset names may hold: 32 MiB, past
+/// any image or clip a model takes. Checked before the file is read.
+pub const MAX_FILE_BYTES: u64 = 32 << 20;
+
+/// The most memory the encoded synthetic media may take (`--media-pool`
+/// pieces per size, each a data URL): 128 MiB, so the client's whole
+/// footprint stays under 200 MB whatever the media flags say.
+pub const MAX_POOL_BYTES: u64 = 128 << 20;
+
+/// One kind of piece in the pool: how many, and the bytes of each.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolPart {
+    pub what: String,
+    pub pieces: u64,
+    pub each: u64,
+}
+
+/// Bytes in MiB, as the refusal says them.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}
+
+/// The length of the data URL of `bytes` bytes of type `mime`.
+fn data_url_len(mime: &str, bytes: u64) -> u64 {
+    "data:;base64,".len() as u64 + mime.len() as u64 + bytes.div_ceil(3) * 4
 }
 
 /// An image size, `WxH` in pixels.
@@ -215,6 +256,64 @@ impl Synthetic {
         out
     }
 
+    /// What the encoded pool will hold in memory, reckoned before it is
+    /// encoded: a clip's exactly (a WAV's length is its duration), each
+    /// image size's from its first piece, encoded now (and kept: the run
+    /// sends it), with a quarter more for how pieces differ.
+    pub fn reckon(&self) -> Vec<PoolPart> {
+        let pool = self.spec.pool.max(1) as u64;
+        let mut parts = Vec::new();
+        if self.spec.images > 0 {
+            for (i, size) in self.spec.sizes.iter().enumerate() {
+                let first = self.piece((Kind::Image, i, 0)).url.len() as u64;
+                parts.push(PoolPart {
+                    what: format!("{size} {} image", self.spec.format.name()),
+                    pieces: pool,
+                    each: first.saturating_add(first / 4),
+                });
+            }
+        }
+        if self.spec.audio > 0 {
+            let samples = (self.spec.audio_seconds * 16_000.0) as u64;
+            parts.push(PoolPart {
+                what: format!("{}s audio clip", self.spec.audio_seconds),
+                pieces: pool,
+                each: data_url_len("audio/wav", 44 + samples * 2),
+            });
+        }
+        parts
+    }
+
+    /// The pool reckoned against `budget` bytes: its size, or why it
+    /// cannot be held — the arithmetic, and the largest pool that fits.
+    pub fn within(&self, budget: u64) -> Result<u64, String> {
+        let parts = self.reckon();
+        let total = parts
+            .iter()
+            .fold(0u64, |t, p| t.saturating_add(p.pieces.saturating_mul(p.each)));
+        if total <= budget {
+            return Ok(total);
+        }
+        let per_slot: u64 = parts.iter().map(|p| p.each).sum();
+        let fits = budget / per_slot.max(1);
+        let sums: Vec<String> = parts
+            .iter()
+            .map(|p| format!("{} × {} of ~{}", p.pieces, p.what, mib(p.each)))
+            .collect();
+        Err(format!(
+            "--media-pool {} holds {} = {} encoded, past the {} the client keeps for synthetic media; {} (lower --media-pool{})",
+            self.spec.pool,
+            sums.join(" + "),
+            mib(total),
+            mib(budget),
+            match fits {
+                0 => "not one piece of each fits".to_string(),
+                n => format!("at most {n} fit"),
+            },
+            if self.spec.images > 0 { ", --image-size or --images" } else { ", --audio-seconds or --audio" },
+        ))
+    }
+
     /// Encodes every distinct piece the run may draw, on every core, so
     /// no request waits for an encoding inside the measured window.
     /// Returns how many there are.
@@ -269,32 +368,88 @@ impl Synthetic {
     }
 }
 
-/// A synthetic image: a two-colour gradient with a few rectangles.
+/// A synthetic picture, drawn a row at a time: a two-colour gradient with
+/// a few rectangles on it. Never held whole: an 8192×8192 image's pixels
+/// are 200 MB, its rows a few kilobytes.
+struct Picture {
+    width: usize,
+    height: usize,
+    from: [u8; 3],
+    to: [u8; 3],
+    /// `(x0, y0, x1, y1, colour)`, painted in order (the last on top).
+    rects: Vec<(usize, usize, usize, usize, [u8; 3])>,
+}
+
+impl Picture {
+    fn new(size: Size, seed: u64) -> Picture {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let (w, h) = (size.width as usize, size.height as usize);
+        let colour =
+            |rng: &mut StdRng| [rng.random::<u8>(), rng.random::<u8>(), rng.random::<u8>()];
+        let (from, to) = (colour(&mut rng), colour(&mut rng));
+        let rects = (0..6)
+            .map(|_| {
+                let fill = colour(&mut rng);
+                let (x0, y0) = (rng.random_range(0..w), rng.random_range(0..h));
+                let (x1, y1) = (rng.random_range(x0..=w), rng.random_range(y0..=h));
+                (x0, y0, x1, y1, fill)
+            })
+            .collect();
+        Picture {
+            width: w,
+            height: h,
+            from,
+            to,
+            rects,
+        }
+    }
+
+    fn pixel(&self, x: usize, y: usize) -> [u8; 3] {
+        let on_top = self
+            .rects
+            .iter()
+            .rev()
+            .find(|r| (r.0..r.2).contains(&x) && (r.1..r.3).contains(&y));
+        if let Some(r) = on_top {
+            return r.4;
+        }
+        let t = (x + y) as f32 / (self.width + self.height) as f32;
+        std::array::from_fn(|c| (self.from[c] as f32 * (1.0 - t) + self.to[c] as f32 * t) as u8)
+    }
+
+    /// Row `y`'s RGB bytes into `row`.
+    fn row(&self, y: usize, row: &mut Vec<u8>) {
+        row.clear();
+        row.extend((0..self.width).flat_map(|x| self.pixel(x, y)));
+    }
+}
+
+/// JPEG's encoder asks for the picture a row at a time, in YCbCr.
+impl jpeg_encoder::ImageBuffer for Picture {
+    fn get_jpeg_color_type(&self) -> jpeg_encoder::JpegColorType {
+        jpeg_encoder::JpegColorType::Ycbcr
+    }
+    fn width(&self) -> u16 {
+        self.width as u16
+    }
+    fn height(&self) -> u16 {
+        self.height as u16
+    }
+    fn fill_buffers(&self, y: u16, buffers: &mut [Vec<u8>; 4]) {
+        for x in 0..self.width {
+            let [r, g, b] = self.pixel(x, y as usize);
+            let (luma, cb, cr) = jpeg_encoder::rgb_to_ycbcr(r, g, b);
+            buffers[0].push(luma);
+            buffers[1].push(cb);
+            buffers[2].push(cr);
+        }
+    }
+}
+
+/// A synthetic image: a two-colour gradient with a few rectangles,
+/// encoded a row at a time.
 pub fn image(size: Size, format: Format, seed: u64) -> Media {
-    let mut rng = StdRng::seed_from_u64(seed);
-    let (w, h) = (size.width as usize, size.height as usize);
-    let colour = |rng: &mut StdRng| [rng.random::<u8>(), rng.random::<u8>(), rng.random::<u8>()];
-    let (a, b) = (colour(&mut rng), colour(&mut rng));
-    let mut px = vec![0u8; w * h * 3];
-    for y in 0..h {
-        for x in 0..w {
-            let t = (x + y) as f32 / (w + h) as f32;
-            let i = (y * w + x) * 3;
-            for c in 0..3 {
-                px[i + c] = (a[c] as f32 * (1.0 - t) + b[c] as f32 * t) as u8;
-            }
-        }
-    }
-    for _ in 0..6 {
-        let fill = colour(&mut rng);
-        let (x0, y0) = (rng.random_range(0..w), rng.random_range(0..h));
-        let (x1, y1) = (rng.random_range(x0..=w), rng.random_range(y0..=h));
-        for y in y0..y1 {
-            for x in x0..x1 {
-                px[(y * w + x) * 3..][..3].copy_from_slice(&fill);
-            }
-        }
-    }
+    let picture = Picture::new(size, seed);
     let mut bytes = Vec::new();
     match format {
         Format::Png => {
@@ -302,19 +457,19 @@ pub fn image(size: Size, format: Format, seed: u64) -> Media {
             enc.set_color(png::ColorType::Rgb);
             enc.set_depth(png::BitDepth::Eight);
             let mut writer = enc.write_header().expect("a PNG header writes to memory");
-            writer
-                .write_image_data(&px)
-                .expect("PNG data writes to memory");
+            let mut rows = writer
+                .stream_writer()
+                .expect("a PNG stream writes to memory");
+            let mut row = Vec::with_capacity(picture.width * 3);
+            for y in 0..picture.height {
+                picture.row(y, &mut row);
+                std::io::Write::write_all(&mut rows, &row).expect("PNG rows write to memory");
+            }
+            rows.finish().expect("a PNG finishes in memory");
         }
         Format::Jpeg => {
             let enc = jpeg_encoder::Encoder::new(&mut bytes, 85);
-            enc.encode(
-                &px,
-                size.width as u16,
-                size.height as u16,
-                jpeg_encoder::ColorType::Rgb,
-            )
-            .expect("a JPEG writes to memory");
+            enc.encode_image(picture).expect("a JPEG writes to memory");
         }
     }
     let mime = format!("image/{}", format.name());
@@ -413,6 +568,60 @@ mod tests {
         // Smooth content: far smaller than its raw pixels.
         let m = image("640x480".parse().unwrap(), Format::Png, 2);
         assert!(m.bytes < 640 * 480 * 3 / 10, "{} bytes", m.bytes);
+    }
+
+    #[test]
+    fn an_image_drawn_a_row_at_a_time_is_the_picture() {
+        let size: Size = "97x61".parse().unwrap();
+        let m = image(size, Format::Png, 5);
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(m.base64().unwrap())
+            .unwrap();
+        let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
+            .read_info()
+            .unwrap();
+        let mut px = vec![0; reader.output_buffer_size().unwrap()];
+        reader.next_frame(&mut px).unwrap();
+        let picture = Picture::new(size, 5);
+        let mut row = Vec::new();
+        for y in 0..61 {
+            picture.row(y, &mut row);
+            assert_eq!(&px[y * 97 * 3..][..97 * 3], &row[..], "row {y}");
+        }
+        // A rectangle shows: not every pixel is the gradient.
+        let gradient_only = Picture {
+            rects: vec![],
+            ..Picture::new(size, 5)
+        };
+        assert!((0..61).any(|y| (0..97).any(|x| picture.pixel(x, y) != gradient_only.pixel(x, y))));
+    }
+
+    #[test]
+    fn a_pool_past_the_budget_is_refused_with_its_arithmetic() {
+        let clips = |seconds: f64, pool: u32| {
+            Synthetic::new(
+                Spec {
+                    images: 0,
+                    audio: 1,
+                    audio_seconds: seconds,
+                    ..spec(0, pool)
+                },
+                1,
+            )
+        };
+        // Ten minutes of 16 kHz 16-bit audio: 19.2 MB, 25.6 MB as base64.
+        let why = clips(600.0, 100_000).within(MAX_POOL_BYTES).unwrap_err();
+        assert!(why.contains("100000 × 600s audio clip of ~24.4 MiB"), "{why}");
+        assert!(why.contains("at most 5 fit"), "{why}");
+        assert_eq!(clips(600.0, 100_000).encoded(), 0, "nothing encoded to say so");
+        let fits = clips(600.0, 5).within(MAX_POOL_BYTES).unwrap();
+        assert!(fits <= MAX_POOL_BYTES);
+        // Images: the first piece measured (and kept), the rest reckoned.
+        let s = Synthetic::new(spec(1, 100_000), 7);
+        let why = s.within(1 << 20).unwrap_err();
+        assert!(why.contains("100000 × 64x48 png image"), "{why}");
+        assert_eq!(s.encoded(), 1);
+        assert!(Synthetic::new(spec(1, 8), 7).within(1 << 20).is_ok());
     }
 
     #[test]

@@ -49,9 +49,12 @@ impl RawUsage {
     fn usage(self, at_start: bool) -> Usage {
         let cached = self.cache_read_input_tokens;
         Usage {
-            prompt_tokens: self
-                .input_tokens
-                .map(|n| n + cached.unwrap_or(0) + self.cache_creation_input_tokens.unwrap_or(0)),
+            // Saturating: counts near 2^64 stay huge (and are flagged
+            // implausible), never wrap round to a small, believable number.
+            prompt_tokens: self.input_tokens.map(|n| {
+                n.saturating_add(cached.unwrap_or(0))
+                    .saturating_add(self.cache_creation_input_tokens.unwrap_or(0))
+            }),
             completion_tokens: self.output_tokens.filter(|&n| !(at_start && n == 0)),
             cached_tokens: cached,
             reasoning_tokens: None,
@@ -281,7 +284,7 @@ mod tests {
             r#"{"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"output_tokens":5}}"#,
             r#"{"type":"message_stop"}"#,
         ]);
-        assert_eq!(text, "hmmHi");
+        assert_eq!(text, "Hi", "the answer's text holds no thinking");
         assert_eq!((p.reasoning_bytes, p.answer_bytes), (3, 2));
         assert_eq!(p.finish_reason.as_deref(), Some("length"));
         let u = p.usage.unwrap();
@@ -348,7 +351,7 @@ mod tests {
         AnthropicMessages
             .whole(body, &mut |e| piece.add(e, &mut text, &mut r))
             .unwrap();
-        assert_eq!(text, "tok");
+        assert_eq!(text, "ok", "the answer's text holds no thinking");
         assert_eq!(piece.finish_reason.as_deref(), Some("stop"));
         assert_eq!(piece.usage.unwrap().completion_tokens, Some(2));
     }

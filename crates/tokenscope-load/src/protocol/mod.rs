@@ -98,10 +98,10 @@ pub trait Protocol: Sync + std::fmt::Debug {
         false
     }
     /// How many items (vectors, scores) a pooling API's answer to this
-    /// request should carry; 0 for the generating APIs.
-    fn items_asked(&self, request: &Request<'_>) -> u64 {
+    /// request should carry; none for the generating APIs.
+    fn items_asked(&self, request: &Request<'_>) -> ItemsAsked {
         let _ = request;
-        0
+        ItemsAsked::default()
     }
     /// A pooling API's inputs per request besides its prompt, for
     /// `--batch-size` (an embeddings batch's other inputs; rerank's
@@ -110,6 +110,15 @@ pub trait Protocol: Sync + std::fmt::Debug {
         let _ = batch_size;
         0
     }
+}
+
+/// What a pooling answer's items must be: at least `least` of them (all
+/// that were asked for), at most `inputs` (one an input sent), each item's
+/// `index` naming one of those inputs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ItemsAsked {
+    pub least: u64,
+    pub inputs: u64,
 }
 
 /// Every API, in the order `--api auto` tries them.
@@ -646,6 +655,8 @@ pub enum Event<'a> {
     Timings(Value),
     /// A pooling answer's items: the vectors or scores it carried.
     Items(u64),
+    /// The highest `index` a pooling answer's items named.
+    HighestIndex(u64),
     /// Generated tokens this event adds, where the API counts per event
     /// (Triton's `num_output_tokens`), not in a usage total.
     OutputTokens(u64),
@@ -686,6 +697,8 @@ pub struct Piece {
     pub timings: Option<Value>,
     /// A pooling answer's items.
     pub items: Option<u64>,
+    /// The highest `index` its items named.
+    pub highest_index: Option<u64>,
     /// Generated tokens the events counted one by one (Triton's).
     pub output_tokens: Option<u64>,
     /// Pieces of tool calls (their text counted in `text_bytes`, not put
@@ -741,11 +754,15 @@ impl Piece {
                 Split::default()
             }
             Event::Items(n) => {
-                self.items = Some(self.items.unwrap_or(0) + n);
+                self.items = Some(self.items.unwrap_or(0).saturating_add(n));
+                Split::default()
+            }
+            Event::HighestIndex(i) => {
+                self.highest_index = Some(self.highest_index.map_or(i, |h| h.max(i)));
                 Split::default()
             }
             Event::OutputTokens(n) => {
-                self.output_tokens = Some(self.output_tokens.unwrap_or(0) + n);
+                self.output_tokens = Some(self.output_tokens.unwrap_or(0).saturating_add(n));
                 Split::default()
             }
         };
@@ -854,8 +871,8 @@ mod tests {
         p.add(Event::Finish("stop".into()), &mut text, r);
         assert_eq!(
             (p.text_bytes, text.as_str()),
-            (8, "abcde"),
-            "a call is not answer text"
+            (8, "cde"),
+            "reasoning and calls are not answer text"
         );
         assert_eq!((p.reasoning_bytes, p.answer_bytes), (2, 3));
         assert_eq!(p.calls[0].name.as_deref(), Some("f"));

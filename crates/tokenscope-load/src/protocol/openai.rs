@@ -385,8 +385,8 @@ mod tests {
     #[test]
     fn reasoning_content_counts_as_generated_text() {
         let (info, text) = parse(r#"{"choices":[{"delta":{"reasoning_content":"think"}}]}"#);
-        assert_eq!(info.text_bytes, 5);
-        assert_eq!(text, "think");
+        assert_eq!((info.text_bytes, info.reasoning_bytes), (5, 5));
+        assert_eq!(text, "", "reasoning is kept apart from the answer's text");
         let (info, _) = parse(r#"{"choices":[{"delta":{"reasoning":"hm"}}]}"#);
         assert_eq!(info.text_bytes, 2);
         let mut events = Vec::new();

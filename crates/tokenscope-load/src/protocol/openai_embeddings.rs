@@ -3,7 +3,7 @@
 //! request's other inputs (`--batch-size`) go as one `input` list; the
 //! answer carries a vector per input and the prompt tokens in its usage.
 
-use super::{pooling, Event, Malformed, Protocol, Request};
+use super::{pooling, Event, ItemsAsked, Malformed, Protocol, Request};
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone, Copy)]
@@ -50,8 +50,12 @@ impl Protocol for OpenaiEmbeddings {
         batch_size.saturating_sub(1)
     }
 
-    fn items_asked(&self, r: &Request<'_>) -> u64 {
-        1 + r.documents.len() as u64
+    fn items_asked(&self, r: &Request<'_>) -> ItemsAsked {
+        let inputs = 1 + r.documents.len() as u64;
+        ItemsAsked {
+            least: inputs,
+            inputs,
+        }
     }
 }
 
@@ -71,6 +75,6 @@ mod tests {
         assert_eq!(body["input"], json!(["a", "b", "c"]));
         assert_eq!(body["model"], "m");
         assert!(body.get("stream").is_none() && body.get("max_tokens").is_none());
-        assert_eq!(OpenaiEmbeddings.items_asked(&r), 3);
+        assert_eq!(OpenaiEmbeddings.items_asked(&r).least, 3);
     }
 }

@@ -219,7 +219,7 @@ mod tests {
             r#"{"type":"response.output_text.done","text":"Yes"}"#,
             r#"{"type":"response.incomplete","response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"usage":{"input_tokens":9,"input_tokens_details":{"cached_tokens":4},"output_tokens":6,"output_tokens_details":{"reasoning_tokens":5},"total_tokens":15}}}"#,
         ]);
-        assert_eq!(text, "soYes");
+        assert_eq!(text, "Yes", "the answer's text holds no reasoning");
         assert_eq!((p.reasoning_bytes, p.answer_bytes), (2, 3));
         assert_eq!(p.finish_reason.as_deref(), Some("length"));
         let u = p.usage.unwrap();
@@ -278,7 +278,7 @@ mod tests {
         OpenaiResponses
             .whole(body, &mut |e| piece.add(e, &mut text, &mut r))
             .unwrap();
-        assert_eq!(text, "tok");
+        assert_eq!(text, "ok", "the answer's text holds no reasoning");
         assert_eq!(piece.reasoning_bytes, 1);
         assert_eq!(piece.finish_reason.as_deref(), Some("stop"));
         assert_eq!(piece.usage.unwrap().completion_tokens, Some(2));

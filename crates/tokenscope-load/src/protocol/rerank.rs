@@ -4,7 +4,7 @@
 //! (`--batch-size` of them) are the documents. The answer scores each
 //! document (`top_n` in `--extra-body` keeps fewer).
 
-use super::{pooling, Event, Malformed, Protocol, Request};
+use super::{pooling, Event, ItemsAsked, Malformed, Protocol, Request};
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone, Copy)]
@@ -47,12 +47,17 @@ impl Protocol for Rerank {
         batch_size.max(1)
     }
 
-    fn items_asked(&self, r: &Request<'_>) -> u64 {
+    fn items_asked(&self, r: &Request<'_>) -> ItemsAsked {
         let docs = r.documents.len() as u64;
-        r.extra
+        let least = r
+            .extra
             .get("top_n")
             .and_then(Value::as_u64)
-            .map_or(docs, |n| n.min(docs))
+            .map_or(docs, |n| n.min(docs));
+        ItemsAsked {
+            least,
+            inputs: docs,
+        }
     }
 }
 
@@ -71,12 +76,12 @@ mod tests {
         let body: Value = serde_json::from_slice(&Rerank.body(&r)).unwrap();
         assert_eq!(body["query"], "q");
         assert_eq!(body["documents"], json!(["d1", "d2", "d3"]));
-        assert_eq!(Rerank.items_asked(&r), 3);
+        assert_eq!(Rerank.items_asked(&r), ItemsAsked { least: 3, inputs: 3 });
         shape.extra.insert("top_n".into(), json!(2));
         let r = Request {
             documents: vec!["d1", "d2", "d3"],
             ..Request::conversation("m", &shape, [], "q")
         };
-        assert_eq!(Rerank.items_asked(&r), 2);
+        assert_eq!(Rerank.items_asked(&r), ItemsAsked { least: 2, inputs: 3 });
     }
 }

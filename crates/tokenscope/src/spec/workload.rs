@@ -35,7 +35,7 @@ impl Load {
     /// first (a dataset's prompts are counted with it), then `--dataset`.
     /// `quiet` keeps what is said about them off stderr.
     pub fn read(flags: LoadArgs, quiet: bool) -> anyhow::Result<Load> {
-        let media = synthetic_media(&flags, quiet);
+        let media = synthetic_media(&flags, quiet)?;
         Ok(Load {
             media,
             ..Load::read_for_plan(flags, quiet)?
@@ -201,9 +201,14 @@ fn plan(l: &Load) -> RunPlan {
 }
 
 /// The synthetic media `--images` and `--audio` ask for, if any, every
-/// distinct piece encoded before the run (never inside its window).
-fn synthetic_media(f: &LoadArgs, quiet: bool) -> Option<Arc<Synthetic>> {
-    (f.images > 0 || f.audio > 0).then(|| {
+/// distinct piece encoded before the run (never inside its window) — once
+/// the pool is reckoned to fit the client's media budget; a pool that
+/// would not is refused with the arithmetic, before it costs memory.
+fn synthetic_media(f: &LoadArgs, quiet: bool) -> anyhow::Result<Option<Arc<Synthetic>>> {
+    if f.images == 0 && f.audio == 0 {
+        return Ok(None);
+    }
+    let media = {
         let spec = MediaSpec {
             images: f.images,
             sizes: f.image_size.clone(),
@@ -213,6 +218,9 @@ fn synthetic_media(f: &LoadArgs, quiet: bool) -> Option<Arc<Synthetic>> {
             pool: f.media_pool,
         };
         let media = Synthetic::new(spec, f.seed);
+        media
+            .within(tokenscope_workload::media::MAX_POOL_BYTES)
+            .map_err(crate::exit::Exit::usage)?;
         let started = std::time::Instant::now();
         let n = media.encode_all();
         if !quiet {
@@ -223,7 +231,8 @@ fn synthetic_media(f: &LoadArgs, quiet: bool) -> Option<Arc<Synthetic>> {
             );
         }
         Arc::new(media)
-    })
+    };
+    Ok(Some(media))
 }
 
 /// Multi-turn over a dataset: its sessions, each once (unless --requests or
