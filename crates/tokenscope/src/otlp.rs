@@ -18,7 +18,7 @@
 use crate::live_metrics::Seen;
 use opentelemetry::metrics::{Counter, Histogram, MeterProvider as _};
 use opentelemetry::KeyValue;
-use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 use std::time::Duration;
@@ -59,6 +59,8 @@ pub struct Run {
 /// The instruments of one run's export.
 pub struct OtlpExport {
     provider: SdkMeterProvider,
+    /// Why the latest push failed, in the collector's own terms.
+    failed: Noted,
     duration: Histogram<f64>,
     tokens: Histogram<u64>,
     ttft: Histogram<f64>,
@@ -103,8 +105,17 @@ impl OtlpExport {
     }
 
     fn build(url: &str, run: Run) -> anyhow::Result<OtlpExport> {
+        let failed = Noted::default();
+        let client = reqwest_otlp::blocking::Client::builder()
+            .timeout(PUSH_TIMEOUT)
+            .build()
+            .map_err(|e| anyhow::anyhow!("--otlp-endpoint {url}: {e}"))?;
         let exporter = opentelemetry_otlp::MetricExporter::builder()
             .with_http()
+            .with_http_client(Noting {
+                inner: client,
+                failed: failed.clone(),
+            })
             .with_protocol(Protocol::HttpBinary)
             .with_endpoint(url)
             .with_timeout(PUSH_TIMEOUT)
@@ -131,6 +142,7 @@ impl OtlpExport {
                 .build()
         };
         Ok(OtlpExport {
+            failed,
             duration: seconds(
                 "gen_ai.client.operation.duration",
                 "Request latency, send to the answer's end",
@@ -222,13 +234,86 @@ impl OtlpExport {
         });
         match rx.recv_timeout(FLUSH_WAIT) {
             Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(format!("the last OTLP push failed: {e}")),
+            // The SDK's own error says only "Failed to shutdown": the push's
+            // noted failure says why.
+            Ok(Err(e)) => Some(format!(
+                "the last OTLP push failed: {}",
+                self.failed.take().unwrap_or_else(|| e.to_string())
+            )),
             Err(_) => Some(format!(
                 "the last OTLP push did not finish within {} s: the collector did not answer",
                 FLUSH_WAIT.as_secs()
             )),
         }
     }
+}
+
+/// The latest push's failure, shared by the exporter's HTTP client and
+/// the run that reports it.
+#[derive(Debug, Clone, Default)]
+struct Noted(std::sync::Arc<std::sync::Mutex<Option<String>>>);
+
+impl Noted {
+    fn set(&self, why: Option<String>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = why;
+    }
+
+    fn take(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// The exporter's HTTP client, noting why a push failed: the OTLP
+/// exporter turns every network failure into "network error" and the
+/// SDK's shutdown into "Failed to shutdown", where a user needs to know
+/// whether the collector refused the connection, closed it, timed out
+/// or answered with an HTTP error.
+#[derive(Debug)]
+struct Noting {
+    inner: reqwest_otlp::blocking::Client,
+    failed: Noted,
+}
+
+impl opentelemetry_http::HttpClient for Noting {
+    fn send_bytes<'s, 'f>(
+        &'s self,
+        request: http::Request<bytes::Bytes>,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<
+                    Output = Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError>,
+                > + Send
+                + 'f,
+        >,
+    >
+    where
+        's: 'f,
+        Self: 'f,
+    {
+        Box::pin(async move {
+            let sent = self.inner.send_bytes(request).await;
+            self.failed.set(match &sent {
+                Ok(r) if r.status().is_success() => None,
+                Ok(r) => Some(format!("the collector answered HTTP {}", r.status())),
+                Err(e) => Some(push_error(e.as_ref())),
+            });
+            sent
+        })
+    }
+}
+
+/// A push's network failure named by its kind, with its causes.
+fn push_error(e: &(dyn std::error::Error + 'static)) -> String {
+    let chain = tokenscope_core::error_chain::line(e);
+    let timed_out = std::iter::successors(Some(e), |e| e.source())
+        .any(|e| e.downcast_ref::<reqwest_otlp::Error>().is_some_and(reqwest_otlp::Error::is_timeout));
+    let kind = match () {
+        _ if timed_out => "no answer within the push timeout",
+        _ if chain.contains("refused") => "connection refused",
+        _ if chain.contains("closed") || chain.contains("reset") => "connection closed",
+        _ => "network error",
+    };
+    format!("{kind} ({chain})")
 }
 
 #[cfg(test)]

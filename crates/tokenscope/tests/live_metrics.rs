@@ -454,6 +454,38 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 
+/// How a broken collector fails a push.
+#[derive(Clone, Copy, PartialEq)]
+enum Broken {
+    /// Answers nothing, closes nothing (a dead collector).
+    Hangs,
+    /// Reads the push, answers HTTP 500.
+    Errs,
+    /// Reads the push and closes the connection without an answer.
+    Closes,
+}
+
+/// A collector failing each push its way.
+fn broken_collector(how: Broken) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().take(200) {
+            let Ok(mut s) = stream else { continue };
+            if how == Broken::Hangs {
+                held.push(s);
+                continue;
+            }
+            let _ = read_request(&s);
+            if how == Broken::Errs {
+                let _ = s.write_all(http("500 Internal Server Error", "text/plain", "down").as_bytes());
+            }
+        }
+    });
+    url
+}
+
 /// An OTLP/HTTP receiver on the protocol's own definitions
 /// (`opentelemetry-proto`): each POST's body decoded as the collector
 /// service's request; `hang` answers nothing, as a dead collector.
@@ -602,6 +634,34 @@ fn the_otlp_push_carries_the_genai_figures_and_they_add_up_to_the_results() {
         attr("tokenscope.run"),
         out.file_name().map(|n| n.to_string_lossy().into_owned())
     );
+}
+
+/// Each way a collector fails is named in the finding — refused, closed,
+/// an HTTP error, no answer — where every one read "Failed to shutdown".
+#[test]
+fn each_otlp_failure_is_named_by_its_kind() {
+    let server = Server::start(exact(10, 1));
+    let refused = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let cases = [
+        (refused, "connection refused"),
+        (broken_collector(Broken::Errs), "HTTP 500"),
+        (broken_collector(Broken::Closes), "connection closed"),
+        (broken_collector(Broken::Hangs), "no answer within the push timeout"),
+    ];
+    for (i, (url, said)) in cases.iter().enumerate() {
+        let args = ["--no-metrics", "--requests", "4", "--output-tokens", "4", "--otlp-endpoint", url];
+        let (_, r, _) = bench_ok(&server.url, &format!("otlp-broken-{i}"), &[&args]);
+        let finding = r["diagnosis"]
+            .as_array()
+            .and_then(|d| d.iter().find(|f| f["rule"] == "otlp_export_failed"))
+            .unwrap_or_else(|| panic!("{url}: no otlp_export_failed in {:?}", rules(&r)));
+        let message = finding["message"].as_str().unwrap();
+        assert!(message.contains(said), "{said}: {message}");
+        assert!(!message.contains("Failed to shutdown"), "{message}");
+    }
 }
 
 #[test]
