@@ -113,14 +113,27 @@ pub enum Db {
     Postgres(Box<postgres::Client>),
 }
 
-/// How long a connection or a locked SQLite file may hold a run up.
-const WAIT: Duration = Duration::from_secs(10);
+/// How long a connection or a locked SQLite file may hold a run up: in
+/// all, across the statements of one open or one write (each would wait
+/// this long again if each had its own timeout).
+pub const WAIT: Duration = Duration::from_secs(10);
 
 impl Db {
-    pub fn open(loc: &Location) -> Result<Db> {
+    /// Opens `loc`, waiting for a locked file until `until` at most.
+    pub fn open(loc: &Location, until: std::time::Instant) -> Result<Db> {
         match loc {
-            Location::Sqlite(path) => open_sqlite(path).map_err(|e| sqlite_err(loc, "opening", e)),
+            Location::Sqlite(path) => {
+                open_sqlite(path, until).map_err(|e| sqlite_err(loc, "opening", e))
+            }
             Location::Postgres(url) => open_postgres(loc, url),
+        }
+    }
+
+    /// A locked SQLite file is waited for until `until` and no longer,
+    /// whatever statements come before it (PostgreSQL waits on its own).
+    pub fn wait_until(&mut self, until: std::time::Instant) {
+        if let Db::Sqlite(c) = self {
+            busy_until(c, until);
         }
     }
 
@@ -196,7 +209,7 @@ fn pg_err(loc: &Location, doing: &'static str, source: postgres::Error) -> Error
     }
 }
 
-fn open_sqlite(path: &str) -> rusqlite::Result<Db> {
+fn open_sqlite(path: &str, until: std::time::Instant) -> rusqlite::Result<Db> {
     use rusqlite::OpenFlags;
     let uri = path.starts_with("file:");
     if !uri {
@@ -213,11 +226,19 @@ fn open_sqlite(path: &str) -> rusqlite::Result<Db> {
             | OpenFlags::SQLITE_OPEN_URI
     };
     let c = rusqlite::Connection::open_with_flags(path, flags)?;
-    c.busy_timeout(WAIT)?;
+    busy_until(&c, until);
     // Readers do not block the writer, nor it them; a read-only file keeps its mode.
     let _ = c.pragma_update(None, "journal_mode", "WAL");
+    busy_until(&c, until);
     c.pragma_update(None, "foreign_keys", "ON")?;
     Ok(Db::Sqlite(c))
+}
+
+/// A locked file is waited for until `until`, however many statements
+/// come before it.
+fn busy_until(c: &rusqlite::Connection, until: std::time::Instant) {
+    let left = until.saturating_duration_since(std::time::Instant::now());
+    let _ = c.busy_timeout(left.max(Duration::from_millis(1)));
 }
 
 fn query_sqlite(
@@ -322,6 +343,32 @@ impl ToSql for Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file another writer holds locked keeps an open (and the write
+    /// after it) waiting `WAIT` in all — not `WAIT` for each statement that
+    /// meets the lock (the journal mode, the schema's version, the write
+    /// lock: three times as long).
+    #[test]
+    fn a_locked_file_holds_the_open_its_busy_timeout_in_all() {
+        let dir = std::env::temp_dir().join(format!("ts-busy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("h.sqlite");
+        let _ = std::fs::remove_file(&path);
+        let holder = rusqlite::Connection::open(&path).unwrap();
+        holder
+            .execute_batch("PRAGMA journal_mode=DELETE; CREATE TABLE x (a); BEGIN EXCLUSIVE; INSERT INTO x VALUES (1);")
+            .unwrap();
+        let started = std::time::Instant::now();
+        let loc = crate::location::Location::Sqlite(path.to_string_lossy().into_owned());
+        let opened = crate::store::Store::open(&loc);
+        let waited = started.elapsed();
+        let why = opened.err().expect("the file is locked").to_string();
+        assert!(why.contains("locked"), "{why}");
+        assert!(waited >= WAIT - Duration::from_millis(500), "{waited:?}");
+        // Generous for a loaded machine; each statement's own 10 s made 30.
+        assert!(waited < WAIT + Duration::from_secs(8), "{waited:?}");
+        holder.execute_batch("ROLLBACK").unwrap();
+    }
 
     #[test]
     fn placeholders_are_numbered_for_postgres() {

@@ -14,6 +14,9 @@ use std::collections::HashMap;
 pub struct Store {
     db: Db,
     loc: Location,
+    /// Until when the open's wait for a locked file lasts: a write just
+    /// after the open shares it, so the two together wait `sql::WAIT` at most.
+    opened_until: std::time::Instant,
 }
 
 /// Which runs to read. Text filters match a part of the field, ignoring case.
@@ -44,12 +47,26 @@ const RUN_COLUMNS: &str = "id, recorded_at, parent_id, kind, started_at, point, 
 impl Store {
     /// Connects and brings the schema up to date.
     pub fn open(loc: &Location) -> Result<Store> {
-        let mut db = Db::open(loc)?;
+        let until = std::time::Instant::now() + crate::sql::WAIT;
+        let mut db = Db::open(loc, until)?;
+        db.wait_until(until);
         schema::migrate(&mut db, loc)?;
         Ok(Store {
             db,
             loc: loc.clone(),
+            opened_until: until,
         })
+    }
+
+    /// One operation's wait for a locked file: what is left of the open's
+    /// if it is still running, else `sql::WAIT` of its own.
+    fn budget(&mut self) {
+        let now = std::time::Instant::now();
+        let until = match now < self.opened_until {
+            true => self.opened_until,
+            false => now + crate::sql::WAIT,
+        };
+        self.db.wait_until(until);
     }
 
     pub fn location(&self) -> &Location {
@@ -79,6 +96,7 @@ impl Store {
     }
 
     fn in_transaction<T>(&mut self, body: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
+        self.budget();
         self.db
             .begin_exclusive()
             .map_err(|e| e.at(&self.loc, "waiting for the write lock"))?;

@@ -609,7 +609,7 @@ fn count(
                 return match v.as_f64() {
                     Some(x)
                         if x >= 1.0
-                            && x <= crate::workload::MAX_LENGTH as f64
+                            && x <= crate::lengths::MAX_LENGTH as f64
                             && x.fract() == 0.0 =>
                     {
                         Ok(Some(x as u64))
@@ -618,7 +618,7 @@ fn count(
                         n,
                         format!(
                             "`{k}` is {v}: a whole number of tokens from 1 to {} is needed",
-                            crate::workload::MAX_LENGTH
+                            crate::lengths::MAX_LENGTH
                         ),
                     )),
                 }
@@ -738,7 +738,7 @@ fn csv_trace(text: &str, format: Format) -> Parsed<Vec<Entry>> {
             let v = field(k, name)?;
             v.parse::<f64>()
                 .ok()
-                .filter(|x| x.is_finite() && *x >= 0.0 && *x <= crate::workload::MAX_LENGTH as f64)
+                .filter(|x| x.is_finite() && *x >= 0.0 && *x <= crate::lengths::MAX_LENGTH as f64)
                 .map(|x| x as u64)
                 .ok_or((
                     n,

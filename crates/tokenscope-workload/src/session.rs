@@ -9,7 +9,7 @@
 //! a turn that carries their results (`--tool-result-tokens` long) and no
 //! new user message, until the model answers without a call.
 
-use crate::workload::LengthSpec;
+use crate::lengths::LengthSpec;
 use rand::Rng;
 use rand_distr::{Distribution, Exp};
 use std::time::Duration;

@@ -58,7 +58,11 @@ pub(crate) fn metrics_endpoints(
 ) -> anyhow::Result<Vec<Endpoint>> {
     let own = header_map(own, "--metrics-header")?;
     let home = origin(target);
+    // Each distinct endpoint once (`watch URL --metrics-url URL/metrics`
+    // names one twice), compared as parsed: case and default ports aside.
+    let mut seen = std::collections::HashSet::new();
     urls.iter()
+        .filter(|url| seen.insert(reqwest::Url::parse(url).map_or((*url).clone(), String::from)))
         .map(|url| {
             let Some(at) = origin(url) else {
                 return Err(Exit::usage(format!(
@@ -169,5 +173,18 @@ mod tests {
         );
         assert!(eps.iter().all(|e| e.headers.contains_key("x-exporter")));
         assert!(metrics_endpoints("http://h:8000", &["gpu:9400".into()], &target, &[]).is_err());
+    }
+
+    #[test]
+    fn an_endpoint_named_twice_is_scraped_once() {
+        let urls = [
+            "http://h:8000/metrics".to_string(),
+            "http://H:8000/metrics".to_string(),
+            "http://gpu:9400/metrics".to_string(),
+            "http://h:8000/metrics".to_string(),
+        ];
+        let eps = metrics_endpoints("http://h:8000", &urls, &HeaderMap::new(), &[]).unwrap();
+        let got: Vec<_> = eps.iter().map(|e| e.url.as_str()).collect();
+        assert_eq!(got, ["http://h:8000/metrics", "http://gpu:9400/metrics"]);
     }
 }
