@@ -16,8 +16,8 @@
 
 pub mod analysis;
 pub mod autoscale;
-pub mod capped;
 pub mod capacity;
+pub mod capped;
 pub mod clock;
 pub mod compare;
 pub mod consistency;

@@ -219,10 +219,12 @@ mod tests {
 
     #[test]
     fn usage_that_no_output_can_hold_is_refuted_and_calls_get_their_framing() {
-        let usage = |n: u64| Some(Usage {
-            completion_tokens: Some(n),
-            ..Usage::default()
-        });
+        let usage = |n: u64| {
+            Some(Usage {
+                completion_tokens: Some(n),
+                ..Usage::default()
+            })
+        };
         let text = Carried {
             bytes: 10,
             chunks: 2,
@@ -238,7 +240,9 @@ mod tests {
             prompt_tokens: Some(u64::MAX),
             ..Usage::default()
         });
-        assert!(implausible(prompt, &text).unwrap().contains("prompt_tokens"));
+        assert!(implausible(prompt, &text)
+            .unwrap()
+            .contains("prompt_tokens"));
     }
 
     #[test]

@@ -561,7 +561,10 @@ impl Conn {
     ) -> Result<Option<Vec<u8>>, HttpError> {
         let mut whole = tokenscope_core::capped::Capped::new(limit);
         let mut over = false;
-        while !self.rb.decode(body, &mut |d: &[u8]| over |= !whole.push(d))? {
+        while !self
+            .rb
+            .decode(body, &mut |d: &[u8]| over |= !whole.push(d))?
+        {
             if over {
                 return Ok(None);
             }

@@ -138,7 +138,12 @@ async fn recognised(api: &dyn Protocol, resp: reqwest::Response) -> Result<(), S
     let body = read_body(resp).await?;
     let start: String = body.split_whitespace().collect::<Vec<_>>().join(" ");
     let start: String = start.chars().take(80).collect();
-    let not_it = || format!("not an answer of the {} API (`{kind}`: {start:?})", api.name());
+    let not_it = || {
+        format!(
+            "not an answer of the {} API (`{kind}`: {start:?})",
+            api.name()
+        )
+    };
     let mut said = false;
     let parsed = api.whole(&body, &mut |e| {
         said |= !matches!(e, crate::protocol::Event::Timings(_))

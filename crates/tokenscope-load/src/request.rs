@@ -726,7 +726,8 @@ async fn whole_answer(
         }
         Ok(Err(e)) => return fail(rec, clock, ErrorKind::Stream, e.to_string()),
         Ok(Ok(None)) => {
-            let msg = format!("the answer outgrew {MAX_ANSWER_BYTES} bytes (the limit on one answer)");
+            let msg =
+                format!("the answer outgrew {MAX_ANSWER_BYTES} bytes (the limit on one answer)");
             return fail(rec, clock, ErrorKind::TooLarge, msg);
         }
         Ok(Ok(Some(bytes))) => bytes,
@@ -851,7 +852,10 @@ fn whole_reasoning(
     let (n, source) = match (usage_reasoning, reasoning_bytes) {
         (Some(n), _) => (n, TokenSource::ServerUsage),
         (None, 0) => return,
-        (None, _) => (said.local_reasoning(total).unwrap_or(1), TokenSource::Tokenizer),
+        (None, _) => (
+            said.local_reasoning(total).unwrap_or(1),
+            TokenSource::Tokenizer,
+        ),
     };
     rec.reasoning_tokens = Some(said.within(n, total.0));
     rec.reasoning_hidden = usage_reasoning.is_some() && reasoning_bytes == 0;

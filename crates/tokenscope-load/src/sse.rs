@@ -28,7 +28,9 @@ pub const MAX_EVENT_BYTES: usize = 8 << 20;
 
 /// A line or event that outgrew [`MAX_EVENT_BYTES`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("an event-stream line or event grew past {limit} bytes without ending (the limit on one event)")]
+#[error(
+    "an event-stream line or event grew past {limit} bytes without ending (the limit on one event)"
+)]
 pub struct EventTooLarge {
     pub limit: usize,
 }

@@ -191,15 +191,24 @@ mod tests {
         merge(&mut calls, piece(None, None, "{\"city\":\"Oslo\"}"));
         merge(&mut calls, piece(Some("b"), Some("get_time"), ""));
         merge(&mut calls, piece(None, None, "{}"));
-        let named: Vec<_> = calls.iter().map(|c| (c.name.as_str(), c.arguments.as_str())).collect();
-        assert_eq!(named, [("get_weather", r#"{"city":"Oslo"}"#), ("get_time", "{}")]);
+        let named: Vec<_> = calls
+            .iter()
+            .map(|c| (c.name.as_str(), c.arguments.as_str()))
+            .collect();
+        assert_eq!(
+            named,
+            [("get_weather", r#"{"city":"Oslo"}"#), ("get_time", "{}")]
+        );
         // The id repeated on every piece, or first given late, is one call.
         let mut calls = Vec::new();
         merge(&mut calls, piece(None, Some("f"), "{"));
         merge(&mut calls, piece(Some("c"), None, "}"));
         merge(&mut calls, piece(Some("c"), None, ""));
         assert_eq!(calls.len(), 1);
-        assert_eq!((calls[0].id.as_deref(), calls[0].arguments.as_str()), (Some("c"), "{}"));
+        assert_eq!(
+            (calls[0].id.as_deref(), calls[0].arguments.as_str()),
+            (Some("c"), "{}")
+        );
     }
 
     #[test]

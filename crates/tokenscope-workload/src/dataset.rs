@@ -372,7 +372,10 @@ fn utf8(bytes: Vec<u8>) -> Result<String, (usize, String)> {
         let line = 1 + memchr_count(b'\n', good);
         let column = 1 + good.len() - good.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
         let byte = e.as_bytes()[good.len()];
-        (line, format!("not UTF-8: byte 0x{byte:02x} at column {column} (save the file as UTF-8)"))
+        (
+            line,
+            format!("not UTF-8: byte 0x{byte:02x} at column {column} (save the file as UTF-8)"),
+        )
     })
 }
 
@@ -824,8 +827,13 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("d.jsonl");
         std::fs::write(&path, b"{\"prompt\": \"ok\"}\n{\"prompt\": \"a\xffb\"}\n").unwrap();
-        let e = Dataset::load(&path, &Load::default()).unwrap_err().to_string();
-        assert!(e.contains("d.jsonl:2: not UTF-8: byte 0xff at column 14"), "{e}");
+        let e = Dataset::load(&path, &Load::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("d.jsonl:2: not UTF-8: byte 0xff at column 14"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -839,7 +847,9 @@ mod tests {
         let path = dir.join("d.jsonl");
         let text = "{\"prompt\": \"a\", \"image\": \"small.png\"}\n{\"prompt\": \"b\", \"image\": \"huge.png\"}\n";
         std::fs::write(&path, text).unwrap();
-        let e = Dataset::load(&path, &Load::default()).unwrap_err().to_string();
+        let e = Dataset::load(&path, &Load::default())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("d.jsonl:2: media:"), "{e}");
         assert!(e.contains("4294967296 bytes, past the 33554432"), "{e}");
         std::fs::remove_file(dir.join("huge.png")).unwrap();

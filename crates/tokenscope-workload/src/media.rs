@@ -288,9 +288,9 @@ impl Synthetic {
     /// cannot be held — the arithmetic, and the largest pool that fits.
     pub fn within(&self, budget: u64) -> Result<u64, String> {
         let parts = self.reckon();
-        let total = parts
-            .iter()
-            .fold(0u64, |t, p| t.saturating_add(p.pieces.saturating_mul(p.each)));
+        let total = parts.iter().fold(0u64, |t, p| {
+            t.saturating_add(p.pieces.saturating_mul(p.each))
+        });
         if total <= budget {
             return Ok(total);
         }
@@ -611,9 +611,16 @@ mod tests {
         };
         // Ten minutes of 16 kHz 16-bit audio: 19.2 MB, 25.6 MB as base64.
         let why = clips(600.0, 100_000).within(MAX_POOL_BYTES).unwrap_err();
-        assert!(why.contains("100000 × 600s audio clip of ~24.4 MiB"), "{why}");
+        assert!(
+            why.contains("100000 × 600s audio clip of ~24.4 MiB"),
+            "{why}"
+        );
         assert!(why.contains("at most 5 fit"), "{why}");
-        assert_eq!(clips(600.0, 100_000).encoded(), 0, "nothing encoded to say so");
+        assert_eq!(
+            clips(600.0, 100_000).encoded(),
+            0,
+            "nothing encoded to say so"
+        );
         let fits = clips(600.0, 5).within(MAX_POOL_BYTES).unwrap();
         assert!(fits <= MAX_POOL_BYTES);
         // Images: the first piece measured (and kept), the rest reckoned.

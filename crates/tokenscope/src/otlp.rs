@@ -305,8 +305,10 @@ impl opentelemetry_http::HttpClient for Noting {
 /// A push's network failure named by its kind, with its causes.
 fn push_error(e: &(dyn std::error::Error + 'static)) -> String {
     let chain = tokenscope_core::error_chain::line(e);
-    let timed_out = std::iter::successors(Some(e), |e| e.source())
-        .any(|e| e.downcast_ref::<reqwest_otlp::Error>().is_some_and(reqwest_otlp::Error::is_timeout));
+    let timed_out = std::iter::successors(Some(e), |e| e.source()).any(|e| {
+        e.downcast_ref::<reqwest_otlp::Error>()
+            .is_some_and(reqwest_otlp::Error::is_timeout)
+    });
     let kind = match () {
         _ if timed_out => "no answer within the push timeout",
         _ if chain.contains("refused") => "connection refused",

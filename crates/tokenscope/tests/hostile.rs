@@ -18,9 +18,7 @@ use std::time::{Duration, Instant};
 /// A server whose answer to the `n`-th request (from 0; `/v1/models`
 /// answered apart) is written by `answer` to the socket, as it likes:
 /// paced, endless (bounded by `--timeout` there and 40 s here), or whole.
-fn scripted(
-    answer: impl Fn(usize, &mut std::net::TcpStream) + Send + Sync + 'static,
-) -> String {
+fn scripted(answer: impl Fn(usize, &mut std::net::TcpStream) + Send + Sync + 'static) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let answer = Arc::new(answer);
@@ -30,15 +28,15 @@ fn scripted(
             let Ok(mut s) = stream else { continue };
             let (answer, served) = (answer.clone(), served.clone());
             std::thread::spawn(move || {
-                while let Some((first, _)) = read_request(&s) {
-                    if first.starts_with("GET /v1/models") {
-                        let models = r#"{"data":[{"id":"m"}]}"#;
-                        let _ = s.write_all(http("200 OK", "application/json", models).as_bytes());
-                        return;
-                    }
-                    answer(served.fetch_add(1, Ordering::SeqCst), &mut s);
+                let Some((first, _)) = read_request(&s) else {
+                    return;
+                };
+                if first.starts_with("GET /v1/models") {
+                    let models = r#"{"data":[{"id":"m"}]}"#;
+                    let _ = s.write_all(http("200 OK", "application/json", models).as_bytes());
                     return;
                 }
+                answer(served.fetch_add(1, Ordering::SeqCst), &mut s);
             });
         }
     });
@@ -75,19 +73,40 @@ fn one(url: &str, name: &str, args: &[&str]) -> (std::process::Output, Value, Va
 fn an_endless_line_or_stream_fails_too_large_within_bounded_memory() {
     let line = scripted(|_, s| {
         let first = format!("{STREAM_HEAD}data: {{\"choices\":[{{\"delta\":{{\"content\":\"");
-        endless(s, first.as_bytes(), &[b'x'; 64 << 10], Duration::from_secs(40));
+        endless(
+            s,
+            first.as_bytes(),
+            &[b'x'; 64 << 10],
+            Duration::from_secs(40),
+        );
     });
     let stream = scripted(|_, s| {
         let events = delta("tok").repeat(1024);
-        endless(s, STREAM_HEAD.as_bytes(), events.as_bytes(), Duration::from_secs(40));
+        endless(
+            s,
+            STREAM_HEAD.as_bytes(),
+            events.as_bytes(),
+            Duration::from_secs(40),
+        );
     });
-    for (url, name, limit) in [(line, "endless-line", "8388608"), (stream, "endless-stream", "67108864")] {
+    for (url, name, limit) in [
+        (line, "endless-line", "8388608"),
+        (stream, "endless-stream", "67108864"),
+    ] {
         let started = Instant::now();
-        let (_, r, rec) = one(&url, name, &["--quiet", "--requests", "1", "--timeout", "60s"]);
+        let (_, r, rec) = one(
+            &url,
+            name,
+            &["--quiet", "--requests", "1", "--timeout", "60s"],
+        );
         assert_eq!(rec["error_kind"], "too_large", "{name}: {rec}");
         let why = rec["error"].as_str().unwrap();
         assert!(why.contains(limit), "{name}: {why}");
-        assert!(started.elapsed() < Duration::from_secs(40), "{name}: {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "{name}: {:?}",
+            started.elapsed()
+        );
         let peak = stat(&r, "client.peak_rss_mb");
         assert!(peak < 200.0, "{name}: peak {peak} MB");
     }
@@ -114,16 +133,31 @@ fn a_huge_answer_counted_off_the_runtime_moves_no_other_streams_stamps() {
     });
     let out = run_dir("huge-beside-paced");
     let o = tokenscope()
-        .args(["bench", "--url", &url, "--api", "openai-chat", "--model", "m", "--no-metrics"])
+        .args([
+            "bench",
+            "--url",
+            &url,
+            "--api",
+            "openai-chat",
+            "--model",
+            "m",
+            "--no-metrics",
+        ])
         .args(["--quiet", "--concurrency", "2", "--requests", "2", "--out"])
         .arg(&out)
         .output()
         .unwrap();
     assert_ok(&o);
     let recs = records(&out);
-    let huge = recs.iter().find(|r| !r["implausible_usage"].is_null()).expect("the huge one");
+    let huge = recs
+        .iter()
+        .find(|r| !r["implausible_usage"].is_null())
+        .expect("the huge one");
     assert_eq!(huge["output_token_source"], "tokenizer", "{huge}");
-    let paced = recs.iter().find(|r| r["implausible_usage"].is_null()).expect("the paced one");
+    let paced = recs
+        .iter()
+        .find(|r| r["implausible_usage"].is_null())
+        .expect("the paced one");
     let at = chunk_times(paced);
     let worst = at.windows(2).map(|w| w[1] - w[0]).max().unwrap();
     // The server's gap is 25 ms; counting 1 MiB on the runtime stalled it ~1.7 s.
@@ -135,13 +169,22 @@ fn reasoning_after_the_answer_is_not_judged_as_the_answer() {
     let url = scripted(|_, s| {
         let body = [
             delta("{\"a\": 1}"),
-            "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"I thought after\"}}]}\n\n".into(),
-            "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n".into(),
+            "data: {\"choices\":[{\"delta\":{\"reasoning_content\":\"I thought after\"}}]}\n\n"
+                .into(),
+            "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n"
+                .into(),
         ]
         .concat();
         let _ = s.write_all((STREAM_HEAD.to_string() + &body).as_bytes());
     });
-    let args = ["--quiet", "--requests", "2", "--response-format", "json", "--keep-text"];
+    let args = [
+        "--quiet",
+        "--requests",
+        "2",
+        "--response-format",
+        "json",
+        "--keep-text",
+    ];
     let (o, _, rec) = one(&url, "reasoning-after", &args);
     assert_ok(&o);
     assert_eq!(rec["format_valid"], true, "{rec}");
@@ -159,9 +202,15 @@ fn think_tags_split_oddly_leave_the_answer_its_tokens() {
     });
     let (o, _, rec) = one(&url, "think-split", &["--quiet", "--requests", "1"]);
     assert_ok(&o);
-    let (out, thought) = (rec["output_tokens"].as_u64().unwrap(), rec["reasoning_tokens"].as_u64().unwrap());
+    let (out, thought) = (
+        rec["output_tokens"].as_u64().unwrap(),
+        rec["reasoning_tokens"].as_u64().unwrap(),
+    );
     assert_eq!(out, 10, "{rec}");
-    assert!(thought >= 1 && thought < out, "reasoning {thought} of {out}: {rec}");
+    assert!(
+        thought >= 1 && thought < out,
+        "reasoning {thought} of {out}: {rec}"
+    );
 }
 
 #[test]
@@ -179,7 +228,12 @@ fn a_running_count_that_jumps_is_flagged_and_never_split_into_itl() {
     assert!(!rec["implausible_usage"].is_null(), "{rec}");
     assert!(rec["output_tokens"].as_u64().unwrap() <= 8, "{rec}");
     assert_eq!(rec["chunks"]["tokens"], 1, "one token a chunk: {rec}");
-    assert_eq!(r["tokens"]["tokens_per_chunk"], serde_json::json!({"1": 4}), "{}", r["tokens"]);
+    assert_eq!(
+        r["tokens"]["tokens_per_chunk"],
+        serde_json::json!({"1": 4}),
+        "{}",
+        r["tokens"]
+    );
 }
 
 #[test]
@@ -198,9 +252,18 @@ fn two_calls_at_one_index_with_their_own_ids_stay_two() {
         r#"[{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}},{"name":"get_time","parameters":{"type":"object"}}]"#,
     );
     let tools = tools.to_str().unwrap();
-    let (o, _, rec) = one(&url, "two-calls", &["--quiet", "--requests", "1", "--tools", tools]);
+    let (o, _, rec) = one(
+        &url,
+        "two-calls",
+        &["--quiet", "--requests", "1", "--tools", tools],
+    );
     assert_ok(&o);
-    let names: Vec<_> = rec["tool_calls"].as_array().unwrap().iter().map(|c| c["name"].clone()).collect();
+    let names: Vec<_> = rec["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].clone())
+        .collect();
     assert_eq!(names, ["get_weather", "get_time"], "{rec}");
 }
 
@@ -208,7 +271,16 @@ fn two_calls_at_one_index_with_their_own_ids_stay_two() {
 fn pooled(url: &str, name: &str, api: &str) -> (Value, String) {
     let out = run_dir(name);
     let o = tokenscope()
-        .args(["bench", "--url", url, "--api", api, "--model", "m", "--no-metrics"])
+        .args([
+            "bench",
+            "--url",
+            url,
+            "--api",
+            api,
+            "--model",
+            "m",
+            "--no-metrics",
+        ])
         .args(["--quiet", "--requests", "1", "--batch-size", "3", "--out"])
         .arg(&out)
         .output()
@@ -220,27 +292,44 @@ fn pooled(url: &str, name: &str, api: &str) -> (Value, String) {
 #[test]
 fn pooling_answers_beyond_their_inputs_are_malformed() {
     let six = scripted(|_, s| {
-        let data: Vec<String> = (0..6).map(|i| format!("{{\"embedding\":[0.1],\"index\":{i}}}")).collect();
-        let body = format!("{{\"data\":[{}],\"usage\":{{\"prompt_tokens\":3}}}}", data.join(","));
+        let data: Vec<String> = (0..6)
+            .map(|i| format!("{{\"embedding\":[0.1],\"index\":{i}}}"))
+            .collect();
+        let body = format!(
+            "{{\"data\":[{}],\"usage\":{{\"prompt_tokens\":3}}}}",
+            data.join(",")
+        );
         let _ = s.write_all(http("200 OK", "application/json", &body).as_bytes());
     });
     let (rec, _) = pooled(&six, "six-vectors", "openai-embeddings");
     assert_eq!(rec["error_kind"], "malformed", "{rec}");
-    assert!(rec["error"].as_str().unwrap().contains("6 items for the 3 inputs"), "{rec}");
+    assert!(
+        rec["error"]
+            .as_str()
+            .unwrap()
+            .contains("6 items for the 3 inputs"),
+        "{rec}"
+    );
     let far = scripted(|_, s| {
         let body = r#"{"results":[{"index":1000,"relevance_score":0.9},{"index":1001,"relevance_score":0.5},{"index":1,"relevance_score":0.1}]}"#;
         let _ = s.write_all(http("200 OK", "application/json", body).as_bytes());
     });
     let (rec, _) = pooled(&far, "far-indices", "rerank");
     assert_eq!(rec["error_kind"], "malformed", "{rec}");
-    assert!(rec["error"].as_str().unwrap().contains("index 1001"), "{rec}");
+    assert!(
+        rec["error"].as_str().unwrap().contains("index 1001"),
+        "{rec}"
+    );
     // An event stream from an embeddings server names no flag never given.
     let streamed = scripted(|_, s| {
         let _ = s.write_all((STREAM_HEAD.to_string() + "data: {}\n\n").as_bytes());
     });
     let (rec, _) = pooled(&streamed, "streamed-embeddings", "openai-embeddings");
     let why = rec["error"].as_str().unwrap();
-    assert!(!why.contains("--no-stream") && why.contains("never streamed"), "{why}");
+    assert!(
+        !why.contains("--no-stream") && why.contains("never streamed"),
+        "{why}"
+    );
 }
 
 #[test]
@@ -251,12 +340,25 @@ fn api_auto_refuses_a_page_no_api_recognises_with_exit_3() {
     });
     let out = run_dir("html-page");
     let o = tokenscope()
-        .args(["bench", "--url", &url, "--model", "m", "--no-metrics", "--requests", "1", "--out"])
+        .args([
+            "bench",
+            "--url",
+            &url,
+            "--model",
+            "m",
+            "--no-metrics",
+            "--requests",
+            "1",
+            "--out",
+        ])
         .arg(&out)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(3), "{err}");
-    assert!(err.contains("not an answer of the openai-chat API (`text/html`"), "{err}");
+    assert!(
+        err.contains("not an answer of the openai-chat API (`text/html`"),
+        "{err}"
+    );
     assert!(err.contains("Welcome to nginx"), "{err}");
 }

@@ -479,7 +479,8 @@ fn broken_collector(how: Broken) -> String {
             }
             let _ = read_request(&s);
             if how == Broken::Errs {
-                let _ = s.write_all(http("500 Internal Server Error", "text/plain", "down").as_bytes());
+                let _ =
+                    s.write_all(http("500 Internal Server Error", "text/plain", "down").as_bytes());
             }
         }
     });
@@ -649,10 +650,21 @@ fn each_otlp_failure_is_named_by_its_kind() {
         (refused, "connection refused"),
         (broken_collector(Broken::Errs), "HTTP 500"),
         (broken_collector(Broken::Closes), "connection closed"),
-        (broken_collector(Broken::Hangs), "no answer within the push timeout"),
+        (
+            broken_collector(Broken::Hangs),
+            "no answer within the push timeout",
+        ),
     ];
     for (i, (url, said)) in cases.iter().enumerate() {
-        let args = ["--no-metrics", "--requests", "4", "--output-tokens", "4", "--otlp-endpoint", url];
+        let args = [
+            "--no-metrics",
+            "--requests",
+            "4",
+            "--output-tokens",
+            "4",
+            "--otlp-endpoint",
+            url,
+        ];
         let (_, r, _) = bench_ok(&server.url, &format!("otlp-broken-{i}"), &[&args]);
         let finding = r["diagnosis"]
             .as_array()

@@ -79,7 +79,10 @@ impl<'de> Deserialize<'de> for RawItem {
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("an item (an object or a vector)")
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<RawItem, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<RawItem, A::Error> {
                 let mut index = None;
                 while let Some(key) = m.next_key::<std::borrow::Cow<'de, str>>()? {
                     match key.as_ref() {
@@ -89,7 +92,10 @@ impl<'de> Deserialize<'de> for RawItem {
                 }
                 Ok(RawItem { index })
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut s: A) -> Result<RawItem, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut s: A,
+            ) -> Result<RawItem, A::Error> {
                 while s.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(RawItem { index: None })
             }

@@ -76,12 +76,24 @@ mod tests {
         let body: Value = serde_json::from_slice(&Rerank.body(&r)).unwrap();
         assert_eq!(body["query"], "q");
         assert_eq!(body["documents"], json!(["d1", "d2", "d3"]));
-        assert_eq!(Rerank.items_asked(&r), ItemsAsked { least: 3, inputs: 3 });
+        assert_eq!(
+            Rerank.items_asked(&r),
+            ItemsAsked {
+                least: 3,
+                inputs: 3
+            }
+        );
         shape.extra.insert("top_n".into(), json!(2));
         let r = Request {
             documents: vec!["d1", "d2", "d3"],
             ..Request::conversation("m", &shape, [], "q")
         };
-        assert_eq!(Rerank.items_asked(&r), ItemsAsked { least: 2, inputs: 3 });
+        assert_eq!(
+            Rerank.items_asked(&r),
+            ItemsAsked {
+                least: 2,
+                inputs: 3
+            }
+        );
     }
 }
