@@ -344,32 +344,6 @@ impl ToSql for Value {
 mod tests {
     use super::*;
 
-    /// A file another writer holds locked keeps an open (and the write
-    /// after it) waiting `WAIT` in all — not `WAIT` for each statement that
-    /// meets the lock (the journal mode, the schema's version, the write
-    /// lock: three times as long).
-    #[test]
-    fn a_locked_file_holds_the_open_its_busy_timeout_in_all() {
-        let dir = std::env::temp_dir().join(format!("ts-busy-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("h.sqlite");
-        let _ = std::fs::remove_file(&path);
-        let holder = rusqlite::Connection::open(&path).unwrap();
-        holder
-            .execute_batch("PRAGMA journal_mode=DELETE; CREATE TABLE x (a); BEGIN EXCLUSIVE; INSERT INTO x VALUES (1);")
-            .unwrap();
-        let started = std::time::Instant::now();
-        let loc = crate::location::Location::Sqlite(path.to_string_lossy().into_owned());
-        let opened = crate::store::Store::open(&loc);
-        let waited = started.elapsed();
-        let why = opened.err().expect("the file is locked").to_string();
-        assert!(why.contains("locked"), "{why}");
-        assert!(waited >= WAIT - Duration::from_millis(500), "{waited:?}");
-        // Generous for a loaded machine; each statement's own 10 s made 30.
-        assert!(waited < WAIT + Duration::from_secs(8), "{waited:?}");
-        holder.execute_batch("ROLLBACK").unwrap();
-    }
-
     #[test]
     fn placeholders_are_numbered_for_postgres() {
         assert_eq!(
