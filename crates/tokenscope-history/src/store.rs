@@ -178,6 +178,7 @@ impl Store {
 
     /// The runs matching `filter`, oldest first.
     pub fn runs(&mut self, filter: &Filter) -> Result<Vec<StoredRun>> {
+        self.budget();
         let (cond, mut values) = conditions(filter);
         let mut sql = format!(
             "SELECT {RUN_COLUMNS} FROM runs WHERE {cond} ORDER BY started_at DESC, id DESC"
@@ -198,6 +199,7 @@ impl Store {
 
     /// One run by id.
     pub fn run(&mut self, id: i64) -> Result<Option<StoredRun>> {
+        self.budget();
         let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?");
         let rows = self.query(&sql, &[id.into()], "reading a run")?;
         let mut runs = rows
@@ -210,6 +212,7 @@ impl Store {
 
     /// The id of a run already recorded from this directory with this start, if any.
     pub fn find(&mut self, run_dir: &str, started_at: &str) -> Result<Option<i64>> {
+        self.budget();
         let rows = self.query(
             "SELECT id FROM runs WHERE run_dir = ? AND started_at = ?",
             &[run_dir.into(), started_at.into()],

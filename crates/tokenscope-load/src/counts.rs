@@ -9,6 +9,10 @@ use tokenscope_core::record::Chunk;
 /// Prompt sizes past this are not real (the largest context windows hold ~10M).
 const MAX_PLAUSIBLE_PROMPT: u64 = 1 << 32;
 
+/// Output counts past this are not real either: no server generates
+/// billions of tokens for one request, hidden or not.
+const MAX_PLAUSIBLE_OUTPUT: u64 = 1 << 32;
+
 /// Tokens a tool call may take beyond the bytes streamed for it: its
 /// framing (`<tool_call>{"name": …, "arguments": …}`) is generated and
 /// never streamed as text.
@@ -22,6 +26,9 @@ pub struct Carried {
     pub chunks: u64,
     pub calls: u64,
     pub max_tokens: Option<u64>,
+    /// Reasoning the server counted and never streamed (its usage's
+    /// `reasoning_tokens` when no reasoning text came): tokens no byte carried.
+    pub hidden: u64,
 }
 
 impl Carried {
@@ -31,10 +38,14 @@ impl Carried {
         self.bytes
             .saturating_add(self.chunks)
             .saturating_add(self.calls.saturating_mul(CALL_FRAMING_TOKENS))
+            .saturating_add(self.hidden)
     }
 
     /// Why `n` output tokens cannot be true of this output, if they cannot.
     fn refutes(&self, what: &str, n: u64) -> Option<String> {
+        if n > MAX_PLAUSIBLE_OUTPUT {
+            return Some(format!("{what} {n}"));
+        }
         if n > self.most_tokens() {
             return Some(format!(
                 "{what} {n} from {} chunks carrying {} bytes",
@@ -53,21 +64,27 @@ impl Carried {
 pub fn implausible(usage: Option<Usage>, carried: &Carried) -> Option<String> {
     let u = usage?;
     if let Some(n) = u.completion_tokens {
-        let hidden = u.reasoning_tokens.unwrap_or(0);
-        if hidden > n {
+        let reasoning = u.reasoning_tokens.unwrap_or(0);
+        if reasoning > n {
             return Some(format!(
-                "reasoning_tokens {hidden} of completion_tokens {n}"
+                "reasoning_tokens {reasoning} of completion_tokens {n}"
             ));
         }
-        let shown = Carried {
-            max_tokens: None,
+        // Reasoning counted and never streamed needs no bytes.
+        let counted = Carried {
+            hidden: carried.hidden.max(reasoning),
             ..*carried
         };
-        if let Some(why) = shown.refutes("completion_tokens", n - hidden) {
+        if let Some(why) = counted.refutes("completion_tokens", n) {
             return Some(why);
         }
-        if let Some(why) = carried.refutes("completion_tokens", n) {
-            return Some(why);
+        // Every chunk that carried text carried a token of it at least.
+        let texts = carried.chunks.saturating_sub(carried.calls);
+        if n < texts && carried.hidden == 0 && reasoning == 0 {
+            return Some(format!(
+                "completion_tokens {n} from {} chunks of text",
+                carried.chunks
+            ));
         }
     }
     match u.prompt_tokens {
@@ -87,7 +104,8 @@ pub fn implausible_running(running: &[u64], carried: &Carried) -> Option<String>
 }
 
 /// Replaces each chunk's byte count with its token count, so that the
-/// chunks' tokens sum to `total` (or to one a chunk, when `total` is fewer).
+/// chunks' tokens sum to `total` (or to one a chunk, when `total` is
+/// fewer; or to one less, an end-of-sequence token no chunk carried).
 /// The running count when it is one per chunk, rises at every chunk and
 /// ends at `total`; otherwise one token per chunk when the totals agree;
 /// otherwise `total` split in proportion to text bytes (largest remainder,
@@ -99,7 +117,13 @@ pub fn split_tokens(chunks: &mut [Chunk], running: &[u64], total: u64) {
         return;
     }
     let rises = running.first().is_some_and(|&f| f > 0) && running.windows(2).all(|w| w[1] > w[0]);
-    if running.len() == chunks.len() && rises && running.last() == Some(&total) {
+    // The total may count one token more than the chunks' running count:
+    // the end-of-sequence token, generated and never sent as text (vLLM's
+    // continuous usage, llama.cpp's `predicted_n`). No chunk carried it.
+    let ends = running
+        .last()
+        .is_some_and(|&last| last == total || last.saturating_add(1) == total);
+    if running.len() == chunks.len() && rises && ends {
         let mut prev = 0;
         for (c, &cum) in chunks.iter_mut().zip(running) {
             c.1 = clamp_u32(cum - prev);
@@ -189,6 +213,10 @@ mod tests {
         let mut c = chunks(&[4, 4, 4]);
         split_tokens(&mut c, &[2, 5, 6], 6);
         assert_eq!(tokens(&c), [2, 3, 1]);
+        // The end-of-sequence token counted in the total, never streamed.
+        let mut c = chunks(&[4, 4, 4]);
+        split_tokens(&mut c, &[1, 2, 3], 4);
+        assert_eq!(tokens(&c), [1, 1, 1]);
         // One that stalls, or ends elsewhere than the total, is not used.
         let mut c = chunks(&[4, 4, 4]);
         split_tokens(&mut c, &[2, 2, 6], 6);
@@ -205,6 +233,7 @@ mod tests {
             chunks: 10,
             calls: 0,
             max_tokens: Some(16),
+            hidden: 0,
         };
         let jumped = [1, 2, 3, 1 << 32];
         assert!(implausible_running(&jumped, &carried)
@@ -230,9 +259,43 @@ mod tests {
             chunks: 2,
             calls: 0,
             max_tokens: None,
+            hidden: 0,
         };
         assert_eq!(implausible(usage(12), &text), None);
         assert!(implausible(usage(13), &text).is_some());
+        // Fewer tokens than chunks of text: a chunk carries a token at least.
+        assert!(implausible(usage(1), &text)
+            .unwrap()
+            .contains("from 2 chunks of text"));
+        // Reasoning counted and never streamed needs no bytes; max_tokens
+        // still bounds the whole.
+        let hidden = |n: u64, r: u64| {
+            Some(Usage {
+                completion_tokens: Some(n),
+                reasoning_tokens: Some(r),
+                ..Usage::default()
+            })
+        };
+        assert_eq!(implausible(hidden(1012, 1000), &text), None);
+        assert_eq!(
+            implausible(
+                hidden(60, 60),
+                &Carried {
+                    chunks: 0,
+                    bytes: 0,
+                    ..text
+                }
+            ),
+            None
+        );
+        let capped = Carried {
+            max_tokens: Some(100),
+            ..text
+        };
+        assert!(implausible(hidden(1012, 1000), &capped)
+            .unwrap()
+            .contains("max_tokens 100"));
+        assert!(implausible(hidden(u64::MAX, u64::MAX - 1), &text).is_some());
         let calls = Carried { calls: 1, ..text };
         assert_eq!(implausible(usage(12 + CALL_FRAMING_TOKENS), &calls), None);
         assert!(implausible(usage(u64::MAX), &calls).is_some());
@@ -267,7 +330,8 @@ mod tests {
             let mut c = chunks(&bytes);
             split_tokens(&mut c, &running, total);
             let sum: u64 = c.iter().map(|c| c.1 as u64).sum();
-            prop_assert_eq!(sum, total.max(c.len() as u64));
+            let whole = total.max(c.len() as u64);
+            prop_assert!(sum == whole || sum + 1 == total, "{} of {}", sum, whole);
             prop_assert!(c.iter().all(|c| c.1 >= 1));
         }
     }

@@ -145,9 +145,25 @@ async fn recognised(api: &dyn Protocol, resp: reqwest::Response) -> Result<(), S
         )
     };
     let mut said = false;
-    let parsed = api.whole(&body, &mut |e| {
-        said |= !matches!(e, crate::protocol::Event::Timings(_))
-    });
+    let mut heard =
+        |e: crate::protocol::Event<'_>| said |= !matches!(e, crate::protocol::Event::Timings(_));
+    // A stream-only endpoint (TGI's and Triton's `generate_stream`)
+    // answers the probe with events, read as the API reads a stream.
+    let parsed = match kind.contains("text/event-stream") {
+        true => {
+            let mut sse = crate::sse::SseParser::new();
+            let mut parsed = Ok(());
+            let mut each = |ev: crate::sse::SseEvent<'_>| {
+                if ev.data != "[DONE]" && parsed.is_ok() {
+                    parsed = api.stream_event(ev.data, &mut heard);
+                }
+            };
+            sse.feed(body.as_bytes(), &mut each);
+            sse.finish(&mut each);
+            parsed
+        }
+        false => api.whole(&body, &mut heard),
+    };
     match parsed {
         Ok(()) if said => Ok(()),
         _ => Err(not_it()),

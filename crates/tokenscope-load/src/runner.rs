@@ -67,7 +67,8 @@ impl RunPlan {
 struct Outcome {
     /// When it was done (µs on the run's clock): a closed loop's slot came free then.
     done_at_us: u64,
-    /// The whole prompt's tokens and the answer's (the next turn's context).
+    /// The whole prompt's tokens and the answer's, its reasoning left out
+    /// (the next turn's context).
     prompt_tokens: u64,
     output_tokens: u64,
     /// The answer's text, when the request succeeded.
@@ -327,7 +328,10 @@ impl Runner {
         let outcome = Outcome {
             done_at_us: rec.done_at_us,
             prompt_tokens: rec.input_tokens.unwrap_or(0),
-            output_tokens: rec.output_tokens,
+            // What the next turn carries back: the answer, not its reasoning.
+            output_tokens: rec
+                .output_tokens
+                .saturating_sub(rec.reasoning_tokens.unwrap_or(0)),
             answer: rec.succeeded().then_some(answer),
             calls: rec.tool_calls.clone(),
         };

@@ -32,27 +32,37 @@ pub struct CallSoFar {
     pub arguments: String,
 }
 
-/// Adds one streamed piece to the call it belongs to: by its id when it
-/// carries one (a new id opens a new call, even at an index already used —
-/// some servers send every call at index 0), else to the latest call at
-/// its index (OpenAI's form: the id on the first piece only). A piece of a
-/// new index opens a new call.
-pub fn merge(calls: &mut Vec<CallSoFar>, d: ToolCallDelta<'_>) {
-    let found = match d.id.as_deref() {
-        Some(id) => calls
+/// The most calls one answer may make (some thirty times what any agent
+/// asks in one turn): past it the answer is malformed, and no piece costs
+/// a search of more calls than this.
+pub const MAX_CALLS: usize = 1024;
+
+/// An answer that made more calls than [`MAX_CALLS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the answer made more than {MAX_CALLS} tool calls")]
+pub struct TooManyCalls;
+
+/// Adds one streamed piece to the call it belongs to. A piece that names
+/// a tool under an id not seen at its index opens a new call, even at an
+/// index already used (some servers send every call at index 0, each with
+/// its id). Every other piece joins the latest call at its index: OpenAI
+/// sends the id and name on a call's first piece only, and some servers
+/// send a new (or empty) id on every piece of one call.
+pub fn merge(calls: &mut Vec<CallSoFar>, d: ToolCallDelta<'_>) -> Result<(), TooManyCalls> {
+    let latest = calls.iter().rposition(|c| c.index == d.index);
+    let id = d.id.as_deref().filter(|id| !id.is_empty());
+    let names = d.name.as_deref().is_some_and(|n| !n.is_empty());
+    let found = match (id, latest) {
+        (Some(id), Some(i)) if names => calls
             .iter()
-            .rposition(|c| c.id.as_deref() == Some(id))
-            // An id sent after its call's first piece (no id yet) joins it.
-            .or_else(|| {
-                calls
-                    .iter()
-                    .rposition(|c| c.index == d.index)
-                    .filter(|&i| calls[i].id.is_none())
-            }),
-        None => calls.iter().rposition(|c| c.index == d.index),
+            .rposition(|c| c.index == d.index && c.id.as_deref() == Some(id))
+            // A call whose first piece had no id and no name yet takes both.
+            .or(Some(i).filter(|&i| calls[i].id.is_none() && calls[i].name.is_empty())),
+        _ => latest,
     };
     let i = match found {
         Some(i) => i,
+        None if calls.len() >= MAX_CALLS => return Err(TooManyCalls),
         None => {
             calls.push(CallSoFar {
                 index: d.index,
@@ -62,13 +72,16 @@ pub fn merge(calls: &mut Vec<CallSoFar>, d: ToolCallDelta<'_>) {
         }
     };
     let call = &mut calls[i];
-    if let Some(id) = d.id {
-        call.id = Some(id.into_owned());
+    // A call keeps the first id it was given (a later, changed or empty
+    // one is the same call's).
+    if call.id.is_none() {
+        call.id = id.map(str::to_owned);
     }
     if let Some(name) = d.name {
         call.name.push_str(&name);
     }
     call.arguments.push_str(&d.arguments);
+    Ok(())
 }
 
 /// Checks calls against the tools offered. Each distinct parameter schema
@@ -166,10 +179,10 @@ mod tests {
             name: name.map(Into::into),
             arguments: args.into(),
         };
-        merge(&mut calls, piece(0, Some("get_weather"), ""));
-        merge(&mut calls, piece(0, None, "{\"city\":"));
-        merge(&mut calls, piece(1, Some("f"), "{}"));
-        merge(&mut calls, piece(0, None, "\"Oslo\"}"));
+        let _ = merge(&mut calls, piece(0, Some("get_weather"), ""));
+        let _ = merge(&mut calls, piece(0, None, "{\"city\":"));
+        let _ = merge(&mut calls, piece(1, Some("f"), "{}"));
+        let _ = merge(&mut calls, piece(0, None, "\"Oslo\"}"));
         assert_eq!(calls.len(), 2);
         assert_eq!(calls[0].arguments, r#"{"city":"Oslo"}"#);
         assert_eq!(calls[1].name, "f");
@@ -187,10 +200,10 @@ mod tests {
         };
         // Two calls, both at index 0, each with its id (some servers do this).
         let mut calls = Vec::new();
-        merge(&mut calls, piece(Some("a"), Some("get_weather"), ""));
-        merge(&mut calls, piece(None, None, "{\"city\":\"Oslo\"}"));
-        merge(&mut calls, piece(Some("b"), Some("get_time"), ""));
-        merge(&mut calls, piece(None, None, "{}"));
+        let _ = merge(&mut calls, piece(Some("a"), Some("get_weather"), ""));
+        let _ = merge(&mut calls, piece(None, None, "{\"city\":\"Oslo\"}"));
+        let _ = merge(&mut calls, piece(Some("b"), Some("get_time"), ""));
+        let _ = merge(&mut calls, piece(None, None, "{}"));
         let named: Vec<_> = calls
             .iter()
             .map(|c| (c.name.as_str(), c.arguments.as_str()))
@@ -199,16 +212,31 @@ mod tests {
             named,
             [("get_weather", r#"{"city":"Oslo"}"#), ("get_time", "{}")]
         );
-        // The id repeated on every piece, or first given late, is one call.
+        // The id repeated on every piece, first given late, or new (or
+        // empty) on every piece of one call: one call.
         let mut calls = Vec::new();
-        merge(&mut calls, piece(None, Some("f"), "{"));
-        merge(&mut calls, piece(Some("c"), None, "}"));
-        merge(&mut calls, piece(Some("c"), None, ""));
+        let _ = merge(&mut calls, piece(None, Some("f"), "{"));
+        let _ = merge(&mut calls, piece(Some("c"), None, "}"));
+        let _ = merge(&mut calls, piece(Some("c"), None, ""));
+        let _ = merge(&mut calls, piece(Some("d"), None, ""));
+        let _ = merge(&mut calls, piece(Some(""), None, ""));
         assert_eq!(calls.len(), 1);
         assert_eq!(
             (calls[0].id.as_deref(), calls[0].arguments.as_str()),
             (Some("c"), "{}")
         );
+        // Past the cap: refused, never searched further.
+        let mut calls = Vec::new();
+        let named = |index| ToolCallDelta {
+            index,
+            id: None,
+            name: Some("f".into()),
+            arguments: "".into(),
+        };
+        for i in 0..MAX_CALLS as u32 {
+            assert!(merge(&mut calls, named(i)).is_ok());
+        }
+        assert_eq!(merge(&mut calls, named(5000)), Err(TooManyCalls));
     }
 
     #[test]

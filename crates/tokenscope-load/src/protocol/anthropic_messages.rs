@@ -294,6 +294,15 @@ mod tests {
     }
 
     #[test]
+    fn a_prompt_count_near_two_to_the_64_saturates_never_wraps() {
+        let (p, _) = events(&[
+            r#"{"type":"message_start","message":{"id":"m","usage":{"input_tokens":18446744073709551610,"cache_read_input_tokens":10,"output_tokens":0}}}"#,
+        ]);
+        // Wrapped, it would read 4: a small, believable prompt.
+        assert_eq!(p.usage.unwrap().prompt_tokens, Some(u64::MAX));
+    }
+
+    #[test]
     fn an_error_event_is_the_servers_error_and_bad_json_is_malformed() {
         let (p, _) = events(&[
             r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
