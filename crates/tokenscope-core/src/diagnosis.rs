@@ -244,7 +244,7 @@ fn implausible_usage(counts: &Counts) -> Option<Finding> {
             "implausible_usage",
             "warning",
             format!(
-                "{} of {} responses reported usage counts that cannot be true (more tokens than bytes received or than max_tokens, or absurd sizes): those were counted from the stream instead; see implausible_usage in requests.jsonl",
+                "{} of {} responses reported usage counts that cannot be true (more tokens than bytes received or than max_tokens, fewer than the chunks of text, a running count that falls back, or absurd sizes): those were counted from the stream instead; see implausible_usage in requests.jsonl",
                 counts.implausible_usage, counts.requests
             ),
             &[("responses", json!(counts.implausible_usage))],

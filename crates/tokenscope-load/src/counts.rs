@@ -29,6 +29,10 @@ pub struct Carried {
     /// Reasoning the server counted and never streamed (its usage's
     /// `reasoning_tokens` when no reasoning text came): tokens no byte carried.
     pub hidden: u64,
+    /// Reasoning streamed as a summary of what was counted (Anthropic's
+    /// thinking, which its usage counts whole and gives no breakdown of):
+    /// the bytes bound no count then, only `max_tokens` does.
+    pub summarised: bool,
 }
 
 impl Carried {
@@ -46,7 +50,7 @@ impl Carried {
         if n > MAX_PLAUSIBLE_OUTPUT {
             return Some(format!("{what} {n}"));
         }
-        if n > self.most_tokens() {
+        if n > self.most_tokens() && !self.summarised {
             return Some(format!(
                 "{what} {n} from {} chunks carrying {} bytes",
                 self.chunks, self.bytes
@@ -78,9 +82,11 @@ pub fn implausible(usage: Option<Usage>, carried: &Carried) -> Option<String> {
         if let Some(why) = counted.refutes("completion_tokens", n) {
             return Some(why);
         }
-        // Every chunk that carried text carried a token of it at least.
+        // Every chunk that carried text carried a token of it at least
+        // (one chunk spared: an echoed prompt, a last piece held back),
+        // and hidden reasoning carried none.
         let texts = carried.chunks.saturating_sub(carried.calls);
-        if n < texts && carried.hidden == 0 && reasoning == 0 {
+        if n.saturating_sub(carried.hidden).saturating_add(1) < texts {
             return Some(format!(
                 "completion_tokens {n} from {} chunks of text",
                 carried.chunks
@@ -234,6 +240,7 @@ mod tests {
             calls: 0,
             max_tokens: Some(16),
             hidden: 0,
+            summarised: false,
         };
         let jumped = [1, 2, 3, 1 << 32];
         assert!(implausible_running(&jumped, &carried)
@@ -260,13 +267,35 @@ mod tests {
             calls: 0,
             max_tokens: None,
             hidden: 0,
+            summarised: false,
         };
         assert_eq!(implausible(usage(12), &text), None);
         assert!(implausible(usage(13), &text).is_some());
         // Fewer tokens than chunks of text: a chunk carries a token at least.
-        assert!(implausible(usage(1), &text)
+        assert_eq!(implausible(usage(1), &text), None, "one chunk spared");
+        let many = Carried { chunks: 5, ..text };
+        assert!(implausible(usage(1), &many)
             .unwrap()
-            .contains("from 2 chunks of text"));
+            .contains("from 5 chunks of text"));
+        // Hidden reasoning carried no chunk: the rest must cover the chunks.
+        let hiding = Carried {
+            chunks: 50,
+            bytes: 200,
+            hidden: 5,
+            ..text
+        };
+        let six = Some(Usage {
+            completion_tokens: Some(6),
+            reasoning_tokens: Some(5),
+            ..Usage::default()
+        });
+        assert!(implausible(six, &hiding).is_some());
+        // A summarised thought: its count is bound by max_tokens only.
+        let summary = Carried {
+            summarised: true,
+            ..text
+        };
+        assert_eq!(implausible(usage(16_000), &summary), None);
         // Reasoning counted and never streamed needs no bytes; max_tokens
         // still bounds the whole.
         let hidden = |n: u64, r: u64| {

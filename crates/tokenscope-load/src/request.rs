@@ -263,6 +263,13 @@ impl Stream {
         if pieces.is_empty() {
             return;
         }
+        // A call's id is held too (and bounded with the rest).
+        let ids: usize = pieces
+            .iter()
+            .filter_map(|p| p.id.as_ref())
+            .map(|i| i.len())
+            .sum();
+        self.generated = self.generated.saturating_add(ids);
         let latest = self.chunks.len().checked_sub(1);
         self.first_call_chunk = self.first_call_chunk.or(latest);
         self.first_answer_chunk = self.first_answer_chunk.or(latest);
@@ -819,6 +826,8 @@ fn settle_whole(
         calls: calls.len() as u64,
         max_tokens: rec.requested_output_tokens,
         hidden: 0,
+        summarised: whole.reasoning_bytes > 0
+            && usage.is_some_and(|u| u.reasoning_tokens.is_none()),
     };
     if let Some(why) = implausible(usage, &carried) {
         rec.implausible_usage = Some(why);
@@ -1098,9 +1107,14 @@ fn check_stream(rec: &mut RequestRecord, s: &mut Stream) {
             0 => s.usage.and_then(|u| u.reasoning_tokens).unwrap_or(0),
             _ => 0,
         },
+        summarised: s.reasoning_bytes > 0 && s.usage.is_some_and(|u| u.reasoning_tokens.is_none()),
     };
-    let running = implausible_running(&s.chunk_usage, &carried);
-    if let Some(why) = implausible(s.usage, &carried).or(running) {
+    // A failed stream's counts are not used, so not judged either (an
+    // Anthropic stream cut off still holds message_start's early count).
+    let judged = s.failure.is_none().then(|| {
+        implausible(s.usage, &carried).or_else(|| implausible_running(&s.chunk_usage, &carried))
+    });
+    if let Some(why) = judged.flatten() {
         // One count of the server's that cannot be true puts its others in
         // doubt: neither its total nor its running count is used.
         rec.implausible_usage = Some(why);

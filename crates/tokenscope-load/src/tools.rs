@@ -77,7 +77,9 @@ pub fn merge(calls: &mut Vec<CallSoFar>, d: ToolCallDelta<'_>) -> Result<(), Too
     if call.id.is_none() {
         call.id = id.map(str::to_owned);
     }
-    if let Some(name) = d.name {
+    // A name sent again on a later piece (some servers repeat it on every
+    // one) is the same name, not more of it.
+    if let Some(name) = d.name.filter(|n| *n != call.name) {
         call.name.push_str(&name);
     }
     call.arguments.push_str(&d.arguments);
@@ -220,7 +222,9 @@ mod tests {
         let _ = merge(&mut calls, piece(Some("c"), None, ""));
         let _ = merge(&mut calls, piece(Some("d"), None, ""));
         let _ = merge(&mut calls, piece(Some(""), None, ""));
+        let _ = merge(&mut calls, piece(Some("c"), Some("f"), ""));
         assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].name, "f", "a repeated name is not doubled");
         assert_eq!(
             (calls[0].id.as_deref(), calls[0].arguments.as_str()),
             (Some("c"), "{}")

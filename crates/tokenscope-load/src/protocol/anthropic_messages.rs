@@ -45,7 +45,7 @@ struct RawUsage {
 }
 
 impl RawUsage {
-    /// `output_tokens: 0` at `message_start` is no count yet.
+    /// `output_tokens` at `message_start` is no count yet.
     fn usage(self, at_start: bool) -> Usage {
         let cached = self.cache_read_input_tokens;
         Usage {
@@ -55,7 +55,8 @@ impl RawUsage {
                 n.saturating_add(cached.unwrap_or(0))
                     .saturating_add(self.cache_creation_input_tokens.unwrap_or(0))
             }),
-            completion_tokens: self.output_tokens.filter(|&n| !(at_start && n == 0)),
+            // message_start's count (0, or 1 for its first token) is no total yet.
+            completion_tokens: self.output_tokens.filter(|_| !at_start),
             cached_tokens: cached,
             reasoning_tokens: None,
         }
