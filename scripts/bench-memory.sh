@@ -8,7 +8,8 @@
 #    JPEG images, and 600 s audio clips, each at the largest --media-pool
 #    the budget takes (read from the refusal of a larger one).
 # Every run is bounded (one request, --timeout 60s; the servers stop after
-# 60 s). Prints one line a case.
+# 60 s). Prints one line a case. MODES="line" (or "") picks the hostile
+# servers; CONCURRENCY (default 1) the media runs' streams.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
@@ -51,7 +52,7 @@ PY
 
 peak() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['client']['peak_rss_mb'])" "$1/results.json"; }
 
-for mode in line stream; do
+for mode in ${MODES-line stream}; do
   port_file="$work/$mode.port"
   serve "$mode" > "$port_file"
   while [ ! -s "$port_file" ]; do sleep 0.1; done
@@ -65,15 +66,20 @@ done
 
 # The largest pool the budget takes, from the refusal of a larger one.
 largest() {
-  "$ts" bench --builtin exact --requests 1 --quiet --out "$work/refused" "$@" --media-pool 100000 2>&1 >/dev/null |
-    grep -o 'at most [0-9]* fit' | grep -o '[0-9]*' || echo 1
+  local said
+  said="$("$ts" bench --builtin exact --requests 1 --quiet --out "$work/refused" "$@" --media-pool 100000 2>&1 >/dev/null || true)"
+  echo "$said" | grep -o 'at most [0-9]* fit' | grep -o '[0-9]*' | head -1
 }
+# The exact server in a process of its own: the client's peak is its own.
+"$ts" sim exact --port 0 --ttft 10ms --itl 1ms > "$work/exact.log" 2>&1 &
+while ! grep -qo '127.0.0.1:[0-9]*' "$work/exact.log" 2>/dev/null; do sleep 0.1; done
+exact="http://$(grep -o '127.0.0.1:[0-9]*' "$work/exact.log" | head -1)"
 media_case() {
   local name="$1"; shift
   local n; n="$(largest "$@")"
   local out="$work/media-$name"
   local started=$SECONDS
-  "$ts" bench --builtin exact --requests 4 --quiet --out "$out" "$@" --media-pool "$n" >/dev/null 2>&1
+  "$ts" bench --url "$exact" --no-metrics --requests 4 --concurrency "${CONCURRENCY:-1}" --output-tokens 8 --quiet --out "$out" "$@" --media-pool "${n:-1}" >/dev/null 2>&1
   echo "media $name, --media-pool $n (the largest accepted): peak RSS $(peak "$out") MB, $((SECONDS - started)) s"
 }
 media_case png-8192 --images 1 --image-size 8192x8192 --image-format png

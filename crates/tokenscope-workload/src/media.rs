@@ -32,7 +32,10 @@ pub enum Kind {
 pub struct Media {
     pub kind: Kind,
     /// A `data:` URL (its bytes inline, base64) or a URL the server fetches.
-    pub url: Arc<str>,
+    /// Boxed where it is built, never copied: a piece is shared as an
+    /// `Arc<Media>`, and a second copy of a large one while it is made
+    /// would stay in the allocator's arenas for the run.
+    pub url: Box<str>,
     /// `image/png`, `audio/wav`, … (empty for a URL of unknown type).
     pub mime: String,
     /// Its encoded size, bytes (0 for a URL: the server fetches it).
@@ -61,7 +64,7 @@ impl Media {
         base64::engine::general_purpose::STANDARD.encode_string(bytes, &mut url);
         Media {
             kind,
-            url: url.into(),
+            url: url.into_boxed_str(),
             mime: mime.into(),
             bytes: bytes.len() as u64,
             label,
@@ -291,20 +294,25 @@ impl Synthetic {
         let total = parts.iter().fold(0u64, |t, p| {
             t.saturating_add(p.pieces.saturating_mul(p.each))
         });
-        if total <= budget {
+        // Writing a request copies its media (into the body's JSON, the
+        // serialised body with its growth, the bytes on the wire): room for
+        // that is kept beside the pool.
+        let request = self.request_bytes(&parts);
+        if total.saturating_add(request) <= budget {
             return Ok(total);
         }
         let per_slot: u64 = parts.iter().map(|p| p.each).sum();
-        let fits = budget / per_slot.max(1);
+        let fits = budget.saturating_sub(request) / per_slot.max(1);
         let sums: Vec<String> = parts
             .iter()
             .map(|p| format!("{} × {} of ~{}", p.pieces, p.what, mib(p.each)))
             .collect();
         Err(format!(
-            "--media-pool {} holds {} = {} encoded, past the {} the client keeps for synthetic media; {} (lower --media-pool{})",
+            "--media-pool {} holds {} = {} encoded, and writing a request copies its media (~{}): past the {} the client keeps for synthetic media; {} (lower --media-pool{})",
             self.spec.pool,
             sums.join(" + "),
             mib(total),
+            mib(request),
             mib(budget),
             match fits {
                 0 => "not one piece of each fits".to_string(),
@@ -312,6 +320,25 @@ impl Synthetic {
             },
             if self.spec.images > 0 { ", --image-size or --images" } else { ", --audio-seconds or --audio" },
         ))
+    }
+
+    /// The working copies one request's media costs while it is written:
+    /// four of what it carries at most (its pieces of the largest kinds).
+    fn request_bytes(&self, parts: &[PoolPart]) -> u64 {
+        let image = parts
+            .iter()
+            .filter(|p| p.what.ends_with("image"))
+            .map(|p| p.each)
+            .max();
+        let audio = parts
+            .iter()
+            .filter(|p| p.what.ends_with("clip"))
+            .map(|p| p.each)
+            .max();
+        let carried = (self.spec.images as u64)
+            .saturating_mul(image.unwrap_or(0))
+            .saturating_add((self.spec.audio as u64).saturating_mul(audio.unwrap_or(0)));
+        carried.saturating_mul(4)
     }
 
     /// Encodes every distinct piece the run may draw, on every core, so
@@ -615,13 +642,13 @@ mod tests {
             why.contains("100000 × 600s audio clip of ~24.4 MiB"),
             "{why}"
         );
-        assert!(why.contains("at most 5 fit"), "{why}");
+        assert!(why.contains("at most 1 fit"), "{why}");
         assert_eq!(
             clips(600.0, 100_000).encoded(),
             0,
             "nothing encoded to say so"
         );
-        let fits = clips(600.0, 5).within(MAX_POOL_BYTES).unwrap();
+        let fits = clips(600.0, 1).within(MAX_POOL_BYTES).unwrap();
         assert!(fits <= MAX_POOL_BYTES);
         // Images: the first piece measured (and kept), the rest reckoned.
         let s = Synthetic::new(spec(1, 100_000), 7);
