@@ -325,6 +325,16 @@ fn client_series(run: &Run) -> (Points, Points) {
     )
 }
 
+/// What the TTFT-by-send-time chart reads of a record: its line's other
+/// fields (its chunks above all) are skipped, not parsed.
+#[derive(serde::Deserialize)]
+struct SentAndFirst {
+    #[serde(default)]
+    warmup: bool,
+    sent_at_us: u64,
+    first_token_at_us: Option<u64>,
+}
+
 /// TTFT p50 and p99 (ms) of the measured requests, by when they were sent,
 /// in up to 60 windows of the run: how latency moved through it (a rate
 /// step, a replica coming up). Read from `requests.jsonl` a line at a time.
@@ -334,8 +344,9 @@ fn ttft_by_send_time(run: &Run) -> (Points, Points) {
     let width_s = (end_s / WINDOWS as f64).max(1.0);
     let mut windows: Vec<tokenscope_core::stats::Distribution> =
         (0..WINDOWS).map(|_| Default::default()).collect();
-    let read = crate::run_dir::for_each_record(&run.dir, |r| {
-        if let (false, Some(ttft)) = (r.warmup, r.ttft_us()) {
+    let read = crate::run_dir::for_each_as(&run.dir, |r: SentAndFirst| {
+        let ttft = r.first_token_at_us.map(|t| t.saturating_sub(r.sent_at_us));
+        if let (false, Some(ttft)) = (r.warmup, ttft) {
             let i = (r.sent_at_us as f64 / 1e6 / width_s) as usize;
             windows[i.min(WINDOWS - 1)].record_us(ttft);
         }

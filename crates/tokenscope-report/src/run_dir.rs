@@ -102,7 +102,17 @@ impl Run {
 /// handing each record to `f`; returns how many there were. A torn last
 /// line of a file (a crash mid-write) is skipped; any other bad line is an
 /// error naming it.
-pub fn for_each_record(dir: &Path, mut f: impl FnMut(RequestRecord)) -> Result<usize, ReadError> {
+pub fn for_each_record(dir: &Path, f: impl FnMut(RequestRecord)) -> Result<usize, ReadError> {
+    for_each_as(dir, f)
+}
+
+/// [`for_each_record`], each line read as `T`: a view of the fields a
+/// reader needs (the rest skipped unparsed — a record's chunks are most of
+/// its line), where the whole record is not wanted.
+pub fn for_each_as<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    mut f: impl FnMut(T),
+) -> Result<usize, ReadError> {
     let mut n = 0;
     for file in tokenscope_core::segments::record_files(dir) {
         n += records_of(&file, &mut f)?;
@@ -111,9 +121,9 @@ pub fn for_each_record(dir: &Path, mut f: impl FnMut(RequestRecord)) -> Result<u
 }
 
 /// One file of records, each handed to `f`.
-fn records_of(
+fn records_of<T: serde::de::DeserializeOwned>(
     file: &tokenscope_core::segments::RecordFile,
-    f: &mut impl FnMut(RequestRecord),
+    f: &mut impl FnMut(T),
 ) -> Result<usize, ReadError> {
     let path = &file.path;
     let io = |source| ReadError::Io {

@@ -264,9 +264,10 @@ fn simulate_to(
     let options = tokenscope_load::recorder::Options {
         rotation: args.output.records.rotation(duration),
         windows: (args.output.records.window_us(duration)).map(|us| (us, args.output.slo.clone())),
-        // A few hundred records (~1 MB of 256-token ones): enough that the
-        // writer never waits, few enough not to be the plan's peak memory.
-        bounded: Some(256),
+        // A few hundred records (~1 MB of 256-token ones) in batches of
+        // `BATCH`: enough that the writer never waits, few enough not to be
+        // the plan's peak memory.
+        bounded: Some(256 / BATCH),
         ..Default::default()
     };
     let recorder = tokenscope_load::recorder::Recorder::create_with(
@@ -277,12 +278,17 @@ fn simulate_to(
     )?;
     let sink = recorder.sink();
     let mut queue = Distribution::new();
+    let mut batch = Vec::with_capacity(BATCH);
     let simulated = simulate_into(cfg, plan_load, 1.0, &mut |r| {
         if let Some(q) = queue_us(&r) {
             queue.record(q);
         }
-        sink.record(r);
+        batch.push(r);
+        if batch.len() == BATCH {
+            sink.record_all(std::mem::replace(&mut batch, Vec::with_capacity(BATCH)));
+        }
     });
+    sink.record_all(batch);
     drop(sink);
     let recorded = recorder.finish();
     let (samples, summary) = simulated.map_err(Exit::usage)?;
@@ -291,6 +297,9 @@ fn simulate_to(
     }
     Ok((recorded, samples, summary, queue))
 }
+
+/// Records handed to the writer at once: one wake of its thread for this many.
+const BATCH: usize = 64;
 
 /// Simulates one load (replaying `trace` lengths when given) and writes its run directory.
 fn one_point(
