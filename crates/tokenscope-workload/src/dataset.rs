@@ -369,7 +369,7 @@ type MediaRef = (crate::media::Kind, String, usize);
 fn utf8(bytes: Vec<u8>) -> Result<String, (usize, String)> {
     String::from_utf8(bytes).map_err(|e| {
         let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
-        let line = 1 + memchr_count(b'\n', good);
+        let line = 1 + good.iter().filter(|&&b| b == b'\n').count();
         let column = 1 + good.len() - good.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
         let byte = e.as_bytes()[good.len()];
         (
@@ -377,10 +377,6 @@ fn utf8(bytes: Vec<u8>) -> Result<String, (usize, String)> {
             format!("not UTF-8: byte 0x{byte:02x} at column {column} (save the file as UTF-8)"),
         )
     })
-}
-
-fn memchr_count(needle: u8, hay: &[u8]) -> usize {
-    hay.iter().filter(|&&b| b == needle).count()
 }
 
 /// The media an entry names: each field a path or URL, or a list of them.
