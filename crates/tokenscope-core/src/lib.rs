@@ -41,5 +41,6 @@ pub mod slo;
 pub mod spec_decode;
 pub mod stats;
 pub mod tool_calls;
+pub mod ttft_by_sent;
 pub mod waves;
 pub mod windows;

@@ -77,6 +77,9 @@ pub struct Aggregator {
     messages: BTreeMap<(String, String), u64>,
     /// Every measured request's send, end and intended start.
     instants: crate::instants::Instants,
+    /// Every measured request's TTFT by its send (the report's chart);
+    /// `None` in an adapter's own aggregator.
+    ttft_by_sent: Option<crate::ttft_by_sent::TtftBySent>,
     /// Lengths asked and delivered (see [`Fidelity`]).
     input_asked: Distribution,
     input_served: Distribution,
@@ -135,6 +138,7 @@ impl Aggregator {
             counts: Counts::default(),
             messages: BTreeMap::new(),
             instants: Default::default(),
+            ttft_by_sent: Some(Default::default()),
             grid_us: GRID_US,
             input_asked: Distribution::new(),
             input_served: Distribution::new(),
@@ -183,6 +187,7 @@ impl Aggregator {
                 .entry(key.to_string())
                 .or_insert_with(|| Aggregator {
                     by_adapter: None,
+                    ttft_by_sent: None,
                     ..Aggregator::new(slo, price)
                 })
                 .add(r);
@@ -191,6 +196,9 @@ impl Aggregator {
         self.instants
             .add(r.sent_at_us, r.done_at_us, r.succeeded(), r.scheduled_at_us);
         self.lag.record(r.lag_us() as f64);
+        if let (Some(t), Some(ttft)) = (&mut self.ttft_by_sent, r.ttft_us()) {
+            t.add(r.sent_at_us, ttft);
+        }
         self.sessions.add(r);
         if !r.succeeded() {
             return;
@@ -392,6 +400,12 @@ impl Aggregator {
     /// The last send of the measured requests, µs.
     pub fn last_sent_us(&self) -> Option<u64> {
         self.instants.last_sent()
+    }
+
+    /// Each measured request's (send µs, TTFT µs), failed ones with a first
+    /// token too; `None` when the run had too many to keep.
+    pub fn ttft_by_sent(&self) -> Option<impl Iterator<Item = (u64, u64)> + '_> {
+        self.ttft_by_sent.as_ref()?.points()
     }
 
     /// The latency distributions, µs (for charts): TTFT, TPOT, ITL, E2E.

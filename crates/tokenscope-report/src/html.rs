@@ -337,22 +337,31 @@ struct SentAndFirst {
 
 /// TTFT p50 and p99 (ms) of the measured requests, by when they were sent,
 /// in up to 60 windows of the run: how latency moved through it (a rate
-/// step, a replica coming up). Read from `requests.jsonl` a line at a time.
+/// step, a replica coming up). From the points the figures kept while the
+/// records were read; a run too long to keep them is read back a line at a time.
 fn ttft_by_send_time(run: &Run) -> (Points, Points) {
     const WINDOWS: usize = 60;
     let end_s = run.results.window.end_s.max(1e-3);
     let width_s = (end_s / WINDOWS as f64).max(1.0);
     let mut windows: Vec<tokenscope_core::stats::Distribution> =
         (0..WINDOWS).map(|_| Default::default()).collect();
-    let read = crate::run_dir::for_each_as(&run.dir, |r: SentAndFirst| {
-        let ttft = r.first_token_at_us.map(|t| t.saturating_sub(r.sent_at_us));
-        if let (false, Some(ttft)) = (r.warmup, ttft) {
-            let i = (r.sent_at_us as f64 / 1e6 / width_s) as usize;
-            windows[i.min(WINDOWS - 1)].record_us(ttft);
+    let mut take = |sent_us: u64, ttft_us: u64| {
+        let i = (sent_us as f64 / 1e6 / width_s) as usize;
+        windows[i.min(WINDOWS - 1)].record_us(ttft_us);
+    };
+    match run.requests.ttft_by_sent() {
+        Some(points) => points.for_each(|(sent, ttft)| take(sent, ttft)),
+        None => {
+            let read = crate::run_dir::for_each_as(&run.dir, |r: SentAndFirst| {
+                let ttft = r.first_token_at_us.map(|t| t.saturating_sub(r.sent_at_us));
+                if let (false, Some(ttft)) = (r.warmup, ttft) {
+                    take(r.sent_at_us, ttft);
+                }
+            });
+            if read.is_err() {
+                return (Vec::new(), Vec::new());
+            }
         }
-    });
-    if read.is_err() {
-        return (Vec::new(), Vec::new());
     }
     let at = |q: f64| -> Points {
         windows

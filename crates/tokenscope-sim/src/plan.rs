@@ -389,7 +389,7 @@ impl<'a> Run<'a> {
         let prefill_pool = r.role == Role::Prefill;
         let (dt, work) = r.engine.begin_step(t);
         let t_end = t + self.jitter.step(dt).max(1e-6);
-        let result = r.engine.end_step(work);
+        let mut result = r.engine.end_step(work);
         r.steps += 1;
         r.busy += t_end - t;
         r.t = t_end;
@@ -410,7 +410,7 @@ impl<'a> Run<'a> {
                 self.traffic.done(id, at, generated as u64);
             }
         }
-        for seq in result.finished {
+        for seq in result.finished.drain(..) {
             let wants = self.handoffs.wants.remove(&seq.id).filter(|_| prefill_pool);
             if let Some(wants) = wants {
                 // The KV leaves for a decode replica once the step has ended.
@@ -432,6 +432,7 @@ impl<'a> Run<'a> {
             settle(&mut rec, &seq, delay);
             on_record(rec);
         }
+        r.engine.recycle(result);
         // A retiring replica leaves with its last request.
         if r.retiring && r.engine.is_idle() {
             r.gone_at = Some(t_end);

@@ -300,4 +300,9 @@ impl Engine {
     pub fn end_step(&mut self, work: cost::StepWork) -> StepResult {
         self.scheduler.finish_step(work)
     }
+
+    /// Gives a read step result back, so the next step reuses its buffers.
+    pub fn recycle(&mut self, used: StepResult) {
+        self.scheduler.recycle(used);
+    }
 }

@@ -174,6 +174,9 @@ pub struct Scheduler {
     block_steps: u32,
     /// The open block's tokens and finished requests, released at its end.
     held: StepResult,
+    /// An earlier step's buffers, given back ([`Scheduler::recycle`]): a
+    /// step of a long plan allocates nothing.
+    spare: StepResult,
     /// `--spec-decode`: decodes draft and verify several tokens a step.
     pub spec: Option<super::spec::SpecDecode>,
     pub spec_stats: SpecStats,
@@ -239,6 +242,7 @@ impl Scheduler {
             preempted_in_step: 0,
             block_steps: 0,
             held: StepResult::default(),
+            spare: StepResult::default(),
             spec: None,
             spec_stats: SpecStats::default(),
         }
@@ -550,7 +554,8 @@ impl Scheduler {
         let mut result = StepResult {
             work,
             preempted: self.preempted_in_step,
-            ..Default::default()
+            emitted: std::mem::take(&mut self.spare.emitted),
+            finished: std::mem::take(&mut self.spare.finished),
         };
         let mut slots = self.scheduled.iter().peekable();
         let mut i = 0;
@@ -600,6 +605,13 @@ impl Scheduler {
             i += 1;
         }
         self.close_block(result)
+    }
+
+    /// A step's result, read: its buffers serve the next step.
+    pub fn recycle(&mut self, mut used: StepResult) {
+        used.emitted.clear();
+        used.finished.clear();
+        self.spare = used;
     }
 
     /// Inside a multi-step block the step's tokens and finished requests
