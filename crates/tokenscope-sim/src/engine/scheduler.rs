@@ -272,9 +272,13 @@ impl Scheduler {
 
     /// Gives `seq` blocks for `tokens` tokens in total.
     fn grow(kv: &mut KvCache, seq: &mut Seq, tokens: u32) -> bool {
-        let need = kv
-            .blocks_for(tokens as u64)
-            .saturating_sub((seq.blocks + seq.prefix_blocks) as u64);
+        let held = (seq.blocks + seq.prefix_blocks) as u64;
+        // Most steps stay inside the blocks held: a product, not the
+        // division `blocks_for` takes (once a running request a step).
+        if tokens as u64 <= held * kv.block_size as u64 {
+            return true;
+        }
+        let need = kv.blocks_for(tokens as u64).saturating_sub(held);
         if need == 0 {
             return true;
         }

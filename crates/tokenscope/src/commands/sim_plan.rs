@@ -261,7 +261,9 @@ fn simulate_to(
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating the run directory {}", dir.display()))?;
     let path = dir.join(crate::run_dir::REQUESTS);
+    let (hand_back, written) = std::sync::mpsc::sync_channel(256 / BATCH);
     let options = tokenscope_load::recorder::Options {
+        hand_back: Some(hand_back),
         rotation: args.output.records.rotation(duration),
         windows: (args.output.records.window_us(duration)).map(|us| (us, args.output.slo.clone())),
         // A few hundred records (~1 MB of 256-token ones) in batches of
@@ -284,6 +286,8 @@ fn simulate_to(
             queue.record(q);
         }
         batch.push(r);
+        // Written batches are freed here, where they were made.
+        written.try_iter().for_each(drop);
         if batch.len() == BATCH {
             sink.record_all(std::mem::replace(&mut batch, Vec::with_capacity(BATCH)));
         }

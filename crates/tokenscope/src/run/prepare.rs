@@ -278,6 +278,7 @@ fn recorder_options(
         windows,
         window_tap,
         bounded: None,
+        hand_back: None,
     }
 }
 
