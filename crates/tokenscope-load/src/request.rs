@@ -587,8 +587,23 @@ impl Reading<'_> {
         let mut last_read = Instant::now();
         let mut last_at = at;
         while !ended && !stream.done && stream.failure.is_none() {
+            // The read first: a task woken by its socket finds its bytes
+            // without polling the cancellation's waiter (a lock each time)
+            // or the watchdog; they are polled only when the read would
+            // wait. A run cancelled, or past --timeout, while bytes keep
+            // coming is seen here.
+            if self.cancel.is_cancelled() {
+                stream.failure.get_or_insert((ErrorKind::Cancelled, "cancelled mid-stream".into()));
+                break;
+            }
+            if last_read >= self.deadline {
+                let why = "request exceeded --timeout";
+                stream.failure.get_or_insert((ErrorKind::Timeout, why.into()));
+                break;
+            }
             let read = tokio::select! {
                 biased;
+                r = conn.fill() => r,
                 _ = &mut cancelled => {
                     stream.failure.get_or_insert((ErrorKind::Cancelled, "cancelled mid-stream".into()));
                     break;
@@ -604,7 +619,6 @@ impl Reading<'_> {
                     stream.failure.get_or_insert((ErrorKind::Timeout, why.into()));
                     break;
                 }
-                r = conn.fill() => r,
             };
             let now = std::time::Instant::now();
             let at = self.clock.us(conn.arrived().unwrap_or(now)).max(last_at);

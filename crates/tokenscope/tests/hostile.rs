@@ -112,6 +112,38 @@ fn an_endless_line_or_stream_fails_too_large_within_bounded_memory() {
     }
 }
 
+/// A stream that never stalls is still cut at --timeout: the read loop
+/// reads first and polls its watchdog only when a read would wait, so the
+/// deadline is checked between reads too.
+#[test]
+fn a_stream_that_never_stalls_is_cut_at_its_timeout() {
+    let flowing = scripted(|_, s| {
+        let started = Instant::now();
+        if s.write_all(STREAM_HEAD.as_bytes()).is_err() {
+            return;
+        }
+        while started.elapsed() < Duration::from_secs(40) {
+            if s.write_all(delta("tok").as_bytes()).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    let started = Instant::now();
+    let (_, _, rec) = one(
+        &flowing,
+        "never-stalls",
+        &["--quiet", "--requests", "1", "--timeout", "2s"],
+    );
+    assert_eq!(rec["error_kind"], "timeout", "{rec}");
+    assert!(
+        rec["error"].as_str().unwrap().contains("--timeout"),
+        "{rec}"
+    );
+    assert!(rec["output_tokens"].as_u64().unwrap_or(0) > 10, "{rec}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+}
+
 #[test]
 fn a_huge_answer_counted_off_the_runtime_moves_no_other_streams_stamps() {
     // Requests 0-2 stream a token every 25 ms; request 3 sends 8 MiB of one
