@@ -12,6 +12,7 @@
 #   SECTIONS="timing memory" scripts/bench-client.sh   # a subset
 #   SECTIONS=apis scripts/bench-client.sh              # each streaming API against chat
 #   SECTIONS=exporter scripts/bench-client.sh          # --serve-metrics on and off
+#   SECTIONS=ratio scripts/bench-client.sh             # CPU per token ÷ the floor, same run, two servers
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
@@ -22,7 +23,7 @@ server_pid=""
 cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; rm -rf "$work"; }
 trap cleanup EXIT
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-sections="${SECTIONS:-throughput apis timing floor memory plan}"
+sections="${SECTIONS:-ratio throughput apis timing floor memory plan}"
 
 start_server() { # args for `sim exact`
   local port
@@ -36,6 +37,19 @@ start_server() { # args for `sim exact`
   url="http://127.0.0.1:$port"
 }
 stop_server() { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=""; }
+# scripts/sse_server.py (asyncio, no code of tokenscope's) on CPU 1: the second server.
+start_python_server() { # args for sse_server.py after the port
+  local port
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  taskset -c 1 python3 scripts/sse_server.py "$port" "$@" > "$work/server.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  url="http://127.0.0.1:$port"
+}
+median() { python3 -c "import statistics, sys; print(f'{statistics.median(map(float, sys.argv[1:])):.2f}')" "$@"; }
 
 # `bench` on CPU 0, one client thread; peak RSS (KiB) and CPU seconds go to $work/time.
 client() { # out-dir, then bench args; CLIENT_CPUS / CLIENT_THREADS override 0 / 1
@@ -96,6 +110,58 @@ v = json.loads(sys.argv[1])[sys.argv[2]]
 print(', '.join(v) if isinstance(v, list) else format(v, sys.argv[3]))" "$1" "$2" "$3"; }
 
 echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))."
+
+if [[ $sections == *ratio* ]]; then
+  runs=${RATIO_RUNS:-3}
+  echo
+  echo "## CPU per output token ÷ the kernel's floor, measured in the same run against the same server"
+  echo
+  echo '1,024 streams started together, 256 tokens each, TTFT 100 ms, ITL 20 ms: one token a read.'
+  echo 'Each client on CPU 0, the server on CPU 1. **Whole process**: user + system CPU of the'
+  echo "client's process from start to exit (\`/usr/bin/time\`: its start-up, recorder, results and"
+  echo 'report included) ÷ output tokens. The floor (`examples/kernel_floor.rs`: epoll and one'
+  echo '`recv` a ready socket, no parsing) counts its read phase. **First token read** = the'
+  echo "client's read stamp − the exact server's send of that token (CLOCK_MONOTONIC, both"
+  echo "processes): the client's own error in TTFT. Medians of $runs runs. Two servers:"
+  echo "tokenscope's exact server (Rust, tokio) and \`scripts/sse_server.py\` (asyncio, chunked"
+  echo "encoding, vLLM's chunk shape), which share no code."
+  echo
+  echo "| server | client | CPU per output token | × the floor | first token read p50 / p99 |"
+  echo "|---|---|---|---|---|"
+  ratio_rows() { # server name, then API names to run through bench
+    local server="$1"; shift
+    local floor=() fl per
+    for _ in $(seq "$runs"); do
+      fl=$(taskset -c 0 target/release/examples/kernel_floor "${url##*:}" 1024 256)
+      floor+=("$(python3 -c "
+import json, sys
+f = json.loads(sys.argv[1])
+print(f['cpu_us_per_event'] * f['events'] / (f['streams'] * 256))" "$fl")")
+    done
+    local fm
+    fm=$(median "${floor[@]}")
+    printf '| %s | kernel floor | %s µs | 1.00 | |\n' "$server" "$fm"
+    for api in "$@"; do
+      local cpu=() err=""
+      for i in $(seq "$runs"); do
+        API=$api client "$work/r-$api-$i" --concurrency 1024 --requests 1024 --output-tokens 256
+        cpu+=("$(python3 -c "print($(cpu_s) * 1e6 / (1024 * 256))")")
+        f=$(figures "$work/r-$api-$i")
+        [ "$server" = exact ] && err="$(get "$f" read1_50 +.2f) / $(get "$f" read1_99 +.2f) ms"
+        rm -rf "$work/r-$api-$i"
+      done
+      per=$(median "${cpu[@]}")
+      printf '| %s | tokenscope bench --api %s | %s µs | %s | %s |\n' "$server" "$api" "$per" \
+        "$(python3 -c "print(f'{$per / $fm:.2f}')")" "$err"
+    done
+  }
+  start_server --ttft 100ms --itl 20ms
+  ratio_rows exact openai-chat openai-completions openai-responses anthropic-messages tgi sglang
+  stop_server
+  start_python_server --ttft-ms 100 --itl-ms 20
+  ratio_rows sse_server.py openai-chat
+  stop_server
+fi
 
 if [[ $sections == *throughput* ]]; then
   echo
