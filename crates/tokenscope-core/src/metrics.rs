@@ -418,6 +418,12 @@ impl Aggregator {
         ]
     }
 
+    /// Answer start where a request reasoned, TTFT where it did not (kept
+    /// with an SLO only): what an `answer_start` objective is judged on.
+    pub fn answer_or_ttft(&self) -> &Distribution {
+        &self.answer_or_ttft
+    }
+
     fn merged_itl(&self) -> Distribution {
         let mut itl = self.single_token_gaps.clone();
         itl.merge(&self.itl_multi);

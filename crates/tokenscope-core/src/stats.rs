@@ -91,6 +91,30 @@ impl Distribution {
         self.max = self.max.max(other.max);
     }
 
+    /// What `self` holds beyond `earlier`, an earlier state of the same
+    /// distribution: a window of a run, cut from the run's own totals at its
+    /// edges instead of every sample recorded a second time. Count, sum and
+    /// the histogram are exact; the min and max are their buckets' edges
+    /// (to the histogram's 3 significant digits).
+    pub fn since(&self, earlier: &Distribution) -> Distribution {
+        let mut hist = self.hist.clone();
+        hist.subtract(&earlier.hist)
+            .expect("an earlier state of a distribution holds no sample it lacks");
+        let count = self.count.saturating_sub(earlier.count);
+        let (min, max) = match count {
+            0 => (f64::INFINITY, f64::NEG_INFINITY),
+            _ => (hist.min() as f64, hist.max() as f64),
+        };
+        Distribution {
+            hist,
+            count,
+            sum: self.sum - earlier.sum,
+            sum_sq: self.sum_sq - earlier.sum_sq,
+            min,
+            max,
+        }
+    }
+
     pub fn count(&self) -> u64 {
         self.count
     }

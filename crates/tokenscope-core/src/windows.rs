@@ -8,7 +8,7 @@
 //! Windows with no request are written too, so the series has no holes.
 //! The last window is cut by the run's end and says so (`partial`).
 
-use crate::metrics::slo_report;
+use crate::metrics::{slo_report, Aggregator};
 use crate::record::RequestRecord;
 use crate::results::Latency;
 use crate::slo::{Slo, SloMetric};
@@ -71,43 +71,21 @@ impl From<Summary> for Quantiles {
     }
 }
 
-/// What a window's line is made of: its counts and four distributions,
-/// nothing else of the run's figures (a window closes every minute of a
-/// soak, and each record's every gap is taken here as well as in the run's).
-struct Figures {
+/// A window's counts, record by record. Its distributions are not kept
+/// here: each is the difference of the run's own between the window's
+/// edges ([`Edge`]), so no sample (a token's gap above all) is recorded twice.
+#[derive(Default)]
+struct Counts {
     requests: u64,
     succeeded: u64,
     failed: u64,
     errors: BTreeMap<String, u64>,
     output_tokens: u64,
     good_requests: u64,
-    ttft: Distribution,
-    tpot: Distribution,
-    itl: Distribution,
-    e2e: Distribution,
-    /// What an `answer_start` objective is judged on (only with one).
-    answer_or_ttft: Distribution,
 }
 
-impl Figures {
-    fn new() -> Figures {
-        Figures {
-            requests: 0,
-            succeeded: 0,
-            failed: 0,
-            errors: BTreeMap::new(),
-            output_tokens: 0,
-            good_requests: 0,
-            ttft: Distribution::new(),
-            tpot: Distribution::new(),
-            itl: Distribution::new(),
-            e2e: Distribution::new(),
-            answer_or_ttft: Distribution::new(),
-        }
-    }
-
-    /// A measured record, as the run's figures take it (ITL: the gaps of
-    /// single-token chunks as they are, a multi-token chunk's split).
+impl Counts {
+    /// A measured record, counted as the run's figures count it.
     fn add(&mut self, r: &RequestRecord, slo: Option<&Slo>) {
         self.requests += 1;
         if let Some(kind) = r.error_kind {
@@ -117,34 +95,55 @@ impl Figures {
         }
         self.succeeded += 1;
         self.output_tokens = self.output_tokens.saturating_add(r.output_tokens);
-        if let Some(v) = r.ttft_us() {
-            self.ttft.record_us(v);
+        if slo.is_some_and(|s| s.request_is_good(r)) {
+            self.good_requests += 1;
         }
-        if let Some(v) = r.tpot_us() {
-            self.tpot.record(v);
+    }
+}
+
+/// The run's latency distributions as they stood at a window's edge.
+#[derive(Default)]
+struct Edge {
+    ttft: Distribution,
+    tpot: Distribution,
+    itl: Distribution,
+    e2e: Distribution,
+    answer_or_ttft: Distribution,
+}
+
+impl Edge {
+    fn of(run: &Aggregator) -> Edge {
+        let [(_, ttft), (_, tpot), (_, itl), (_, e2e)] = run.distributions();
+        Edge {
+            ttft,
+            tpot,
+            itl,
+            e2e,
+            answer_or_ttft: run.answer_or_ttft().clone(),
         }
-        if r.chunks.iter().all(|c| c.tokens() <= 1) {
-            r.chunk_gaps_us().for_each(|gap| self.itl.record_us(gap));
-        } else {
-            r.itl_us().for_each(|(gap, k)| self.itl.record_n(gap, k as u64));
+    }
+
+    /// The samples between `earlier` and this edge: one window's.
+    fn since(&self, earlier: &Edge) -> Edge {
+        Edge {
+            ttft: self.ttft.since(&earlier.ttft),
+            tpot: self.tpot.since(&earlier.tpot),
+            itl: self.itl.since(&earlier.itl),
+            e2e: self.e2e.since(&earlier.e2e),
+            answer_or_ttft: self.answer_or_ttft.since(&earlier.answer_or_ttft),
         }
-        self.e2e.record_us(r.e2e_us());
-        let Some(slo) = slo else { return };
-        if let Some(v) = r.answer_start_or_ttft_us() {
-            self.answer_or_ttft.record_us(v);
-        }
-        self.good_requests += slo.request_is_good(r) as u64;
     }
 }
 
 const US_TO_MS: f64 = 1e-3;
 
-/// The window being filled, and how to make the next.
+/// The window being filled, and where the run's figures stood when it opened.
 pub struct Windows {
     every_us: u64,
     slo: Option<Slo>,
     index: u64,
-    open: Figures,
+    open: Counts,
+    opened_at: Edge,
     /// Records in the open window (the figures do not count warm-up).
     seen: u64,
 }
@@ -154,7 +153,8 @@ impl Windows {
     pub fn new(every_us: u64, slo: Option<Slo>) -> Windows {
         Windows {
             every_us: every_us.max(1),
-            open: Figures::new(),
+            open: Counts::default(),
+            opened_at: Edge::default(),
             slo,
             index: 0,
             seen: 0,
@@ -162,53 +162,80 @@ impl Windows {
     }
 
     /// Takes one record; returns the windows it closed (oldest first).
-    pub fn add(&mut self, r: &RequestRecord) -> Vec<WindowSummary> {
+    /// `run`: the run's figures, which take every record right after this
+    /// (it holds the records before `r`, none after).
+    pub fn add(&mut self, r: &RequestRecord, run: &Aggregator) -> Vec<WindowSummary> {
         let mut closed = Vec::new();
         if r.warmup {
             return closed;
         }
         let k = r.done_at_us / self.every_us;
         while k > self.index {
-            closed.push(self.close(false, None));
+            closed.push(self.close(false, None, run));
         }
         self.open.add(r, self.slo.as_ref());
         self.seen += 1;
         closed
     }
 
-    /// The open window, cut at `end_us` (the run's end), when it holds a request.
-    pub fn finish(mut self, end_us: Option<u64>) -> Option<WindowSummary> {
-        (self.seen > 0).then(|| self.close(true, end_us))
+    /// The open window, cut at `end_us` (the run's end), when it holds a
+    /// request; `run` holds every record.
+    pub fn finish(mut self, end_us: Option<u64>, run: &Aggregator) -> Option<WindowSummary> {
+        (self.seen > 0).then(|| self.close(true, end_us, run))
     }
 
-    fn close(&mut self, partial: bool, end_us: Option<u64>) -> WindowSummary {
-        let m = std::mem::replace(&mut self.open, Figures::new());
+    fn close(&mut self, partial: bool, end_us: Option<u64>, run: &Aggregator) -> WindowSummary {
+        let counts = std::mem::take(&mut self.open);
+        // An empty window leaves the edge where it was.
+        let dist = match self.seen {
+            0 => Edge::default(),
+            _ => {
+                let now = Edge::of(run);
+                let window = now.since(&self.opened_at);
+                self.opened_at = now;
+                window
+            }
+        };
         let start = self.index * self.every_us;
         let full_end = start + self.every_us;
         let end = match (partial, end_us) {
             (true, Some(e)) => e.clamp(start + 1, full_end),
             _ => full_end,
         };
+        let out = self.line(counts, &dist, (start, end, full_end), partial);
+        self.index += 1;
+        self.seen = 0;
+        out
+    }
+
+    /// The window's line from its counts and distributions.
+    fn line(
+        &self,
+        m: Counts,
+        d: &Edge,
+        (start, end, full_end): (u64, u64, u64),
+        partial: bool,
+    ) -> WindowSummary {
         let span_s = (end - start) as f64 * 1e-6;
         let latency = Latency {
-            ttft_ms: m.ttft.summary(US_TO_MS),
-            tpot_ms: m.tpot.summary(US_TO_MS),
-            itl_ms: m.itl.summary(US_TO_MS),
-            e2e_ms: m.e2e.summary(US_TO_MS),
+            ttft_ms: d.ttft.summary(US_TO_MS),
+            tpot_ms: d.tpot.summary(US_TO_MS),
+            itl_ms: d.itl.summary(US_TO_MS),
+            e2e_ms: d.e2e.summary(US_TO_MS),
             ..Latency::default()
         };
         let slo = self.slo.as_ref().map(|s| {
             let samples = |metric: SloMetric| match metric {
-                SloMetric::Ttft => &m.ttft,
-                SloMetric::AnswerStart => &m.answer_or_ttft,
-                SloMetric::Tpot => &m.tpot,
-                SloMetric::Itl => &m.itl,
-                SloMetric::E2e => &m.e2e,
+                SloMetric::Ttft => &d.ttft,
+                SloMetric::AnswerStart => &d.answer_or_ttft,
+                SloMetric::Tpot => &d.tpot,
+                SloMetric::Itl => &d.itl,
+                SloMetric::E2e => &d.e2e,
             };
             slo_report(s, samples, &latency, m.good_requests)
         });
         let q = |s: Option<Summary>| s.map(Quantiles::from);
-        let out = WindowSummary {
+        WindowSummary {
             window: self.index,
             start_s: start as f64 * 1e-6,
             end_s: end as f64 * 1e-6,
@@ -226,10 +253,7 @@ impl Windows {
             tpot_ms: q(latency.tpot_ms),
             itl_ms: q(latency.itl_ms),
             e2e_ms: q(latency.e2e_ms),
-        };
-        self.index += 1;
-        self.seen = 0;
-        out
+        }
     }
 }
 
@@ -253,11 +277,14 @@ mod tests {
     #[test]
     fn windows_split_by_end_time_and_fill_the_holes() {
         let mut w = Windows::new(1_000_000, None);
+        let mut run = Aggregator::new(None, None);
         let mut lines = Vec::new();
         for (id, ms) in [(0, 400), (1, 900), (2, 1500), (3, 3200), (4, 3300)] {
-            lines.extend(w.add(&done_at(id, ms)));
+            let r = done_at(id, ms);
+            lines.extend(w.add(&r, &run));
+            run.add(&r);
         }
-        lines.extend(w.finish(Some(3_500_000)));
+        lines.extend(w.finish(Some(3_500_000), &run));
         let counts: Vec<(u64, u64, bool)> = lines
             .iter()
             .map(|l| (l.window, l.requests, l.partial))
@@ -293,10 +320,34 @@ mod tests {
         r
     }
 
+    /// A window's figures against the same records' own: counts exact, the
+    /// mean to rounding, the quantiles and max to the histogram's 3
+    /// significant digits (a window's extremes are its buckets' edges).
+    fn agrees(got: Option<Quantiles>, want: Option<Summary>) -> bool {
+        match (got, want) {
+            (None, None) => true,
+            (Some(g), Some(w)) => {
+                let near = |a: f64, b: f64, rel: f64| (a - b).abs() <= rel * b.abs() + 1e-3;
+                g.count == w.count
+                    && near(g.mean, w.mean, 1e-9)
+                    && [
+                        (g.p50, w.p50),
+                        (g.p90, w.p90),
+                        (g.p99, w.p99),
+                        (g.max, w.max),
+                    ]
+                    .iter()
+                    .all(|&(a, b)| near(a, b, 1e-3))
+            }
+            _ => false,
+        }
+    }
+
     proptest::proptest! {
         /// A window's line holds what the run's own figures would say of
         /// the same records: its four distributions, counts, goodput and
-        /// the SLO's verdict, though it keeps nothing else of them.
+        /// the SLO's verdict, though it records no sample of its own (a
+        /// window's distributions are the run's, less the run's at its start).
         #[test]
         fn a_window_says_what_the_run_figures_say_of_its_records(
             records in proptest::collection::vec(
@@ -305,24 +356,37 @@ mod tests {
                 1..40),
         ) {
             let slo = Slo::parse("ttft_p90=800ms,itl_p99=150ms").unwrap();
-            let mut w = Windows::new(u64::MAX / 2, Some(slo.clone()));
-            let mut run = crate::metrics::Aggregator::new(Some(slo), None);
+            let mut w = Windows::new(1 << 40, Some(slo.clone()));
+            let mut run = Aggregator::new(Some(slo), None);
+            // A first window whose records the second must not count.
+            let early = drawn(u64::MAX, &[(50_000, 1), (7, 1)], false, 3);
+            proptest::prop_assert!(w.add(&early, &run).is_empty());
+            run.add(&early);
+            let mut alone = Aggregator::new(w.slo.clone(), None);
+            let mut lines = Vec::new();
             for (id, (gaps, failed, ttft)) in records.iter().enumerate() {
-                let r = drawn(id as u64, gaps, *failed, *ttft);
-                proptest::prop_assert!(w.add(&r).is_empty());
+                let mut r = drawn(id as u64, gaps, *failed, *ttft);
+                r.done_at_us += 1 << 40; // past the first window
+                lines.extend(w.add(&r, &run));
                 run.add(&r);
+                alone.add(&r);
             }
-            let line = w.finish(None).unwrap();
-            let m = run.finish();
-            let q = |s: Option<Summary>| s.map(Quantiles::from);
+            lines.extend(w.finish(None, &run));
+            proptest::prop_assert_eq!(lines.len(), 2);
+            let line = lines.pop().unwrap();
+            let m = alone.finish();
             proptest::prop_assert_eq!(line.requests, m.counts.requests);
             proptest::prop_assert_eq!(line.failed, m.counts.failed);
             proptest::prop_assert_eq!(&line.errors, &m.counts.errors);
             proptest::prop_assert_eq!(line.output_tokens, m.tokens.output_total);
-            proptest::prop_assert_eq!(line.ttft_ms, q(m.latency.ttft_ms));
-            proptest::prop_assert_eq!(line.tpot_ms, q(m.latency.tpot_ms));
-            proptest::prop_assert_eq!(line.itl_ms, q(m.latency.itl_ms));
-            proptest::prop_assert_eq!(line.e2e_ms, q(m.latency.e2e_ms));
+            for (name, got, want) in [
+                ("ttft", line.ttft_ms, m.latency.ttft_ms),
+                ("tpot", line.tpot_ms, m.latency.tpot_ms),
+                ("itl", line.itl_ms, m.latency.itl_ms),
+                ("e2e", line.e2e_ms, m.latency.e2e_ms),
+            ] {
+                proptest::prop_assert!(agrees(got, want), "{name}: {got:?} vs {want:?}");
+            }
             let slo = m.slo.unwrap();
             proptest::prop_assert_eq!(line.good_requests, Some(slo.good_requests));
             proptest::prop_assert_eq!(line.slo, slo.verdict);

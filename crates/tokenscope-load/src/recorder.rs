@@ -420,11 +420,12 @@ impl WindowFile {
         }))
     }
 
-    fn add(&mut self, r: &RequestRecord) -> std::io::Result<()> {
+    /// Takes `r` before the run's figures do (`run` holds the records before it).
+    fn add(&mut self, r: &RequestRecord, run: &Aggregator) -> std::io::Result<()> {
         if !r.warmup {
             self.last_done = self.last_done.max(r.done_at_us);
         }
-        for w in self.windows.add(r) {
+        for w in self.windows.add(r, run) {
             self.write(&w)?;
         }
         Ok(())
@@ -440,10 +441,11 @@ impl WindowFile {
         Ok(())
     }
 
-    fn finish(mut self) -> std::io::Result<()> {
+    /// The last window; `run` holds every record.
+    fn finish(mut self, run: &Aggregator) -> std::io::Result<()> {
         let last = self.last_done;
         let windows = std::mem::replace(&mut self.windows, Windows::new(1, None));
-        if let Some(w) = windows.finish(Some(last)) {
+        if let Some(w) = windows.finish(Some(last), run) {
             self.write(&w)?;
         }
         Ok(())
@@ -509,7 +511,7 @@ fn write_all(
             if let Some(tap) = &options.tap {
                 tap(r);
             }
-            if let Some(Err(source)) = windows.as_mut().map(|w| w.add(r)) {
+            if let Some(Err(source)) = windows.as_mut().map(|w| w.add(r, &done.figures)) {
                 done.error
                     .get_or_insert(io(&path.with_file_name(WindowFile::NAME), source));
                 windows = None;
@@ -521,7 +523,7 @@ fn write_all(
             let _ = back.try_send(batch);
         }
     }
-    if let Some(Err(source)) = windows.map(WindowFile::finish) {
+    if let Some(Err(source)) = windows.map(|w| w.finish(&done.figures)) {
         done.error
             .get_or_insert(io(&path.with_file_name(WindowFile::NAME), source));
     }

@@ -593,12 +593,16 @@ impl Reading<'_> {
             // wait. A run cancelled, or past --timeout, while bytes keep
             // coming is seen here.
             if self.cancel.is_cancelled() {
-                stream.failure.get_or_insert((ErrorKind::Cancelled, "cancelled mid-stream".into()));
+                stream
+                    .failure
+                    .get_or_insert((ErrorKind::Cancelled, "cancelled mid-stream".into()));
                 break;
             }
             if last_read >= self.deadline {
                 let why = "request exceeded --timeout";
-                stream.failure.get_or_insert((ErrorKind::Timeout, why.into()));
+                stream
+                    .failure
+                    .get_or_insert((ErrorKind::Timeout, why.into()));
                 break;
             }
             let read = tokio::select! {

@@ -141,7 +141,11 @@ fn a_stream_that_never_stalls_is_cut_at_its_timeout() {
         "{rec}"
     );
     assert!(rec["output_tokens"].as_u64().unwrap_or(0) > 10, "{rec}");
-    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[test]
