@@ -4,10 +4,11 @@
 //! A run rotates its records (`--rotate-records SIZE`) so a soak or a
 //! canary keeps a compact directory: when `requests.jsonl` reaches the
 //! size it is renamed `requests.000001.jsonl` (then `…000002…`), that file
-//! is compressed to `requests.000001.jsonl.gz` and removed once the copy is
-//! whole. Readers take the segments in order, then `requests.jsonl`: a
-//! plain segment wins over its `.gz` (a crash mid-compression leaves both,
-//! the plain one whole).
+//! is compressed to `requests.000001.jsonl.zst` (zstd) and removed once the
+//! copy is whole. Readers take the segments in order, then
+//! `requests.jsonl`: a plain segment wins over its compressed copy (a
+//! crash mid-compression leaves both, the plain one whole). Runs made
+//! before zstd have gzip segments (`.jsonl.gz`), read the same way.
 
 use std::path::{Path, PathBuf};
 
@@ -19,59 +20,73 @@ pub fn plain_segment(n: u32) -> String {
     format!("requests.{n:06}.jsonl")
 }
 
-/// A rotated segment's name once compressed: `requests.000042.jsonl.gz`.
+/// A rotated segment's name once compressed: `requests.000042.jsonl.zst`.
 pub fn compressed_segment(n: u32) -> String {
-    format!("{}.gz", plain_segment(n))
+    format!("{}.zst", plain_segment(n))
 }
 
-/// A segment's number, from either of its names.
-pub fn segment_number(name: &str) -> Option<u32> {
-    let digits = name.strip_prefix("requests.")?;
-    let digits = digits
-        .strip_suffix(".jsonl.gz")
-        .or_else(|| digits.strip_suffix(".jsonl"))?;
-    (digits.len() == 6).then(|| digits.parse().ok()).flatten()
+/// How a file of records is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Plain,
+    /// Segments of runs made before zstd.
+    Gzip,
+    Zstd,
+}
+
+impl Encoding {
+    const SUFFIXES: [(&'static str, Encoding); 3] = [
+        (".jsonl.zst", Encoding::Zstd),
+        (".jsonl.gz", Encoding::Gzip),
+        (".jsonl", Encoding::Plain),
+    ];
+}
+
+/// A segment's number and encoding, from any of its names.
+pub fn segment_of(name: &str) -> Option<(u32, Encoding)> {
+    let rest = name.strip_prefix("requests.")?;
+    let (digits, encoding) = Encoding::SUFFIXES
+        .iter()
+        .find_map(|&(suffix, e)| Some((rest.strip_suffix(suffix)?, e)))?;
+    let n = digits.parse().ok()?;
+    (digits.len() == 6 && digits.bytes().all(|b| b.is_ascii_digit())).then_some((n, encoding))
 }
 
 /// One file of a run's records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordFile {
     pub path: PathBuf,
-    pub gzip: bool,
+    pub encoding: Encoding,
 }
 
-/// The segments of `dir` in order, each once (a plain file over its
-/// `.gz`), then `requests.jsonl` when it exists.
+/// The segments of `dir` in order, each once (a plain file over a
+/// compressed one, zstd over gzip), then `requests.jsonl` when it exists.
 pub fn record_files(dir: &Path) -> Vec<RecordFile> {
-    let mut numbers: Vec<u32> = std::fs::read_dir(dir)
+    let mut found: Vec<(u32, Encoding, PathBuf)> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
-        .filter_map(|e| segment_number(&e.file_name().to_string_lossy()))
-        .collect();
-    numbers.sort_unstable();
-    numbers.dedup();
-    let mut files: Vec<RecordFile> = numbers
-        .into_iter()
-        .map(|n| {
-            let plain = dir.join(plain_segment(n));
-            match plain.exists() {
-                true => RecordFile {
-                    path: plain,
-                    gzip: false,
-                },
-                false => RecordFile {
-                    path: dir.join(compressed_segment(n)),
-                    gzip: true,
-                },
-            }
+        .filter_map(|e| {
+            let (n, encoding) = segment_of(&e.file_name().to_string_lossy())?;
+            Some((n, encoding, e.path()))
         })
+        .collect();
+    let rank = |e: Encoding| match e {
+        Encoding::Plain => 0,
+        Encoding::Zstd => 1,
+        Encoding::Gzip => 2,
+    };
+    found.sort_by_key(|&(n, e, _)| (n, rank(e)));
+    found.dedup_by_key(|f| f.0);
+    let mut files: Vec<RecordFile> = found
+        .into_iter()
+        .map(|(_, encoding, path)| RecordFile { path, encoding })
         .collect();
     let live = dir.join(REQUESTS);
     if live.exists() || files.is_empty() {
         files.push(RecordFile {
             path: live,
-            gzip: false,
+            encoding: Encoding::Plain,
         });
     }
     files
@@ -82,29 +97,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn segments_come_in_order_plain_over_compressed_then_the_live_file() {
+    fn segments_come_in_order_plain_over_zstd_over_gzip_then_the_live_file() {
         let dir = std::env::temp_dir().join(format!("ts-segments-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         for name in [
-            "requests.000002.jsonl.gz",
+            "requests.000002.jsonl.zst",
             "requests.000010.jsonl.gz",
             "requests.000001.jsonl.gz",
             "requests.000002.jsonl",
+            "requests.000003.jsonl.gz",
+            "requests.000003.jsonl.zst",
             "requests.jsonl",
             "requests.7.jsonl.gz",
+            "requests.00000x.jsonl",
             "results.json",
         ] {
             std::fs::write(dir.join(name), "").unwrap();
         }
-        let names: Vec<(String, bool)> = record_files(&dir)
+        let names: Vec<(String, Encoding)> = record_files(&dir)
             .into_iter()
-            .map(|f| (f.path.file_name().unwrap().to_string_lossy().into(), f.gzip))
+            .map(|f| {
+                (
+                    f.path.file_name().unwrap().to_string_lossy().into(),
+                    f.encoding,
+                )
+            })
             .collect();
         let want = [
-            ("requests.000001.jsonl.gz", true),
-            ("requests.000002.jsonl", false),
-            ("requests.000010.jsonl.gz", true),
-            ("requests.jsonl", false),
+            ("requests.000001.jsonl.gz", Encoding::Gzip),
+            ("requests.000002.jsonl", Encoding::Plain),
+            ("requests.000003.jsonl.zst", Encoding::Zstd),
+            ("requests.000010.jsonl.gz", Encoding::Gzip),
+            ("requests.jsonl", Encoding::Plain),
         ];
         assert_eq!(names, want.map(|(n, g)| (n.to_string(), g)));
         std::fs::remove_dir_all(&dir).unwrap();

@@ -353,15 +353,15 @@ impl Compressor {
     }
 }
 
-/// The compressor thread: each plain segment to `.gz`, the plain one
+/// The compressor thread: each plain segment to `.zst`, the plain one
 /// removed once the copy is whole; then the oldest copies past the budget.
 fn compress_all(rx: mpsc::Receiver<(u32, PathBuf, u64)>, keep_bytes: Option<u64>) -> Rotated {
     let mut out = Rotated::default();
     let mut kept: std::collections::VecDeque<(PathBuf, u64, u64)> = Default::default();
     for (n, plain, records) in rx {
-        let gz = plain.with_file_name(tokenscope_core::segments::compressed_segment(n));
-        match compress(&plain, &gz) {
-            Ok(bytes) => kept.push_back((gz, bytes, records)),
+        let zst = plain.with_file_name(tokenscope_core::segments::compressed_segment(n));
+        match compress(&plain, &zst) {
+            Ok(bytes) => kept.push_back((zst, bytes, records)),
             Err(e) => {
                 out.error
                     .get_or_insert(format!("compressing {}: {e}", plain.display()));
@@ -388,14 +388,18 @@ fn compress_all(rx: mpsc::Receiver<(u32, PathBuf, u64)>, keep_bytes: Option<u64>
     out
 }
 
-/// `plain` gzipped into `gz` (synced), then `plain` removed; the copy's size.
-fn compress(plain: &Path, gz: &Path) -> std::io::Result<u64> {
-    let mut from = std::io::BufReader::new(File::open(plain)?);
-    let mut to = flate2::write::GzEncoder::new(File::create(gz)?, flate2::Compression::fast());
+/// zstd's level for segments: level 1 takes a one-hour plan's 64 MiB
+/// segment to 2.2 MB in 0.05 CPU-s (gzip's fastest: 5.6 MB, 0.08 CPU-s).
+const SEGMENT_LEVEL: i32 = 1;
+
+/// `plain` compressed into `zst` (synced), then `plain` removed; the copy's size.
+fn compress(plain: &Path, zst: &Path) -> std::io::Result<u64> {
+    let mut from = File::open(plain)?;
+    let mut to = zstd::stream::write::Encoder::new(File::create(zst)?, SEGMENT_LEVEL)?;
     std::io::copy(&mut from, &mut to)?;
     to.finish()?.sync_all()?;
     std::fs::remove_file(plain)?;
-    Ok(std::fs::metadata(gz)?.len())
+    Ok(std::fs::metadata(zst)?.len())
 }
 
 /// `windows.jsonl`: each window's figures as it closes, shown to the tap.
@@ -591,11 +595,15 @@ mod tests {
         use std::io::Read;
         let mut out = Vec::new();
         for f in tokenscope_core::segments::record_files(dir) {
+            use tokenscope_core::segments::Encoding;
             let mut text = String::new();
             let file = File::open(&f.path).unwrap();
-            match f.gzip {
-                true => flate2::read::GzDecoder::new(file).read_to_string(&mut text),
-                false => std::io::BufReader::new(file).read_to_string(&mut text),
+            match f.encoding {
+                Encoding::Zstd => zstd::stream::read::Decoder::new(file)
+                    .unwrap()
+                    .read_to_string(&mut text),
+                Encoding::Gzip => flate2::read::GzDecoder::new(file).read_to_string(&mut text),
+                Encoding::Plain => std::io::BufReader::new(file).read_to_string(&mut text),
             }
             .unwrap();
             out.extend(text.lines().map(String::from));
@@ -655,7 +663,7 @@ mod tests {
         assert_eq!(first, r.removed_records, "the oldest records went first");
         let gz: u64 = tokenscope_core::segments::record_files(&dir)
             .iter()
-            .filter(|f| f.gzip)
+            .filter(|f| f.encoding != tokenscope_core::segments::Encoding::Plain)
             .map(|f| std::fs::metadata(&f.path).unwrap().len())
             .sum();
         assert!(gz <= 24 << 10, "{gz} bytes of segments kept");

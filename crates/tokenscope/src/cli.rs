@@ -1328,7 +1328,7 @@ pub struct RecordsArgs {
     /// else none.
     #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
     pub windows: Option<Duration>,
-    /// Rotate requests.jsonl into gzip segments (requests.000001.jsonl.gz, …)
+    /// Rotate requests.jsonl into zstd segments (requests.000001.jsonl.zst, …)
     /// each time it reaches this size (64MiB, 1GB). Default: 64MiB for a
     /// --duration of forever or an hour or more, else never.
     #[arg(long, value_name = "SIZE", value_parser = byte_size)]

@@ -98,7 +98,9 @@ fn is_run_file(name: &str) -> bool {
             | "profile.json"
             | "config.toml"
             | ".results.reserve"
-    ) || (name.starts_with("point-") && name[6..].chars().all(|c| c.is_ascii_digit()))
+            | "windows.jsonl"
+    ) || tokenscope_core::segments::segment_of(name).is_some()
+        || (name.starts_with("point-") && name[6..].chars().all(|c| c.is_ascii_digit()))
 }
 
 /// A run directory must be new or empty, so an earlier run is never

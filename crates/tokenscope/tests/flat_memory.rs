@@ -136,7 +136,7 @@ fn a_run_forever_stops_at_sigterm_with_a_compact_complete_directory() {
     let kept: u64 = std::fs::read_dir(&out)
         .unwrap()
         .map(|e| e.unwrap())
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".jsonl.gz"))
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".jsonl.zst"))
         .map(|e| e.metadata().unwrap().len())
         .sum();
     assert!(kept <= 48 << 10, "{kept} bytes of segments kept");
