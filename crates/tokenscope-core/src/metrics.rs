@@ -270,16 +270,12 @@ impl Aggregator {
             }
         }
         if r.chunks.iter().all(|c| c.tokens() <= 1) {
-            for gap in r.chunk_gaps_us() {
-                self.single_token_gaps.record_us(gap);
-            }
+            self.single_token_gaps.record_all_us(r.chunk_gaps_us());
         } else {
             for (gap, k) in r.itl_us() {
                 self.itl_multi.record_n(gap, k as u64);
             }
-            for gap in r.chunk_gaps_us() {
-                self.icl_multi.record_us(gap);
-            }
+            self.icl_multi.record_all_us(r.chunk_gaps_us());
         }
         self.e2e.record(r.e2e_us() as f64);
     }
