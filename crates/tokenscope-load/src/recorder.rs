@@ -259,28 +259,22 @@ struct Lines {
 }
 
 impl Lines {
-    /// Writes `r` as one JSON line, serialised into `buf` (reused, so a
-    /// long run allocates no line per record).
-    fn write_record(&mut self, buf: &mut Vec<u8>, r: &RequestRecord) -> std::io::Result<()> {
-        buf.clear();
-        serde_json::to_writer(&mut *buf, r)?;
-        buf.push(b'\n');
-        self.write(buf)
-    }
-
-    /// Writes one whole line; a failed write is cut back to the last whole record.
-    fn write(&mut self, line: &[u8]) -> std::io::Result<()> {
-        if let Err(e) = self.file.write_all(line) {
+    /// Writes the lines of a hand-over's `records` (serialised into
+    /// `lines`, reused so a long run allocates no line per record) with one
+    /// call: a load hands its records over one at a time, a simulation 64.
+    /// A failed write is cut back to the last whole record before them.
+    fn write(&mut self, lines: &[u8], records: u64) -> std::io::Result<()> {
+        if let Err(e) = self.file.write_all(lines) {
             let _ = self.file.set_len(self.written);
             return Err(e);
         }
-        self.written += line.len() as u64;
-        self.in_segment += 1;
+        self.written += lines.len() as u64;
+        self.in_segment += records;
         Ok(())
     }
 
-    /// Rotates when the segment is full (after a line is on disk, so a
-    /// failed rotation never counts that line as lost).
+    /// Rotates when the segment is full (after the lines are on disk, so a
+    /// failed rotation never counts them as lost).
     fn rotate_if_full(&mut self) -> std::io::Result<()> {
         match &self.rotation {
             Some((r, _)) if self.written >= r.segment_bytes => self.rotate(),
@@ -499,8 +493,9 @@ fn write_all(
             .rotation
             .map(|r| (r, Compressor::start(r.keep_bytes))),
     };
-    let mut line = Vec::with_capacity(4096);
+    let mut serialised = Vec::with_capacity(4096);
     for mut batch in rx {
+        serialised.clear();
         for r in &mut batch {
             if let Some(text) = r.answer_text.take().filter(|_| done.error.is_none()) {
                 if let Err(source) = texts.write(r.id, &text) {
@@ -508,16 +503,11 @@ fn write_all(
                     on_failure.cancel();
                 }
             }
-            if done.error.is_none() {
-                let wrote = lines
-                    .write_record(&mut line, r)
-                    .map(|()| done.on_disk += 1)
-                    .and_then(|()| lines.rotate_if_full());
-                if let Err(source) = wrote {
-                    done.error = Some(io(path, source));
-                    on_failure.cancel();
-                }
+            if let Err(e) = serde_json::to_writer(&mut serialised, &*r) {
+                done.error.get_or_insert(io(path, e.into()));
+                on_failure.cancel();
             }
+            serialised.push(b'\n');
             if let Some(tap) = &options.tap {
                 tap(r);
             }
@@ -528,6 +518,18 @@ fn write_all(
             }
             done.figures.add(r);
             done.total += 1;
+        }
+        if done.error.is_none() {
+            let wrote = lines
+                .write(&serialised, batch.len() as u64)
+                .and_then(|()| lines.rotate_if_full());
+            match wrote {
+                Ok(()) => done.on_disk += batch.len(),
+                Err(source) => {
+                    done.error = Some(io(path, source));
+                    on_failure.cancel();
+                }
+            }
         }
         if let Some(back) = &options.hand_back {
             let _ = back.try_send(batch);
@@ -684,9 +686,10 @@ mod tests {
         };
         let (tx, rx) = mpsc::channel();
         let stop = CancellationToken::new();
-        for id in 0..3 {
-            tx.send(vec![RequestRecord::sent(id, 0, 0)]).unwrap();
-        }
+        // A hand-over of two (a simulation's batch), then one.
+        let two = (0..2).map(|id| RequestRecord::sent(id, 0, 0)).collect();
+        tx.send(two).unwrap();
+        tx.send(vec![RequestRecord::sent(2, 0, 0)]).unwrap();
         drop(tx);
         let mut done = write_all(
             file,
