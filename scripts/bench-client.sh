@@ -13,11 +13,14 @@
 #   SECTIONS=apis scripts/bench-client.sh              # each streaming API against chat
 #   SECTIONS=exporter scripts/bench-client.sh          # --serve-metrics on and off
 #   SECTIONS=ratio scripts/bench-client.sh             # CPU per token ÷ the floor, same run, two servers
+#   BIN=/tmp/tokenscope-old SECTIONS=ratio scripts/bench-client.sh   # an older build, for a before/after
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
 cargo build --release --quiet -p tokenscope-load --example kernel_floor
-bin=target/release/tokenscope
+# BIN: another build of tokenscope to measure (a before/after: build the old
+# commit, copy its binary aside, then BIN=/tmp/old scripts/bench-client.sh).
+bin=${BIN:-target/release/tokenscope}
 work="$(mktemp -d)"
 server_pid=""
 cleanup() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; rm -rf "$work"; }
@@ -349,11 +352,17 @@ if [[ $sections == *plan* ]]; then
   echo
   echo "| command | CPU-s | peak RSS | run directory |"
   echo "|---|---|---|---|"
-  /usr/bin/time -f "%M %U %S" -o "$work/time" "$bin" sim plan --model llama-3.1-8b --gpu h100-sxm \
-    --rate 20 --duration 1h --input-tokens 512 --output-tokens 256 --quiet --out "$work/plan" \
-    --db "$work/history.db" > /dev/null
-  printf '| sim plan --rate 20 --duration 1h (with its report) | %s | %s MB | %s |\n' "$(cpu_s)" "$(peak_mb)" \
-    "$(du -sh "$work/plan" | cut -f1)"
+  cpus=() peaks=()
+  for _ in $(seq "${PLAN_RUNS:-3}"); do
+    rm -rf "$work/plan"
+    /usr/bin/time -f "%M %U %S" -o "$work/time" "$bin" sim plan --model llama-3.1-8b --gpu h100-sxm \
+      --rate 20 --duration 1h --input-tokens 512 --output-tokens 256 --quiet --out "$work/plan" \
+      --db "$work/plan-history.db" > /dev/null
+    rm -f "$work/plan-history.db"
+    cpus+=("$(cpu_s)") peaks+=("$(peak_mb)")
+  done
+  printf '| sim plan --rate 20 --duration 1h (with its report; median of %s) | %s | %s MB | %s |\n' \
+    "${#cpus[@]}" "$(median "${cpus[@]}")" "$(median "${peaks[@]}")" "$(du -sh "$work/plan" | cut -f1)"
   /usr/bin/time -f "%M %U %S" -o "$work/time" "$bin" report "$work/plan" > /dev/null
   printf '| report of that run | %s | %s MB | |\n' "$(cpu_s)" "$(peak_mb)"
 fi
