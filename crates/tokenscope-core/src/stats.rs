@@ -120,24 +120,27 @@ impl Distribution {
     /// distribution: a window of a run, cut from the run's own totals at its
     /// edges instead of every sample recorded a second time. Count, sum and
     /// the histogram are exact; the min and max are their buckets' edges
-    /// (to the histogram's 3 significant digits).
-    pub fn since(&self, earlier: &Distribution) -> Distribution {
+    /// (to the histogram's 3 significant digits). `None` when `earlier`
+    /// holds samples `self` lacks: it was not an earlier state of it.
+    pub fn since(&self, earlier: &Distribution) -> Option<Distribution> {
+        if earlier.count > self.count || earlier.hist.max() > self.hist.max() {
+            return None;
+        }
         let mut hist = self.hist.clone();
-        hist.subtract(&earlier.hist)
-            .expect("an earlier state of a distribution holds no sample it lacks");
-        let count = self.count.saturating_sub(earlier.count);
+        hist.subtract(&earlier.hist).ok()?;
+        let count = self.count - earlier.count;
         let (min, max) = match count {
             0 => (f64::INFINITY, f64::NEG_INFINITY),
             _ => (hist.min() as f64, hist.max() as f64),
         };
-        Distribution {
+        Some(Distribution {
             hist,
             count,
             sum: self.sum - earlier.sum,
             sum_sq: self.sum_sq - earlier.sum_sq,
             min,
             max,
-        }
+        })
     }
 
     pub fn count(&self) -> u64 {

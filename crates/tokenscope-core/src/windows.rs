@@ -123,14 +123,16 @@ impl Edge {
         }
     }
 
-    /// The samples between `earlier` and this edge: one window's.
+    /// The samples between `earlier` and this edge: one window's (none
+    /// where `earlier` was not this run's: a caller's mistake, never a panic).
     fn since(&self, earlier: &Edge) -> Edge {
+        let cut = |now: &Distribution, then: &Distribution| now.since(then).unwrap_or_default();
         Edge {
-            ttft: self.ttft.since(&earlier.ttft),
-            tpot: self.tpot.since(&earlier.tpot),
-            itl: self.itl.since(&earlier.itl),
-            e2e: self.e2e.since(&earlier.e2e),
-            answer_or_ttft: self.answer_or_ttft.since(&earlier.answer_or_ttft),
+            ttft: cut(&self.ttft, &earlier.ttft),
+            tpot: cut(&self.tpot, &earlier.tpot),
+            itl: cut(&self.itl, &earlier.itl),
+            e2e: cut(&self.e2e, &earlier.e2e),
+            answer_or_ttft: cut(&self.answer_or_ttft, &earlier.answer_or_ttft),
         }
     }
 }

@@ -590,19 +590,12 @@ impl Reading<'_> {
             // The read first: a task woken by its socket finds its bytes
             // without polling the cancellation's waiter (a lock each time)
             // or the watchdog; they are polled only when the read would
-            // wait. A run cancelled, or past --timeout, while bytes keep
-            // coming is seen here.
+            // wait. A run cancelled while bytes keep coming is seen here,
+            // and a read past --timeout below, as the watchdog would have.
             if self.cancel.is_cancelled() {
                 stream
                     .failure
                     .get_or_insert((ErrorKind::Cancelled, "cancelled mid-stream".into()));
-                break;
-            }
-            if last_read >= self.deadline {
-                let why = "request exceeded --timeout";
-                stream
-                    .failure
-                    .get_or_insert((ErrorKind::Timeout, why.into()));
                 break;
             }
             let read = tokio::select! {
@@ -625,6 +618,13 @@ impl Reading<'_> {
                 }
             };
             let now = std::time::Instant::now();
+            if Instant::from_std(now) >= self.deadline {
+                let why = "request exceeded --timeout";
+                stream
+                    .failure
+                    .get_or_insert((ErrorKind::Timeout, why.into()));
+                break;
+            }
             let at = self.clock.us(conn.arrived().unwrap_or(now)).max(last_at);
             last_at = at;
             last_read = now.into();

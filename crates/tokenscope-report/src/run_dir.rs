@@ -98,7 +98,7 @@ impl Run {
 }
 
 /// Reads the run's records a line at a time (its rotated segments first,
-/// gzip or plain, then `requests.jsonl`: [`tokenscope_core::segments`]),
+/// zstd, gzip or plain, then `requests.jsonl`: [`tokenscope_core::segments`]),
 /// handing each record to `f`; returns how many there were. A torn last
 /// line of a file (a crash mid-write) is skipped; any other bad line is an
 /// error naming it.

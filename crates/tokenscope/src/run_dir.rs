@@ -99,6 +99,7 @@ fn is_run_file(name: &str) -> bool {
             | "config.toml"
             | ".results.reserve"
             | "windows.jsonl"
+            | "server.log"
     ) || tokenscope_core::segments::segment_of(name).is_some()
         || (name.starts_with("point-") && name[6..].chars().all(|c| c.is_ascii_digit()))
 }

@@ -83,7 +83,7 @@ fn a_simulated_hour_costs_the_memory_of_five_minutes() {
 }
 
 /// A canary: `--duration forever` until SIGTERM, its records rotated into
-/// gzip segments with the oldest removed under `--keep-records`, a line of
+/// zstd segments with the oldest removed under `--keep-records`, a line of
 /// figures per window. The directory is complete and compact: the records
 /// kept (read back through `report`) and those removed are every request of
 /// results.json, the windows add up to it, and the segments kept fit the budget.
