@@ -32,6 +32,7 @@ pub mod instants;
 pub mod media;
 pub mod metrics;
 pub mod mutate;
+pub mod overload;
 pub mod prices;
 pub mod record;
 pub mod results;

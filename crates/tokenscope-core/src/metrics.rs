@@ -39,6 +39,9 @@ pub struct Measured {
     pub fidelity: Fidelity,
     pub slo: Option<SloReport>,
     pub cost: Option<Cost>,
+    /// TTFT against send time over the last half of the sending
+    /// ([`crate::overload`]): whether an open loop's queue grew.
+    pub queue_growth: Option<crate::overload::QueueGrowth>,
 }
 
 /// Computes the run's metrics over the measured (non-warm-up) records.
@@ -462,6 +465,9 @@ impl Aggregator {
             fidelity: self.fidelity(),
             slo,
             cost,
+            queue_growth: self
+                .ttft_by_sent()
+                .and_then(crate::overload::QueueGrowth::fit),
         }
     }
 

@@ -498,3 +498,60 @@ fn repeat_runs_each_point_k_times_and_reports_the_spread() {
         6
     );
 }
+
+/// An open loop past the server's capacity is named for what it is — a
+/// growing queue — with the rate the server kept up with; the same model
+/// under its capacity, and a closed loop however loaded, are not.
+#[test]
+fn a_queue_that_grows_is_named_with_the_rate_the_server_kept_up_with() {
+    let run = |name: &str, load: &[&str]| {
+        let out = run_dir(name);
+        let mut args = vec![
+            "--duration",
+            "40s",
+            "--input-tokens",
+            "512",
+            "--output-tokens",
+            "256",
+        ];
+        args.extend(load);
+        let o = tokenscope()
+            .args(["sim", "plan", "--quiet"])
+            .args(&args)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_ok(&o);
+        results(&out)
+    };
+    let growing = |r: &Value| {
+        r["diagnosis"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["rule"] == "queue_growing")
+            .cloned()
+    };
+    let over = run("queue-over", &["--rate", "80"]);
+    let f = growing(&over).expect("80 requests/s outrun one H100's 8B at 512/256");
+    let kept_up = over["throughput"]["requests_per_s"].as_f64().unwrap();
+    let estimate = f["evidence"]["capacity_estimate_requests_per_s"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        (estimate / kept_up - 1.0).abs() < 0.1,
+        "estimate {estimate} against the {kept_up} requests/s it served"
+    );
+    assert!(f["message"]
+        .as_str()
+        .unwrap()
+        .contains("not a steady state"));
+    for (name, load) in [
+        ("queue-under", ["--rate", "20"]),
+        ("queue-closed", ["--concurrency", "400"]),
+    ] {
+        let r = run(name, &load);
+        assert!(growing(&r).is_none(), "{name}: {}", r["diagnosis"]);
+    }
+}

@@ -246,6 +246,9 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
         .grades
         .finish(facts.config["grade"].as_str().unwrap_or(""));
     let mut diagnosis = diagnose(&m.counts, &m.latency, &m.tokens, &client, asked);
+    // A closed loop's queue is bounded by its users: only arrivals outrun.
+    let growing = m.queue_growth.as_ref().filter(|_| asked.open_loop);
+    diagnosis.extend(growing.and_then(|g| g.finding()));
     diagnosis.extend(facts.extra_findings);
     diagnosis.extend(super::answers::findings(&m, &facts.config));
     let (mut server, mut kv_cache, mut gpu) = (facts.server, facts.kv_cache, None);
