@@ -16,6 +16,7 @@
 
 pub mod analysis;
 pub mod autoscale;
+pub mod breaker;
 pub mod capacity;
 pub mod capped;
 pub mod clock;

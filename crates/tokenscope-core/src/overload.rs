@@ -53,13 +53,20 @@ impl QueueGrowth {
     /// Fits the (send µs, TTFT µs) of the measured requests; `None` when
     /// too few were sent over too short a span to decide.
     pub fn fit(points: impl Iterator<Item = (u64, u64)>) -> Option<QueueGrowth> {
-        let mut points: Vec<(f64, f64)> = points
+        let points: Vec<(u64, u64)> = points.collect();
+        let first = points.iter().map(|p| p.0).min()?;
+        let last = points.iter().map(|p| p.0).max()?;
+        let half = first + (last - first) / 2;
+        QueueGrowth::fit_all(points.into_iter().filter(|p| p.0 >= half))
+    }
+
+    /// The fit over every (send µs, TTFT µs) given (a sliding window's:
+    /// `--stop-on saturation`); `None` when they are too few or too close.
+    pub fn fit_all(points: impl Iterator<Item = (u64, u64)>) -> Option<QueueGrowth> {
+        let mut tail: Vec<(f64, f64)> = points
             .map(|(sent, ttft)| (sent as f64 * 1e-6, ttft as f64 * 1e-6))
             .collect();
-        points.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let (first, last) = (points.first()?.0, points.last()?.0);
-        let half = first + (last - first) / 2.0;
-        let tail: Vec<(f64, f64)> = points.into_iter().filter(|p| p.0 >= half).collect();
+        tail.sort_by(|a, b| a.0.total_cmp(&b.0));
         let n = tail.len();
         let (from_s, to_s) = (tail.first()?.0, tail.last()?.0);
         if n < MIN_REQUESTS || to_s - from_s < MIN_SPAN_S {

@@ -25,6 +25,11 @@ pub struct RunResults {
     /// `requests.jsonl` holds the first `counts` of them that reached the disk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_error: Option<String>,
+    /// `--stop-on`: the rule that stopped the run early, when, and why.
+    /// Every request that finished is in the figures; those in flight were
+    /// cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<crate::breaker::Tripped>,
     /// A long run's records rotated into compressed segments
     /// (`--rotate-records`), and those removed under `--keep-records`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -110,6 +110,9 @@ pub struct Options {
     /// arena (that contention was 5 % of a plan's CPU). A batch the
     /// producer is not taking is dropped here.
     pub hand_back: Option<mpsc::SyncSender<Vec<RequestRecord>>>,
+    /// `--stop-on`: the rules judged on each record; the first to trip
+    /// stops the run (`on_failure`) and is kept in [`Recorded::stopped`].
+    pub breaker: Option<tokenscope_core::breaker::Breaker>,
 }
 
 /// Shown each window's figures as it closes (the live exporter's rolling percentiles).
@@ -127,6 +130,8 @@ pub struct Recorded {
     pub error: Option<RecorderError>,
     /// With a [`Rotation`]: the segments made and removed.
     pub rotated: Rotated,
+    /// The `--stop-on` rule that stopped the run, when one did.
+    pub stopped: Option<tokenscope_core::breaker::Tripped>,
 }
 
 pub struct Recorder {
@@ -505,7 +510,7 @@ fn write_all(
     file: File,
     path: &Path,
     rx: mpsc::Receiver<Vec<RequestRecord>>,
-    (on_failure, options): (CancellationToken, Options),
+    (on_failure, mut options): (CancellationToken, Options),
     figures: Aggregator,
 ) -> Recorded {
     let mut texts = Texts::new(path);
@@ -515,7 +520,9 @@ fn write_all(
         on_disk: 0,
         error: None,
         rotated: Rotated::default(),
+        stopped: None,
     };
+    let mut breaker = options.breaker.take();
     let io = |path: &Path, source| RecorderError::Io {
         path: path.to_owned(),
         source,
@@ -571,6 +578,11 @@ fn write_all(
             }
             done.figures.add(r);
             done.total += 1;
+            if let Some(tripped) = breaker.as_mut().and_then(|b| b.add(r)) {
+                done.stopped = Some(tripped);
+                breaker = None;
+                on_failure.cancel();
+            }
         }
         if let Err(source) = pending.write_to(&mut lines, &mut done.on_disk) {
             stop(&mut done, io(path, source));

@@ -969,6 +969,14 @@ pub struct MetricsArgs {
 /// starts cold.
 #[derive(Args, Debug, Clone)]
 pub struct ClientArgs {
+    /// Stop the run early when a rule trips, judged on each finished
+    /// request: `saturation` (the server's queue grows: TTFT rising with
+    /// send time over the sends of the last 60 s, from 20 s in;
+    /// docs/metrics.md) or `errors>P%` (P % of the last 50 requests failed).
+    /// Repeatable. Every finished request is kept; results.json says which
+    /// rule stopped the run, when and why.
+    #[arg(long, value_name = "RULE", value_parser = tokenscope_core::breaker::StopRule::parse)]
+    pub stop_on: Vec<tokenscope_core::breaker::StopRule>,
     /// Client worker threads (default: all cores).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub client_threads: Option<u64>,

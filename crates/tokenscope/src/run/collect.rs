@@ -84,6 +84,10 @@ pub async fn collect(
     });
     results.warnings = spec.warnings().iter().map(|w| w.record()).collect();
     results.records = segments_of(&d.recorded.rotated);
+    if let Some(t) = &d.recorded.stopped {
+        results.diagnosis.push(stopped_finding(t));
+        results.stopped = Some(t.clone());
+    }
     if let Some(e) = &d.recorded.error {
         let said = format!(
             "output failed: {e}; the run stopped there: the first {} of {} finished requests are whole lines of requests.jsonl, the rest were counted in memory",
@@ -94,6 +98,24 @@ pub async fn collect(
         eprintln!("tokenscope: error: {said}");
     }
     Ok((results, figures, p.out_dir.clone()))
+}
+
+/// The run stopped early by a `--stop-on` rule: what its figures are of.
+fn stopped_finding(t: &tokenscope_core::breaker::Tripped) -> Finding {
+    Finding {
+        rule: "stopped_early".into(),
+        severity: "critical".into(),
+        message: format!(
+            "--stop-on {} stopped the run {:.1} s in: {}. The figures are of the requests that finished by then; those in flight were cancelled",
+            t.rule, t.at_s, t.why
+        ),
+        evidence: [
+            ("stop_rule".to_string(), serde_json::json!(t.rule)),
+            ("at_s".to_string(), serde_json::json!(t.at_s)),
+        ]
+        .into_iter()
+        .collect(),
+    }
 }
 
 /// `results.json`'s `records`, when the run rotated any.
@@ -264,6 +286,7 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
     }
     RunResults {
         output_error: None,
+        stopped: None,
         records: None,
         schema: results::SCHEMA.into(),
         tool: Tool {

@@ -279,6 +279,8 @@ fn recorder_options(
         window_tap,
         bounded: None,
         hand_back: None,
+        breaker: (!spec.client.stop_on.is_empty())
+            .then(|| tokenscope_core::breaker::Breaker::new(spec.client.stop_on.clone())),
     }
 }
 

@@ -1,0 +1,220 @@
+//! `--stop-on`: rules that stop a run early, judged on each finished
+//! request as it is recorded, so no time is spent measuring a server past
+//! the point its figures mean anything.
+//!
+//! - `saturation`: the queue is growing ([`crate::overload`]'s rule) over
+//!   the requests sent in the last [`SATURATION_WINDOW_S`] seconds, looked
+//!   at once a second of the run's clock after [`SATURATION_AFTER_S`].
+//! - `errors>P%`: at least P % of the last [`ERROR_WINDOW`] requests
+//!   failed (a cancelled request is not a failure).
+//!
+//! A stopped run keeps every request that finished; `results.json` says
+//! which rule stopped it, when, and on what evidence.
+
+use crate::overload::QueueGrowth;
+use crate::record::{ErrorKind, RequestRecord};
+use std::collections::VecDeque;
+
+/// Sends further back than this are out of the saturation fit.
+pub const SATURATION_WINDOW_S: f64 = 60.0;
+/// No saturation verdict before this much of the run.
+pub const SATURATION_AFTER_S: f64 = 20.0;
+/// The requests an error share is judged over.
+pub const ERROR_WINDOW: usize = 50;
+
+/// One rule of `--stop-on`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StopRule {
+    Saturation,
+    /// Stop at this share of failures (0–1) over the last [`ERROR_WINDOW`].
+    Errors(f64),
+}
+
+impl StopRule {
+    /// `saturation` or `errors>5%`.
+    pub fn parse(text: &str) -> Result<StopRule, String> {
+        let text = text.trim();
+        if text == "saturation" {
+            return Ok(StopRule::Saturation);
+        }
+        let share = text
+            .strip_prefix("errors>")
+            .and_then(|p| p.strip_suffix('%'))
+            .ok_or_else(|| format!("`{text}`: expected `saturation` or `errors>P%` (errors>5%)"))?;
+        match share.trim().parse::<f64>() {
+            Ok(p) if p > 0.0 && p < 100.0 => Ok(StopRule::Errors(p / 100.0)),
+            _ => Err(format!(
+                "`{text}`: the share must be a percentage above 0 and below 100 (errors>5%)"
+            )),
+        }
+    }
+}
+
+/// Why and when a run was stopped.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Tripped {
+    /// `saturation` or `errors`.
+    pub rule: String,
+    /// Seconds into the run (the finish of the request that tripped it).
+    pub at_s: f64,
+    pub why: String,
+}
+
+/// The rules, and what they are judged on.
+pub struct Breaker {
+    rules: Vec<StopRule>,
+    /// (send s, TTFT s) of the measured requests sent in the window.
+    sent: VecDeque<(f64, f64)>,
+    newest_sent_s: f64,
+    next_look_s: f64,
+    /// Whether each of the last [`ERROR_WINDOW`] requests failed.
+    outcomes: VecDeque<bool>,
+}
+
+impl Breaker {
+    pub fn new(rules: Vec<StopRule>) -> Breaker {
+        Breaker {
+            rules,
+            sent: VecDeque::new(),
+            newest_sent_s: 0.0,
+            next_look_s: SATURATION_AFTER_S,
+            outcomes: VecDeque::with_capacity(ERROR_WINDOW + 1),
+        }
+    }
+
+    /// Takes one finished record; the rule it trips, if one does.
+    pub fn add(&mut self, r: &RequestRecord) -> Option<Tripped> {
+        if r.warmup || r.error_kind == Some(ErrorKind::Cancelled) {
+            return None;
+        }
+        let done_s = r.done_at_us as f64 * 1e-6;
+        self.outcomes.push_back(r.error_kind.is_some());
+        if self.outcomes.len() > ERROR_WINDOW {
+            self.outcomes.pop_front();
+        }
+        if let Some(ttft) = r.ttft_us() {
+            let sent_s = r.sent_at_us as f64 * 1e-6;
+            self.newest_sent_s = self.newest_sent_s.max(sent_s);
+            self.sent.push_back((sent_s, ttft as f64 * 1e-6));
+        }
+        let rules = self.rules.clone();
+        rules.iter().find_map(|rule| match *rule {
+            StopRule::Errors(share) => self.errors(share, done_s),
+            StopRule::Saturation => self.saturation(done_s),
+        })
+    }
+
+    fn errors(&self, share: f64, done_s: f64) -> Option<Tripped> {
+        let failed = self.outcomes.iter().filter(|f| **f).count();
+        let seen = self.outcomes.len();
+        (seen == ERROR_WINDOW && failed as f64 >= share * seen as f64).then(|| Tripped {
+            rule: "errors".into(),
+            at_s: done_s,
+            why: format!(
+                "{failed} of the last {seen} requests failed, at least the {:.1} % --stop-on allows",
+                share * 100.0
+            ),
+        })
+    }
+
+    fn saturation(&mut self, done_s: f64) -> Option<Tripped> {
+        if done_s < self.next_look_s {
+            return None;
+        }
+        self.next_look_s = done_s + 1.0;
+        let oldest = self.newest_sent_s - SATURATION_WINDOW_S;
+        self.sent.retain(|p| p.0 >= oldest);
+        let us = |s: f64| (s * 1e6) as u64;
+        let points = self.sent.iter().map(|&(s, t)| (us(s), us(t)));
+        let g = QueueGrowth::fit_all(points).filter(QueueGrowth::growing)?;
+        Some(Tripped {
+            rule: "saturation".into(),
+            at_s: done_s,
+            why: format!(
+                "the queue was growing: over the sends of the last {:.0} s, TTFT rose {:.0} ms a second (95 % interval {:.0}–{:.0} ms, {} requests); the server kept up with about {:.3} of the {:.3} requests/s sent",
+                g.to_s - g.from_s,
+                g.slope * 1e3,
+                g.low * 1e3,
+                g.high * 1e3,
+                g.requests,
+                g.arrival_rate / (1.0 + g.slope),
+                g.arrival_rate,
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(id: u64, sent_ms: u64, ttft_ms: u64, failed: bool) -> RequestRecord {
+        let mut r = RequestRecord::sent(id, sent_ms * 1000, sent_ms * 1000);
+        r.first_token_at_us = Some((sent_ms + ttft_ms) * 1000);
+        r.done_at_us = (sent_ms + ttft_ms + 100) * 1000;
+        if failed {
+            r.error_kind = Some(ErrorKind::Http(503));
+        }
+        r
+    }
+
+    #[test]
+    fn rules_parse_and_say_what_they_want() {
+        assert_eq!(StopRule::parse("saturation"), Ok(StopRule::Saturation));
+        assert_eq!(StopRule::parse("errors>5%"), Ok(StopRule::Errors(0.05)));
+        for bad in [
+            "errors>0%",
+            "errors>100%",
+            "errors>5",
+            "errors>x%",
+            "latency",
+            "",
+        ] {
+            let e = StopRule::parse(bad).unwrap_err();
+            assert!(e.contains("errors>5%"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_growing_queue_trips_saturation_once_the_run_is_old_enough() {
+        let mut b = Breaker::new(vec![StopRule::Saturation]);
+        // 20 requests/s, each waiting 0.3 s longer a second later.
+        let tripped = (0..2000u64).find_map(|i| {
+            let sent = i * 50;
+            b.add(&rec(i, sent, 100 + sent * 3 / 10, false))
+        });
+        let t = tripped.expect("a queue growing at 30 % of the arrivals");
+        assert_eq!(t.rule, "saturation");
+        assert!(
+            (SATURATION_AFTER_S..SATURATION_AFTER_S + 2.0).contains(&t.at_s),
+            "{t:?}"
+        );
+        assert!(t.why.contains("queue was growing"), "{t:?}");
+    }
+
+    #[test]
+    fn a_server_that_keeps_up_or_a_few_failures_trip_nothing() {
+        let mut b = Breaker::new(vec![StopRule::Saturation, StopRule::Errors(0.05)]);
+        for i in 0..4000u64 {
+            let jitter = (i * 7919) % 90;
+            // One failure in 40: 2.5 %, under the rule's 5 %.
+            let tripped = b.add(&rec(i, i * 50, 200 + jitter, i % 40 == 0));
+            assert!(tripped.is_none(), "{i}: {tripped:?}");
+        }
+    }
+
+    #[test]
+    fn failures_past_the_share_trip_errors_and_cancelled_requests_do_not_count() {
+        let mut b = Breaker::new(vec![StopRule::Errors(0.2)]);
+        let mut cancelled = rec(0, 0, 10, false);
+        cancelled.error_kind = Some(ErrorKind::Cancelled);
+        for _ in 0..100 {
+            assert!(b.add(&cancelled).is_none());
+        }
+        let t = (1..200u64)
+            .find_map(|i| b.add(&rec(i, i * 10, 10, i % 4 == 0)))
+            .expect("one in four failed");
+        assert_eq!(t.rule, "errors");
+        assert!(t.why.contains("of the last 50 requests failed"), "{t:?}");
+    }
+}

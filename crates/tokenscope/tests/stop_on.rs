@@ -1,0 +1,113 @@
+//! `--stop-on`: a run stops early when its server fails past a share, or
+//! when its queue grows, and says which rule stopped it, when and why.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::io::Write;
+use std::net::TcpListener;
+
+/// A chat server that answers every other request 503 and the rest with a
+/// two-token stream (a thread a connection, 400 connections at most).
+fn half_failing() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for (i, stream) in listener.incoming().take(400).enumerate() {
+            let Ok(mut s) = stream else { continue };
+            std::thread::spawn(move || {
+                let Some((first, _)) = read_request(&s) else {
+                    return;
+                };
+                let answer = if first.starts_with("GET /v1/models") {
+                    http("200 OK", "application/json", r#"{"data":[{"id":"m"}]}"#)
+                } else if i % 2 == 0 {
+                    http(
+                        "503 Service Unavailable",
+                        "application/json",
+                        r#"{"error":"busy"}"#,
+                    )
+                } else {
+                    let chunk = |c: &str| {
+                        format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"{c}\"}}}}]}}\n\n")
+                    };
+                    let body = format!("{}{}data: [DONE]\n\n", chunk(" a"), chunk(" b"));
+                    http("200 OK", "text/event-stream", &body)
+                };
+                let _ = s.write_all(answer.as_bytes());
+            });
+        }
+    });
+    url
+}
+
+fn stopped(r: &Value) -> (&str, f64, &str) {
+    let s = &r["stopped"];
+    (
+        s["rule"].as_str().unwrap_or_default(),
+        s["at_s"].as_f64().unwrap_or(f64::NAN),
+        s["why"].as_str().unwrap_or_default(),
+    )
+}
+
+#[test]
+fn half_the_requests_failing_stops_the_run_at_errors_over_a_fifth() {
+    let out = run_dir("stop-on-errors");
+    let o = bench_chat(
+        &half_failing(),
+        &out,
+        &["--quiet", "--requests", "300", "--stop-on", "errors>20%"],
+    );
+    let r = results(&out);
+    let (rule, _, why) = stopped(&r);
+    assert_eq!(rule, "errors", "{}", r["stopped"]);
+    assert!(why.contains("of the last 50 requests failed"), "{why}");
+    let n = r["counts"]["requests"].as_u64().unwrap();
+    assert!((50..120).contains(&n), "stopped after {n} of 300 requests");
+    let finding = r["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == "stopped_early")
+        .expect("the finding says the run was stopped");
+    assert!(finding["message"]
+        .as_str()
+        .unwrap()
+        .contains("--stop-on errors"));
+    assert!(o.status.code().is_some(), "{o:?}");
+}
+
+#[test]
+fn a_bad_rule_is_refused_with_what_a_rule_looks_like() {
+    let o = tokenscope()
+        .args(["bench", "--stop-on", "errors>150%", "--requests", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("errors>5%"), "{err}");
+}
+
+/// The built-in engine (an 8B on one H100) sent three times what it serves
+/// of 512-in / 64-out requests: the queue grows from the first second, and
+/// the run stops once the requests that finished show it (they finish only
+/// after their wait, so about half a minute in), not at its 90 s.
+#[test]
+fn an_overloaded_open_loop_stops_on_saturation_and_says_what_it_kept_up_with() {
+    let out = run_dir("stop-on-saturation");
+    let o = tokenscope()
+        .args(["bench", "--quiet", "--rate", "150", "--duration", "90s"])
+        .args(["--input-tokens", "512", "--output-tokens", "64"])
+        .args(["--stop-on", "saturation", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let r = results(&out);
+    let (rule, at_s, why) = stopped(&r);
+    assert_eq!(rule, "saturation", "{}", r["stopped"]);
+    assert!((20.0..70.0).contains(&at_s), "stopped {at_s} s in");
+    assert!(why.contains("the queue was growing"), "{why}");
+    assert!(r["window"]["duration_s"].as_f64().unwrap() < 75.0);
+    assert!(r["counts"]["errors"]["cancelled"].as_u64().unwrap_or(0) > 0);
+}
