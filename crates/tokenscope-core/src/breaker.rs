@@ -13,6 +13,7 @@
 
 use crate::overload::QueueGrowth;
 use crate::record::{ErrorKind, RequestRecord};
+pub use crate::results::Tripped;
 use std::collections::VecDeque;
 
 /// Sends further back than this are out of the saturation fit.
@@ -48,16 +49,6 @@ impl StopRule {
             )),
         }
     }
-}
-
-/// Why and when a run was stopped.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Tripped {
-    /// `saturation` or `errors`.
-    pub rule: String,
-    /// Seconds into the run (the finish of the request that tripped it).
-    pub at_s: f64,
-    pub why: String,
 }
 
 /// The rules, and what they are judged on.

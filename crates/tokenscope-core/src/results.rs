@@ -11,6 +11,16 @@ use std::collections::BTreeMap;
 
 pub const SCHEMA: &str = "tokenscope.run/v1";
 
+/// Why and when a run was stopped early (`--stop-on`, [`crate::breaker`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tripped {
+    /// `saturation` or `errors`.
+    pub rule: String,
+    /// Seconds into the run (the finish of the request that tripped it).
+    pub at_s: f64,
+    pub why: String,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunResults {
     /// Always [`SCHEMA`].
@@ -29,7 +39,7 @@ pub struct RunResults {
     /// Every request that finished is in the figures; those in flight were
     /// cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stopped: Option<crate::breaker::Tripped>,
+    pub stopped: Option<Tripped>,
     /// A long run's records rotated into compressed segments
     /// (`--rotate-records`), and those removed under `--keep-records`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
