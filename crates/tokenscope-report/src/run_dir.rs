@@ -284,6 +284,11 @@ mod tests {
             .map(|r| r.id)
             .collect();
         assert_eq!(ids, (0..9).collect::<Vec<_>>());
+        // A segment that is not zstd at all: an error naming the file.
+        std::fs::remove_file(dir.join("requests.000003.jsonl")).unwrap();
+        std::fs::write(dir.join("requests.000003.jsonl.zst"), b"not zstd at all").unwrap();
+        let e = Run::read_records(&dir).unwrap_err().to_string();
+        assert!(e.contains("requests.000003.jsonl.zst"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -974,7 +974,8 @@ pub struct ClientArgs {
     /// send time over the sends of the last 60 s, from 20 s in;
     /// docs/metrics.md) or `errors>P%` (P % of the last 50 requests failed).
     /// Repeatable. Every finished request is kept; results.json says which
-    /// rule stopped the run, when and why.
+    /// rule stopped the run, when and why. In a sweep, a point stopped on
+    /// saturation skips the loads at or above it.
     #[arg(long, value_name = "RULE", value_parser = tokenscope_core::breaker::StopRule::parse)]
     pub stop_on: Vec<tokenscope_core::breaker::StopRule>,
     /// Client worker threads (default: all cores).

@@ -90,24 +90,38 @@ fn a_bad_rule_is_refused_with_what_a_rule_looks_like() {
 
 /// The built-in engine (an 8B on one H100) sent three times what it serves
 /// of 512-in / 64-out requests: the queue grows from the first second, and
-/// the run stops once the requests that finished show it (they finish only
-/// after their wait, so about half a minute in), not at its 90 s.
+/// the point stops once the requests that finished show it (they finish
+/// only after their wait, so about half a minute in), not at its 90 s. The
+/// sweep's higher load is skipped; a closed loop is refused the rule.
 #[test]
-fn an_overloaded_open_loop_stops_on_saturation_and_says_what_it_kept_up_with() {
+fn an_overloaded_point_stops_on_saturation_and_the_loads_above_it_are_skipped() {
     let out = run_dir("stop-on-saturation");
     let o = tokenscope()
-        .args(["bench", "--quiet", "--rate", "150", "--duration", "90s"])
+        .args(["sweep", "--rate", "150,300", "--duration", "90s"])
         .args(["--input-tokens", "512", "--output-tokens", "64"])
         .args(["--stop-on", "saturation", "--out"])
         .arg(&out)
         .output()
         .unwrap();
     assert_ok(&o);
-    let r = results(&out);
+    let r = results(&out.join("point-00"));
     let (rule, at_s, why) = stopped(&r);
     assert_eq!(rule, "saturation", "{}", r["stopped"]);
     assert!((20.0..70.0).contains(&at_s), "stopped {at_s} s in");
     assert!(why.contains("the queue was growing"), "{why}");
     assert!(r["window"]["duration_s"].as_f64().unwrap() < 75.0);
     assert!(r["counts"]["errors"]["cancelled"].as_u64().unwrap_or(0) > 0);
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(said.contains("skipped, at or above 150"), "{said}");
+    assert!(!out.join("point-01").join("results.json").exists());
+
+    let closed = tokenscope()
+        .args(["bench", "--concurrency", "4", "--requests", "8"])
+        .args(["--stop-on", "saturation", "--out"])
+        .arg(run_dir("stop-on-closed"))
+        .output()
+        .unwrap();
+    assert_eq!(closed.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&closed.stderr);
+    assert!(err.contains("needs an open loop"), "{err}");
 }

@@ -81,6 +81,7 @@ pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
                 done: Vec::new(),
                 sharded,
                 runs: 0,
+                saturated_at: None,
             };
             if args.auto {
                 series.auto().await?;
@@ -145,6 +146,9 @@ struct Series<'a> {
     sharded: Option<(SystemTime, Duration)>,
     /// Runs started so far.
     runs: u32,
+    /// The load at which a point stopped on `--stop-on saturation`: the
+    /// explicit series' points at or above it are skipped.
+    saturated_at: Option<f64>,
 }
 
 impl Series<'_> {
@@ -157,6 +161,13 @@ impl Series<'_> {
     /// Runs one point `--repeat` times (each run taken from a previous one
     /// with `--resume` where it can be); false when it was interrupted.
     async fn point(&mut self, level: Level) -> anyhow::Result<bool> {
+        if let Some(at) = self.saturated_at.filter(|&at| level.load >= at) {
+            self.say(&format!(
+                "{}: skipped, at or above {at} where the server's queue grew (--stop-on saturation)",
+                level.label
+            ));
+            return Ok(true);
+        }
         let level = match self.args.consistency {
             true => crate::series::same_prompts(level, self.base.flags.seed),
             false => level,
@@ -222,6 +233,16 @@ impl Series<'_> {
         let (results, _) = crate::self_check::then_run(&spec, &self.site).await?;
         // Interrupted, or its output could not be written: the series stops.
         let interrupted = results.partial || results.output_error.is_some();
+        if results
+            .stopped
+            .as_ref()
+            .is_some_and(|t| t.rule == "saturation")
+        {
+            self.say(&format!(
+                "{label}: stopped on saturation; the loads above it are skipped"
+            ));
+            self.saturated_at = Some(self.saturated_at.map_or(level.load, |s| s.min(level.load)));
+        }
         self.done.push(Done {
             label,
             load: level.load,

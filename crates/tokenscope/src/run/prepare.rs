@@ -59,6 +59,7 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
         .with_context(|| format!("creating the run directory {}", out_dir.display()))?;
     crate::run_dir::reserve_output(&out_dir)?;
     let cancel = CancellationToken::new();
+    refuse_closed_saturation(spec)?;
     let live = live_metrics(spec, &probed)?;
     let otlp = otlp_export(spec, &probed)?;
     let recorder = Recorder::create_with(
@@ -130,6 +131,25 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
         origin_unix_us,
         loop_probe,
     })
+}
+
+/// `--stop-on saturation` judges a queue growing with send time: an open
+/// loop's. A closed loop's users bound its queue.
+fn refuse_closed_saturation(spec: &RunSpec) -> anyhow::Result<()> {
+    let closed = matches!(
+        spec.plan.pattern,
+        tokenscope_workload::arrival::LoadPattern::Closed { .. }
+    );
+    let asked = spec
+        .client
+        .stop_on
+        .contains(&tokenscope_core::breaker::StopRule::Saturation);
+    match closed && asked {
+        true => Err(Exit::usage(
+            "--stop-on saturation needs an open loop (--rate): a closed loop's users bound the server's queue, so it cannot grow without end".into(),
+        )),
+        false => Ok(()),
+    }
 }
 
 /// What every request is sent to and how.
