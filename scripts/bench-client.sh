@@ -28,30 +28,22 @@ trap cleanup EXIT
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 sections="${SECTIONS:-ratio throughput apis timing floor memory plan}"
 
-start_server() { # args for `sim exact`
+# A server on CPU 1: the command after the port placeholder PORT; $url once /health answers.
+serve_on_cpu1() {
   local port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  taskset -c 1 "$bin" sim exact --port "$port" --threads 1 "$@" > "$work/server.log" 2>&1 &
+  taskset -c 1 "${@//PORT/$port}" > "$work/server.log" 2>&1 &
   server_pid=$!
+  url="http://127.0.0.1:$port"
   for _ in $(seq 100); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    curl -sf "$url/health" >/dev/null 2>&1 && break
     sleep 0.1
   done
-  url="http://127.0.0.1:$port"
 }
+start_server() { serve_on_cpu1 "$bin" sim exact --port PORT --threads 1 "$@"; } # args for `sim exact`
 stop_server() { kill "$server_pid"; wait "$server_pid" 2>/dev/null || true; server_pid=""; }
-# scripts/sse_server.py (asyncio, no code of tokenscope's) on CPU 1: the second server.
-start_python_server() { # args for sse_server.py after the port
-  local port
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  taskset -c 1 python3 scripts/sse_server.py "$port" "$@" > "$work/server.log" 2>&1 &
-  server_pid=$!
-  for _ in $(seq 100); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    sleep 0.1
-  done
-  url="http://127.0.0.1:$port"
-}
+# scripts/sse_server.py (asyncio, no code of tokenscope's): the second server.
+start_python_server() { serve_on_cpu1 python3 scripts/sse_server.py PORT "$@"; } # args after the port
 median() { python3 -c "import statistics, sys; print(f'{statistics.median(map(float, sys.argv[1:])):.2f}')" "$@"; }
 
 # `bench` on CPU 0, one client thread; peak RSS (KiB) and CPU seconds go to $work/time.
