@@ -88,8 +88,8 @@ impl Breaker {
             self.newest_sent_s = self.newest_sent_s.max(sent_s);
             self.sent.push_back((sent_s, ttft as f64 * 1e-6));
         }
-        let rules = self.rules.clone();
-        rules.iter().find_map(|rule| match *rule {
+        // By index: `saturation` takes `self` mutably (its next look).
+        (0..self.rules.len()).find_map(|i| match self.rules[i] {
             StopRule::Errors(share) => self.errors(share, done_s),
             StopRule::Saturation => self.saturation(done_s),
         })

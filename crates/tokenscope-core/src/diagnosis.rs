@@ -6,7 +6,9 @@ use crate::results::{ClientUsage, Counts, Finding, Latency, Tokens};
 use serde_json::json;
 use std::collections::BTreeMap;
 
-fn finding(
+/// A finding from its rule, severity, message and evidence (every rule's,
+/// here and in the modules that judge one thing: `overload`).
+pub fn finding(
     rule: &str,
     severity: &str,
     message: String,

@@ -138,15 +138,12 @@ impl QueueGrowth {
             ("capacity_estimate_requests_per_s", json!(capacity)),
             ("rule", json!(format!("slope ≥ {MIN_GROWTH} s/s and its 95 % interval above {MIN_GROWTH_LOW}, over ≥ {MIN_REQUESTS} requests sent in the last half of the run (≥ {MIN_SPAN_S} s)"))),
         ];
-        Some(crate::results::Finding {
-            rule: "queue_growing".into(),
-            severity: "critical".into(),
+        Some(crate::diagnosis::finding(
+            "queue_growing",
+            "critical",
             message,
-            evidence: evidence
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect(),
-        })
+            &evidence,
+        ))
     }
 }
 

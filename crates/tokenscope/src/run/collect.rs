@@ -102,20 +102,18 @@ pub async fn collect(
 
 /// The run stopped early by a `--stop-on` rule: what its figures are of.
 fn stopped_finding(t: &tokenscope_core::breaker::Tripped) -> Finding {
-    Finding {
-        rule: "stopped_early".into(),
-        severity: "critical".into(),
-        message: format!(
+    tokenscope_core::diagnosis::finding(
+        "stopped_early",
+        "critical",
+        format!(
             "--stop-on {} stopped the run {:.1} s in: {}. The figures are of the requests that finished by then; those in flight were cancelled",
             t.rule, t.at_s, t.why
         ),
-        evidence: [
-            ("stop_rule".to_string(), serde_json::json!(t.rule)),
-            ("at_s".to_string(), serde_json::json!(t.at_s)),
-        ]
-        .into_iter()
-        .collect(),
-    }
+        &[
+            ("stop_rule", serde_json::json!(t.rule)),
+            ("at_s", serde_json::json!(t.at_s)),
+        ],
+    )
 }
 
 /// `results.json`'s `records`, when the run rotated any.
