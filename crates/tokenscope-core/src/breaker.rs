@@ -7,6 +7,9 @@
 //!   at once a second of the run's clock after [`SATURATION_AFTER_S`].
 //! - `errors>P%`: at least P % of the last [`ERROR_WINDOW`] requests
 //!   failed (a cancelled request is not a failure).
+//! - [`StopRule::Decided`] (not a flag: what `sweep --find` and `tune`
+//!   give each point of their search): the SLO's verdict is settled, one
+//!   way or the other, by each objective's 95 % interval ([`Decide`]).
 //!
 //! A stopped run keeps every request that finished; `results.json` says
 //! which rule stopped it, when, and on what evidence.
@@ -14,6 +17,8 @@
 use crate::overload::QueueGrowth;
 use crate::record::{ErrorKind, RequestRecord};
 pub use crate::results::Tripped;
+use crate::slo::{quantile_of, ObjectiveResult, Slo, SloMetric};
+use crate::stats::Distribution;
 use std::collections::VecDeque;
 
 /// Sends further back than this are out of the saturation fit.
@@ -24,11 +29,33 @@ pub const SATURATION_AFTER_S: f64 = 20.0;
 pub const ERROR_WINDOW: usize = 50;
 
 /// One rule of `--stop-on`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum StopRule {
     Saturation,
     /// Stop at this share of failures (0–1) over the last [`ERROR_WINDOW`].
     Errors(f64),
+    /// Stop once the SLO's verdict is settled.
+    Decided(Decide),
+}
+
+/// When a point of a search has said enough: an objective's 95 % interval
+/// lies wholly above its limit (not met: at once), or every objective's
+/// interval lies within its limit and the run is `met_after_s` old (met).
+/// A `max` objective can only be decided not met, and an ITL objective
+/// (judged on tokens, which this rule does not keep) never decides met:
+/// such a point runs to its request cap.
+///
+/// The verdict is looked at after 8, 16, 24 … requests, then each time a
+/// quarter more have finished: a few dozen looks in all, whose 95 %
+/// intervals are not widened for their number. A point near the boundary
+/// therefore runs longer rather than decides wrongly more often than the
+/// looks allow; the search's bracket says where that matters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decide {
+    pub slo: Slo,
+    /// An open loop's queue takes time to build; a verdict of met from the
+    /// first seconds would pass a load the server cannot keep.
+    pub met_after_s: f64,
 }
 
 impl StopRule {
@@ -60,11 +87,18 @@ pub struct Breaker {
     next_look_s: f64,
     /// Whether each of the last [`ERROR_WINDOW`] requests failed.
     outcomes: VecDeque<bool>,
+    /// [`StopRule::Decided`]'s samples, when it is a rule.
+    judge: Option<Judge>,
 }
 
 impl Breaker {
     pub fn new(rules: Vec<StopRule>) -> Breaker {
+        let judge = rules.iter().find_map(|r| match r {
+            StopRule::Decided(d) => Some(Judge::new(d.clone())),
+            _ => None,
+        });
         Breaker {
+            judge,
             rules,
             sent: VecDeque::new(),
             newest_sent_s: 0.0,
@@ -92,6 +126,7 @@ impl Breaker {
         (0..self.rules.len()).find_map(|i| match self.rules[i] {
             StopRule::Errors(share) => self.errors(share, done_s),
             StopRule::Saturation => self.saturation(done_s),
+            StopRule::Decided(_) => self.judge.as_mut()?.add(r, done_s),
         })
     }
 
@@ -131,6 +166,105 @@ impl Breaker {
                 g.arrival_rate / (1.0 + g.slope),
                 g.arrival_rate,
             ),
+        })
+    }
+}
+
+/// [`StopRule::Decided`]: each objective's samples, and when to look next.
+struct Judge {
+    rule: Decide,
+    values: Vec<Distribution>,
+    seen: u64,
+    next_look: u64,
+}
+
+/// The first looks, this many requests apart.
+const FIRST_LOOKS: u64 = 8;
+
+impl Judge {
+    fn new(rule: Decide) -> Judge {
+        let values = rule.slo.objectives.iter().map(|_| Distribution::new()).collect();
+        Judge {
+            rule,
+            values,
+            seen: 0,
+            next_look: FIRST_LOOKS,
+        }
+    }
+
+    fn add(&mut self, r: &RequestRecord, done_s: f64) -> Option<Tripped> {
+        if !r.succeeded() {
+            return None; // the errors rule's, and the run's verdict's
+        }
+        for (o, d) in self.rule.slo.objectives.iter().zip(&mut self.values) {
+            if let Some(v) = o.value_us(r) {
+                d.record(v);
+            }
+        }
+        self.seen += 1;
+        if self.seen < self.next_look {
+            return None;
+        }
+        self.next_look = (self.seen + FIRST_LOOKS).max(self.seen + self.seen / 4);
+        let judged: Vec<ObjectiveResult> = self
+            .rule
+            .slo
+            .objectives
+            .iter()
+            .zip(&self.values)
+            .map(|(o, d)| {
+                let estimate = match quantile_of(&o.stat) {
+                    Some(q) => d.quantile(q),
+                    None if o.stat == "mean" => d.mean(),
+                    None => d.quantile(1.0),
+                };
+                o.judge(d, estimate.map(|v| v / 1e3))
+            })
+            .collect();
+        let tripped = |why: String| Tripped {
+            rule: "decided".into(),
+            at_s: done_s,
+            why,
+        };
+        let ms = |v: Option<f64>| v.map_or("…".to_string(), |v| format!("{v:.1}"));
+        let above = |o: &&ObjectiveResult| match o.stat.as_str() {
+            "max" => o.value_ms.is_some_and(|v| v > o.limit_ms),
+            _ => o.ci_low_ms.is_some_and(|l| l > o.limit_ms),
+        };
+        if let Some(o) = judged.iter().find(above) {
+            return Some(tripped(format!(
+                "not met: {}_{} is {} ms (95 % interval {}–{} ms), above its {} ms, over {} requests",
+                o.metric,
+                o.stat,
+                ms(o.value_ms),
+                ms(o.ci_low_ms),
+                ms(o.ci_high_ms),
+                o.limit_ms,
+                o.n.unwrap_or(0)
+            )));
+        }
+        let decidable = self.rule.slo.objectives.iter().all(|o| {
+            o.metric != SloMetric::Itl && o.stat != "max"
+        });
+        let within = |o: &ObjectiveResult| o.ci_high_ms.is_some_and(|h| h <= o.limit_ms);
+        (decidable && done_s >= self.rule.met_after_s && judged.iter().all(within)).then(|| {
+            let worst = judged
+                .iter()
+                .max_by(|a, b| {
+                    let r = |o: &ObjectiveResult| o.ci_high_ms.unwrap_or(0.0) / o.limit_ms;
+                    r(a).total_cmp(&r(b))
+                })
+                .expect("an SLO has an objective");
+            tripped(format!(
+                "met: every objective's 95 % interval lies within its limit after {:.1} s; the closest, {}_{}, is {} ms (up to {} ms) against {} ms, over {} requests",
+                done_s,
+                worst.metric,
+                worst.stat,
+                ms(worst.value_ms),
+                ms(worst.ci_high_ms),
+                worst.limit_ms,
+                worst.n.unwrap_or(0)
+            ))
         })
     }
 }
@@ -207,5 +341,55 @@ mod tests {
             .expect("one in four failed");
         assert_eq!(t.rule, "errors");
         assert!(t.why.contains("of the last 50 requests failed"), "{t:?}");
+    }
+
+    fn decided(slo: &str, met_after_s: f64) -> Breaker {
+        Breaker::new(vec![StopRule::Decided(Decide {
+            slo: Slo::parse(slo).unwrap(),
+            met_after_s,
+        })])
+    }
+
+    #[test]
+    fn a_verdict_far_from_its_limit_is_decided_early_either_way() {
+        // TTFT around 100 ms, 10 requests a second.
+        let ttft = |i: u64| 95 + (i * 7919) % 11;
+        let mut met = decided("ttft_p90=200ms", 5.0);
+        let t = (0..1000u64)
+            .find_map(|i| met.add(&rec(i, i * 100, ttft(i), false)))
+            .expect("decided");
+        assert!(t.why.starts_with("met:"), "{t:?}");
+        // Not before met_after_s, and not long after.
+        assert!((5.0..7.0).contains(&t.at_s), "{t:?}");
+        let mut not_met = decided("ttft_p90=50ms", 5.0);
+        let t = (0..1000u64)
+            .find_map(|i| not_met.add(&rec(i, i * 100, ttft(i), false)))
+            .expect("decided");
+        assert!(t.why.starts_with("not met: ttft_p90"), "{t:?}");
+        assert!(t.at_s < 1.5, "a few requests settle it: {t:?}");
+    }
+
+    #[test]
+    fn a_max_or_itl_objective_is_never_decided_met() {
+        let ttft = |i: u64| 95 + (i * 7919) % 11;
+        for slo in ["ttft_max=1s", "ttft_p50=1s,itl_p99=1s"] {
+            let mut b = decided(slo, 1.0);
+            for i in 0..3000u64 {
+                let t = b.add(&rec(i, i * 100, ttft(i), false));
+                assert!(t.is_none(), "{slo}: {t:?}");
+            }
+        }
+        // A max above its limit is decided not met by the request that passes it.
+        let mut b = decided("ttft_max=104ms", 1.0);
+        let t = (0..100u64).find_map(|i| b.add(&rec(i, i * 100, ttft(i), false)));
+        assert!(t.unwrap().why.starts_with("not met: ttft_max"));
+    }
+
+    #[test]
+    fn failed_requests_are_not_judged_by_the_decided_rule() {
+        let mut b = decided("e2e_p50=1ms", 0.0);
+        for i in 0..500u64 {
+            assert!(b.add(&rec(i, i * 10, 10, true)).is_none());
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! The core of tokenscope: what one request looked like ([`record`]), how the
 //! numbers are defined and computed from those records ([`metrics`]), the
 //! statistics behind every distribution ([`stats`]), service-level objectives
-//! ([`slo`]) and where a series stops meeting them ([`capacity`]), cost
+//! ([`slo`]) and where a series stops meeting them ([`capacity`]) or a
+//! search finds it does ([`search`]), cost
 //! ([`cost`], [`prices`]), the findings of a run ([`diagnosis`]), the
 //! trade-offs of a series ([`analysis`]) and the autoscaling thresholds they
 //! give ([`autoscale`]), whether two runs differ ([`compare`]), the run's one
@@ -37,6 +38,7 @@ pub mod overload;
 pub mod prices;
 pub mod record;
 pub mod results;
+pub mod search;
 pub mod segments;
 pub mod sessions;
 pub mod slo;

@@ -218,18 +218,25 @@ impl Objective {
 
     /// Whether one request meets this objective on its own (always true for ITL).
     pub fn met_by(&self, r: &RequestRecord) -> bool {
-        let value_us = match self.metric {
-            SloMetric::Ttft => r.ttft_us().map(|v| v as f64),
+        match self.metric {
+            // One-token answers have no TPOT to violate.
+            SloMetric::Tpot if r.tpot_us().is_none() => true,
+            SloMetric::Itl => true,
             // A request that never answered did not meet it.
+            _ => self.value_us(r).is_some_and(|v| v / 1e3 <= self.limit_ms),
+        }
+    }
+
+    /// One request's value of the metric in µs (`None` for ITL, of which a
+    /// request has many, and where the request has none).
+    pub fn value_us(&self, r: &RequestRecord) -> Option<f64> {
+        match self.metric {
+            SloMetric::Ttft => r.ttft_us().map(|v| v as f64),
             SloMetric::AnswerStart => r.answer_start_or_ttft_us().map(|v| v as f64),
-            SloMetric::Tpot => match r.tpot_us() {
-                Some(v) => Some(v),
-                None => return true, // one-token answers have no TPOT to violate
-            },
+            SloMetric::Tpot => r.tpot_us(),
             SloMetric::E2e => Some(r.e2e_us() as f64),
-            SloMetric::Itl => return true,
-        };
-        value_us.is_some_and(|v| v / 1e3 <= self.limit_ms)
+            SloMetric::Itl => None,
+        }
     }
 }
 

@@ -47,6 +47,12 @@ pub struct ExactConfig {
     pub reasoning_as: ReasoningAs,
     /// Keep the first this many request bodies (for tests: what a client sent).
     pub keep_bodies: usize,
+    /// Requests served at once (`None`: all of them). A request beyond
+    /// them waits, first come first served, and its TTFT counts the wait:
+    /// with constant arrivals the server keeps up with exactly
+    /// `slots ÷ (ttft + (tokens − 1) × itl)` requests a second, a capacity
+    /// known before it is measured.
+    pub slots: Option<u32>,
 }
 
 pub use crate::openai::ReasoningAs;
@@ -65,6 +71,7 @@ impl Default for ExactConfig {
             reasoning_tokens: 0,
             reasoning_as: ReasoningAs::Field,
             keep_bodies: 0,
+            slots: None,
         }
     }
 }
@@ -169,6 +176,8 @@ impl ServerStats {
 
 struct Shared {
     config: ExactConfig,
+    /// One permit a slot, with `slots`.
+    slots: Option<Arc<tokio::sync::Semaphore>>,
     model_json: String,
     stats: Arc<ServerStats>,
 }
@@ -189,6 +198,9 @@ impl ExactServer {
         let stats = Arc::new(ServerStats::default());
         let shared = Arc::new(Shared {
             model_json: serde_json::to_string(&config.model).expect("a string serializes"),
+            slots: config
+                .slots
+                .map(|n| Arc::new(tokio::sync::Semaphore::new(n.max(1) as usize))),
             config,
             stats: stats.clone(),
         });
@@ -267,7 +279,14 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
     if let Fault::Status(code) = fault {
         return injected_status(code);
     }
+    // A request waits here for a slot: its tokens are timed from then.
+    let slot = match &s.slots {
+        Some(slots) => Some(slots.clone().acquire_owned().await.expect("never closed")),
+        None => None,
+    };
     let mut plan = Plan {
+        started: Instant::now(),
+        _slot: slot,
         writer: Writer::new(dialect, "exact", n, &s.model_json, ask.prompt_tokens).asked(&ask),
         shared: s.clone(),
         arrival,
@@ -357,6 +376,10 @@ struct Plan {
     shared: Arc<Shared>,
     writer: Writer,
     arrival: Instant,
+    /// When its slot was free (its arrival without `slots`): its tokens are due from here.
+    started: Instant,
+    /// Held until the answer is done with.
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
     tokens: u64,
     usage_at_end: bool,
     usage_per_chunk: bool,
@@ -412,7 +435,7 @@ impl Plan {
         let cfg = &self.shared.config;
         let k = cfg.tokens_per_chunk.max(1) as u64;
         let last = ((j + 1) * k).min(self.tokens) - 1;
-        self.arrival + cfg.ttft + cfg.itl * last as u32
+        self.started + cfg.ttft + cfg.itl * last as u32
     }
 
     async fn step(&mut self, step: u64) -> Option<Result<Bytes, std::io::Error>> {

@@ -79,6 +79,7 @@ tokenscope sweep --concurrency 1,2,4,8,16 --requests 100\n  \
 tokenscope sweep --auto --requests 50\n  \
 tokenscope sweep --url http://localhost:8000 --rate 1,2,4,8 --duration 60s --slo ttft_p99=500ms\n  \
 tokenscope sweep --url http://localhost:8000 --auto --slo ttft_p99=1s,tpot_p99=50ms --target-load 32   # CI gate\n  \
+tokenscope sweep --url http://localhost:8000 --find rate --slo ttft_p99=500ms --precision 5%   # the SLO capacity, by bisection\n  \
 tokenscope sweep --concurrency 1,4,16,64 --out runs/s1 --resume   # re-runs only the missing points\n  \
 tokenscope sweep --url http://localhost:8000 --concurrency 1,8,64 --consistency --keep-text   # answers that change with load")]
     Sweep(Box<SweepArgs>),
@@ -414,12 +415,24 @@ fn headroom(s: &str) -> Result<f64, String> {
     }
 }
 
+fn precision(s: &str) -> Result<f64, String> {
+    let share = match s.ends_with('%') {
+        true => percent(s)? / 100.0,
+        false => s.parse::<f64>().map_err(|_| format!("`{s}`: expected a share like 5% or 0.05"))?,
+    };
+    match share {
+        p if p >= 0.001 && p <= 0.5 => Ok(p),
+        _ => Err(format!("`{s}`: a precision lies between 0.1% and 50%")),
+    }
+}
+
 fn objectives(s: &str) -> Result<Objectives, String> {
     Objectives::default().with_overrides(s)
 }
 
 /// `tokenscope sweep`: the bench flags, a series and its analysis.
 #[derive(Args, Debug, Clone)]
+#[command(group(clap::ArgGroup::new("search").args(["auto", "find"])))]
 pub struct SweepArgs {
     #[command(flatten)]
     pub bench: BenchArgs,
@@ -432,9 +445,31 @@ pub struct SweepArgs {
     /// at least 32.
     #[arg(long, conflicts_with_all = ["concurrency", "rate"])]
     pub auto: bool,
-    /// --auto: the concurrency of the maximum-throughput probe.
-    #[arg(long, default_value_t = 256, requires = "auto", value_parser = clap::value_parser!(u64).range(2..=100_000))]
+    /// --auto and --find: the concurrency of the maximum-throughput probe.
+    #[arg(long, default_value_t = 256, requires = "search", value_parser = clap::value_parser!(u64).range(2..=100_000))]
     pub auto_max_concurrency: u64,
+    /// Search the highest load that meets --slo: a maximum-throughput probe
+    /// (a closed loop at --auto-max-concurrency) bounds it, then bisection
+    /// until the bracket is within --precision. Each point stops once its
+    /// verdict is decided by the objectives' 95 % intervals, or at
+    /// --requests (default: what the SLO's percentiles need, at least 100);
+    /// an open-loop point also stops when its queue grows. Writes find.json.
+    #[arg(long, value_name = "rate|concurrency", value_parser = tokenscope_core::search::SearchOver::parse,
+          conflicts_with_all = ["auto", "concurrency", "rate", "resume", "repeat"], requires = "slo")]
+    pub find: Option<tokenscope_core::search::SearchOver>,
+    /// --find: stop when the bracket's width is at most this share of its top.
+    #[arg(long, default_value = "5%", value_parser = precision, requires = "find")]
+    pub precision: f64,
+    /// Before each point after the first: `reset-prefix-cache` (vLLM's
+    /// /reset_prefix_cache, SGLang's /flush_cache, llama.cpp's slots erased:
+    /// start it with --slot-save-path) or `cmd:COMMAND` (must exit 0). A
+    /// refusal is said and kept with the point.
+    #[arg(long, value_name = "ACTION", value_parser = crate::between::Between::parse)]
+    pub between_points: Option<crate::between::Between>,
+    /// --find: no point is decided to meet the SLO before it has run this
+    /// long (an open loop's queue takes time to build).
+    #[arg(long, default_value = "10s", value_parser = duration, requires = "find")]
+    pub min_point_time: Duration,
     /// Reuse the finished points already in --out (same load and workload) and run only the rest.
     #[arg(long, requires = "out")]
     pub resume: bool,
@@ -1491,6 +1526,12 @@ pub struct ExactArgs {
     pub reasoning_as: tokenscope_sim::exact::ReasoningAs,
     #[command(flatten)]
     pub faults: FaultArgs,
+    /// Requests served at once; the rest wait their turn, first come first
+    /// served, and their TTFT counts the wait (default: no limit). With
+    /// `--arrival constant` its capacity is exactly SLOTS ÷ (ttft + (N − 1)
+    /// × itl) requests a second for N-token answers.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub slots: Option<u32>,
     /// Server worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,

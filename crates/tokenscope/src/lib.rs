@@ -23,15 +23,18 @@
 //! `docs/architecture.md` draws the crates and the path of a run.
 
 pub mod answers;
+pub mod between;
 pub mod cli;
 pub mod commands;
 pub mod config_file;
 pub mod engine;
 pub mod exit;
+pub mod find;
 pub mod live;
 pub mod live_metrics;
 pub mod otlp;
 pub mod output;
+pub mod points;
 pub mod recording;
 pub mod run;
 pub mod run_dir;

@@ -91,18 +91,25 @@ pub fn open(base: &Load, r: f64) -> Level {
 /// Analyses a finished series: sorts it by load, writes `sweep.json` (every
 /// point's results and the analysis) and prints the table, the knee, the SLO
 /// capacity and the recommendations (or with `--json` the document alone).
+///
+/// `search`: a search's own document (`find.json`), kept in `sweep.json`
+/// under `find` too.
 pub fn finish_series(
     dir: &Path,
     mut points: Vec<Done>,
     output: &OutputArgs,
     series: &SeriesArgs,
+    search: Option<serde_json::Value>,
 ) -> anyhow::Result<Exit> {
     points.sort_by(|a, b| a.load.total_cmp(&b.load));
     let analysis = analyse(&points, output, series);
-    let doc = json!({
+    let mut doc = json!({
         "points": points.iter().map(|d| json!({"point": d.label, "load": d.load, "results": d.results})).collect::<Vec<_>>(),
         "analysis": analysis,
     });
+    if let Some(found) = search {
+        doc["find"] = found;
+    }
     crate::run_dir::write_sweep(dir, &doc)?;
     write_autoscalers(dir, &analysis, output.quiet || output.json)?;
     crate::run_dir::write_html_after_run(dir, output.quiet || output.json);
@@ -249,7 +256,7 @@ fn scale_points(points: &[Done]) -> (Vec<ScalePoint>, &'static str) {
 /// A point's objectives judged against `slo`: as the run judged them when
 /// it ran with this SLO, else re-judged from its requests (a `--resume` or a
 /// re-report may bring another SLO than the points were run with).
-fn judged(d: &Done, slo: &Slo) -> Vec<ObjectiveResult> {
+pub fn judged(d: &Done, slo: &Slo) -> Vec<ObjectiveResult> {
     let ran_with = serde_json::from_value::<Option<Slo>>(d.results.config["slo"].clone());
     if let (Ok(Some(ran)), Some(report)) = (ran_with, &d.results.slo) {
         if &ran == slo && report.objectives.iter().all(|o| o.verdict.is_some()) {

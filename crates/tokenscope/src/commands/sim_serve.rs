@@ -20,6 +20,7 @@ pub fn exact_config(a: &ExactArgs) -> ExactConfig {
         reasoning_tokens: a.reasoning_tokens,
         reasoning_as: a.reasoning_as,
         keep_bodies: 0,
+        slots: a.slots,
     }
 }
 

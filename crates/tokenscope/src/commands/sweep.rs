@@ -5,17 +5,13 @@
 
 use crate::cli::SweepArgs;
 use crate::exit::Exit;
+use crate::points::Points;
 use crate::run::builtin::with_runtime;
-use crate::run::Site;
-use crate::run_dir::{finished_points, same_point, Done};
+use crate::run_dir::finished_points;
 use crate::series::{closed, finish_series, open, Level, AUTO_MIN_REQUESTS};
 use crate::spec::workload::Load;
-use crate::spec::RunSpec;
-use crate::warnings::Warning;
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 use tokenscope_core::analysis::{self, Point};
-use tokenscope_core::results::RunResults;
 
 pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
     crate::spec::records::refuse_forever(args.bench.load.duration, "a sweep's points each end")?;
@@ -33,7 +29,7 @@ pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
     crate::spec::pricing::price_builtin(&mut args.bench);
     let base = Load::read(args.bench.load.clone(), args.bench.output.quiet)?;
     let flags = &base.flags;
-    let explicit: Vec<Level> = if args.auto {
+    let explicit: Vec<Level> = if args.auto || args.find.is_some() {
         Vec::new()
     } else if !flags.concurrency.is_empty() {
         flags
@@ -72,7 +68,7 @@ pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
         setup.builtin,
         &setup.client,
         |site| async move {
-            let mut series = Series {
+            let mut series = Points {
                 args: &args,
                 base,
                 dir: dir.clone(),
@@ -82,7 +78,26 @@ pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
                 sharded,
                 runs: 0,
                 saturated_at: None,
+                stop_rules: Vec::new(),
+                kind: None,
+                between: None,
             };
+            if let Some(over) = args.find {
+                let slo = args.bench.output.slo.as_ref().expect("--find requires --slo");
+                let found = crate::find::search(&mut series, over, slo).await?;
+                crate::find::write(&dir, &found)?;
+                let exit = finish_series(
+                    &dir,
+                    series.done,
+                    &args.bench.output,
+                    &args.series,
+                    Some(serde_json::to_value(&found)?),
+                )?;
+                if !args.bench.output.json {
+                    crate::output::to_stdout(&crate::find::summary(&found));
+                }
+                return Ok(exit);
+            }
             if args.auto {
                 series.auto().await?;
             } else {
@@ -94,7 +109,7 @@ pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
                     }
                 }
             }
-            finish_series(&dir, series.done, &args.bench.output, &args.series)
+            finish_series(&dir, series.done, &args.bench.output, &args.series, None)
         },
     )
 }
@@ -131,138 +146,7 @@ fn sharded_schedule(args: &SweepArgs) -> anyhow::Result<Option<(SystemTime, Dura
     Ok(Some((start, every)))
 }
 
-/// The points run so far and how to run the next.
-struct Series<'a> {
-    args: &'a SweepArgs,
-    /// The sweep's load, its files read once for every point.
-    base: Load,
-    dir: PathBuf,
-    site: Site,
-    /// With `--resume`: finished points found in the directory.
-    previous: Vec<(PathBuf, RunResults)>,
-    done: Vec<Done>,
-    /// A sharded sweep: when run 0 starts, and the time from one run's
-    /// start to the next's.
-    sharded: Option<(SystemTime, Duration)>,
-    /// Runs started so far.
-    runs: u32,
-    /// The load at which a point stopped on `--stop-on saturation`: the
-    /// explicit series' points at or above it are skipped.
-    saturated_at: Option<f64>,
-}
-
-impl Series<'_> {
-    fn say(&self, line: &str) {
-        if !self.args.bench.output.quiet {
-            eprintln!("tokenscope sweep: {line}");
-        }
-    }
-
-    /// Runs one point `--repeat` times (each run taken from a previous one
-    /// with `--resume` where it can be); false when it was interrupted.
-    async fn point(&mut self, level: Level) -> anyhow::Result<bool> {
-        if let Some(at) = self.saturated_at.filter(|&at| level.load >= at) {
-            self.say(&format!(
-                "{}: skipped, at or above {at} where the server's queue grew (--stop-on saturation)",
-                level.label
-            ));
-            return Ok(true);
-        }
-        let level = match self.args.consistency {
-            true => crate::series::same_prompts(level, self.base.flags.seed),
-            false => level,
-        };
-        let k = self.args.repeat;
-        for run in 1..=k {
-            let label = if k > 1 {
-                format!("{} (run {run} of {k})", level.label)
-            } else {
-                level.label.clone()
-            };
-            if !self.one_run(&level, label).await? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
-    /// One run of a point; false when it was interrupted.
-    async fn one_run(&mut self, level: &Level, label: String) -> anyhow::Result<bool> {
-        let mut point = self.args.bench.clone();
-        let config = level.work.config_json(&level.work.plan(), &point.output);
-        if let Some(i) = self
-            .previous
-            .iter()
-            .position(|(_, r)| same_point(&r.config, &config))
-        {
-            let (from, results) = self.previous.swap_remove(i);
-            self.say(&format!("{label}: kept from {}", from.display()));
-            self.done.push(Done {
-                label,
-                load: level.load,
-                results,
-                dir: Some(from),
-            });
-            return Ok(true);
-        }
-        if let Some((start, every)) = self.sharded {
-            // Every shard runs the same series: run k starts at the same instant on all.
-            let at = start + every * self.runs;
-            point.shard.start_at = Some(crate::cli::StartAt::at(at));
-            self.say(&format!(
-                "{label}: this shard's part, from {}",
-                humantime::format_rfc3339_millis(at)
-            ));
-        } else {
-            // Only a sharded sweep splits its points.
-            point.shard = Default::default();
-        }
-        self.runs += 1;
-        let dir = self.free_dir();
-        point.output.out = Some(dir.clone());
-        // The sweep owns its point directories: a killed point's leftovers go.
-        point.output.force = true;
-        point.output.json = false;
-        let spec = RunSpec::with_load(point, level.work.clone())?;
-        // The SLO's sample size is said once for the series.
-        for w in spec.warnings() {
-            if !matches!(w, Warning::SloSampleSize { .. }) {
-                w.say(spec.output.quiet);
-            }
-        }
-        let (results, _) = crate::self_check::then_run(&spec, &self.site).await?;
-        // Interrupted, or its output could not be written: the series stops.
-        let interrupted = results.partial || results.output_error.is_some();
-        if results
-            .stopped
-            .as_ref()
-            .is_some_and(|t| t.rule == "saturation")
-        {
-            self.say(&format!(
-                "{label}: stopped on saturation; the loads above it are skipped"
-            ));
-            self.saturated_at = Some(self.saturated_at.map_or(level.load, |s| s.min(level.load)));
-        }
-        self.done.push(Done {
-            label,
-            load: level.load,
-            results,
-            dir: Some(dir),
-        });
-        Ok(!interrupted)
-    }
-
-    /// The first `point-NN` directory not holding a finished point.
-    fn free_dir(&self) -> PathBuf {
-        (0..)
-            .map(|i| self.dir.join(format!("point-{i:02}")))
-            .find(|d| {
-                !d.join(crate::run_dir::RESULTS).exists()
-                    && !d.join(crate::run_dir::REQUESTS).exists()
-            })
-            .expect("an unused index")
-    }
-
+impl Points<'_> {
     /// `--auto`: baseline, maximum-throughput probe, then powers of two
     /// between them until the server is past saturation.
     async fn auto(&mut self) -> anyhow::Result<bool> {

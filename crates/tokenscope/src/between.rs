@@ -1,0 +1,190 @@
+//! `--between-points`: what is done to the server before each point of a
+//! series after the first, so a point does not read faster for what the
+//! last one left in the server's prefix cache.
+//!
+//! - `reset-prefix-cache`: the endpoint the server's kind has — vLLM's
+//!   `POST /reset_prefix_cache`, SGLang's `POST /flush_cache`, and on
+//!   llama.cpp each slot's cache erased (`GET /slots`, then
+//!   `POST /slots/{id}?action=erase`, which llama.cpp allows only when it
+//!   was started with `--slot-save-path`).
+//! - `cmd:COMMAND`: a command of your own, through `sh -c`, that must exit 0.
+//!
+//! Every call is checked: a refusal is said, with the server's own words,
+//! and kept with the point.
+
+use std::time::Duration;
+
+/// How long one call may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most of a server's answer kept in a message.
+const SAID: usize = 300;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Between {
+    ResetPrefixCache,
+    Command(String),
+}
+
+impl Between {
+    pub fn parse(text: &str) -> Result<Between, String> {
+        match text.trim() {
+            "reset-prefix-cache" => Ok(Between::ResetPrefixCache),
+            t => match t.strip_prefix("cmd:").map(str::trim) {
+                Some(cmd) if !cmd.is_empty() => Ok(Between::Command(cmd.to_string())),
+                _ => Err(format!(
+                    "`{text}`: expected reset-prefix-cache or cmd:COMMAND"
+                )),
+            },
+        }
+    }
+
+    /// Does it to the server at `url` (of `kind`, as detected); what was
+    /// done, or why it was not.
+    pub async fn apply(&self, url: &str, kind: Option<&str>) -> Result<String, String> {
+        match self {
+            Between::Command(cmd) => command(cmd).await,
+            Between::ResetPrefixCache => {
+                let client = reqwest::Client::builder()
+                    .timeout(CALL_TIMEOUT)
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                let url = url.trim_end_matches('/');
+                match kind {
+                    Some("vllm") | Some("vllm-v0") => {
+                        post(&client, &format!("{url}/reset_prefix_cache")).await
+                    }
+                    Some("sglang") => post(&client, &format!("{url}/flush_cache")).await,
+                    Some("llama.cpp") => erase_slots(&client, url).await,
+                    other => Err(format!(
+                        "no prefix-cache reset is known for a {} server; give --between-points 'cmd:…'",
+                        other.unwrap_or("undetected")
+                    )),
+                }
+            }
+        }
+    }
+}
+
+async fn post(client: &reqwest::Client, url: &str) -> Result<String, String> {
+    let answer = client.post(url).send().await.map_err(|e| format!("POST {url}: {e}"))?;
+    let status = answer.status();
+    let body = answer.text().await.unwrap_or_default();
+    match status.is_success() {
+        true => Ok(format!("POST {url}: {status}")),
+        false => Err(format!("POST {url}: {status}: {}", clip(&body))),
+    }
+}
+
+/// llama.cpp: every slot's cache erased, and the tokens it held counted.
+async fn erase_slots(client: &reqwest::Client, url: &str) -> Result<String, String> {
+    let slots_url = format!("{url}/slots");
+    let answer = client
+        .get(&slots_url)
+        .send()
+        .await
+        .map_err(|e| format!("GET {slots_url}: {e}"))?;
+    let status = answer.status();
+    let body = answer.text().await.unwrap_or_default();
+    if !status.is_success() {
+        return Err(format!("GET {slots_url}: {status}: {}", clip(&body)));
+    }
+    let slots: Vec<serde_json::Value> = serde_json::from_str(&body)
+        .map_err(|e| format!("GET {slots_url}: not a list of slots ({e}): {}", clip(&body)))?;
+    let ids: Vec<u64> = slots.iter().filter_map(|s| s["id"].as_u64()).collect();
+    if ids.is_empty() {
+        return Err(format!("GET {slots_url}: no slot ids in {}", clip(&body)));
+    }
+    let mut erased = 0;
+    for id in &ids {
+        let erase = format!("{url}/slots/{id}?action=erase");
+        let answer = client
+            .post(&erase)
+            .send()
+            .await
+            .map_err(|e| format!("POST {erase}: {e}"))?;
+        let status = answer.status();
+        let body = answer.text().await.unwrap_or_default();
+        if !status.is_success() {
+            return Err(format!("POST {erase}: {status}: {}", clip(&body)));
+        }
+        let said: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        erased += said["n_erased"].as_u64().unwrap_or(0);
+    }
+    Ok(format!(
+        "erased {} llama.cpp slots ({erased} cached tokens)",
+        ids.len()
+    ))
+}
+
+async fn command(cmd: &str) -> Result<String, String> {
+    let run = tokio::process::Command::new("sh")
+        .args(["-c", cmd])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(CALL_TIMEOUT, run)
+        .await
+        .map_err(|_| format!("`{cmd}` did not finish within {} s", CALL_TIMEOUT.as_secs()))?
+        .map_err(|e| format!("running `{cmd}`: {e}"))?;
+    let said = String::from_utf8_lossy(if out.stderr.is_empty() {
+        &out.stdout
+    } else {
+        &out.stderr
+    })
+    .trim()
+    .to_string();
+    match out.status.success() {
+        true => Ok(format!("`{cmd}` exited 0")),
+        false => Err(format!("`{cmd}` {}: {}", out.status, clip(&said))),
+    }
+}
+
+/// At most [`SAID`] characters of a server's answer, on one line.
+fn clip(text: &str) -> String {
+    let one: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match one.char_indices().nth(SAID) {
+        Some((i, _)) => format!("{}…", &one[..i]),
+        None => one,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_what_it_can_do_and_refuses_the_rest() {
+        assert_eq!(Between::parse("reset-prefix-cache"), Ok(Between::ResetPrefixCache));
+        assert_eq!(
+            Between::parse("cmd: curl -X POST x"),
+            Ok(Between::Command("curl -X POST x".into()))
+        );
+        for bad in ["", "cmd:", "reset", "flush"] {
+            assert!(Between::parse(bad).unwrap_err().contains("cmd:COMMAND"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_long_answer_is_clipped_to_one_line() {
+        let long = "x\n".repeat(10_000);
+        let c = clip(&long);
+        assert!(!c.contains('\n'));
+        assert!(c.chars().count() <= SAID + 1);
+    }
+
+    #[tokio::test]
+    async fn a_command_that_fails_is_said_with_its_words() {
+        let e = Between::Command("echo nope >&2; exit 3".into())
+            .apply("http://127.0.0.1:1", None)
+            .await
+            .unwrap_err();
+        assert!(e.contains("nope") && e.contains('3'), "{e}");
+        let ok = Between::Command("true".into()).apply("", None).await;
+        assert!(ok.is_ok(), "{ok:?}");
+        let e = Between::ResetPrefixCache
+            .apply("http://127.0.0.1:1", Some("tgi"))
+            .await
+            .unwrap_err();
+        assert!(e.contains("tgi"), "{e}");
+    }
+}
