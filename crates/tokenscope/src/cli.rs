@@ -136,6 +136,17 @@ A run is a change point when a figure lies > 4 robust SDs from the median of its
 configuration's previous 10 runs, > 5 % from it, and its own 95 % interval is clear\n\
 of theirs (docs/history.md).")]
     History(HistoryCommand),
+    /// Start the server once per setting, find each setting's SLO capacity by search, recommend one.
+    #[command(after_help = "Examples:\n  \
+tokenscope tune --serve 'llama-server -m model.gguf --port {port} -np {slots} -c 8192' --param slots=1,2,4 --slo ttft_p99=2s\n  \
+tokenscope tune --serve 'vllm serve meta-llama/Llama-3.1-8B --port {port} --max-num-seqs {seqs}' --param seqs=64,128,256 \\\n      --slo ttft_p99=500ms,tpot_p99=50ms --between-points reset-prefix-cache --gpu-price h100=2.49\n  \
+tokenscope tune --serve 'tokenscope sim serve --port {port} --max-num-seqs {n}' --param n=8,32 --slo ttft_p90=1s\n\n\
+For each setting (the grid of every --param, or each [[setting]] of --settings FILE):\n\
+its command starts in a process group of its own (output in SETTING/server.log),\n\
+is timed to its first /health, searched (sweep --find rate unless --find says\n\
+concurrency), and stopped (SIGTERM, 10 s, SIGKILL). A setting that does not start,\n\
+or whose server dies, is a result, not the end. Writes tune.json.")]
+    Tune(Box<TuneArgs>),
     /// Built-in servers.
     #[command(subcommand)]
     Sim(SimCommand),
@@ -489,6 +500,62 @@ pub struct SweepArgs {
     /// requests in flight to finish. Point k starts at --start-at + k × (--duration + this).
     #[arg(long, default_value = "20s", value_parser = duration)]
     pub point_gap: Duration,
+}
+
+/// `tokenscope tune`: the bench flags, the search's, and the settings.
+#[derive(Args, Debug, Clone)]
+pub struct TuneArgs {
+    #[command(flatten)]
+    pub bench: BenchArgs,
+    #[command(flatten)]
+    pub series: SeriesArgs,
+    /// The server's command: `{port}` becomes a free port on 127.0.0.1
+    /// (unless --url names where it listens), each `{NAME}` its setting's value.
+    /// (The load is the search's: --rate and --concurrency are not tune's.)
+    #[arg(long, value_name = "CMD", conflicts_with_all = ["rate", "concurrency", "cold_start"])]
+    pub serve: String,
+    /// A parameter and its values, `NAME=V1,V2,…`; repeat it for a grid of
+    /// every combination.
+    #[arg(long = "param", value_name = "NAME=VALUES", value_parser = param, conflicts_with = "settings")]
+    pub params: Vec<(String, Vec<String>)>,
+    /// Named settings instead of a grid: a TOML file of `[[setting]]`
+    /// tables, each with a `name` and its parameters' values.
+    #[arg(long, value_name = "FILE")]
+    pub settings: Option<PathBuf>,
+    /// What to search: rate (an open loop) or concurrency.
+    #[arg(long, value_name = "rate|concurrency", default_value = "rate", value_parser = tokenscope_core::search::SearchOver::parse)]
+    pub find: tokenscope_core::search::SearchOver,
+    /// Stop a setting's search when its bracket is at most this share of its top.
+    #[arg(long, default_value = "5%", value_parser = precision)]
+    pub precision: f64,
+    /// No point is decided to meet the SLO before it has run this long.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub min_point_time: Duration,
+    /// The concurrency of each setting's maximum-throughput probe.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(2..=100_000))]
+    pub auto_max_concurrency: u64,
+    /// Before each point after a setting's first: `reset-prefix-cache` or `cmd:COMMAND`.
+    #[arg(long, value_name = "ACTION", value_parser = crate::between::Between::parse)]
+    pub between_points: Option<crate::between::Between>,
+}
+
+fn param(s: &str) -> Result<(String, Vec<String>), String> {
+    let (name, values) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected NAME=V1,V2 (slots=1,2,4)"))?;
+    let name = name.trim();
+    let ok_name = !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !ok_name || name == "port" {
+        return Err(format!(
+            "`{s}`: a parameter's name is letters, digits, _ or - (and not `port`, which tune chooses)"
+        ));
+    }
+    let values: Vec<String> = values.split(',').map(|v| v.trim().to_string()).collect();
+    if values.iter().any(String::is_empty) {
+        return Err(format!("`{s}`: an empty value"));
+    }
+    Ok((name.to_string(), values))
 }
 
 /// A load series for `sim plan --sweep`: `concurrency:1,4,16` or `rate:1,2,4`.
@@ -1042,8 +1109,8 @@ pub struct ClientArgs {
     /// server's first generation).
     #[arg(long, value_name = "COMMAND", requires = "url")]
     pub cold_start: Option<String>,
-    /// --cold-start: the longest to wait for the server to answer /health.
-    #[arg(long, default_value = "10m", value_parser = positive_duration, requires = "cold_start")]
+    /// --cold-start and tune: the longest to wait for a server it started to answer /health.
+    #[arg(long, default_value = "10m", value_parser = positive_duration)]
     pub ready_timeout: Duration,
 }
 

@@ -48,6 +48,9 @@ pub struct Found {
     pub grid: Option<GridCost>,
     /// Ctrl-C, or a run that could not write its output, ended the search.
     pub interrupted: bool,
+    /// Why the search ended before its bracket closed (the server died).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended: Option<String>,
 }
 
 /// The maximum-throughput probe.
@@ -98,13 +101,21 @@ impl Found {
             requests_per_point: None,
             grid: None,
             interrupted: false,
+            ended: None,
         }
     }
 }
 
 /// Runs the search on `points` (its directory, site and load); the points
-/// searched stay in `points.done`, the probe does not.
-pub async fn search(points: &mut Points<'_>, over: SearchOver, slo: &Slo) -> anyhow::Result<Found> {
+/// searched stay in `points.done`, the probe does not. `gone` is asked
+/// after each run whether the server is gone (and why): the search ends
+/// there rather than read a dead server's failures as misses.
+pub async fn search(
+    points: &mut Points<'_>,
+    over: SearchOver,
+    slo: &Slo,
+    gone: &mut dyn FnMut() -> Option<String>,
+) -> anyhow::Result<Found> {
     let args = points.args;
     let mut found = Found::new(over, slo, args.precision);
     let cap = cap(points, slo);
@@ -117,6 +128,10 @@ pub async fn search(points: &mut Points<'_>, over: SearchOver, slo: &Slo) -> any
         return Ok(found);
     }
     let d = points.done.pop().expect("the probe ran");
+    if let Some(why) = gone() {
+        found.ended = Some(why);
+        return Ok(found);
+    }
     let probe = probe_of(&d, c, slo);
     found.requests += probe.requests;
     found.seconds += probe.seconds;
@@ -152,6 +167,10 @@ pub async fn search(points: &mut Points<'_>, over: SearchOver, slo: &Slo) -> any
         ));
         if !points.point(level(points, over, load, cap)).await? {
             found.interrupted = true;
+            break;
+        }
+        if let Some(why) = gone() {
+            found.ended = Some(why);
             break;
         }
         let d = points.done.last().expect("the point ran");
@@ -281,7 +300,7 @@ pub fn summary(found: &Found) -> String {
                 found.slo, b.high
             ),
             (Some(c), true) => format!(
-                "find: capacity at least {c} {unit}: the probe's figure met {}; a larger --auto-max-concurrency may find more",
+                "find: capacity at least {c} {unit}: {} held at the probe's maximum throughput (the server's, unless the probe's concurrency limited it: a larger --auto-max-concurrency would tell)",
                 found.slo
             ),
             (Some(c), false) => format!(
@@ -300,6 +319,9 @@ pub fn summary(found: &Found) -> String {
     out.push_str(&head);
     if found.interrupted {
         out.push_str(" (interrupted: the bracket is where the search stopped)");
+    }
+    if let Some(why) = &found.ended {
+        out.push_str(&format!(" (the search ended early: {why})"));
     }
     out.push('\n');
     out.push_str(&format!(

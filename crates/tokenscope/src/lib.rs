@@ -42,6 +42,7 @@ pub mod self_check;
 pub mod series;
 pub mod signals;
 pub mod spec;
+pub mod tuning;
 pub mod warnings;
 
 use clap::{CommandFactory, FromArgMatches};

@@ -115,7 +115,7 @@ pub fn finish_series(
     crate::run_dir::write_html_after_run(dir, output.quiet || output.json);
     if output.json {
         crate::output::to_stdout(&(serde_json::to_string_pretty(&doc)? + "\n"));
-    } else {
+    } else if !output.quiet {
         let labelled: Vec<(String, RunResults)> = points
             .iter()
             .map(|d| (d.label.clone(), d.results.clone()))

@@ -27,3 +27,32 @@ impl Stop {
         }
     }
 }
+
+/// Raised by the first SIGINT or SIGTERM from its making on: work made of
+/// several runs (a tune's settings) stops between them, and a wait that
+/// is not a run (a server loading) ends at once.
+#[derive(Clone)]
+pub struct Raised(tokio::sync::watch::Receiver<bool>);
+
+impl Raised {
+    /// Listens from now on; must run inside the tokio runtime.
+    pub fn listen() -> std::io::Result<Raised> {
+        let mut stop = Stop::listen()?;
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            stop.recv().await;
+            let _ = tx.send(true);
+        });
+        Ok(Raised(rx))
+    }
+
+    pub fn is_raised(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Resolves once raised (at once if it already was).
+    pub async fn wait(&self) {
+        let mut rx = self.0.clone();
+        let _ = rx.wait_for(|raised| *raised).await;
+    }
+}

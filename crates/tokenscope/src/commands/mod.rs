@@ -14,6 +14,7 @@ pub mod sim_plan;
 pub mod sim_serve;
 pub mod sim_size;
 pub mod sweep;
+pub mod tune;
 pub mod watch;
 
 use crate::cli::{Command, SimCommand};
@@ -30,6 +31,7 @@ pub fn run(command: Command) -> anyhow::Result<Exit> {
         Command::Selftest(args) => selftest::run(args),
         Command::Merge(args) => merge::run(args),
         Command::History(args) => history::run(args),
+        Command::Tune(args) => tune::run(*args),
         Command::Sim(SimCommand::Exact(args)) => sim_serve::exact(*args),
         Command::Sim(SimCommand::Serve(args)) => sim_serve::engine(*args),
         Command::Sim(SimCommand::Plan(args)) => sim_plan::run(*args),

@@ -92,19 +92,40 @@ async fn ready(client: &reqwest::Client, base: &str) -> bool {
 }
 
 fn last_line(log: &Path) -> String {
-    std::fs::read_to_string(log)
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .rev()
-                .find(|l| !l.trim().is_empty())
-                .map(str::to_string)
-        })
+    last_lines(log, 1)
+}
+
+/// The last `n` non-empty lines of a server's log, joined with ` | `,
+/// each at most 300 characters; the log is read from its last 64 KiB only.
+pub fn last_lines(log: &Path, n: usize) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut tail = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(log) {
+        let len = f.metadata().map_or(0, |m| m.len());
+        let _ = f.seek(SeekFrom::Start(len.saturating_sub(64 * 1024)));
+        let _ = f.take(64 * 1024).read_to_end(&mut tail);
+    }
+    let text = String::from_utf8_lossy(&tail);
+    let mut lines: Vec<String> = text
+        .lines()
+        .rev()
+        .filter(|l| !l.trim().is_empty())
+        .take(n)
         .map(|l| l.chars().take(300).collect())
-        .unwrap_or_else(|| "(none)".into())
+        .collect();
+    if lines.is_empty() {
+        return "(none)".into();
+    }
+    lines.reverse();
+    lines.join(" | ")
 }
 
 impl Started {
+    /// How the server exited, if it has.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// SIGTERM to the server's process group, SIGKILL after a grace period.
     pub fn stop(&mut self) -> Duration {
         let t = Instant::now();

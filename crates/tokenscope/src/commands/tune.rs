@@ -1,0 +1,208 @@
+//! `tokenscope tune`: for each setting (a grid of `--param`s or the named
+//! settings of `--settings FILE`), start the server (`--serve`, `{port}`
+//! and each `{NAME}` filled in), time it to its first `/health`, find its
+//! SLO capacity by search ([`crate::find`]), stop it, and check its port is
+//! free. `OUT/tune.json` holds every setting's outcome and the setting
+//! recommended per kind of service, with what each recommendation rests on
+//! ([`crate::tuning`]); each setting's directory holds its server's log,
+//! its probe, its points and their `sweep.json`.
+
+use crate::cli::{SweepArgs, TuneArgs};
+use crate::exit::Exit;
+use crate::find::{self, Found};
+use crate::points::Points;
+use crate::run::builtin::with_runtime;
+use crate::run::cold_start;
+use crate::signals::Raised;
+use crate::spec::workload::Load;
+use crate::tuning::{self, Setting, Tuned};
+use std::path::Path;
+use std::time::Duration;
+use tokenscope_core::slo::Slo;
+
+pub fn run(args: TuneArgs) -> anyhow::Result<Exit> {
+    let slo = check(&args)?;
+    let settings = match &args.settings {
+        Some(file) => tuning::read_settings(file)?,
+        None => tuning::grid(&args.params),
+    };
+    tuning::check_placeholders(&args.serve, &settings, args.bench.target.url.is_some())
+        .map_err(Exit::usage)?;
+    let dir = args
+        .bench
+        .output
+        .out
+        .clone()
+        .unwrap_or_else(crate::run_dir::default_out_dir);
+    crate::run_dir::claim_out_dir(&dir, args.bench.output.force)?;
+    let base = Load::read(args.bench.load.clone(), args.bench.output.quiet)?;
+    let mut tuned: Vec<Tuned> = Vec::new();
+    for (i, setting) in settings.iter().enumerate() {
+        say(&args, &format!("setting {} of {}: {}", i + 1, settings.len(), setting.name));
+        let one = one_setting(&args, &slo, &base, setting, &dir)?;
+        let stop = one.interrupted;
+        tuned.push(one);
+        if stop {
+            say(&args, "interrupted: the settings left are not run");
+            break;
+        }
+    }
+    let doc = tuning::document(&args.serve, &slo, tuned);
+    tuning::write(&dir, &doc)?;
+    if args.bench.output.json {
+        crate::output::to_stdout(&(serde_json::to_string_pretty(&doc)? + "\n"));
+    } else if !args.bench.output.quiet {
+        crate::output::to_stdout(&tuning::table(&doc));
+        crate::output::to_stdout(&format!(
+            "\ntune directory: {} (tune.json; one directory per setting)\n",
+            dir.display()
+        ));
+    }
+    Ok(match (doc.interrupted, doc.best_capacity()) {
+        (true, _) => Exit::Interrupted,
+        (false, Some(_)) => Exit::Success,
+        (false, None) => Exit::SloNotMet,
+    })
+}
+
+/// The flags tune cannot work without, or cannot use.
+fn check(args: &TuneArgs) -> anyhow::Result<Slo> {
+    let refuse = |why: &str| Err(Exit::usage(format!("tune: {why}")));
+    if args.bench.client.cold_start.is_some() {
+        return refuse("tune starts each setting's server itself (--serve): --cold-start is bench's");
+    }
+    if !args.bench.load.concurrency.is_empty() || !args.bench.load.rate.is_empty() {
+        return refuse("tune searches the load itself: leave out --concurrency and --rate");
+    }
+    if args.params.is_empty() && args.settings.is_none() {
+        return refuse("give the settings: --param NAME=V1,V2 (repeatable) or --settings FILE");
+    }
+    crate::spec::records::refuse_forever(args.bench.load.duration, "a tune's points each end")?;
+    match &args.bench.output.slo {
+        Some(slo) => Ok(slo.clone()),
+        None => refuse("give --slo: a setting's capacity is the highest load that meets it"),
+    }
+}
+
+fn say(args: &TuneArgs, line: &str) {
+    if !args.bench.output.quiet {
+        eprintln!("tokenscope tune: {line}");
+    }
+}
+
+/// The sweep a setting's search runs as.
+fn sweep_args(args: &TuneArgs, dir: &Path, url: &str) -> SweepArgs {
+    let mut bench = args.bench.clone();
+    bench.target.url = Some(url.to_string());
+    bench.output.out = Some(dir.to_path_buf());
+    bench.output.force = true;
+    SweepArgs {
+        bench,
+        series: args.series.clone(),
+        auto: false,
+        auto_max_concurrency: args.auto_max_concurrency,
+        find: Some(args.find),
+        precision: args.precision,
+        min_point_time: args.min_point_time,
+        between_points: args.between_points.clone(),
+        resume: false,
+        repeat: 1,
+        consistency: false,
+        point_gap: Duration::ZERO,
+    }
+}
+
+/// One setting: its server started, searched, stopped.
+fn one_setting(
+    args: &TuneArgs,
+    slo: &Slo,
+    base: &Load,
+    setting: &Setting,
+    dir: &Path,
+) -> anyhow::Result<Tuned> {
+    let sdir = dir.join(setting.dir_name());
+    std::fs::create_dir_all(&sdir)?;
+    let port = tuning::free_port()?;
+    let url = args
+        .bench
+        .target
+        .url
+        .clone()
+        .unwrap_or_else(|| format!("http://127.0.0.1:{port}"));
+    let command = setting.command(&args.serve, port);
+    let sweep = sweep_args(args, &sdir, &url);
+    let mut tuned = Tuned::new(setting, &command, &setting.dir_name());
+    let log = sdir.join("server.log");
+    let chose_port = args.bench.target.url.is_none();
+    with_runtime(&sweep.bench.target, sweep.bench.builtin, &sweep.bench.client, |site| {
+        let tuned = &mut tuned;
+        let sweep = &sweep;
+        async move {
+            let raised = Raised::listen()?;
+            let timeout = args.bench.client.ready_timeout;
+            let started = tokio::select! {
+                s = cold_start::start(&command, &url, &log, timeout) => s,
+                _ = raised.wait() => {
+                    tuned.interrupted = true;
+                    return Ok(Exit::Interrupted);
+                }
+            };
+            let mut server = match started {
+                Ok(s) => s,
+                Err(e) => {
+                    tuned.error = Some(format!("did not start: {e:#}"));
+                    say(args, &format!("{}: did not start: {e:#}", setting.name));
+                    return Ok(Exit::Success);
+                }
+            };
+            tuned.ready_s = Some(server.ready_after.as_secs_f64());
+            say(args, &format!("{}: ready after {:.1} s", setting.name, server.ready_after.as_secs_f64()));
+            let mut points = Points {
+                args: sweep,
+                base: base.clone(),
+                dir: sdir.clone(),
+                site,
+                previous: Vec::new(),
+                done: Vec::new(),
+                sharded: None,
+                runs: 0,
+                saturated_at: None,
+                stop_rules: Vec::new(),
+                kind: None,
+                between: None,
+            };
+            let found = {
+                let mut gone = || {
+                    server.exited().map(|status| {
+                        format!(
+                            "the server exited ({status}) mid-search; its log ends: {}",
+                            cold_start::last_lines(&log, 3)
+                        )
+                    })
+                };
+                find::search(&mut points, args.find, slo, &mut gone).await
+            };
+            tuned.stop_s = Some(server.stop().as_secs_f64());
+            if chose_port && !tuning::port_freed(port) {
+                tuned.notes.push(format!(
+                    "port {port} was still taken 5 s after the server stopped: something it started may still run"
+                ));
+            }
+            let found: Found = found?;
+            tuned.interrupted = found.interrupted || raised.is_raised();
+            tuned.error = found.ended.clone();
+            find::write(&sdir, &found)?;
+            tuned.take(&found, &points.done);
+            let mut output = sweep.bench.output.clone();
+            output.quiet = true;
+            output.json = false;
+            crate::series::finish_series(&sdir, points.done, &output, &sweep.series, Some(serde_json::to_value(&found)?))?;
+            if !args.bench.output.quiet {
+                eprint!("{}", find::summary(&found));
+            }
+            tuned.find = Some(found);
+            Ok(Exit::Success)
+        }
+    })?;
+    Ok(tuned)
+}
