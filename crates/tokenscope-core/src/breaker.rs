@@ -183,7 +183,12 @@ const FIRST_LOOKS: u64 = 8;
 
 impl Judge {
     fn new(rule: Decide) -> Judge {
-        let values = rule.slo.objectives.iter().map(|_| Distribution::new()).collect();
+        let values = rule
+            .slo
+            .objectives
+            .iter()
+            .map(|_| Distribution::new())
+            .collect();
         Judge {
             rule,
             values,
@@ -243,9 +248,12 @@ impl Judge {
                 o.n.unwrap_or(0)
             )));
         }
-        let decidable = self.rule.slo.objectives.iter().all(|o| {
-            o.metric != SloMetric::Itl && o.stat != "max"
-        });
+        let decidable = self
+            .rule
+            .slo
+            .objectives
+            .iter()
+            .all(|o| o.metric != SloMetric::Itl && o.stat != "max");
         let within = |o: &ObjectiveResult| o.ci_high_ms.is_some_and(|h| h <= o.limit_ms);
         (decidable && done_s >= self.rule.met_after_s && judged.iter().all(within)).then(|| {
             let worst = judged

@@ -112,7 +112,11 @@ impl Bisection {
             (true, true) => None,
             (false, _) => {
                 let mid = (self.low + self.high) / 2.0;
-                Some(if whole { mid.round().max(1.0) } else { round3(mid) })
+                Some(if whole {
+                    mid.round().max(1.0)
+                } else {
+                    round3(mid)
+                })
             }
         }
     }
@@ -138,7 +142,12 @@ impl Bisection {
             capacity: (low > 0.0).then_some(low),
             low,
             high,
-            high_from: if self.high_measured { "measured" } else { "probe" }.into(),
+            high_from: if self.high_measured {
+                "measured"
+            } else {
+                "probe"
+            }
+            .into(),
             at_least: self.met_at_bound,
             width: if high > 0.0 { (high - low) / high } else { 0.0 },
         }
@@ -224,13 +233,22 @@ mod tests {
         for truth in [1.0, 5.0, 37.0, 63.0] {
             let (b, _) = search(SearchOver::Concurrency, 64.0, truth, 0.05);
             assert_eq!(b.low.fract(), 0.0);
-            assert!(b.low <= truth && truth < b.high.max(b.low + 1.0), "{truth}: {b:?}");
+            assert!(
+                b.low <= truth && truth < b.high.max(b.low + 1.0),
+                "{truth}: {b:?}"
+            );
         }
     }
 
     #[test]
     fn a_grid_of_the_same_precision_costs_a_point_per_step() {
-        assert_eq!(grid_cost(0.05, 200), GridCost { points: 20, requests: 4000 });
+        assert_eq!(
+            grid_cost(0.05, 200),
+            GridCost {
+                points: 20,
+                requests: 4000
+            }
+        );
         assert_eq!(grid_cost(0.3, u64::MAX).requests, u64::MAX);
         assert_eq!(round3(13.3333), 13.3);
         assert_eq!(round3(0.012345), 0.0123);

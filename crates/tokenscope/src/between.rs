@@ -66,7 +66,11 @@ impl Between {
 }
 
 async fn post(client: &reqwest::Client, url: &str) -> Result<String, String> {
-    let answer = client.post(url).send().await.map_err(|e| format!("POST {url}: {e}"))?;
+    let answer = client
+        .post(url)
+        .send()
+        .await
+        .map_err(|e| format!("POST {url}: {e}"))?;
     let status = answer.status();
     let body = answer.text().await.unwrap_or_default();
     match status.is_success() {
@@ -88,8 +92,12 @@ async fn erase_slots(client: &reqwest::Client, url: &str) -> Result<String, Stri
     if !status.is_success() {
         return Err(format!("GET {slots_url}: {status}: {}", clip(&body)));
     }
-    let slots: Vec<serde_json::Value> = serde_json::from_str(&body)
-        .map_err(|e| format!("GET {slots_url}: not a list of slots ({e}): {}", clip(&body)))?;
+    let slots: Vec<serde_json::Value> = serde_json::from_str(&body).map_err(|e| {
+        format!(
+            "GET {slots_url}: not a list of slots ({e}): {}",
+            clip(&body)
+        )
+    })?;
     let ids: Vec<u64> = slots.iter().filter_map(|s| s["id"].as_u64()).collect();
     if ids.is_empty() {
         return Err(format!("GET {slots_url}: no slot ids in {}", clip(&body)));
@@ -154,13 +162,19 @@ mod tests {
 
     #[test]
     fn parses_what_it_can_do_and_refuses_the_rest() {
-        assert_eq!(Between::parse("reset-prefix-cache"), Ok(Between::ResetPrefixCache));
+        assert_eq!(
+            Between::parse("reset-prefix-cache"),
+            Ok(Between::ResetPrefixCache)
+        );
         assert_eq!(
             Between::parse("cmd: curl -X POST x"),
             Ok(Between::Command("curl -X POST x".into()))
         );
         for bad in ["", "cmd:", "reset", "flush"] {
-            assert!(Between::parse(bad).unwrap_err().contains("cmd:COMMAND"), "{bad}");
+            assert!(
+                Between::parse(bad).unwrap_err().contains("cmd:COMMAND"),
+                "{bad}"
+            );
         }
     }
 

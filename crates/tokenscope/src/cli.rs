@@ -429,10 +429,12 @@ fn headroom(s: &str) -> Result<f64, String> {
 fn precision(s: &str) -> Result<f64, String> {
     let share = match s.ends_with('%') {
         true => percent(s)? / 100.0,
-        false => s.parse::<f64>().map_err(|_| format!("`{s}`: expected a share like 5% or 0.05"))?,
+        false => s
+            .parse::<f64>()
+            .map_err(|_| format!("`{s}`: expected a share like 5% or 0.05"))?,
     };
     match share {
-        p if p >= 0.001 && p <= 0.5 => Ok(p),
+        p if (0.001..=0.5).contains(&p) => Ok(p),
         _ => Err(format!("`{s}`: a precision lies between 0.1% and 50%")),
     }
 }
@@ -545,7 +547,9 @@ fn param(s: &str) -> Result<(String, Vec<String>), String> {
         .ok_or_else(|| format!("`{s}`: expected NAME=V1,V2 (slots=1,2,4)"))?;
     let name = name.trim();
     let ok_name = !name.is_empty()
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if !ok_name || name == "port" {
         return Err(format!(
             "`{s}`: a parameter's name is letters, digits, _ or - (and not `port`, which tune chooses)"

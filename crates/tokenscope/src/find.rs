@@ -74,6 +74,9 @@ pub struct Searched {
     pub verdict: String,
     /// The objective that binds (the worst bound ÷ limit).
     pub binding: Option<String>,
+    /// Why a verdict could not be reached (`not_enough_data`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub undecided: Option<String>,
     /// Why the point ended before its cap.
     pub stopped: Option<Tripped>,
     pub requests: u64,
@@ -120,8 +123,13 @@ pub async fn search(
     let mut found = Found::new(over, slo, args.precision);
     let cap = cap(points, slo);
     found.requests_per_point = cap;
+    if let Some(w) = cap.and_then(|n| crate::warnings::slo_sample_size(slo, n)) {
+        points.say(&format!("warning: {}", w.message()));
+    }
     let c = args.auto_max_concurrency;
-    points.say(&format!("find: maximum-throughput probe at concurrency {c}"));
+    points.say(&format!(
+        "find: maximum-throughput probe at concurrency {c}"
+    ));
     let probe = closed(&points.base, c);
     if !points.run_apart(probe, "probe").await? {
         found.interrupted = true;
@@ -175,7 +183,10 @@ pub async fn search(
         }
         let d = points.done.last().expect("the point ran");
         let mut searched = searched(d, &points.dir, slo);
-        searched.between = points.between.clone().map(|b| b.unwrap_or_else(|e| format!("refused: {e}")));
+        searched.between = points
+            .between
+            .clone()
+            .map(|b| b.unwrap_or_else(|e| format!("refused: {e}")));
         points.say(&format!(
             "find: {load}: {}{}",
             searched.verdict,
@@ -184,9 +195,18 @@ pub async fn search(
                 .as_ref()
                 .map_or(String::new(), |t| format!(" ({})", t.why))
         ));
-        bisection.record(load, searched.met);
         found.requests += searched.requests;
         found.seconds += searched.seconds;
+        // Not a miss: the data cannot say, and a search on it would conclude
+        // what it cannot support.
+        if let Some(why) = &searched.undecided {
+            found.ended = Some(format!(
+                "the point at {load} could not be judged ({why}): give each point more requests (--requests)"
+            ));
+            found.points.push(searched);
+            break;
+        }
+        bisection.record(load, searched.met);
         found.points.push(searched);
     }
     points.stop_rules.clear();
@@ -253,7 +273,9 @@ fn probe_of(d: &Done, concurrency: u64, slo: &Slo) -> Probe {
 /// than the verdict stopped it.
 fn searched(d: &Done, dir: &std::path::Path, slo: &Slo) -> Searched {
     let r = &d.results;
-    let (standing, binding) = PointSlo::judge(&judged(d, slo));
+    let objectives = judged(d, slo);
+    let (standing, binding) = PointSlo::judge(&objectives);
+    let reasons: Vec<String> = objectives.iter().filter_map(|o| o.reason.clone()).collect();
     let stopped = r.stopped.clone();
     let verdict = match stopped.as_ref().filter(|t| t.rule != "decided") {
         Some(t) => t.rule.clone(),
@@ -265,6 +287,7 @@ fn searched(d: &Done, dir: &std::path::Path, slo: &Slo) -> Searched {
     Searched {
         load: d.load,
         met: verdict == "met",
+        undecided: (verdict == "not_enough_data").then(|| reasons.join("; ")),
         verdict,
         binding,
         stopped,
@@ -284,8 +307,7 @@ fn searched(d: &Done, dir: &std::path::Path, slo: &Slo) -> Searched {
 pub fn write(dir: &std::path::Path, found: &Found) -> anyhow::Result<()> {
     let path = dir.join(FIND_JSON);
     let text = serde_json::to_string_pretty(found)? + "\n";
-    std::fs::write(&path, text)
-        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
+    std::fs::write(&path, text).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
 }
 
 /// The search in a few lines for the terminal.
@@ -295,6 +317,9 @@ pub fn summary(found: &Found) -> String {
     let head = match &found.bracket {
         None => "find: ended before its probe finished; no capacity".to_string(),
         Some(b) => match (b.capacity, b.at_least) {
+            (None, _) if found.ended.is_some() || found.interrupted => {
+                "find: no capacity: no load was measured to meet the SLO before the search ended".into()
+            }
             (None, _) => format!(
                 "find: no load met {} — not even {} {unit}",
                 found.slo, b.high

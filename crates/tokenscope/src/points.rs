@@ -185,5 +185,4 @@ impl Points<'_> {
             })
             .expect("an unused index")
     }
-
 }

@@ -101,20 +101,27 @@ fn read_small(path: &Path, limit: u64) -> Result<String, String> {
         .read_to_end(&mut bytes)
         .map_err(|e| e.to_string())?;
     if bytes.len() as u64 > limit {
-        return Err(format!("larger than {} KiB: not a settings file", limit / 1024));
+        return Err(format!(
+            "larger than {} KiB: not a settings file",
+            limit / 1024
+        ));
     }
     String::from_utf8(bytes).map_err(|_| "not UTF-8 text".into())
 }
 
 pub fn parse_settings(text: &str) -> Result<Vec<Setting>, String> {
-    let doc: toml::Table = text.parse().map_err(|e: toml::de::Error| e.message().to_string())?;
+    let doc: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| e.message().to_string())?;
     let tables = doc
         .get("setting")
         .and_then(|s| s.as_array())
         .ok_or("expected [[setting]] tables, each with a name and its parameters")?;
     let mut settings = Vec::new();
     for (i, t) in tables.iter().enumerate() {
-        let t = t.as_table().ok_or(format!("setting {}: not a table", i + 1))?;
+        let t = t
+            .as_table()
+            .ok_or(format!("setting {}: not a table", i + 1))?;
         let name = t
             .get("name")
             .and_then(|n| n.as_str())
@@ -126,7 +133,11 @@ pub fn parse_settings(text: &str) -> Result<Vec<Setting>, String> {
                 toml::Value::Integer(n) => n.to_string(),
                 toml::Value::Float(f) => f.to_string(),
                 toml::Value::Boolean(b) => b.to_string(),
-                _ => return Err(format!("setting `{name}`: {k} is not a string, number or boolean")),
+                _ => {
+                    return Err(format!(
+                        "setting `{name}`: {k} is not a string, number or boolean"
+                    ))
+                }
             };
             values.push((k.clone(), v));
         }
@@ -158,7 +169,9 @@ pub fn check_placeholders(serve: &str, settings: &[Setting], has_url: bool) -> R
     }
     let mut rest = serve;
     while let Some(open) = rest.find('{') {
-        let Some(len) = rest[open..].find('}') else { break };
+        let Some(len) = rest[open..].find('}') else {
+            break;
+        };
         let name = &rest[open + 1..open + len];
         rest = &rest[open + len..];
         let known = |s: &Setting| s.values.iter().any(|(n, _)| n == name);
@@ -292,7 +305,10 @@ pub struct TuneDoc {
 
 impl TuneDoc {
     pub fn best_capacity(&self) -> Option<f64> {
-        self.settings.iter().filter_map(|t| t.capacity).reduce(f64::max)
+        self.settings
+            .iter()
+            .filter_map(|t| t.capacity)
+            .reduce(f64::max)
     }
 }
 
@@ -320,7 +336,7 @@ pub fn document(serve: &str, slo: &Slo, settings: Vec<Tuned>) -> TuneDoc {
 
 /// The best setting by `key` (higher is better) among those that have it,
 /// with the runner-up.
-fn best_by<'a>(settings: &'a [Tuned], key: impl Fn(&Tuned) -> Option<f64>) -> Vec<(&'a Tuned, f64)> {
+fn best_by(settings: &[Tuned], key: impl Fn(&Tuned) -> Option<f64>) -> Vec<(&Tuned, f64)> {
     let mut ranked: Vec<(&Tuned, f64)> = settings
         .iter()
         .filter_map(|t| key(t).map(|v| (t, v)))
@@ -372,9 +388,10 @@ pub fn recommend(settings: &[Tuned]) -> Vec<Recommendation> {
             setting: Some(best.name.clone()),
             why: format!(
                 "the most output tokens/s at full load (the probe, no SLO): {tps:.0}{}",
-                batch
-                    .get(1)
-                    .map_or(String::new(), |(n, v)| format!("; next, {} at {v:.0}", n.name))
+                batch.get(1).map_or(String::new(), |(n, v)| format!(
+                    "; next, {} at {v:.0}",
+                    n.name
+                ))
             ),
         },
     });
@@ -493,7 +510,10 @@ mod tests {
         assert_eq!(g[0].name, "slots=1,tp=1");
         assert_eq!(g[5].name, "slots=2,tp=4");
         assert_eq!(g[5].dir_name(), "slots-2_tp-4");
-        assert_eq!(g[1].command("srv --port {port} -np {slots} --tp {tp}", 9), "srv --port 9 -np 1 --tp 2");
+        assert_eq!(
+            g[1].command("srv --port {port} -np {slots} --tp {tp}", 9),
+            "srv --port 9 -np 1 --tp 2"
+        );
     }
 
     #[test]
@@ -527,18 +547,31 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.len(), 2);
-        assert_eq!(s[1].values, [("flag".into(), "--x".into()), ("slots".into(), "8".into())]);
+        assert_eq!(
+            s[1].values,
+            [("flag".into(), "--x".into()), ("slots".into(), "8".into())]
+        );
         for (bad, says) in [
             ("", "[[setting]]"),
             ("[[setting]]\nslots = 1\n", "no name"),
-            ("[[setting]]\nname = \"a\"\n[[setting]]\nname = \"a\"\n", "twice"),
+            (
+                "[[setting]]\nname = \"a\"\n[[setting]]\nname = \"a\"\n",
+                "twice",
+            ),
             ("[[setting]]\nname = \"a\"\nx = [1]\n", "not a string"),
             ("[[setting]\n", ""),
         ] {
             let e = parse_settings(bad).unwrap_err();
             assert!(e.contains(says), "{bad:?}: {e}");
         }
-        assert_eq!(Setting { name: "../x y".into(), values: vec![] }.dir_name(), "-x-y");
+        assert_eq!(
+            Setting {
+                name: "../x y".into(),
+                values: vec![]
+            }
+            .dir_name(),
+            "-x-y"
+        );
     }
 
     fn tuned(name: &str, capacity: Option<f64>, bracket: (f64, f64), max_tps: f64) -> Tuned {
@@ -573,11 +606,18 @@ mod tests {
         let r = recommend(&settings);
         assert_eq!(r[0].setting.as_deref(), Some("b"));
         assert!(!r[0].why.contains("overlap"), "{}", r[0].why);
-        assert_eq!(r[1].setting.as_deref(), Some("a"), "batch: throughput at full load");
+        assert_eq!(
+            r[1].setting.as_deref(),
+            Some("a"),
+            "batch: throughput at full load"
+        );
         assert_eq!(r[2].setting.as_deref(), Some("b"));
         assert!(r[2].why.contains("same GPUs"));
         assert_eq!(r[3].setting, None);
-        let close = [tuned("a", Some(8.0), (8.0, 8.4), 1.0), tuned("b", Some(8.2), (8.2, 8.6), 1.0)];
+        let close = [
+            tuned("a", Some(8.0), (8.0, 8.4), 1.0),
+            tuned("b", Some(8.2), (8.2, 8.6), 1.0),
+        ];
         assert!(recommend(&close)[0].why.contains("overlap"));
         let none = recommend(&[tuned("c", None, (0.0, 0.5), 1.0)]);
         assert_eq!(none[0].setting, None);

@@ -83,7 +83,12 @@ pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
                 between: None,
             };
             if let Some(over) = args.find {
-                let slo = args.bench.output.slo.as_ref().expect("--find requires --slo");
+                let slo = args
+                    .bench
+                    .output
+                    .slo
+                    .as_ref()
+                    .expect("--find requires --slo");
                 let found = crate::find::search(&mut series, over, slo, &mut || None).await?;
                 crate::find::write(&dir, &found)?;
                 let exit = finish_series(

@@ -38,7 +38,10 @@ pub fn run(args: TuneArgs) -> anyhow::Result<Exit> {
     let base = Load::read(args.bench.load.clone(), args.bench.output.quiet)?;
     let mut tuned: Vec<Tuned> = Vec::new();
     for (i, setting) in settings.iter().enumerate() {
-        say(&args, &format!("setting {} of {}: {}", i + 1, settings.len(), setting.name));
+        say(
+            &args,
+            &format!("setting {} of {}: {}", i + 1, settings.len(), setting.name),
+        );
         let one = one_setting(&args, &slo, &base, setting, &dir)?;
         let stop = one.interrupted;
         tuned.push(one);
@@ -69,7 +72,9 @@ pub fn run(args: TuneArgs) -> anyhow::Result<Exit> {
 fn check(args: &TuneArgs) -> anyhow::Result<Slo> {
     let refuse = |why: &str| Err(Exit::usage(format!("tune: {why}")));
     if args.bench.client.cold_start.is_some() {
-        return refuse("tune starts each setting's server itself (--serve): --cold-start is bench's");
+        return refuse(
+            "tune starts each setting's server itself (--serve): --cold-start is bench's",
+        );
     }
     if !args.bench.load.concurrency.is_empty() || !args.bench.load.rate.is_empty() {
         return refuse("tune searches the load itself: leave out --concurrency and --rate");
@@ -134,75 +139,93 @@ fn one_setting(
     let mut tuned = Tuned::new(setting, &command, &setting.dir_name());
     let log = sdir.join("server.log");
     let chose_port = args.bench.target.url.is_none();
-    with_runtime(&sweep.bench.target, sweep.bench.builtin, &sweep.bench.client, |site| {
-        let tuned = &mut tuned;
-        let sweep = &sweep;
-        async move {
-            let raised = Raised::listen()?;
-            let timeout = args.bench.client.ready_timeout;
-            let started = tokio::select! {
-                s = cold_start::start(&command, &url, &log, timeout) => s,
-                _ = raised.wait() => {
-                    tuned.interrupted = true;
-                    return Ok(Exit::Interrupted);
-                }
-            };
-            let mut server = match started {
-                Ok(s) => s,
-                Err(e) => {
-                    tuned.error = Some(format!("did not start: {e:#}"));
-                    say(args, &format!("{}: did not start: {e:#}", setting.name));
-                    return Ok(Exit::Success);
-                }
-            };
-            tuned.ready_s = Some(server.ready_after.as_secs_f64());
-            say(args, &format!("{}: ready after {:.1} s", setting.name, server.ready_after.as_secs_f64()));
-            let mut points = Points {
-                args: sweep,
-                base: base.clone(),
-                dir: sdir.clone(),
-                site,
-                previous: Vec::new(),
-                done: Vec::new(),
-                sharded: None,
-                runs: 0,
-                saturated_at: None,
-                stop_rules: Vec::new(),
-                kind: None,
-                between: None,
-            };
-            let found = {
-                let mut gone = || {
-                    server.exited().map(|status| {
-                        format!(
-                            "the server exited ({status}) mid-search; its log ends: {}",
-                            cold_start::last_lines(&log, 3)
-                        )
-                    })
+    with_runtime(
+        &sweep.bench.target,
+        sweep.bench.builtin,
+        &sweep.bench.client,
+        |site| {
+            let tuned = &mut tuned;
+            let sweep = &sweep;
+            async move {
+                let raised = Raised::listen()?;
+                let timeout = args.bench.client.ready_timeout;
+                let started = tokio::select! {
+                    s = cold_start::start("tune", &command, &url, &log, timeout) => s,
+                    _ = raised.wait() => {
+                        tuned.interrupted = true;
+                        return Ok(Exit::Interrupted);
+                    }
                 };
-                find::search(&mut points, args.find, slo, &mut gone).await
-            };
-            tuned.stop_s = Some(server.stop().as_secs_f64());
-            if chose_port && !tuning::port_freed(port) {
-                tuned.notes.push(format!(
+                let mut server = match started {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tuned.error = Some(format!("did not start: {e}"));
+                        say(args, &format!("{}: did not start: {e}", setting.name));
+                        return Ok(Exit::Success);
+                    }
+                };
+                tuned.ready_s = Some(server.ready_after.as_secs_f64());
+                say(
+                    args,
+                    &format!(
+                        "{}: ready after {:.1} s",
+                        setting.name,
+                        server.ready_after.as_secs_f64()
+                    ),
+                );
+                let mut points = Points {
+                    args: sweep,
+                    base: base.clone(),
+                    dir: sdir.clone(),
+                    site,
+                    previous: Vec::new(),
+                    done: Vec::new(),
+                    sharded: None,
+                    runs: 0,
+                    saturated_at: None,
+                    stop_rules: Vec::new(),
+                    kind: None,
+                    between: None,
+                };
+                let found = {
+                    let mut gone = || {
+                        server.exited().map(|status| {
+                            format!(
+                                "the server exited ({status}) mid-search; its log ends: {}",
+                                cold_start::last_lines(&log, 3)
+                            )
+                        })
+                    };
+                    find::search(&mut points, args.find, slo, &mut gone).await
+                };
+                tuned.stop_s = Some(server.stop().as_secs_f64());
+                if chose_port && !tuning::port_freed(port) {
+                    tuned.notes.push(format!(
                     "port {port} was still taken 5 s after the server stopped: something it started may still run"
                 ));
+                }
+                let found: Found = found?;
+                tuned.interrupted = found.interrupted || raised.is_raised();
+                tuned.error = found.ended.clone();
+                find::write(&sdir, &found)?;
+                tuned.take(&found, &points.done);
+                let mut output = sweep.bench.output.clone();
+                output.quiet = true;
+                output.json = false;
+                crate::series::finish_series(
+                    &sdir,
+                    points.done,
+                    &output,
+                    &sweep.series,
+                    Some(serde_json::to_value(&found)?),
+                )?;
+                if !args.bench.output.quiet {
+                    eprint!("{}", find::summary(&found));
+                }
+                tuned.find = Some(found);
+                Ok(Exit::Success)
             }
-            let found: Found = found?;
-            tuned.interrupted = found.interrupted || raised.is_raised();
-            tuned.error = found.ended.clone();
-            find::write(&sdir, &found)?;
-            tuned.take(&found, &points.done);
-            let mut output = sweep.bench.output.clone();
-            output.quiet = true;
-            output.json = false;
-            crate::series::finish_series(&sdir, points.done, &output, &sweep.series, Some(serde_json::to_value(&found)?))?;
-            if !args.bench.output.quiet {
-                eprint!("{}", find::summary(&found));
-            }
-            tuned.find = Some(found);
-            Ok(Exit::Success)
-        }
-    })?;
+        },
+    )?;
     Ok(tuned)
 }

@@ -27,8 +27,9 @@ pub struct Started {
 
 /// Starts `command` (through `sh -c`, in a process group of its own, its
 /// output to `log`) and waits for `base`'s `/health` (or `/v1/models`) to
-/// answer 200.
+/// answer 200. `who` opens its errors (`--cold-start`, `tune`).
 pub async fn start(
+    who: &str,
     command: &str,
     base: &str,
     log: &Path,
@@ -36,7 +37,7 @@ pub async fn start(
 ) -> anyhow::Result<Started> {
     let program = command.split_whitespace().next().unwrap_or("").to_string();
     let out = std::fs::File::create(log)
-        .map_err(|e| Exit::usage(format!("--cold-start: creating {}: {e}", log.display())))?;
+        .map_err(|e| Exit::usage(format!("{who}: creating {}: {e}", log.display())))?;
     let err = out.try_clone()?;
     let started = Instant::now();
     let child = Command::new("sh")
@@ -46,7 +47,7 @@ pub async fn start(
         .stdout(out)
         .stderr(err)
         .spawn()
-        .map_err(|e| Exit::usage(format!("--cold-start: running `{program}`: {e}")))?;
+        .map_err(|e| Exit::usage(format!("{who}: running `{program}`: {e}")))?;
     let mut server = Started {
         child,
         program,
@@ -58,9 +59,9 @@ pub async fn start(
     loop {
         if let Some(status) = server.child.try_wait()? {
             return Err(anyhow::Error::new(Exit::Unreachable).context(format!(
-                "--cold-start: `{}` exited ({status}) before {base}/health answered; its last output: {}",
+                "{who}: `{}` exited ({status}) before {base}/health answered; its log ends: {}",
                 server.program,
-                last_line(log)
+                last_lines(log, 3)
             )));
         }
         if ready(&client, base).await {
@@ -69,9 +70,9 @@ pub async fn start(
         }
         if started.elapsed() > timeout {
             return Err(anyhow::Error::new(Exit::Unreachable).context(format!(
-                "--cold-start: {base}/health did not answer 200 within {} (--ready-timeout); the server was stopped; its last output: {}",
+                "{who}: {base}/health did not answer 200 within {} (--ready-timeout); the server was stopped; its log ends: {}",
                 humantime::format_duration(timeout),
-                last_line(log)
+                last_lines(log, 3)
             )));
         }
         tokio::time::sleep(POLL).await;
@@ -89,10 +90,6 @@ async fn ready(client: &reqwest::Client, base: &str) -> bool {
         Some(404) => status("/v1/models").await == Some(200),
         _ => false,
     }
-}
-
-fn last_line(log: &Path) -> String {
-    last_lines(log, 1)
 }
 
 /// The last `n` non-empty lines of a server's log, joined with ` | `,

@@ -136,7 +136,14 @@ async fn start_cold(
     std::fs::create_dir_all(out_dir)
         .with_context(|| format!("creating the run directory {}", out_dir.display()))?;
     let log = out_dir.join("server.log");
-    let started = cold_start::start(command, base, &log, spec.client.ready_timeout).await?;
+    let started = cold_start::start(
+        "--cold-start",
+        command,
+        base,
+        &log,
+        spec.client.ready_timeout,
+    )
+    .await?;
     if !spec.output.quiet {
         eprintln!(
             "tokenscope: `{}` answered /health after {:.2} s; the load starts now",

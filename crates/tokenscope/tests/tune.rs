@@ -1,0 +1,314 @@
+//! `sweep --find` and `tune` against servers whose capacity is known
+//! before they are measured: the exact server with `--slots N` serves N
+//! requests at once, each for ttft + (tokens − 1) × itl, and queues the
+//! rest first come first served.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::time::Duration;
+use tokenscope_sim::exact::ExactConfig;
+
+/// 20 ms to the first token, 5 ms a token, 16 tokens: 95 ms a request.
+fn slotted(slots: u32) -> ExactConfig {
+    ExactConfig {
+        ttft: Duration::from_millis(20),
+        itl: Duration::from_millis(5),
+        default_output_tokens: 16,
+        slots: Some(slots),
+        ..ExactConfig::default()
+    }
+}
+
+const SERVICE_S: f64 = 0.020 + 15.0 * 0.005;
+
+fn find_json(dir: &std::path::Path) -> Value {
+    let text = std::fs::read_to_string(dir.join("find.json")).expect("find.json");
+    serde_json::from_str(&text).unwrap()
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+/// Constant arrivals below 2 ÷ 95 ms = 21.05 requests/s never wait; above
+/// it the queue grows from the first second. The search's capacity lands
+/// within its 5 % of that, with fewer requests than a grid of 5 % steps.
+#[test]
+fn the_rate_search_lands_within_its_precision_of_a_known_capacity() {
+    let server = Server::start(slotted(2));
+    let truth = 2.0 / SERVICE_S;
+    let out = run_dir("find-rate");
+    let o = tokenscope()
+        .args(["sweep", "--url", &server.url, "--out"])
+        .arg(&out)
+        .args(exact_chat(&[
+            "--find",
+            "rate",
+            "--slo",
+            "ttft_p90=60ms",
+            "--arrival",
+            "constant",
+            "--output-tokens",
+            "16",
+            "--auto-max-concurrency",
+            "8",
+            "--requests",
+            "60",
+            "--min-point-time",
+            "2s",
+            "--no-history",
+        ]))
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let found = find_json(&out);
+    let b = &found["bracket"];
+    let capacity = f(&b["capacity"]);
+    assert!(
+        (capacity - truth).abs() <= 0.05 * truth,
+        "capacity {capacity} against the known {truth:.2}: {b}"
+    );
+    assert!(f(&b["width"]) <= 0.05, "{b}");
+    let (spent, grid) = (
+        found["requests"].as_u64().unwrap(),
+        found["grid"]["requests"].as_u64().unwrap(),
+    );
+    eprintln!("the search sent {spent} requests; a fixed grid of 5 % would send {grid}");
+    assert!(spent < grid, "{spent} ≥ {grid}");
+    // The series analysis of the points searched, and the summary.
+    let sweep = sweep_doc(&out);
+    assert_eq!(
+        sweep["points"].as_array().unwrap().len(),
+        found["points"].as_array().unwrap().len()
+    );
+    assert_eq!(sweep["find"]["bracket"], found["bracket"]);
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(said.contains("find: capacity"), "{said}");
+    assert!(said.contains("a fixed grid of 5 %"), "{said}");
+}
+
+/// Closed loops on two slots: two in flight never wait, a third waits a
+/// whole request (95 ms) and misses 60 ms. The search finds exactly 2; a
+/// point that misses is decided within a few looks, not run to its cap,
+/// and no point is run above one that missed.
+#[test]
+fn the_concurrency_search_finds_the_slots_and_decides_misses_early() {
+    let server = Server::start(slotted(2));
+    let out = run_dir("find-concurrency");
+    let o = tokenscope()
+        .args(["sweep", "--url", &server.url, "--out"])
+        .arg(&out)
+        .args(exact_chat(&[
+            "--find",
+            "concurrency",
+            "--slo",
+            "ttft_p90=60ms",
+            "--output-tokens",
+            "16",
+            "--auto-max-concurrency",
+            "8",
+            "--requests",
+            "200",
+            "--min-point-time",
+            "2s",
+            "--no-history",
+        ]))
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let found = find_json(&out);
+    assert_eq!(found["bracket"]["capacity"], 2.0, "{}", found["bracket"]);
+    assert_eq!(found["bracket"]["high"], 3.0, "{}", found["bracket"]);
+    assert_eq!(found["probe"]["met"], false);
+    let points = found["points"].as_array().unwrap();
+    let mut lowest_miss = 8.0;
+    for p in points {
+        let load = f(&p["load"]);
+        assert!(
+            load < lowest_miss,
+            "{load} run above a miss at {lowest_miss}"
+        );
+        if p["met"] == false {
+            lowest_miss = load;
+            assert_eq!(p["verdict"], "not_met", "{p}");
+            let why = p["stopped"]["why"].as_str().unwrap_or_default();
+            assert!(why.starts_with("not met: ttft_p90"), "{p}");
+            assert!(p["requests"].as_u64().unwrap() < 100, "decided late: {p}");
+        }
+    }
+}
+
+/// A point whose percentile its requests cannot bound is not a miss: the
+/// search ends there and says why, rather than conclude from it.
+#[test]
+fn a_point_too_small_to_judge_ends_the_search_with_the_fix() {
+    let server = Server::start(slotted(2));
+    let out = run_dir("find-undecided");
+    let o = tokenscope()
+        .args(["sweep", "--url", &server.url, "--out"])
+        .arg(&out)
+        .args(exact_chat(&[
+            "--find",
+            "rate",
+            "--slo",
+            "ttft_p90=60ms",
+            "--output-tokens",
+            "16",
+            "--auto-max-concurrency",
+            "4",
+            "--requests",
+            "20",
+            "--no-history",
+        ]))
+        .output()
+        .unwrap();
+    let found = find_json(&out);
+    let ended = found["ended"].as_str().unwrap_or_default();
+    assert!(
+        ended.contains("could not be judged") && ended.contains("--requests"),
+        "{found}"
+    );
+    assert_eq!(found["points"].as_array().unwrap().len(), 1);
+    assert!(found["bracket"]["capacity"].is_null());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("warning") && err.contains("ttft_p90 needs"),
+        "{err}"
+    );
+}
+
+/// `tune` starts `sim exact --slots {slots}` per setting, finds each
+/// capacity (1 and 2 slots: 10.5 and 21 requests/s), recommends 2 for
+/// chat, keeps a setting that does not start as a result, and leaves no
+/// server behind.
+#[test]
+fn tune_starts_measures_and_stops_a_server_per_setting() {
+    let out = run_dir("tune-exact");
+    let marker = format!("tune-test-{}", std::process::id());
+    let serve = format!(
+        "{} sim exact --port {{port}} --model {marker} --ttft 20ms --itl 5ms --output-tokens 16 --slots {{slots}}",
+        env!("CARGO_BIN_EXE_tokenscope")
+    );
+    let o = tokenscope()
+        .args(["tune", "--serve", &serve, "--param", "slots=1,2,0"])
+        .args(["--model", &marker, "--api", "openai-chat", "--no-metrics"])
+        .args(["--slo", "ttft_p90=60ms", "--arrival", "constant"])
+        .args(["--output-tokens", "16", "--auto-max-concurrency", "8"])
+        .args([
+            "--requests",
+            "60",
+            "--precision",
+            "10%",
+            "--min-point-time",
+            "2s",
+        ])
+        .args(["--no-history", "--ready-timeout", "20s", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("tune.json")).unwrap()).unwrap();
+    let settings = doc["settings"].as_array().unwrap();
+    assert_eq!(settings.len(), 3);
+    for (s, slots) in settings.iter().zip([1.0, 2.0]) {
+        let truth = slots / SERVICE_S;
+        let c = f(&s["capacity"]);
+        assert!(
+            (c - truth).abs() <= 0.1 * truth,
+            "{}: {c} against {truth:.2}",
+            s["name"]
+        );
+        assert!(f(&s["ready_s"]) < 20.0);
+        assert!(
+            f(&s["stop_s"]) < 10.0,
+            "stopped by SIGTERM: {}",
+            s["stop_s"]
+        );
+        assert!(out
+            .join(s["dir"].as_str().unwrap())
+            .join("server.log")
+            .exists());
+    }
+    let failed = &settings[2];
+    let error = failed["error"].as_str().unwrap();
+    assert!(error.starts_with("did not start"), "{error}");
+    assert!(
+        error.contains("slots"),
+        "its log's last line names the cause: {error}"
+    );
+    let chat = &doc["recommendations"][0];
+    assert_eq!(
+        (chat["service"].as_str(), chat["setting"].as_str()),
+        (Some("chat"), Some("slots=2"))
+    );
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(table.contains("Recommended settings"), "{table}");
+    assert!(no_process_named(&marker), "a server was left running");
+}
+
+/// Whether no process's command line holds `marker`.
+fn no_process_named(marker: &str) -> bool {
+    let found = std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline"))
+            .map(|c| {
+                String::from_utf8_lossy(&c)
+                    .replace('\0', " ")
+                    .contains(marker)
+            })
+            .unwrap_or(false)
+            && e.file_name() != std::process::id().to_string().as_str()
+    });
+    !found
+}
+
+#[test]
+fn tune_refuses_what_it_cannot_do_with_the_fix() {
+    for (args, says) in [
+        (vec!["--param", "slots=1"], "--slo"),
+        (vec!["--slo", "ttft_p90=1s"], "--param"),
+        (vec!["--slo", "ttft_p90=1s", "--param", "n=1"], "{slots}"),
+        (vec!["--slo", "ttft_p90=1s", "--param", "port=1"], "port"),
+        (vec!["--slo", "ttft_p90=1s", "--param", "slots=1,"], "empty"),
+        (
+            vec!["--slo", "ttft_p90=1s", "--param", "slots=1", "--rate", "2"],
+            "--rate",
+        ),
+        (
+            vec![
+                "--slo",
+                "ttft_p90=1s",
+                "--param",
+                "slots=1",
+                "--precision",
+                "90%",
+            ],
+            "50%",
+        ),
+    ] {
+        let o = tokenscope()
+            .args(["tune", "--serve", "srv --port {port} -np {slots}"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let huge = write_file("tune-huge.toml", &"x".repeat(2 << 20));
+    let o = tokenscope()
+        .args([
+            "tune",
+            "--serve",
+            "srv {port}",
+            "--slo",
+            "ttft_p90=1s",
+            "--settings",
+        ])
+        .arg(&huge)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a settings file"));
+}
