@@ -1424,3 +1424,175 @@ fn a_consistency_sweep_reports_what_llama_does_across_slots() {
         .len();
     assert_eq!(found, usize::from(differ > 0));
 }
+
+/// `tune --serve 'llama-server … -np {slots}'`: a command line for three
+/// settings, each started in its own process group and killed with it.
+fn llama_tune_serve(marker: &str, save: Option<&std::path::Path>) -> String {
+    format!(
+        "{} -m {} --alias {marker} --host 127.0.0.1 --port {{port}} --parallel {{slots}} -c 4096 --threads 1 --threads-batch 1 --metrics --no-warmup{}",
+        fixture("LLAMA_SERVER"),
+        fixture("LLAMA_MODEL_TINY"),
+        save.map_or(String::new(), |d| format!(" --slot-save-path {}", d.display()))
+    )
+}
+
+/// Whether a process other than this one has `marker` on its command line.
+fn running(marker: &str) -> bool {
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        e.file_name() != std::process::id().to_string().as_str()
+            && std::fs::read(e.path().join("cmdline"))
+                .map(|c| {
+                    String::from_utf8_lossy(&c)
+                        .replace('\0', " ")
+                        .contains(marker)
+                })
+                .unwrap_or(false)
+    })
+}
+
+fn tune_flags(marker: &str) -> Vec<String> {
+    [
+        "--model",
+        marker,
+        "--api",
+        "openai-chat",
+        "--slo",
+        "ttft_p50=2s",
+        "--input-tokens",
+        "32",
+        "--output-tokens",
+        "8",
+        "--ignore-eos",
+        "--requests",
+        "30",
+        "--precision",
+        "25%",
+        "--min-point-time",
+        "1s",
+        "--auto-max-concurrency",
+        "8",
+        "--ready-timeout",
+        "60s",
+        "--no-history",
+        "--between-points",
+        "reset-prefix-cache",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Three llama.cpp servers (1, 2, 4 slots) started, searched and stopped
+/// in turn; each slot's cache erased before every point after the first
+/// (the server was started with --slot-save-path, which llama.cpp asks
+/// for); nothing left running.
+#[test]
+fn tune_starts_three_llama_servers_finds_each_capacity_and_stops_them() {
+    let _guard = serial();
+    let marker = format!("llama-tune-{}", std::process::id());
+    let out = run_dir("llama-tune");
+    let save = run_dir("llama-tune-slots");
+    std::fs::create_dir_all(&save).unwrap();
+    let o = tokenscope()
+        .args(["tune", "--serve", &llama_tune_serve(&marker, Some(&save))])
+        .args(["--param", "slots=1,2,4", "--out"])
+        .arg(&out)
+        .args(tune_flags(&marker))
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("tune.json")).unwrap()).unwrap();
+    let settings = doc["settings"].as_array().unwrap();
+    assert_eq!(settings.len(), 3);
+    for (s, slots) in settings.iter().zip([1, 2, 4]) {
+        assert!(s["error"].is_null(), "{}", s["error"]);
+        assert!(s["capacity"].as_f64().unwrap() > 0.0, "{}", s["name"]);
+        assert!(s["ready_s"].as_f64().unwrap() > 0.0);
+        let points = s["find"]["points"].as_array().unwrap();
+        assert!(!points.is_empty());
+        for p in points {
+            let between = p["between"].as_str().unwrap_or_default();
+            assert!(
+                between.starts_with(&format!("erased {slots} llama.cpp slots")),
+                "{}: {between}",
+                s["name"]
+            );
+        }
+    }
+    assert!(doc["recommendations"][0]["setting"].is_string());
+    assert!(!running(&marker), "a llama-server was left running");
+}
+
+/// Ctrl-C mid-tune: the point in flight ends partial, the server is
+/// stopped, the settings left are not run, tune.json says interrupted,
+/// and no llama-server is left. Without --slot-save-path llama.cpp refuses
+/// to erase its slots, and the refusal is said in its own words.
+#[test]
+fn ctrl_c_mid_tune_stops_the_server_it_started() {
+    use std::io::BufRead;
+    let _guard = serial();
+    let marker = format!("llama-tune-int-{}", std::process::id());
+    let out = run_dir("llama-tune-int");
+    let mut child = tokenscope()
+        .args(["tune", "--serve", &llama_tune_serve(&marker, None)])
+        .args(["--param", "slots=1,2", "--out"])
+        .arg(&out)
+        .args(tune_flags(&marker))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut said = String::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !said.contains("warning: between points") {
+        assert!(
+            Instant::now() < deadline,
+            "no point after the probe: {said}"
+        );
+        if let Ok(line) = rx.recv_timeout(Duration::from_secs(1)) {
+            said.push_str(&line);
+            said.push('\n');
+        }
+    }
+    assert!(
+        said.contains("--slot-save-path"),
+        "llama.cpp's refusal: {said}"
+    );
+    assert!(running(&marker), "the server runs during the point");
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let waited = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "tune did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status.code(), Some(130), "{said}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("tune.json")).unwrap()).unwrap();
+    assert_eq!(doc["interrupted"], true);
+    assert_eq!(
+        doc["settings"].as_array().unwrap().len(),
+        1,
+        "slots=2 is not run"
+    );
+    assert!(!running(&marker), "a llama-server was left running");
+}
