@@ -539,6 +539,17 @@ pub struct TuneArgs {
     /// Before each point after a setting's first: `reset-prefix-cache` or `cmd:COMMAND`.
     #[arg(long, value_name = "ACTION", value_parser = crate::between::Between::parse)]
     pub between_points: Option<crate::between::Between>,
+    /// The simulated engine each setting maps onto: `sim plan`'s engine
+    /// flags with each `{NAME}` filled in (`--model llama-3.1-8b --gpu
+    /// h100-sxm --max-num-seqs {n}`, `--profile FILE` for a `sim calibrate`
+    /// fit). Every setting's capacity is planned on the virtual clock and
+    /// reported beside what was measured.
+    #[arg(long, value_name = "FLAGS", allow_hyphen_values = true)]
+    pub sim: Option<String>,
+    /// With --sim: measure only the K settings the plan ranks highest by
+    /// SLO capacity; the rest are reported with their planned capacity.
+    #[arg(long, value_name = "K", requires = "sim", value_parser = clap::value_parser!(u64).range(1..))]
+    pub plan_first: Option<u64>,
 }
 
 fn param(s: &str) -> Result<(String, Vec<String>), String> {

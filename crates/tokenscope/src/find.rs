@@ -121,7 +121,7 @@ pub async fn search(
 ) -> anyhow::Result<Found> {
     let args = points.args;
     let mut found = Found::new(over, slo, args.precision);
-    let cap = cap(points, slo);
+    let cap = point_cap(&points.base.flags, slo);
     found.requests_per_point = cap;
     if let Some(w) = cap.and_then(|n| crate::warnings::slo_sample_size(slo, n)) {
         points.say(&format!("warning: {}", w.message()));
@@ -217,8 +217,7 @@ pub async fn search(
 /// A point's request cap: `--requests`, else what the SLO's percentiles
 /// need (at least [`MIN_POINT_REQUESTS`]); `None` when `--duration` bounds
 /// the points.
-fn cap(points: &Points, slo: &Slo) -> Option<u64> {
-    let flags = &points.base.flags;
+pub fn point_cap(flags: &crate::cli::LoadArgs, slo: &Slo) -> Option<u64> {
     match (flags.requests, flags.duration) {
         (Some(n), _) => Some(n),
         (None, Some(_)) => None,

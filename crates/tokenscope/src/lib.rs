@@ -34,6 +34,7 @@ pub mod live;
 pub mod live_metrics;
 pub mod otlp;
 pub mod output;
+pub mod plan_search;
 pub mod points;
 pub mod recording;
 pub mod run;

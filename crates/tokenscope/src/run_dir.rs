@@ -100,6 +100,11 @@ fn is_run_file(name: &str) -> bool {
             | ".results.reserve"
             | "windows.jsonl"
             | "server.log"
+            | "keda.yaml"
+            | "hpa.yaml"
+            | "find.json"
+            | "tune.json"
+            | "probe"
     ) || tokenscope_core::segments::segment_of(name).is_some()
         || (name.starts_with("point-") && name[6..].chars().all(|c| c.is_ascii_digit()))
 }
@@ -143,7 +148,15 @@ fn claim(dir: &Path, force: bool) -> anyhow::Result<()> {
             shown.join(", ")
         )));
     }
-    let foreign: Vec<&String> = entries.iter().filter(|n| !is_run_file(n)).collect();
+    // A tune's setting directory holds its server's log and its search.
+    let setting = |n: &str| {
+        let d = dir.join(n);
+        d.join("find.json").exists() || d.join("server.log").exists()
+    };
+    let foreign: Vec<&String> = entries
+        .iter()
+        .filter(|n| !is_run_file(n) && !setting(n))
+        .collect();
     if !foreign.is_empty() {
         return Err(Exit::usage(format!(
             "--out {} holds files that are not a tokenscope run ({}); --force clears only a run directory",

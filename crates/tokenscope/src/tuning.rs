@@ -3,6 +3,7 @@
 //! kind of service and what it rests on, and `tune.json`.
 
 use crate::find::Found;
+use crate::plan_search::Planned;
 use crate::run_dir::Done;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -234,6 +235,12 @@ pub struct Tuned {
     /// The probe's output tokens/s: the setting's throughput at full load.
     pub max_output_tokens_per_s: Option<f64>,
     pub find: Option<Found>,
+    /// `--sim`: the capacity planned on the virtual clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned: Option<Planned>,
+    /// False for a setting `--plan-first` left unmeasured (or one an
+    /// interrupted tune never reached): its figures are the plan's alone.
+    pub measured: bool,
 }
 
 /// A setting's figures at its capacity point.
@@ -264,7 +271,23 @@ impl Tuned {
             at_capacity: None,
             max_output_tokens_per_s: None,
             find: None,
+            planned: None,
+            measured: true,
         }
+    }
+
+    /// A setting not measured, and why.
+    pub fn unmeasured(setting: &Setting, planned: Option<Planned>, why: String) -> Tuned {
+        let mut t = Tuned::new(setting, "", &setting.dir_name());
+        t.measured = false;
+        t.planned = planned;
+        t.notes.push(why);
+        t
+    }
+
+    /// Planned capacity (the bracket's bottom), when planned.
+    pub fn planned_capacity(&self) -> Option<f64> {
+        self.planned.as_ref().and_then(|p| p.bracket.capacity)
     }
 
     /// The search's capacity and the figures at its point.
@@ -349,7 +372,9 @@ fn best_by(settings: &[Tuned], key: impl Fn(&Tuned) -> Option<f64>) -> Vec<(&Tun
 /// load. Cost: the most output tokens a second at SLO capacity (the least
 /// cost per token on the same GPUs; dollars with a price). Long context and
 /// agents: not judged from a tune's figures, and said so.
-pub fn recommend(settings: &[Tuned]) -> Vec<Recommendation> {
+pub fn recommend(all: &[Tuned]) -> Vec<Recommendation> {
+    let settings: Vec<Tuned> = all.iter().filter(|t| t.measured).cloned().collect();
+    let settings = settings.as_slice();
     let mut out = Vec::new();
     let chat = best_by(settings, |t| t.capacity);
     out.push(match chat.first() {
@@ -449,6 +474,37 @@ fn bracket_words(t: &Tuned) -> String {
     }
 }
 
+/// Each measured setting's planned capacity against its measured one, and
+/// the plan's rank of those not measured.
+pub fn plan_agreement(settings: &[Tuned]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for t in settings.iter().filter(|t| t.measured) {
+        if let (Some(p), Some(m)) = (t.planned_capacity(), t.capacity) {
+            lines.push(format!(
+                "{}: planned {p}, measured {m} ({:+.0} %)",
+                t.name,
+                (p / m - 1.0) * 100.0
+            ));
+        }
+    }
+    let mut ranked: Vec<&Tuned> = settings.iter().filter(|t| t.planned.is_some()).collect();
+    ranked.sort_by(|a, b| {
+        let c = |t: &Tuned| t.planned_capacity().unwrap_or(0.0);
+        c(b).total_cmp(&c(a))
+    });
+    for (i, t) in ranked.iter().enumerate().filter(|(_, t)| !t.measured) {
+        lines.push(format!(
+            "{}: not measured; the plan ranks it {} of {} (planned {})",
+            t.name,
+            i + 1,
+            ranked.len(),
+            t.planned_capacity()
+                .map_or("none".into(), |c| c.to_string())
+        ));
+    }
+    lines
+}
+
 pub fn write(dir: &Path, doc: &TuneDoc) -> anyhow::Result<()> {
     let path = dir.join(TUNE_JSON);
     std::fs::write(&path, serde_json::to_string_pretty(doc)? + "\n")
@@ -459,13 +515,13 @@ pub fn write(dir: &Path, doc: &TuneDoc) -> anyhow::Result<()> {
 pub fn table(doc: &TuneDoc) -> String {
     let mut out = format!("tune: {} · SLO {}\n\n", doc.serve, doc.slo);
     out.push_str(&format!(
-        "{:<24} {:>9} {:>12} {:>17} {:>12} {:>7} {:>9}\n",
-        "setting", "ready s", "capacity", "bracket", "max tok/s", "points", "requests"
+        "{:<24} {:>9} {:>12} {:>17} {:>12} {:>7} {:>9} {:>9}\n",
+        "setting", "ready s", "capacity", "bracket", "max tok/s", "points", "requests", "planned"
     ));
     let dash = |v: Option<String>| v.unwrap_or_else(|| "–".into());
     for t in &doc.settings {
         out.push_str(&format!(
-            "{:<24} {:>9} {:>12} {:>17} {:>12} {:>7} {:>9}\n",
+            "{:<24} {:>9} {:>12} {:>17} {:>12} {:>7} {:>9} {:>9}\n",
             t.name,
             dash(t.ready_s.map(|s| format!("{s:.1}"))),
             dash(t.capacity.map(|c| match t.at_least {
@@ -476,6 +532,11 @@ pub fn table(doc: &TuneDoc) -> String {
             dash(t.max_output_tokens_per_s.map(|v| format!("{v:.0}"))),
             dash(t.find.as_ref().map(|f| f.points.len().to_string())),
             dash(t.find.as_ref().map(|f| f.requests.to_string())),
+            dash(t.planned.as_ref().map(|p| match p.bracket.capacity {
+                Some(c) if p.bracket.at_least => format!("≥ {c}"),
+                Some(c) => c.to_string(),
+                None => "none".into(),
+            })),
         ));
         if let Some(e) = &t.error {
             out.push_str(&format!("  {}: {e}\n", t.name));
@@ -484,7 +545,14 @@ pub fn table(doc: &TuneDoc) -> String {
             out.push_str(&format!("  {}: note: {n}\n", t.name));
         }
     }
-    out.push_str("\nRecommended settings\n");
+    let agreement = plan_agreement(&doc.settings);
+    if !agreement.is_empty() {
+        out.push_str("\nPlanned against measured (capacity)\n");
+        for line in agreement {
+            out.push_str(&format!("  {line}\n"));
+        }
+    }
+    out.push_str("\nRecommended settings (measured settings only)\n");
     for r in &doc.recommendations {
         out.push_str(&format!(
             "  {:<13} {:<20} {}\n",

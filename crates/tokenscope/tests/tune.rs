@@ -248,19 +248,23 @@ fn tune_starts_measures_and_stops_a_server_per_setting() {
     assert!(no_process_named(&marker), "a server was left running");
 }
 
-/// Whether no process's command line holds `marker`.
+/// Whether no process (this one aside) holds `marker` on its command line
+/// or in its environment.
 fn no_process_named(marker: &str) -> bool {
-    let found = std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-        std::fs::read(e.path().join("cmdline"))
+    let holds = |path: std::path::PathBuf| {
+        std::fs::read(path)
             .map(|c| {
                 String::from_utf8_lossy(&c)
                     .replace('\0', " ")
                     .contains(marker)
             })
             .unwrap_or(false)
-            && e.file_name() != std::process::id().to_string().as_str()
-    });
-    !found
+    };
+    let me = std::process::id().to_string();
+    !std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        e.file_name() != me.as_str()
+            && (holds(e.path().join("cmdline")) || holds(e.path().join("environ")))
+    })
 }
 
 #[test]
@@ -311,4 +315,61 @@ fn tune_refuses_what_it_cannot_do_with_the_fix() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("not a settings file"));
+}
+
+/// The built-in engine as a server per setting (`sim serve --max-num-seqs
+/// {n}`), its capacity planned first on the virtual clock with the same
+/// flags: `--plan-first 2` measures the plan's two best, the tune
+/// recommends the plan's best, and each measured capacity lies near its
+/// planned one.
+#[test]
+fn plan_first_measures_the_plans_best_two_and_the_plan_agrees() {
+    let out = run_dir("tune-plan-first");
+    let marker = format!("tune-plan-{}", std::process::id());
+    let serve = format!(
+        "{} sim serve --port {{port}} --max-num-seqs {{n}}",
+        env!("CARGO_BIN_EXE_tokenscope")
+    );
+    let o = tokenscope()
+        .env("TOKENSCOPE_TEST_MARK", &marker)
+        .args(["tune", "--serve", &serve, "--sim", "--max-num-seqs {n}"])
+        .args(["--param", "n=4,16,64", "--plan-first", "2"])
+        .args(["--slo", "ttft_p90=200ms", "--input-tokens", "512"])
+        .args([
+            "--output-tokens",
+            "64",
+            "--requests",
+            "100",
+            "--precision",
+            "10%",
+        ])
+        .args(["--min-point-time", "3s", "--auto-max-concurrency", "128"])
+        .args(["--no-history", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("tune.json")).unwrap()).unwrap();
+    let s = doc["settings"].as_array().unwrap();
+    let planned = |i: usize| f(&s[i]["planned"]["bracket"]["capacity"]);
+    assert!(planned(0) < planned(1) && planned(1) < planned(2), "{doc}");
+    assert_eq!(s[0]["measured"], false, "n=4 is the plan's last");
+    assert_eq!(
+        (s[1]["measured"].as_bool(), s[2]["measured"].as_bool()),
+        (Some(true), Some(true))
+    );
+    for i in [1, 2] {
+        let (p, m) = (planned(i), f(&s[i]["capacity"]));
+        eprintln!("{}: planned {p}, measured {m}", s[i]["name"]);
+        assert!(
+            (p - m).abs() <= 0.15 * m,
+            "{}: planned {p}, measured {m}",
+            s[i]["name"]
+        );
+    }
+    assert_eq!(doc["recommendations"][0]["setting"], "n=64");
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(table.contains("the plan ranks it 3 of 3"), "{table}");
+    assert!(no_process_named(&marker));
 }

@@ -10,6 +10,7 @@
 use crate::cli::{SweepArgs, TuneArgs};
 use crate::exit::Exit;
 use crate::find::{self, Found};
+use crate::plan_search::{self, Planned};
 use crate::points::Points;
 use crate::run::builtin::with_runtime;
 use crate::run::cold_start;
@@ -36,20 +37,41 @@ pub fn run(args: TuneArgs) -> anyhow::Result<Exit> {
         .unwrap_or_else(crate::run_dir::default_out_dir);
     crate::run_dir::claim_out_dir(&dir, args.bench.output.force)?;
     let base = Load::read(args.bench.load.clone(), args.bench.output.quiet)?;
-    let mut tuned: Vec<Tuned> = Vec::new();
-    for (i, setting) in settings.iter().enumerate() {
+    let planned = plan_all(&args, &slo, &base, &settings)?;
+    let order = measure_order(&planned, args.plan_first);
+    let mut tuned: Vec<Option<Tuned>> = vec![None; settings.len()];
+    for (n, &i) in order.iter().enumerate() {
+        let setting = &settings[i];
         say(
             &args,
-            &format!("setting {} of {}: {}", i + 1, settings.len(), setting.name),
+            &format!("setting {} of {}: {}", n + 1, order.len(), setting.name),
         );
-        let one = one_setting(&args, &slo, &base, setting, &dir)?;
+        let mut one = one_setting(&args, &slo, &base, setting, &dir)?;
+        one.planned = planned[i].clone();
         let stop = one.interrupted;
-        tuned.push(one);
+        tuned[i] = Some(one);
         if stop {
             say(&args, "interrupted: the settings left are not run");
             break;
         }
     }
+    let tuned: Vec<Tuned> = tuned
+        .into_iter()
+        .zip(&settings)
+        .zip(planned)
+        .enumerate()
+        .map(|(i, ((t, setting), planned))| {
+            t.unwrap_or_else(|| {
+                let why = match args.plan_first {
+                    Some(k) if !order.contains(&i) => {
+                        format!("not measured: outside the plan's first {k} (--plan-first)")
+                    }
+                    _ => "not measured: the tune was interrupted first".into(),
+                };
+                Tuned::unmeasured(setting, planned, why)
+            })
+        })
+        .collect();
     let doc = tuning::document(&args.serve, &slo, tuned);
     tuning::write(&dir, &doc)?;
     if args.bench.output.json {
@@ -66,6 +88,69 @@ pub fn run(args: TuneArgs) -> anyhow::Result<Exit> {
         (false, Some(_)) => Exit::Success,
         (false, None) => Exit::SloNotMet,
     })
+}
+
+/// With `--sim`: every setting's capacity planned on the virtual clock.
+fn plan_all(
+    args: &TuneArgs,
+    slo: &Slo,
+    base: &Load,
+    settings: &[Setting],
+) -> anyhow::Result<Vec<Option<Planned>>> {
+    let Some(flags) = &args.sim else {
+        return Ok(vec![None; settings.len()]);
+    };
+    tuning::check_placeholders(flags, settings, true)
+        .map_err(|e| Exit::usage(e.replace("--serve", "--sim")))?;
+    let cap = crate::find::point_cap(&base.flags, slo).unwrap_or(crate::find::MIN_POINT_REQUESTS);
+    let mut planned = Vec::new();
+    for setting in settings {
+        let started = std::time::Instant::now();
+        let cfg = plan_search::engine_of(&setting.command(flags, 0))?;
+        let p = plan_search::plan(
+            &cfg,
+            base,
+            args.find,
+            slo,
+            args.precision,
+            args.auto_max_concurrency,
+            cap,
+        )?;
+        say(
+            args,
+            &format!(
+                "{}: planned capacity {} (bracket {}–{}) in {:.1} s",
+                setting.name,
+                p.bracket.capacity.map_or("none".into(), |c| c.to_string()),
+                p.bracket.low,
+                p.bracket.high,
+                started.elapsed().as_secs_f64()
+            ),
+        );
+        planned.push(Some(p));
+    }
+    Ok(planned)
+}
+
+/// The settings to measure, in order: every one as given, or with
+/// `--plan-first K` the K the plan ranks highest (capacity, then the
+/// probe's throughput), best first.
+fn measure_order(planned: &[Option<Planned>], first: Option<u64>) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..planned.len()).collect();
+    let Some(k) = first else { return order };
+    let key = |i: &usize| {
+        let p = planned[*i].as_ref();
+        (
+            p.and_then(|p| p.bracket.capacity).unwrap_or(0.0),
+            p.map_or(0.0, |p| p.probe_output_tokens_per_s),
+        )
+    };
+    order.sort_by(|a, b| {
+        let (ka, kb) = (key(a), key(b));
+        kb.0.total_cmp(&ka.0).then(kb.1.total_cmp(&ka.1))
+    });
+    order.truncate(k as usize);
+    order
 }
 
 /// The flags tune cannot work without, or cannot use.
