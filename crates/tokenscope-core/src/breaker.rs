@@ -54,8 +54,13 @@ pub enum StopRule {
 pub struct Decide {
     pub slo: Slo,
     /// An open loop's queue takes time to build; a verdict of met from the
-    /// first seconds would pass a load the server cannot keep.
+    /// first seconds would pass a load the server cannot keep. Compared
+    /// with the send time of the newest request judged.
     pub met_after_s: f64,
+    /// No verdict of met while more than this share of the requests
+    /// failed: a server that sheds load fast would otherwise pass on the
+    /// few it served.
+    pub failed_share: f64,
 }
 
 impl StopRule {
@@ -175,6 +180,8 @@ struct Judge {
     rule: Decide,
     values: Vec<Distribution>,
     seen: u64,
+    failed: u64,
+    newest_sent_s: f64,
     next_look: u64,
 }
 
@@ -193,14 +200,18 @@ impl Judge {
             rule,
             values,
             seen: 0,
+            failed: 0,
+            newest_sent_s: 0.0,
             next_look: FIRST_LOOKS,
         }
     }
 
     fn add(&mut self, r: &RequestRecord, done_s: f64) -> Option<Tripped> {
         if !r.succeeded() {
-            return None; // the errors rule's, and the run's verdict's
+            self.failed += 1; // their latency is the errors rule's
+            return None;
         }
+        self.newest_sent_s = self.newest_sent_s.max(r.sent_at_us as f64 * 1e-6);
         for (o, d) in self.rule.slo.objectives.iter().zip(&mut self.values) {
             if let Some(v) = o.value_us(r) {
                 d.record(v);
@@ -255,7 +266,10 @@ impl Judge {
             .iter()
             .all(|o| o.metric != SloMetric::Itl && o.stat != "max");
         let within = |o: &ObjectiveResult| o.ci_high_ms.is_some_and(|h| h <= o.limit_ms);
-        (decidable && done_s >= self.rule.met_after_s && judged.iter().all(within)).then(|| {
+        let failed_share = self.failed as f64 / (self.failed + self.seen) as f64;
+        let settled =
+            self.newest_sent_s >= self.rule.met_after_s && failed_share <= self.rule.failed_share;
+        (decidable && settled && judged.iter().all(within)).then(|| {
             let worst = judged
                 .iter()
                 .max_by(|a, b| {
@@ -264,8 +278,8 @@ impl Judge {
                 })
                 .expect("an SLO has an objective");
             tripped(format!(
-                "met: every objective's 95 % interval lies within its limit after {:.1} s; the closest, {}_{}, is {} ms (up to {} ms) against {} ms, over {} requests",
-                done_s,
+                "met: every objective's 95 % interval lies within its limit, over the requests sent in the first {:.1} s; the closest, {}_{}, is {} ms (up to {} ms) against {} ms, over {} requests",
+                self.newest_sent_s,
                 worst.metric,
                 worst.stat,
                 ms(worst.value_ms),
@@ -355,6 +369,7 @@ mod tests {
         Breaker::new(vec![StopRule::Decided(Decide {
             slo: Slo::parse(slo).unwrap(),
             met_after_s,
+            failed_share: 0.05,
         })])
     }
 
@@ -394,10 +409,16 @@ mod tests {
     }
 
     #[test]
-    fn failed_requests_are_not_judged_by_the_decided_rule() {
+    fn failed_requests_are_not_judged_and_hold_back_a_verdict_of_met() {
         let mut b = decided("e2e_p50=1ms", 0.0);
         for i in 0..500u64 {
             assert!(b.add(&rec(i, i * 10, 10, true)).is_none());
+        }
+        // Fast answers, but two in five shed: never decided met.
+        let mut b = decided("ttft_p50=1s", 0.0);
+        for i in 0..2000u64 {
+            let t = b.add(&rec(i, i * 10, 10, i % 5 < 2));
+            assert!(t.is_none(), "{i}: {t:?}");
         }
     }
 }

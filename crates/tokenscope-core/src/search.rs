@@ -94,30 +94,35 @@ impl Bisection {
     /// enough, nothing met down to the smallest load worth measuring, or
     /// the bound itself met.
     pub fn next(&self) -> Option<f64> {
-        if self.met_at_bound || self.high <= 0.0 {
-            return None;
-        }
-        // Nothing met down to a precision's share of the bound.
-        if self.low == 0.0 && self.high_measured && self.high <= self.precision * self.bound {
+        if self.met_at_bound || self.high <= 0.0 || !self.high.is_finite() {
             return None;
         }
         let whole = self.over == SearchOver::Concurrency;
-        let close = match whole {
-            true => self.high - self.low <= 1.0,
-            false => self.high - self.low <= self.precision * self.high,
+        // Nothing met down to the smallest load worth measuring: a
+        // precision's share of the bound, or a concurrency of 1.
+        let floor = match whole {
+            true => 1.0,
+            false => self.precision * self.bound,
         };
+        if self.low == 0.0 && self.high_measured && self.high <= floor {
+            return None;
+        }
+        let mid = (self.low + self.high) / 2.0;
+        let mid = match whole {
+            true => mid.floor().max(1.0),
+            false => round3(mid),
+        };
+        // Narrow enough, or no load left between the two that the
+        // rounding can name (a step of 3 significant digits, a whole
+        // request).
+        let close = self.high - self.low <= self.precision * self.high
+            || mid <= self.low
+            || mid >= self.high;
         match (close, self.high_measured) {
             // All met up to near the bound: measure the bound once.
             (true, false) => Some(self.high),
             (true, true) => None,
-            (false, _) => {
-                let mid = (self.low + self.high) / 2.0;
-                Some(if whole {
-                    mid.round().max(1.0)
-                } else {
-                    round3(mid)
-                })
-            }
+            (false, _) => Some(mid),
         }
     }
 
@@ -164,20 +169,21 @@ pub fn round3(v: f64) -> f64 {
 }
 
 /// What a fixed grid of the same precision would have run: points every
-/// `precision × bound` up to the bound, each to the point's request cap
-/// (a grid point has no verdict to stop on).
+/// `precision × bound` up to the bound, each sized as the search sizes
+/// its points (`requests_at(load)`) and run whole (a grid point has no
+/// verdict to stop on).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GridCost {
     pub points: u64,
     pub requests: u64,
 }
 
-pub fn grid_cost(precision: f64, requests_per_point: u64) -> GridCost {
+pub fn grid_cost(precision: f64, bound: f64, requests_at: impl Fn(f64) -> u64) -> GridCost {
     let points = (1.0 / precision).ceil().max(1.0) as u64;
-    GridCost {
-        points,
-        requests: points.saturating_mul(requests_per_point),
-    }
+    let requests = (1..=points)
+        .map(|k| requests_at(bound * (k as f64 * precision).min(1.0)))
+        .fold(0u64, u64::saturating_add);
+    GridCost { points, requests }
 }
 
 #[cfg(test)]
@@ -230,26 +236,50 @@ mod tests {
 
     #[test]
     fn concurrency_is_searched_in_whole_requests() {
-        for truth in [1.0, 5.0, 37.0, 63.0] {
-            let (b, _) = search(SearchOver::Concurrency, 64.0, truth, 0.05);
+        for truth in [1.0, 2.0, 5.0, 37.0, 63.0] {
+            let (b, _) = search(SearchOver::Concurrency, 256.0, truth, 0.05);
             assert_eq!(b.low.fract(), 0.0);
-            assert!(
-                b.low <= truth && truth < b.high.max(b.low + 1.0),
-                "{truth}: {b:?}"
-            );
+            assert!(b.low <= truth && truth < b.high, "{truth}: {b:?}");
+            // Within the precision, or the next whole request.
+            assert!(b.width <= 0.05 || b.high - b.low <= 1.0, "{truth}: {b:?}");
+            assert_eq!(b.capacity, Some(b.low), "{truth}: {b:?}");
+        }
+        // Nothing met: concurrency 1 itself was measured to miss.
+        let (b, _) = search(SearchOver::Concurrency, 256.0, 0.5, 0.05);
+        assert_eq!((b.capacity, b.high), (None, 1.0), "{b:?}");
+    }
+
+    #[test]
+    fn a_precision_finer_than_the_rounding_ends_without_repeating_a_load() {
+        for precision in [0.001, 0.003, 0.01] {
+            let mut b = Bisection::new(SearchOver::Rate, 20.0, precision);
+            let mut seen = Vec::new();
+            while let Some(load) = b.next() {
+                assert!(
+                    !seen.contains(&load),
+                    "{precision}: {load} again after {seen:?}"
+                );
+                seen.push(load);
+                b.record(load, load <= 10.14);
+            }
+            let got = b.bracket();
+            assert!(got.low <= 10.14 && 10.14 < got.high, "{got:?}");
         }
     }
 
     #[test]
     fn a_grid_of_the_same_precision_costs_a_point_per_step() {
         assert_eq!(
-            grid_cost(0.05, 200),
+            grid_cost(0.05, 20.0, |_| 200),
             GridCost {
                 points: 20,
                 requests: 4000
             }
         );
-        assert_eq!(grid_cost(0.3, u64::MAX).requests, u64::MAX);
+        assert_eq!(grid_cost(0.3, 20.0, |_| u64::MAX).requests, u64::MAX);
+        // Sized like the search's points: at least 10 s of each rate.
+        let g = grid_cost(0.25, 20.0, |r| 100u64.max((r * 10.0) as u64));
+        assert_eq!((g.points, g.requests), (4, 100 + 100 + 150 + 200));
         assert_eq!(round3(13.3333), 13.3);
         assert_eq!(round3(0.012345), 0.0123);
     }

@@ -7,7 +7,8 @@
 //!   llama.cpp each slot's cache erased (`GET /slots`, then
 //!   `POST /slots/{id}?action=erase`, which llama.cpp allows only when it
 //!   was started with `--slot-save-path`).
-//! - `cmd:COMMAND`: a command of your own, through `sh -c`, that must exit 0.
+//! - `cmd:COMMAND`: a command of your own, through `sh -c`, that must exit
+//!   0; the server's base URL is in its `TOKENSCOPE_URL`.
 //!
 //! Every call is checked: a refusal is said, with the server's own words,
 //! and kept with the point.
@@ -18,6 +19,22 @@ use std::time::Duration;
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// The most of a server's answer kept in a message.
 const SAID: usize = 300;
+/// The most of a server's answer read (a slot list, an error).
+const READ_AT_MOST: usize = 256 * 1024;
+
+/// A server's answer, read up to [`READ_AT_MOST`] bytes (the rest is not
+/// read: a hostile or broken server cannot grow the client with it).
+async fn read_body(mut answer: reqwest::Response) -> String {
+    let mut bytes = Vec::new();
+    while let Ok(Some(chunk)) = answer.chunk().await {
+        let room = READ_AT_MOST - bytes.len();
+        bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if bytes.len() >= READ_AT_MOST {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Between {
@@ -42,7 +59,7 @@ impl Between {
     /// done, or why it was not.
     pub async fn apply(&self, url: &str, kind: Option<&str>) -> Result<String, String> {
         match self {
-            Between::Command(cmd) => command(cmd).await,
+            Between::Command(cmd) => command(cmd, url).await,
             Between::ResetPrefixCache => {
                 let client = reqwest::Client::builder()
                     .timeout(CALL_TIMEOUT)
@@ -72,7 +89,7 @@ async fn post(client: &reqwest::Client, url: &str) -> Result<String, String> {
         .await
         .map_err(|e| format!("POST {url}: {e}"))?;
     let status = answer.status();
-    let body = answer.text().await.unwrap_or_default();
+    let body = read_body(answer).await;
     match status.is_success() {
         true => Ok(format!("POST {url}: {status}")),
         false => Err(format!("POST {url}: {status}: {}", clip(&body))),
@@ -88,7 +105,7 @@ async fn erase_slots(client: &reqwest::Client, url: &str) -> Result<String, Stri
         .await
         .map_err(|e| format!("GET {slots_url}: {e}"))?;
     let status = answer.status();
-    let body = answer.text().await.unwrap_or_default();
+    let body = read_body(answer).await;
     if !status.is_success() {
         return Err(format!("GET {slots_url}: {status}: {}", clip(&body)));
     }
@@ -111,7 +128,7 @@ async fn erase_slots(client: &reqwest::Client, url: &str) -> Result<String, Stri
             .await
             .map_err(|e| format!("POST {erase}: {e}"))?;
         let status = answer.status();
-        let body = answer.text().await.unwrap_or_default();
+        let body = read_body(answer).await;
         if !status.is_success() {
             return Err(format!("POST {erase}: {status}: {}", clip(&body)));
         }
@@ -124,9 +141,12 @@ async fn erase_slots(client: &reqwest::Client, url: &str) -> Result<String, Stri
     ))
 }
 
-async fn command(cmd: &str) -> Result<String, String> {
+/// `cmd:COMMAND`, with the server's base URL in `TOKENSCOPE_URL` (a
+/// tune's server listens on a port chosen per setting).
+async fn command(cmd: &str, url: &str) -> Result<String, String> {
     let run = tokio::process::Command::new("sh")
         .args(["-c", cmd])
+        .env("TOKENSCOPE_URL", url)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .output();
@@ -193,7 +213,9 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.contains("nope") && e.contains('3'), "{e}");
-        let ok = Between::Command("true".into()).apply("", None).await;
+        let ok = Between::Command("test \"$TOKENSCOPE_URL\" = http://h:1".into())
+            .apply("http://h:1", None)
+            .await;
         assert!(ok.is_ok(), "{ok:?}");
         let e = Between::ResetPrefixCache
             .apply("http://127.0.0.1:1", Some("tgi"))

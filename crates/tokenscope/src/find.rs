@@ -70,7 +70,8 @@ pub struct Probe {
 pub struct Searched {
     pub load: f64,
     pub met: bool,
-    /// `met`, `not_met`, `not_enough_data`, `saturation` or `errors`.
+    /// `met`, `not_met`, `not_enough_data`, `saturation` or `errors`
+    /// (stopped on them, or more than 5 % failed).
     pub verdict: String,
     /// The objective that binds (the worst bound ÷ limit).
     pub binding: Option<String>,
@@ -163,7 +164,15 @@ pub async fn search(
         over.unit()
     ));
     found.probe = Some(probe);
-    found.grid = cap.map(|n| grid_cost(args.precision, n));
+    found.grid = cap.map(|_| {
+        grid_cost(args.precision, bound, |load| {
+            level(points, over, load, cap)
+                .work
+                .flags
+                .requests
+                .unwrap_or(0)
+        })
+    });
     points.stop_rules = stop_rules(over, slo, args.min_point_time.as_secs_f64());
     while let Some(load) = bisection.next() {
         let b = bisection.bracket();
@@ -173,6 +182,7 @@ pub async fn search(
             b.low,
             b.high
         ));
+        let before = points.done.len();
         if !points.point(level(points, over, load, cap)).await? {
             found.interrupted = true;
             break;
@@ -180,6 +190,11 @@ pub async fn search(
         if let Some(why) = gone() {
             found.ended = Some(why);
             break;
+        }
+        if points.done.len() == before {
+            // Skipped (at or above a load that saturated): a miss, run or not.
+            bisection.record(load, false);
+            continue;
         }
         let d = points.done.last().expect("the point ran");
         let mut searched = searched(d, &points.dir, slo);
@@ -229,13 +244,20 @@ pub fn point_cap(flags: &crate::cli::LoadArgs, slo: &Slo) -> Option<u64> {
     }
 }
 
+/// A point's level: its cap, but never fewer requests than a closed loop
+/// needs to hold its concurrency (two rounds of it) or an open loop sends
+/// in `--min-point-time` (so its queue has time to build).
 fn level(points: &Points, over: SearchOver, load: f64, cap: Option<u64>) -> Level {
     let mut level = match over {
         SearchOver::Rate => open(&points.base, load),
         SearchOver::Concurrency => closed(&points.base, load as u64),
     };
-    if cap.is_some() {
-        level.work.flags.requests = cap;
+    let least = match over {
+        SearchOver::Rate => (load * points.args.min_point_time.as_secs_f64()).ceil() as u64,
+        SearchOver::Concurrency => 2 * load as u64,
+    };
+    if let Some(cap) = cap {
+        level.work.flags.requests = Some(cap.max(least));
     }
     level
 }
@@ -247,6 +269,7 @@ fn stop_rules(over: SearchOver, slo: &Slo, met_after_s: f64) -> Vec<StopRule> {
         StopRule::Decided(Decide {
             slo: slo.clone(),
             met_after_s,
+            failed_share: ERRORS_STOP,
         }),
         StopRule::Errors(ERRORS_STOP),
     ];
@@ -276,8 +299,14 @@ fn searched(d: &Done, dir: &std::path::Path, slo: &Slo) -> Searched {
     let (standing, binding) = PointSlo::judge(&objectives);
     let reasons: Vec<String> = objectives.iter().filter_map(|o| o.reason.clone()).collect();
     let stopped = r.stopped.clone();
+    // Those in flight when a rule stopped the point were cancelled, not failed.
+    let cancelled = r.counts.errors.get("cancelled").copied().unwrap_or(0);
+    let failed_share = r.counts.failed.saturating_sub(cancelled) as f64
+        / r.counts.requests.saturating_sub(cancelled).max(1) as f64;
     let verdict = match stopped.as_ref().filter(|t| t.rule != "decided") {
         Some(t) => t.rule.clone(),
+        // Met on the requests it served while shedding the rest is a miss.
+        None if failed_share > ERRORS_STOP => "errors".into(),
         None => serde_json::to_value(standing.verdict)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
@@ -356,7 +385,7 @@ pub fn summary(found: &Found) -> String {
     ));
     if let (Some(g), Some(n)) = (&found.grid, found.requests_per_point) {
         out.push_str(&format!(
-            "; a fixed grid of {:.0} % ({} points × {} requests) would send {}",
+            "; a fixed grid of {:.0} % ({} points of ≥ {} requests) would send {}",
             found.precision * 100.0,
             g.points,
             thousands(n),

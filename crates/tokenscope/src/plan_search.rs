@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokenscope_core::capacity::PointSlo;
 use tokenscope_core::metrics::measure;
 use tokenscope_core::search::{round3, Bisection, Bracket, SearchOver};
-use tokenscope_core::slo::Slo;
+use tokenscope_core::slo::{Slo, Verdict};
 use tokenscope_sim::engine::EngineConfig;
 
 /// A setting's capacity as planned.
@@ -59,27 +59,37 @@ pub fn engine_of(flags: &str) -> anyhow::Result<EngineConfig> {
     Ok(cfg)
 }
 
+/// How the search is sized: what it varies, where it stops, its probe's
+/// concurrency, a point's request cap and least time.
+#[derive(Debug, Clone, Copy)]
+pub struct Sizing {
+    pub over: SearchOver,
+    pub precision: f64,
+    pub probe: u64,
+    pub cap: u64,
+    pub min_point_s: f64,
+}
+
 /// Plans the search on `cfg`: the probe at concurrency `probe` (as many
 /// requests as the measured probe sends), then bisection to `precision`,
 /// each point `cap` requests.
-pub fn plan(
-    cfg: &EngineConfig,
-    base: &Load,
-    over: SearchOver,
-    slo: &Slo,
-    precision: f64,
-    probe: u64,
-    cap: u64,
-) -> anyhow::Result<Planned> {
-    let at = |level: Level| -> anyhow::Result<(bool, f64, f64)> {
+pub fn plan(cfg: &EngineConfig, base: &Load, slo: &Slo, size: &Sizing) -> anyhow::Result<Planned> {
+    let Sizing {
+        over,
+        precision,
+        probe,
+        cap,
+        min_point_s,
+    } = *size;
+    let at = |level: Level| -> anyhow::Result<(Verdict, f64, f64)> {
         let delay = Duration::from_secs_f64(tokenscope_sim::plan::DEFAULT_NETWORK_DELAY_S);
         let load = crate::engine::plan_load(&level.work, delay);
         let out = tokenscope_sim::plan::simulate(cfg, &load).map_err(Exit::usage)?;
         let m = measure(&out.records, Some(slo), None);
         let objectives = m.slo.map(|s| s.objectives).unwrap_or_default();
-        let met = PointSlo::judge(&objectives).0.met();
+        let verdict = PointSlo::judge(&objectives).0.verdict;
         Ok((
-            met,
+            verdict,
             m.throughput.requests_per_s,
             m.throughput.output_tokens_per_s,
         ))
@@ -91,7 +101,7 @@ pub fn plan(
     };
     let mut bisection = Bisection::new(over, bound, precision);
     if over == SearchOver::Concurrency {
-        bisection.record(bound, probe_met);
+        bisection.record(bound, probe_met == Verdict::Met);
     }
     let mut points = 0;
     while let Some(load) = bisection.next().filter(|_| bound > 0.0) {
@@ -100,10 +110,18 @@ pub fn plan(
             SearchOver::Concurrency => closed(base, load as u64),
         };
         // The probe runs as measured (two rounds of its concurrency); a
-        // point, to its cap.
-        level.work.flags.requests = Some(cap);
-        bisection.record(load, at(level)?.0);
+        // point, to its cap, as the measured search sizes it.
+        let least = match over {
+            SearchOver::Rate => (load * min_point_s).ceil() as u64,
+            SearchOver::Concurrency => 2 * load as u64,
+        };
+        level.work.flags.requests = Some(cap.max(least));
         points += 1;
+        match at(level)?.0 {
+            // As the measured search: a point that cannot be judged ends it.
+            Verdict::NotEnoughData => break,
+            v => bisection.record(load, v == Verdict::Met),
+        }
     }
     Ok(Planned {
         engine: cfg.describe(),

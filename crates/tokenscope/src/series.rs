@@ -96,10 +96,23 @@ pub fn open(base: &Load, r: f64) -> Level {
 /// under `find` too.
 pub fn finish_series(
     dir: &Path,
+    points: Vec<Done>,
+    output: &OutputArgs,
+    series: &SeriesArgs,
+    search: Option<serde_json::Value>,
+) -> anyhow::Result<Exit> {
+    finish_series_as(dir, points, output, series, search, true)
+}
+
+/// [`finish_series`], with or without the table on stdout (a tune's
+/// settings each write their series, and the tune prints its own table).
+pub fn finish_series_as(
+    dir: &Path,
     mut points: Vec<Done>,
     output: &OutputArgs,
     series: &SeriesArgs,
     search: Option<serde_json::Value>,
+    print: bool,
 ) -> anyhow::Result<Exit> {
     points.sort_by(|a, b| a.load.total_cmp(&b.load));
     let analysis = analyse(&points, output, series);
@@ -115,7 +128,7 @@ pub fn finish_series(
     crate::run_dir::write_html_after_run(dir, output.quiet || output.json);
     if output.json {
         crate::output::to_stdout(&(serde_json::to_string_pretty(&doc)? + "\n"));
-    } else if !output.quiet {
+    } else if print {
         let labelled: Vec<(String, RunResults)> = points
             .iter()
             .map(|d| (d.label.clone(), d.results.clone()))

@@ -26,11 +26,35 @@ pub struct Setting {
 impl Setting {
     /// `--serve` with `{port}` and each `{NAME}` filled in.
     pub fn command(&self, serve: &str, port: u16) -> String {
-        let mut cmd = serve.replace("{port}", &port.to_string());
-        for (name, value) in &self.values {
-            cmd = cmd.replace(&format!("{{{name}}}"), value);
+        // One pass: a value holding `{other}` is not filled in again.
+        let mut out = String::with_capacity(serve.len());
+        let mut rest = serve;
+        while let Some(open) = rest.find('{') {
+            out.push_str(&rest[..open]);
+            let after = &rest[open + 1..];
+            let name = after.find('}').map(|end| &after[..end]);
+            let value = match name {
+                Some("port") => Some(port.to_string()),
+                Some(n) => self
+                    .values
+                    .iter()
+                    .find(|(k, _)| k == n)
+                    .map(|(_, v)| v.clone()),
+                None => None,
+            };
+            match (name, value) {
+                (Some(n), Some(v)) => {
+                    out.push_str(&v);
+                    rest = &after[n.len() + 1..];
+                }
+                _ => {
+                    out.push('{');
+                    rest = after;
+                }
+            }
         }
-        cmd
+        out.push_str(rest);
+        out
     }
 
     /// A directory name: `slots=4,tp=2` → `slots-4_tp-2`.
@@ -168,15 +192,21 @@ pub fn check_placeholders(serve: &str, settings: &[Setting], has_url: bool) -> R
     if !has_url && !serve.contains("{port}") {
         return Err("--serve has no {port}: tune chooses a free port per setting (or give --url where the server listens)".into());
     }
+    // `{NAME}` of a parameter's characters only: a command's own braces
+    // (a JSON argument) are its business.
     let mut rest = serve;
     while let Some(open) = rest.find('{') {
         let Some(len) = rest[open..].find('}') else {
             break;
         };
         let name = &rest[open + 1..open + len];
-        rest = &rest[open + len..];
+        rest = &rest[open + 1..];
+        let is_name = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         let known = |s: &Setting| s.values.iter().any(|(n, _)| n == name);
-        if name != "port" && !name.is_empty() {
+        if is_name && name != "port" {
             if let Some(s) = settings.iter().find(|s| !known(s)) {
                 return Err(format!(
                     "--serve has {{{name}}}, which setting `{}` does not give",
@@ -185,7 +215,31 @@ pub fn check_placeholders(serve: &str, settings: &[Setting], has_url: bool) -> R
             }
         }
     }
+    let mut dirs: BTreeMap<String, &str> = BTreeMap::new();
+    for s in settings {
+        if let Some(other) = dirs.insert(s.dir_name().to_lowercase(), &s.name) {
+            return Err(format!(
+                "settings `{other}` and `{}` would share the directory {}: name them apart",
+                s.name,
+                s.dir_name()
+            ));
+        }
+    }
     Ok(())
+}
+
+/// The port of `http[s]://host[:port]…` (the scheme's when none is written).
+pub fn port_of(url: &str) -> u16 {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+    let authority = rest.split('/').next().unwrap_or("");
+    let host_port = authority.rsplit('@').next().unwrap_or("");
+    match host_port.rsplit_once(':') {
+        Some((host, p)) if !host.ends_with(']') || host.contains('[') => p
+            .parse()
+            .unwrap_or(if scheme == "https" { 443 } else { 80 }),
+        _ if scheme == "https" => 443,
+        _ => 80,
+    }
 }
 
 /// A port free on 127.0.0.1 now.
@@ -384,8 +438,9 @@ pub fn recommend(all: &[Tuned]) -> Vec<Recommendation> {
             why: "no setting met the SLO at any load searched".into(),
         },
         Some((best, cap)) => {
+            let unit = best.find.as_ref().map_or("requests/s", |f| f.over.unit());
             let mut why = format!(
-                "the highest SLO capacity: {cap} requests/s{}",
+                "the highest SLO capacity: {cap} {unit}{}",
                 bracket_words(best)
             );
             if let Some((next, next_cap)) = chat.get(1) {
@@ -604,8 +659,36 @@ mod tests {
         let e = check_placeholders("srv -np {slots}", &g, false).unwrap_err();
         assert!(e.contains("{port}"), "{e}");
         assert!(check_placeholders("srv -np {slots}", &g, true).is_ok());
-        // An unclosed brace is the command's own business.
+        // An unclosed brace, or JSON, is the command's own business.
         assert!(check_placeholders("srv {port} {", &g, false).is_ok());
+        let json = r#"srv --port {port} --compilation-config '{"level":3}' -np {slots}"#;
+        assert!(check_placeholders(json, &g, false).is_ok());
+        assert_eq!(
+            g[0].command(json, 7),
+            r#"srv --port 7 --compilation-config '{"level":3}' -np 1"#
+        );
+        // A value holding a placeholder is not filled in again.
+        let s = Setting {
+            name: "x".into(),
+            values: vec![("a".into(), "{b}".into()), ("b".into(), "2".into())],
+        };
+        assert_eq!(s.command("{a} {b} {port}", 9), "{b} 2 9");
+        // Two settings one directory: refused.
+        let two = [
+            Setting {
+                name: "fp8 kv".into(),
+                values: vec![],
+            },
+            Setting {
+                name: "fp8-kv".into(),
+                values: vec![],
+            },
+        ];
+        let e = check_placeholders("x {port}", &two, false).unwrap_err();
+        assert!(e.contains("share the directory"), "{e}");
+        assert_eq!(port_of("http://127.0.0.1:8000/v1"), 8000);
+        assert_eq!(port_of("https://h.example"), 443);
+        assert_eq!(port_of("http://[::1]:9/x"), 9);
     }
 
     #[test]

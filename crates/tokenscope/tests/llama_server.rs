@@ -1589,10 +1589,12 @@ fn ctrl_c_mid_tune_stops_the_server_it_started() {
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("tune.json")).unwrap()).unwrap();
     assert_eq!(doc["interrupted"], true);
-    assert_eq!(
-        doc["settings"].as_array().unwrap().len(),
-        1,
-        "slots=2 is not run"
-    );
+    let settings = doc["settings"].as_array().unwrap();
+    assert_eq!(settings[0]["interrupted"], true);
+    assert_eq!(settings[1]["measured"], false, "slots=2 is not run");
+    assert!(settings[1]["notes"][0]
+        .as_str()
+        .unwrap()
+        .contains("interrupted"));
     assert!(!running(&marker), "a llama-server was left running");
 }

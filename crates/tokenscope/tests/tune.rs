@@ -159,6 +159,8 @@ fn a_point_too_small_to_judge_ends_the_search_with_the_fix() {
             "4",
             "--requests",
             "20",
+            "--min-point-time",
+            "1s",
             "--no-history",
         ]))
         .output()
@@ -169,8 +171,14 @@ fn a_point_too_small_to_judge_ends_the_search_with_the_fix() {
         ended.contains("could not be judged") && ended.contains("--requests"),
         "{found}"
     );
-    assert_eq!(found["points"].as_array().unwrap().len(), 1);
-    assert!(found["bracket"]["capacity"].is_null());
+    // The search ends on the point it could not judge.
+    let points = found["points"].as_array().unwrap();
+    let last = points.last().unwrap();
+    assert_eq!(last["verdict"], "not_enough_data", "{found}");
+    assert!(
+        last["undecided"].as_str().unwrap().contains("n = 20"),
+        "{last}"
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("warning") && err.contains("ttft_p90 needs"),

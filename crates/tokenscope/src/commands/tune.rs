@@ -50,6 +50,9 @@ pub fn run(args: TuneArgs) -> anyhow::Result<Exit> {
         one.planned = planned[i].clone();
         let stop = one.interrupted;
         tuned[i] = Some(one);
+        // Written after every setting: a tune killed later keeps what it measured.
+        let so_far: Vec<Tuned> = tuned.iter().flatten().cloned().collect();
+        tuning::write(&dir, &tuning::document(&args.serve, &slo, so_far))?;
         if stop {
             say(&args, "interrupted: the settings left are not run");
             break;
@@ -103,19 +106,18 @@ fn plan_all(
     tuning::check_placeholders(flags, settings, true)
         .map_err(|e| Exit::usage(e.replace("--serve", "--sim")))?;
     let cap = crate::find::point_cap(&base.flags, slo).unwrap_or(crate::find::MIN_POINT_REQUESTS);
+    let size = plan_search::Sizing {
+        over: args.find,
+        precision: args.precision,
+        probe: args.auto_max_concurrency,
+        cap,
+        min_point_s: args.min_point_time.as_secs_f64(),
+    };
     let mut planned = Vec::new();
     for setting in settings {
         let started = std::time::Instant::now();
         let cfg = plan_search::engine_of(&setting.command(flags, 0))?;
-        let p = plan_search::plan(
-            &cfg,
-            base,
-            args.find,
-            slo,
-            args.precision,
-            args.auto_max_concurrency,
-            cap,
-        )?;
+        let p = plan_search::plan(&cfg, base, slo, &size)?;
         say(
             args,
             &format!(
@@ -212,13 +214,18 @@ fn one_setting(
 ) -> anyhow::Result<Tuned> {
     let sdir = dir.join(setting.dir_name());
     std::fs::create_dir_all(&sdir)?;
-    let port = tuning::free_port()?;
-    let url = args
-        .bench
-        .target
-        .url
-        .clone()
-        .unwrap_or_else(|| format!("http://127.0.0.1:{port}"));
+    let (url, port) = match &args.bench.target.url {
+        // The server listens where --url says: {port} is that port.
+        Some(url) => {
+            let (base, _) = crate::run::target::base_url(url)?;
+            let port = tuning::port_of(&base);
+            (base, port)
+        }
+        None => {
+            let port = tuning::free_port()?;
+            (format!("http://127.0.0.1:{port}"), port)
+        }
+    };
     let command = setting.command(&args.serve, port);
     let sweep = sweep_args(args, &sdir, &url);
     let mut tuned = Tuned::new(setting, &command, &setting.dir_name());
@@ -274,6 +281,9 @@ fn one_setting(
                 };
                 let found = {
                     let mut gone = || {
+                        if raised.is_raised() {
+                            return Some("interrupted (Ctrl-C or SIGTERM)".to_string());
+                        }
                         server.exited().map(|status| {
                             format!(
                                 "the server exited ({status}) mid-search; its log ends: {}",
@@ -289,21 +299,35 @@ fn one_setting(
                     "port {port} was still taken 5 s after the server stopped: something it started may still run"
                 ));
                 }
-                let found: Found = found?;
-                tuned.interrupted = found.interrupted || raised.is_raised();
+                tuned.interrupted = raised.is_raised();
+                // A search that failed is this setting's result, not the tune's end.
+                let found: Found = match found {
+                    Ok(found) => found,
+                    Err(e) => {
+                        tuned.error = Some(format!("the search failed: {e:#}"));
+                        say(args, &format!("{}: the search failed: {e:#}", setting.name));
+                        return Ok(Exit::Success);
+                    }
+                };
+                tuned.interrupted |= found.interrupted;
                 tuned.error = found.ended.clone();
-                find::write(&sdir, &found)?;
                 tuned.take(&found, &points.done);
                 let mut output = sweep.bench.output.clone();
                 output.quiet = true;
                 output.json = false;
-                crate::series::finish_series(
-                    &sdir,
-                    points.done,
-                    &output,
-                    &sweep.series,
-                    Some(serde_json::to_value(&found)?),
-                )?;
+                let written = find::write(&sdir, &found).and_then(|_| {
+                    crate::series::finish_series_as(
+                        &sdir,
+                        points.done,
+                        &output,
+                        &sweep.series,
+                        Some(serde_json::to_value(&found)?),
+                        false,
+                    )
+                });
+                if let Err(e) = written {
+                    tuned.notes.push(format!("its search's files: {e:#}"));
+                }
                 if !args.bench.output.quiet {
                     eprint!("{}", find::summary(&found));
                 }

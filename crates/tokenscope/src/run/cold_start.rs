@@ -123,12 +123,16 @@ impl Started {
         self.child.try_wait().ok().flatten()
     }
 
-    /// SIGTERM to the server's process group, SIGKILL after a grace period.
+    /// SIGTERM to the server's process group, SIGKILL to the group after a
+    /// grace period: the group, not only the shell leading it, must be
+    /// gone (a `sh -c 'activate && vllm serve …'` leader exits first while
+    /// the server still holds its port and GPU memory).
     pub fn stop(&mut self) -> Duration {
         let t = Instant::now();
         self.signal(libc::SIGTERM);
         while t.elapsed() < STOP_GRACE {
-            if let Ok(Some(_)) = self.child.try_wait() {
+            let _ = self.child.try_wait();
+            if !self.group_alive() {
                 return t.elapsed();
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -136,6 +140,13 @@ impl Started {
         self.signal(libc::SIGKILL);
         let _ = self.child.wait();
         t.elapsed()
+    }
+
+    /// Whether any process of the group is left (a zombie leader not yet
+    /// reaped counts until `try_wait` reaps it).
+    fn group_alive(&self) -> bool {
+        // SAFETY: kill(2) with signal 0 only checks the group exists.
+        unsafe { libc::kill(-(self.child.id() as libc::pid_t), 0) == 0 }
     }
 
     fn signal(&self, sig: libc::c_int) {
@@ -148,10 +159,9 @@ impl Started {
 
 impl Drop for Started {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            self.signal(libc::SIGKILL);
-            let _ = self.child.wait();
-        }
+        // The whole group, whether or not its leader is still there.
+        self.signal(libc::SIGKILL);
+        let _ = self.child.wait();
     }
 }
 
