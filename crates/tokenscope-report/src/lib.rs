@@ -3,7 +3,8 @@
 //! report ([`html`]) with its charts ([`charts`]), Markdown ([`markdown`]),
 //! CSV exports ([`export`]) and the peers' JSON dialects ([`dialects`]) of a
 //! run or sweep directory ([`run_dir`]); the sizing of `sim size`
-//! ([`sizing`]) and a configuration's trend from the history ([`trend`]).
+//! ([`sizing`]), a configuration's trend from the history ([`trend`]) and
+//! a tune's settings side by side ([`tune`]).
 //! Health bands ([`health`]) and workload fidelity ([`fidelity`]) colour
 //! them all.
 
@@ -22,3 +23,4 @@ pub mod run_dir;
 pub mod sizing;
 pub mod terminal;
 pub mod trend;
+pub mod tune;

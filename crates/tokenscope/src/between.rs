@@ -82,33 +82,29 @@ impl Between {
     }
 }
 
-async fn post(client: &reqwest::Client, url: &str) -> Result<String, String> {
-    let answer = client
-        .post(url)
-        .send()
-        .await
-        .map_err(|e| format!("POST {url}: {e}"))?;
+/// Sends `req` (`what`: `POST URL`, for the messages); its answer's body
+/// on a 2xx, else what the server said.
+async fn call(req: reqwest::RequestBuilder, what: &str) -> Result<String, String> {
+    let answer = req.send().await.map_err(|e| format!("{what}: {e}"))?;
     let status = answer.status();
     let body = read_body(answer).await;
     match status.is_success() {
-        true => Ok(format!("POST {url}: {status}")),
-        false => Err(format!("POST {url}: {status}: {}", clip(&body))),
+        true => Ok(body),
+        false => Err(format!("{what}: {status}: {}", clip(&body))),
     }
+}
+
+async fn post(client: &reqwest::Client, url: &str) -> Result<String, String> {
+    let what = format!("POST {url}");
+    call(client.post(url), &what)
+        .await
+        .map(|_| format!("{what}: done"))
 }
 
 /// llama.cpp: every slot's cache erased, and the tokens it held counted.
 async fn erase_slots(client: &reqwest::Client, url: &str) -> Result<String, String> {
     let slots_url = format!("{url}/slots");
-    let answer = client
-        .get(&slots_url)
-        .send()
-        .await
-        .map_err(|e| format!("GET {slots_url}: {e}"))?;
-    let status = answer.status();
-    let body = read_body(answer).await;
-    if !status.is_success() {
-        return Err(format!("GET {slots_url}: {status}: {}", clip(&body)));
-    }
+    let body = call(client.get(&slots_url), &format!("GET {slots_url}")).await?;
     let slots: Vec<serde_json::Value> = serde_json::from_str(&body).map_err(|e| {
         format!(
             "GET {slots_url}: not a list of slots ({e}): {}",
@@ -122,16 +118,7 @@ async fn erase_slots(client: &reqwest::Client, url: &str) -> Result<String, Stri
     let mut erased = 0;
     for id in &ids {
         let erase = format!("{url}/slots/{id}?action=erase");
-        let answer = client
-            .post(&erase)
-            .send()
-            .await
-            .map_err(|e| format!("POST {erase}: {e}"))?;
-        let status = answer.status();
-        let body = read_body(answer).await;
-        if !status.is_success() {
-            return Err(format!("POST {erase}: {status}: {}", clip(&body)));
-        }
+        let body = call(client.post(&erase), &format!("POST {erase}")).await?;
         let said: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
         erased += said["n_erased"].as_u64().unwrap_or(0);
     }
@@ -222,5 +209,72 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.contains("tgi"), "{e}");
+    }
+
+    /// A one-connection-at-a-time server answering every request with `head`
+    /// then `body_bytes` bytes of `x` (at most `conns` connections).
+    fn raw(head: &'static str, body_bytes: usize, conns: usize) -> String {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for s in l.incoming().take(conns) {
+                let Ok(mut s) = s else { continue };
+                let mut buf = [0u8; 4096];
+                let _ = s.read(&mut buf);
+                let _ = s.write_all(head.as_bytes());
+                let chunk = vec![b'x'; 64 * 1024];
+                let mut left = body_bytes;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    if s.write_all(&chunk[..n]).is_err() {
+                        break; // the client stopped reading
+                    }
+                    left -= n;
+                }
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn a_huge_or_misshapen_answer_is_refused_within_a_bound() {
+        // 1 GiB announced and sent as a slot list: read up to 256 KiB, then refused.
+        let url = raw(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1073741824\r\n\r\n",
+            1 << 30,
+            1,
+        );
+        let e = Between::ResetPrefixCache
+            .apply(&url, Some("llama.cpp"))
+            .await
+            .unwrap_err();
+        assert!(e.contains("not a list of slots"), "{e}");
+        assert!(e.len() < 1000, "{} bytes", e.len());
+        // The wrong shape with HTTP 200: no slot ids.
+        let url = raw(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n[]",
+            0,
+            1,
+        );
+        let e = Between::ResetPrefixCache
+            .apply(&url, Some("llama.cpp"))
+            .await
+            .unwrap_err();
+        assert!(e.contains("no slot ids"), "{e}");
+        // vLLM refusing: its status and words.
+        let url = raw(
+            "HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nno route!",
+            0,
+            1,
+        );
+        let e = Between::ResetPrefixCache
+            .apply(&url, Some("vllm"))
+            .await
+            .unwrap_err();
+        assert!(
+            e.contains("/reset_prefix_cache: 404") && e.contains("no route!"),
+            "{e}"
+        );
     }
 }

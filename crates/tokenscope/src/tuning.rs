@@ -560,10 +560,19 @@ pub fn plan_agreement(settings: &[Tuned]) -> Vec<String> {
     lines
 }
 
+/// `tune.json` and the tune's `report.html` beside it.
 pub fn write(dir: &Path, doc: &TuneDoc) -> anyhow::Result<()> {
-    let path = dir.join(TUNE_JSON);
-    std::fs::write(&path, serde_json::to_string_pretty(doc)? + "\n")
-        .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
+    let value = serde_json::to_value(doc)?;
+    let files = [
+        (TUNE_JSON, serde_json::to_string_pretty(&value)? + "\n"),
+        ("report.html", tokenscope_report::tune::page(&value)),
+    ];
+    for (name, text) in files {
+        let path = dir.join(name);
+        std::fs::write(&path, text)
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// The settings side by side, then the recommendations.

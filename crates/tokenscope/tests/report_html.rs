@@ -493,3 +493,48 @@ fn sim_size_report_renders_offline_with_its_chart() {
         "the re-run commands are listed"
     );
 }
+
+/// A tune's page: its recommendations, every setting linked to its own
+/// report, planned against measured; offline, without console errors.
+#[test]
+fn tune_report_renders_offline_with_its_settings_and_recommendations() {
+    let doc = serde_json::json!({
+        "schema": "tokenscope.tune/v1",
+        "serve": "llama-server -m m.gguf --port {port} -np {slots}",
+        "slo": "ttft_p99 ≤ 2000 ms",
+        "interrupted": false,
+        "settings": [
+            {"name": "slots=1", "dir": "slots-1", "measured": true, "capacity": 3.1,
+             "bracket": [3.1, 3.3], "at_least": false, "ready_s": 1.2, "stop_s": 0.1,
+             "max_output_tokens_per_s": 90.0, "notes": [],
+             "find": {"points": [{}, {}, {}], "requests": 300},
+             "planned": {"bracket": {"capacity": 3.0}}},
+            {"name": "slots=4", "dir": "slots-4", "measured": true, "capacity": 9.8,
+             "bracket": [9.8, 10.3], "at_least": false, "ready_s": 1.3, "stop_s": 0.1,
+             "max_output_tokens_per_s": 260.0, "notes": [],
+             "find": {"points": [{}, {}, {}, {}], "requests": 420},
+             "planned": {"bracket": {"capacity": 10.4}}},
+            {"name": "slots=16", "dir": "slots-16", "measured": false,
+             "notes": ["not measured: outside the plan's first 2 (--plan-first)"],
+             "planned": {"bracket": {"capacity": 9.1}}}
+        ],
+        "recommendations": [
+            {"service": "chat", "setting": "slots=4", "why": "the highest SLO capacity: 9.8 requests/s"},
+            {"service": "long-context", "setting": null, "why": "not judged by tune"}
+        ]
+    });
+    let dir = run_dir("tune-report");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("report.html");
+    std::fs::write(&path, tokenscope_report::tune::page(&doc)).unwrap();
+    let dom = check("tune", &path, 0);
+    for want in [
+        "Recommended settings",
+        "slots-4/report.html",
+        "Planned against measured",
+        "not measured: outside the plan",
+        "not judged by tune",
+    ] {
+        assert!(dom.contains(want), "{want}: {dom}");
+    }
+}

@@ -404,6 +404,19 @@ fn shard_flags_refuse_what_cannot_be_split() {
             &["--auto", "--start-at", "+5s", "--duration", "2s"][..],
             "--auto chooses",
         ),
+        (
+            &[
+                "--find",
+                "rate",
+                "--slo",
+                "ttft_p99=1s",
+                "--start-at",
+                "+5s",
+                "--duration",
+                "2s",
+            ][..],
+            "--find chooses",
+        ),
     ] {
         let o = tokenscope()
             .args(["sweep", "--builtin", "exact", "--shard", "0/2"])

@@ -253,6 +253,12 @@ fn tune_starts_measures_and_stops_a_server_per_setting() {
     );
     let table = String::from_utf8_lossy(&o.stdout);
     assert!(table.contains("Recommended settings"), "{table}");
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        page.contains("slots-2/report.html"),
+        "the tune's page links each setting's"
+    );
+    assert!(out.join("slots-2").join("report.html").exists());
     assert!(no_process_named(&marker), "a server was left running");
 }
 

@@ -132,8 +132,10 @@ fn sharded_schedule(args: &SweepArgs) -> anyhow::Result<Option<(SystemTime, Dura
             None => Ok(None),
         };
     }
-    let why = if args.auto || args.find.is_some() {
-        Some("--auto and --find choose each point from the last one's figures, which differ between shards: give the series (--concurrency 1,4,16 or --rate 1,2,4)")
+    let why = if args.auto {
+        Some("--auto chooses each point from the last one's figures, which differ between shards: give the series (--concurrency 1,4,16 or --rate 1,2,4)")
+    } else if args.find.is_some() {
+        Some("--find chooses each point from the last one's verdict, which differs between shards, and stops points early: give the series (--rate 1,2,4)")
     } else if args.resume {
         Some("--resume cannot keep a shared schedule")
     } else if flags.start_at.is_none() {

@@ -183,8 +183,12 @@ fn say(args: &TuneArgs, line: &str) {
 }
 
 /// The sweep a setting's search runs as.
-fn sweep_args(args: &TuneArgs, dir: &Path, url: &str) -> SweepArgs {
+fn sweep_args(args: &TuneArgs, setting: &Setting, dir: &Path, url: &str) -> SweepArgs {
     let mut bench = args.bench.clone();
+    // Each setting's search is recorded as a sweep, found again by its tags.
+    let tags = &mut bench.output.history.tag;
+    tags.push("tune".into());
+    tags.push(format!("setting={}", setting.name));
     bench.target.url = Some(url.to_string());
     bench.output.out = Some(dir.to_path_buf());
     bench.output.force = true;
@@ -227,7 +231,7 @@ fn one_setting(
         }
     };
     let command = setting.command(&args.serve, port);
-    let sweep = sweep_args(args, &sdir, &url);
+    let sweep = sweep_args(args, setting, &sdir, &url);
     let mut tuned = Tuned::new(setting, &command, &setting.dir_name());
     let log = sdir.join("server.log");
     let chose_port = args.bench.target.url.is_none();
