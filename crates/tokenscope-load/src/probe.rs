@@ -106,8 +106,9 @@ pub async fn detect_api(
 /// answer of an API.
 const MAX_PROBE_BODY: usize = 1 << 20;
 
-/// A probe answer's body, whole, or why not (too large, broken off).
-async fn read_body(mut resp: reqwest::Response) -> Result<String, String> {
+/// A probe answer's body, whole, or why not (too large, broken off); also
+/// what other short calls to a server read their answers with.
+pub async fn read_body(mut resp: reqwest::Response) -> Result<String, String> {
     let mut body = tokenscope_core::capped::Capped::new(MAX_PROBE_BODY);
     while let Some(piece) = resp.chunk().await.map_err(|e| describe(&e))? {
         if !body.push(&piece) {

@@ -11,7 +11,8 @@
 //!   0; the server's base URL is in its `TOKENSCOPE_URL`.
 //!
 //! Every call is checked: a refusal is said, with the server's own words,
-//! and kept with the point.
+//! and kept with the point. Answers are read as the probe reads them,
+//! within its bound.
 
 use std::time::Duration;
 
@@ -19,22 +20,6 @@ use std::time::Duration;
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// The most of a server's answer kept in a message.
 const SAID: usize = 300;
-/// The most of a server's answer read (a slot list, an error).
-const READ_AT_MOST: usize = 256 * 1024;
-
-/// A server's answer, read up to [`READ_AT_MOST`] bytes (the rest is not
-/// read: a hostile or broken server cannot grow the client with it).
-async fn read_body(mut answer: reqwest::Response) -> String {
-    let mut bytes = Vec::new();
-    while let Ok(Some(chunk)) = answer.chunk().await {
-        let room = READ_AT_MOST - bytes.len();
-        bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        if bytes.len() >= READ_AT_MOST {
-            break;
-        }
-    }
-    String::from_utf8_lossy(&bytes).into_owned()
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Between {
@@ -87,7 +72,10 @@ impl Between {
 async fn call(req: reqwest::RequestBuilder, what: &str) -> Result<String, String> {
     let answer = req.send().await.map_err(|e| format!("{what}: {e}"))?;
     let status = answer.status();
-    let body = read_body(answer).await;
+    // Within the probe's bound: an endless answer costs at most that.
+    let body = tokenscope_load::probe::read_body(answer)
+        .await
+        .map_err(|e| format!("{what}: {status}: {e}"))?;
     match status.is_success() {
         true => Ok(body),
         false => Err(format!("{what}: {status}: {}", clip(&body))),
@@ -239,7 +227,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_huge_or_misshapen_answer_is_refused_within_a_bound() {
-        // 1 GiB announced and sent as a slot list: read up to 256 KiB, then refused.
+        // 1 GiB announced and sent as a slot list: refused past the probe's bound.
         let url = raw(
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1073741824\r\n\r\n",
             1 << 30,
@@ -249,7 +237,7 @@ mod tests {
             .apply(&url, Some("llama.cpp"))
             .await
             .unwrap_err();
-        assert!(e.contains("not a list of slots"), "{e}");
+        assert!(e.contains("outgrew"), "{e}");
         assert!(e.len() < 1000, "{} bytes", e.len());
         // The wrong shape with HTTP 200: no slot ids.
         let url = raw(

@@ -13,6 +13,7 @@
 use crate::points::Points;
 use crate::run_dir::Done;
 use crate::series::{closed, judged, open, Level};
+use crate::spec::workload::Load;
 use serde::{Deserialize, Serialize};
 use tokenscope_core::breaker::{Decide, StopRule, Tripped};
 use tokenscope_core::capacity::PointSlo;
@@ -246,20 +247,32 @@ pub fn point_cap(flags: &crate::cli::LoadArgs, slo: &Slo) -> Option<u64> {
 
 /// A point's level: its cap, but never fewer requests than a closed loop
 /// needs to hold its concurrency (two rounds of it) or an open loop sends
-/// in `--min-point-time` (so its queue has time to build).
-fn level(points: &Points, over: SearchOver, load: f64, cap: Option<u64>) -> Level {
+/// in `min_point_s` (so its queue has time to build). The planned search
+/// (`plan_search`) sizes its points here too.
+pub fn level_at(
+    base: &Load,
+    over: SearchOver,
+    load: f64,
+    cap: Option<u64>,
+    min_point_s: f64,
+) -> Level {
     let mut level = match over {
-        SearchOver::Rate => open(&points.base, load),
-        SearchOver::Concurrency => closed(&points.base, load as u64),
+        SearchOver::Rate => open(base, load),
+        SearchOver::Concurrency => closed(base, load as u64),
     };
     let least = match over {
-        SearchOver::Rate => (load * points.args.min_point_time.as_secs_f64()).ceil() as u64,
+        SearchOver::Rate => (load * min_point_s).ceil() as u64,
         SearchOver::Concurrency => 2 * load as u64,
     };
     if let Some(cap) = cap {
         level.work.flags.requests = Some(cap.max(least));
     }
     level
+}
+
+fn level(points: &Points, over: SearchOver, load: f64, cap: Option<u64>) -> Level {
+    let min_point_s = points.args.min_point_time.as_secs_f64();
+    level_at(&points.base, over, load, cap, min_point_s)
 }
 
 /// Enforce mode: a point stops once decided, when its requests fail, and
@@ -333,9 +346,7 @@ fn searched(d: &Done, dir: &std::path::Path, slo: &Slo) -> Searched {
 
 /// Writes `find.json` into `dir`.
 pub fn write(dir: &std::path::Path, found: &Found) -> anyhow::Result<()> {
-    let path = dir.join(FIND_JSON);
-    let text = serde_json::to_string_pretty(found)? + "\n";
-    std::fs::write(&path, text).map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))
+    crate::run_dir::write_json(dir, FIND_JSON, found)
 }
 
 /// The search in a few lines for the terminal.

@@ -9,7 +9,7 @@
 
 use crate::cli::EngineArgs;
 use crate::exit::Exit;
-use crate::series::{closed, open, Level};
+use crate::series::{closed, Level};
 use crate::spec::workload::Load;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -105,17 +105,9 @@ pub fn plan(cfg: &EngineConfig, base: &Load, slo: &Slo, size: &Sizing) -> anyhow
     }
     let mut points = 0;
     while let Some(load) = bisection.next().filter(|_| bound > 0.0) {
-        let mut level = match over {
-            SearchOver::Rate => open(base, load),
-            SearchOver::Concurrency => closed(base, load as u64),
-        };
         // The probe runs as measured (two rounds of its concurrency); a
-        // point, to its cap, as the measured search sizes it.
-        let least = match over {
-            SearchOver::Rate => (load * min_point_s).ceil() as u64,
-            SearchOver::Concurrency => 2 * load as u64,
-        };
-        level.work.flags.requests = Some(cap.max(least));
+        // point is sized as the measured search sizes it.
+        let level = crate::find::level_at(base, over, load, Some(cap), min_point_s);
         points += 1;
         match at(level)?.0 {
             // As the measured search: a point that cannot be judged ends it.

@@ -43,6 +43,27 @@ pub struct Points<'a> {
     pub between: Option<Result<String, String>>,
 }
 
+impl<'a> Points<'a> {
+    /// No point run yet: the series' flags, its load read once, its
+    /// directory and where it runs from.
+    pub fn new(args: &'a SweepArgs, base: Load, dir: PathBuf, site: Site) -> Points<'a> {
+        Points {
+            args,
+            base,
+            dir,
+            site,
+            previous: Vec::new(),
+            done: Vec::new(),
+            sharded: None,
+            runs: 0,
+            saturated_at: None,
+            stop_rules: Vec::new(),
+            kind: None,
+            between: None,
+        }
+    }
+}
+
 impl Points<'_> {
     pub fn say(&self, line: &str) {
         if !self.args.bench.output.quiet {

@@ -38,8 +38,14 @@ pub fn holds_killed_run(dir: &Path) -> bool {
 
 /// Writes a series' `sweep.json`.
 pub fn write_sweep(dir: &Path, doc: &serde_json::Value) -> anyhow::Result<()> {
+    write_json(dir, SWEEP, doc)
+}
+
+/// Writes `doc` as pretty JSON to `dir/name` (a series' `sweep.json`, a
+/// search's `find.json`, a tune's `tune.json`).
+pub fn write_json(dir: &Path, name: &str, doc: &impl serde::Serialize) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join(SWEEP);
+    let path = dir.join(name);
     let text = serde_json::to_string_pretty(doc)? + "\n";
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
 }

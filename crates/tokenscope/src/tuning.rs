@@ -563,16 +563,10 @@ pub fn plan_agreement(settings: &[Tuned]) -> Vec<String> {
 /// `tune.json` and the tune's `report.html` beside it.
 pub fn write(dir: &Path, doc: &TuneDoc) -> anyhow::Result<()> {
     let value = serde_json::to_value(doc)?;
-    let files = [
-        (TUNE_JSON, serde_json::to_string_pretty(&value)? + "\n"),
-        ("report.html", tokenscope_report::tune::page(&value)),
-    ];
-    for (name, text) in files {
-        let path = dir.join(name);
-        std::fs::write(&path, text)
-            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
-    }
-    Ok(())
+    crate::run_dir::write_json(dir, TUNE_JSON, &value)?;
+    let page = dir.join("report.html");
+    std::fs::write(&page, tokenscope_report::tune::page(&value))
+        .map_err(|e| anyhow::anyhow!("writing {}: {e}", page.display()))
 }
 
 /// The settings side by side, then the recommendations.

@@ -68,20 +68,9 @@ pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
         setup.builtin,
         &setup.client,
         |site| async move {
-            let mut series = Points {
-                args: &args,
-                base,
-                dir: dir.clone(),
-                site,
-                previous,
-                done: Vec::new(),
-                sharded,
-                runs: 0,
-                saturated_at: None,
-                stop_rules: Vec::new(),
-                kind: None,
-                between: None,
-            };
+            let mut series = Points::new(&args, base, dir.clone(), site);
+            series.previous = previous;
+            series.sharded = sharded;
             if let Some(over) = args.find {
                 let slo = args
                     .bench

@@ -269,20 +269,7 @@ fn one_setting(
                         server.ready_after.as_secs_f64()
                     ),
                 );
-                let mut points = Points {
-                    args: sweep,
-                    base: base.clone(),
-                    dir: sdir.clone(),
-                    site,
-                    previous: Vec::new(),
-                    done: Vec::new(),
-                    sharded: None,
-                    runs: 0,
-                    saturated_at: None,
-                    stop_rules: Vec::new(),
-                    kind: None,
-                    between: None,
-                };
+                let mut points = Points::new(sweep, base.clone(), sdir.clone(), site);
                 let found = {
                     let mut gone = || {
                         if raised.is_raised() {

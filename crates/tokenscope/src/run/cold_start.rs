@@ -209,3 +209,22 @@ pub fn waves(dir: &Path, server: &Started, stop_s: f64) -> anyhow::Result<ColdSt
         affected,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_of_one_endless_line_is_read_from_its_tail_and_clipped() {
+        let dir = std::env::temp_dir().join(format!("ts-last-lines-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("server.log");
+        std::fs::write(&log, "x".repeat(20 << 20)).unwrap();
+        let said = last_lines(&log, 3);
+        assert_eq!(said.chars().count(), 300);
+        std::fs::write(&log, "loading\n\nerror: out of memory\n").unwrap();
+        assert_eq!(last_lines(&log, 3), "loading | error: out of memory");
+        assert_eq!(last_lines(&dir.join("none.log"), 3), "(none)");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
