@@ -23,12 +23,15 @@ pub struct Point {
     pub output_tps: f64,
     /// Median decode speed one user sees.
     pub per_user_tps: f64,
+    #[serde(deserialize_with = "null_is_unbounded")]
     pub ttft_p99_ms: f64,
     /// With reasoning: the time to the first answer token, p99 — what a
     /// chat user waits for (the chat profile judges by it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer_start_p99_ms: Option<f64>,
+    #[serde(deserialize_with = "null_is_unbounded")]
     pub tpot_p99_ms: f64,
+    #[serde(deserialize_with = "null_is_unbounded")]
     pub e2e_p99_ms: f64,
     pub cost_per_1k: Option<f64>,
     /// Requests that answered (not a spent thinking budget), per second per
@@ -120,6 +123,13 @@ pub fn combine_repeats(runs: Vec<Point>) -> Vec<Point> {
         out.push(p);
     }
     out
+}
+
+/// A percentile no request gave (every one failed, or a stopped point's
+/// were all cancelled) is held as unbounded; JSON writes it `null`, and
+/// reads `null` back as unbounded.
+fn null_is_unbounded<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Option::<f64>::deserialize(d).map(|v| v.unwrap_or(f64::INFINITY))
 }
 
 impl Point {
@@ -984,6 +994,20 @@ mod tests {
             slo: None,
             spread: None,
         }
+    }
+
+    #[test]
+    fn a_point_no_request_answered_reads_back_unbounded() {
+        let inf = f64::INFINITY;
+        let p = pt(150.0, 0.0, 0.0, inf, inf, inf, 0.9, 0.0);
+        let text = serde_json::to_string(&p).unwrap();
+        assert!(text.contains(r#""e2e_p99_ms":null"#), "{text}");
+        let back: Point = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.ttft_p99_ms, inf);
+        assert_eq!(back.tpot_p99_ms, inf);
+        assert_eq!(back.e2e_p99_ms, inf);
+        let bad = text.replace(r#""e2e_p99_ms":null"#, r#""e2e_p99_ms":"x""#);
+        assert!(serde_json::from_str::<Point>(&bad).is_err());
     }
 
     /// An objective whose upper bound is `ratio` × its limit (`None`: no value).

@@ -2,9 +2,19 @@
 //! request as it is recorded, so no time is spent measuring a server past
 //! the point its figures mean anything.
 //!
-//! - `saturation`: the queue is growing ([`crate::overload`]'s rule) over
-//!   the requests sent in the last [`SATURATION_WINDOW_S`] seconds, looked
-//!   at once a second of the run's clock after [`SATURATION_AFTER_S`].
+//! - `saturation`: the queue is growing. Two signs, whichever shows first:
+//!   - the requests waiting for their first token (sent, neither answering
+//!     nor ended: [`WaitingRise`], which the run samples on its own timer,
+//!     not on records: a queued request ends only after its wait) rose
+//!     through each quarter of the last
+//!     [`WAITING_WINDOW_S`] seconds, by at least [`WAITING_RISE_SHARE`] of
+//!     the sends, looked at four times a second from [`WAITING_AFTER_S`].
+//!     A queue shows here within seconds, before any queued request ends;
+//!   - TTFT rising with send time ([`crate::overload`]'s rule) over the
+//!     requests sent in the last [`SATURATION_WINDOW_S`] seconds, looked at
+//!     once a second of the run's clock after [`SATURATION_AFTER_S`]: the
+//!     finished requests' own evidence, for a client that cannot count
+//!     its waiting requests.
 //! - `errors>P%`: at least P % of the last [`ERROR_WINDOW`] requests
 //!   failed (a cancelled request is not a failure).
 //! - [`StopRule::Decided`] (not a flag: what `sweep --find` and `tune`
@@ -27,6 +37,17 @@ pub const SATURATION_WINDOW_S: f64 = 60.0;
 pub const SATURATION_AFTER_S: f64 = 20.0;
 /// The requests an error share is judged over.
 pub const ERROR_WINDOW: usize = 50;
+/// The waiting requests' rise is judged over this many seconds …
+pub const WAITING_WINDOW_S: f64 = 8.0;
+/// … of the run after this much of it (a stable server's waiting count
+/// settles within a TTFT; the first seconds also hold connection set-up).
+pub const WAITING_AFTER_S: f64 = 3.0;
+/// The rise, a second, that calls the queue growing: a tenth of the sends
+/// a second (the server keeps up with less than ~90 % of the arrivals) …
+pub const WAITING_RISE_SHARE: f64 = 0.1;
+/// … and at least this many requests over the window, so that a handful
+/// of requests arriving together never reads as a queue.
+pub const WAITING_RISE_MIN: f64 = 8.0;
 
 /// One rule of `--stop-on`.
 #[derive(Debug, Clone, PartialEq)]
@@ -170,6 +191,94 @@ impl Breaker {
                 g.requests,
                 g.arrival_rate / (1.0 + g.slope),
                 g.arrival_rate,
+            ),
+        })
+    }
+}
+
+/// The requests waiting for a first token, sampled four times a second
+/// of the run's clock over the last [`WAITING_WINDOW_S`] seconds.
+///
+/// The rule: the window's four quarters each hold more waiting requests
+/// on average than the one before, and from the first quarter to the last
+/// the count rose by [`WAITING_RISE_SHARE`] of the requests sent a second
+/// (and [`WAITING_RISE_MIN`] requests at least). A server that keeps up
+/// holds its waiting count level around arrivals × queueing time, so its
+/// quarters rise in a row only by chance, and not by a tenth of the sends;
+/// one that serves μ of λ arrivals gains λ − μ waiting requests a second.
+#[derive(Debug, Default)]
+pub struct WaitingRise {
+    /// (run's clock s, sent, waiting)
+    samples: VecDeque<(f64, u64, u64)>,
+}
+
+/// Seconds between samples.
+pub const WAITING_EVERY_S: f64 = 0.25;
+
+impl WaitingRise {
+    /// Whether a sample is due at `now_s`.
+    pub fn due(&self, now_s: f64) -> bool {
+        now_s >= WAITING_AFTER_S
+            && self
+                .samples
+                .back()
+                .is_none_or(|s| now_s >= s.0 + WAITING_EVERY_S)
+    }
+
+    /// One sample at `now_s` of the run's clock: the requests sent so far
+    /// and those waiting for a first token. The rule, when it trips.
+    pub fn add(&mut self, now_s: f64, sent: u64, waiting: u64) -> Option<Tripped> {
+        if !self.due(now_s) {
+            return None;
+        }
+        self.samples.push_back((now_s, sent, waiting));
+        while self
+            .samples
+            .front()
+            .is_some_and(|s| s.0 < now_s - WAITING_WINDOW_S)
+        {
+            self.samples.pop_front();
+        }
+        self.judge(now_s)
+    }
+
+    fn judge(&self, now_s: f64) -> Option<Tripped> {
+        let (first, last) = (self.samples.front()?, self.samples.back()?);
+        let span = last.0 - first.0;
+        // The window full, and sampled: a gap in the records (a server that
+        // finished nothing for seconds) leaves too few samples to judge.
+        if span < WAITING_WINDOW_S * 0.9 || self.samples.len() < 16 {
+            return None;
+        }
+        let quarter = |k: usize| {
+            let (lo, hi) = (
+                first.0 + span * k as f64 / 4.0,
+                first.0 + span * (k + 1) as f64 / 4.0,
+            );
+            let inside: Vec<f64> = self
+                .samples
+                .iter()
+                .filter(|s| s.0 >= lo && (s.0 < hi || k == 3))
+                .map(|s| s.2 as f64)
+                .collect();
+            (!inside.is_empty()).then(|| inside.iter().sum::<f64>() / inside.len() as f64)
+        };
+        let means: Vec<f64> = (0..4).map(quarter).collect::<Option<_>>()?;
+        let sends_per_s = last.1.saturating_sub(first.1) as f64 / span;
+        let rise = means[3] - means[0];
+        // Between the first quarter's middle and the last's: ¾ of the window.
+        let rise_per_s = rise / (span * 0.75);
+        let growing = means.windows(2).all(|w| w[1] > w[0])
+            && rise >= WAITING_RISE_MIN
+            && rise_per_s >= WAITING_RISE_SHARE * sends_per_s;
+        growing.then(|| Tripped {
+            rule: "saturation".into(),
+            at_s: now_s,
+            why: format!(
+                "the queue was growing: the requests waiting for a first token rose through each quarter of the last {span:.0} s, from {:.0} to {:.0} on average ({rise_per_s:.1} a second, while {sends_per_s:.1} requests a second were sent); the server took on about {:.1} requests/s",
+                means[0],
+                means[3],
+                (sends_per_s - rise_per_s).max(0.0),
             ),
         })
     }
@@ -337,6 +446,41 @@ mod tests {
             "{t:?}"
         );
         assert!(t.why.contains("queue was growing"), "{t:?}");
+    }
+
+    /// Samples of (sent, waiting) at `rate` sends a second, offered every
+    /// 0.1 s of the run's clock: when the rule trips.
+    fn watch(rate: f64, waiting_at: impl Fn(f64) -> u64, until_s: f64) -> Option<Tripped> {
+        let mut w = WaitingRise::default();
+        (0..(until_s * 10.0) as u64).find_map(|tenth| {
+            let t = tenth as f64 / 10.0;
+            w.add(t, (t * rate) as u64, waiting_at(t))
+        })
+    }
+
+    #[test]
+    fn requests_waiting_for_a_first_token_show_a_queue_within_seconds() {
+        // 60 sent a second, 40 served: 20 more waiting each second.
+        let t = watch(60.0, |t| (20.0 * t) as u64, 60.0).expect("a queue gaining 20/s");
+        assert_eq!(t.rule, "saturation");
+        let first = WAITING_AFTER_S + WAITING_WINDOW_S * 0.9;
+        assert!((first..first + 1.0).contains(&t.at_s), "{t:?}");
+        assert!(t.why.contains("waiting for a first token"), "{t:?}");
+        assert!(t.why.contains("about 39.7 requests/s"), "{t:?}");
+        // Gaining 5 a second of 60 sent is under a tenth: not called growing …
+        assert!(watch(60.0, |t| (5.0 * t) as u64, 60.0).is_none());
+        // … nor a rise of a few requests, however steady, at a low rate.
+        assert!(watch(2.0, |t| (t / 3.0) as u64, 60.0).is_none());
+    }
+
+    #[test]
+    fn a_waiting_count_that_settles_or_wanders_trips_nothing() {
+        // Rises for its first second (a TTFT), then holds with noise.
+        let settles = |t: f64| (30.0 * t.min(1.0)) as u64 + (t * 7919.0) as u64 % 9;
+        assert!(watch(60.0, settles, 120.0).is_none());
+        // Wanders in slow waves of ±10 requests (a server near its capacity).
+        let wanders = |t: f64| (20.0 + 10.0 * (t / 9.0).sin()) as u64;
+        assert!(watch(60.0, wanders, 120.0).is_none());
     }
 
     #[test]

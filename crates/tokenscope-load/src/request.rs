@@ -311,10 +311,18 @@ fn media_sent(
     })
 }
 
-/// Adds the content chunks one network read brought to the live count.
-fn count_new(streamed: &AtomicU64, arrived: usize) {
-    if arrived > 0 {
-        streamed.fetch_add(arrived as u64, Ordering::Relaxed);
+/// The live counts a stream adds to: its content chunks, and (once) its
+/// first one.
+type Streamed<'a> = (&'a AtomicU64, &'a AtomicU64);
+
+/// Adds the content chunks one network read brought to the live counts,
+/// `before` of them already counted.
+fn count_new((chunks, first): Streamed, before: usize, now: usize) {
+    if now > before {
+        chunks.fetch_add((now - before) as u64, Ordering::Relaxed);
+        if before == 0 {
+            first.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -322,14 +330,15 @@ fn count_new(streamed: &AtomicU64, arrived: usize) {
 /// cancellation. Never panics; always returns a record, and the answer's
 /// text (what a next turn carries). `history` is the session's earlier
 /// turns (empty for a single request). `streamed` counts the content
-/// chunks as they arrive (once per network read, for the live view).
+/// chunks as they arrive (once per network read, for the live view), and
+/// the requests whose first chunk has come.
 pub async fn execute(
     target: &Target,
     clock: &Clock,
     ticket: Ticket,
     (spec, history): (&PromptSpec, &[Exchange]),
     cancel: &CancellationToken,
-    streamed: &AtomicU64,
+    streamed: Streamed<'_>,
 ) -> (RequestRecord, String) {
     let adapter = target.adapters.as_ref().map(|a| a.for_request(ticket.id));
     let judging = Judging::of(target, spec);
@@ -553,7 +562,7 @@ struct Reading<'a> {
     clock: &'a Clock,
     cancel: &'a CancellationToken,
     deadline: Instant,
-    streamed: &'a AtomicU64,
+    streamed: Streamed<'a>,
 }
 
 impl Reading<'_> {
@@ -575,7 +584,7 @@ impl Reading<'_> {
                 false
             }
         };
-        count_new(self.streamed, stream.chunks.len());
+        count_new(self.streamed, 0, stream.chunks.len());
         // One cancellation waiter and one watchdog timer per request, not per
         // read: the watchdog fires at most once per idle period and re-arms
         // itself from the time of the last read.
@@ -646,7 +655,7 @@ impl Reading<'_> {
                         .get_or_insert((ErrorKind::Stream, e.to_string()));
                 }
             }
-            count_new(self.streamed, stream.chunks.len() - before);
+            count_new(self.streamed, before, stream.chunks.len());
         }
         (ended, last_at)
     }

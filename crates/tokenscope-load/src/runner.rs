@@ -147,6 +147,11 @@ pub struct Progress {
     pub output_tokens: AtomicU64,
     /// Content chunks received so far, requests in flight included.
     pub streamed_chunks: AtomicU64,
+    /// Requests whose first content chunk has come (counted as it comes).
+    pub first_chunks: AtomicU64,
+    /// Finished requests that never had a first chunk (failed before one,
+    /// or answered whole).
+    pub ended_unstreamed: AtomicU64,
     /// Content chunks of the finished requests (whose tokens are counted).
     pub finished_chunks: AtomicU64,
     /// Latency and errors of the requests finished so far (warm-up included).
@@ -203,8 +208,21 @@ impl Progress {
         }
     }
 
+    /// Requests sent that wait for a first token: neither answering nor
+    /// ended. An open loop's growing queue shows here first
+    /// (`--stop-on saturation`).
+    pub fn waiting(&self) -> u64 {
+        let sent = self.sent.load(Ordering::Relaxed);
+        let answering = self.first_chunks.load(Ordering::Relaxed);
+        let ended = self.ended_unstreamed.load(Ordering::Relaxed);
+        sent.saturating_sub(answering + ended)
+    }
+
     fn finished(&self, r: &RequestRecord) {
         self.finished.fetch_add(1, Ordering::Relaxed);
+        if r.first_token_at_us.is_none() {
+            self.ended_unstreamed.fetch_add(1, Ordering::Relaxed);
+        }
         if !r.succeeded() {
             self.failed.fetch_add(1, Ordering::Relaxed);
         }
@@ -302,7 +320,7 @@ impl Runner {
                 ticket,
                 (&spec, history),
                 &self.cancel,
-                &self.progress.streamed_chunks,
+                (&self.progress.streamed_chunks, &self.progress.first_chunks),
             )
             .await
         };

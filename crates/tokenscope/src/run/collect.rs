@@ -84,7 +84,19 @@ pub async fn collect(
     });
     results.warnings = spec.warnings().iter().map(|w| w.record()).collect();
     results.records = segments_of(&d.recorded.rotated);
-    if let Some(t) = &d.recorded.stopped {
+    // Two rules may trip before the load winds down: the first stopped it.
+    let watched = d.queue_grew.as_ref();
+    let stopped = [
+        d.recorded.stopped.as_ref(),
+        watched.filter(|g| g.stopped).map(|g| &g.tripped),
+    ]
+    .into_iter()
+    .flatten()
+    .min_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    if let Some(g) = watched.filter(|g| !g.stopped) {
+        results.diagnosis.push(queue_finding(&g.tripped));
+    }
+    if let Some(t) = stopped {
         results.diagnosis.push(stopped_finding(t));
         results.stopped = Some(t.clone());
     }
@@ -101,6 +113,20 @@ pub async fn collect(
 }
 
 /// The run stopped early by a `--stop-on` rule: what its figures are of.
+/// Monitor mode: the queue grew, and the run went on.
+fn queue_finding(t: &tokenscope_core::breaker::Tripped) -> Finding {
+    tokenscope_core::diagnosis::finding(
+        "waiting_grew",
+        "warning",
+        format!(
+            "from {:.1} s into the run, {}. The figures after it measure a queue growing with the run's length, not a steady state: measure below that rate, or give --stop-on saturation to stop there",
+            t.at_s,
+            t.why.trim_start_matches("the queue was growing: ")
+        ),
+        &[("at_s", serde_json::json!(t.at_s))],
+    )
+}
+
 fn stopped_finding(t: &tokenscope_core::breaker::Tripped) -> Finding {
     tokenscope_core::diagnosis::finding(
         "stopped_early",

@@ -37,6 +37,9 @@ pub struct Driven {
     pub loop_delay: LoopDelay,
     pub telemetry: Option<ScrapeLog>,
     pub recorded: Recorded,
+    /// The requests waiting for a first token grew
+    /// ([`super::queue_watch`]): with `--stop-on saturation`, that stopped it.
+    pub queue_grew: Option<super::queue_watch::Grew>,
     /// `--cold-start`: the cold server's start and first requests, or why
     /// they could not be read.
     pub cold_start: Option<anyhow::Result<ColdStart>>,
@@ -82,7 +85,9 @@ pub async fn drive(spec: &RunSpec, p: Prepared, mut stop: Stop) -> Driven {
     }
     let latest = scraper.as_ref().map(|s| s.latest());
     let watch = super::progress::Watch::start(spec, &probed, &progress, clock, latest);
+    let queue = super::queue_watch::QueueWatch::start(spec, &progress, clock, &cancel);
     runner.clone().run(&spec.plan).await;
+    let queue_grew = queue.finish().await;
     let client_wall_s = clock.now_us() as f64 / 1e6;
     let loop_delay = loop_probe.finish().await;
     on_ctrl_c.abort();
@@ -131,6 +136,7 @@ pub async fn drive(spec: &RunSpec, p: Prepared, mut stop: Stop) -> Driven {
         loop_delay,
         telemetry,
         recorded,
+        queue_grew,
         cold_start,
         cpu,
     }

@@ -77,6 +77,14 @@ fn internal_failure(r: &RunResults) -> bool {
         || r.diagnosis.iter().any(|f| f.rule == "internal_error")
 }
 
+/// A `--stop-on` rule stopped the run before any request ended: every one
+/// was cancelled by the rule, none failed (a saturated server's first
+/// answers may take longer than the rule needs to see its queue grow).
+fn stopped_before_any(r: &RunResults) -> bool {
+    let cancelled = ErrorKind::Cancelled.to_string();
+    r.stopped.is_some() && r.counts.errors.keys().all(|k| k == &cancelled)
+}
+
 pub fn exit_code(r: &RunResults) -> Exit {
     let c = &r.counts;
     if r.output_error.is_some() {
@@ -87,7 +95,7 @@ pub fn exit_code(r: &RunResults) -> Exit {
         Exit::Interrupted
     } else if c.requests == 0 {
         Exit::Error // nothing measured: see `print`
-    } else if c.requests > 0 && c.succeeded == 0 {
+    } else if c.requests > 0 && c.succeeded == 0 && !stopped_before_any(r) {
         let all_connect = c
             .errors
             .keys()

@@ -28,6 +28,7 @@ pub mod finish;
 pub mod prepare;
 pub mod probe;
 pub mod progress;
+pub mod queue_watch;
 pub mod target;
 
 use crate::spec::RunSpec;

@@ -62,6 +62,7 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
     refuse_closed_saturation(spec)?;
     let live = live_metrics(spec, &probed)?;
     let otlp = otlp_export(spec, &probed)?;
+    let progress = Arc::new(Progress::default());
     let recorder = Recorder::create_with(
         &out_dir.join(crate::run_dir::REQUESTS),
         cancel.clone(),
@@ -70,7 +71,6 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
     )?;
     let target = target(spec, &probed)?;
     let started_at = crate::run_dir::now_rfc3339();
-    let progress = Arc::new(Progress::default());
     // The baseline scrape comes before the clock starts: a slow metrics
     // endpoint never eats into the load's time or bunches its schedule.
     let mut scraper = start_scraper(spec, &probed, &progress, &out_dir).await?;
