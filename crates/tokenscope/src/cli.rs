@@ -548,8 +548,14 @@ pub struct TuneArgs {
     pub sim: Option<String>,
     /// With --sim: measure only the K settings the plan ranks highest by
     /// SLO capacity; the rest are reported with their planned capacity.
+    /// The first measured setting calibrates the simulator (`sim
+    /// calibrate`), and the others are planned again before they are chosen.
     #[arg(long, value_name = "K", requires = "sim", value_parser = clap::value_parser!(u64).range(1..))]
     pub plan_first: Option<u64>,
+    /// With --plan-first: plan with --sim's flags as given, not calibrated
+    /// to the first measured setting.
+    #[arg(long, requires = "plan_first")]
+    pub no_calibrate: bool,
 }
 
 fn param(s: &str) -> Result<(String, Vec<String>), String> {

@@ -289,9 +289,13 @@ pub struct Tuned {
     /// The probe's output tokens/s: the setting's throughput at full load.
     pub max_output_tokens_per_s: Option<f64>,
     pub find: Option<Found>,
-    /// `--sim`: the capacity planned on the virtual clock.
+    /// `--sim`: the capacity planned on the virtual clock (calibrated to
+    /// the first measured setting, when the tune calibrated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planned: Option<Planned>,
+    /// The plan before calibration, when the tune calibrated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_uncalibrated: Option<Planned>,
     /// False for a setting `--plan-first` left unmeasured (or one an
     /// interrupted tune never reached): its figures are the plan's alone.
     pub measured: bool,
@@ -326,6 +330,7 @@ impl Tuned {
             max_output_tokens_per_s: None,
             find: None,
             planned: None,
+            planned_uncalibrated: None,
             measured: true,
         }
     }
@@ -378,6 +383,26 @@ pub struct TuneDoc {
     pub settings: Vec<Tuned>,
     pub recommendations: Vec<Recommendation>,
     pub interrupted: bool,
+    /// `--plan-first`: the simulator fitted to the first measured setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<Calibration>,
+}
+
+/// The simulator's fit to the first measured setting (`sim calibrate`
+/// over its search's points), and whether the plan used it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Calibration {
+    /// The setting it was fitted to.
+    pub from: String,
+    /// The profile, relative to the tune's directory.
+    pub profile: Option<String>,
+    /// Summed squared log errors of the four medians over its points (0 = exact).
+    pub residual: Option<f64>,
+    pub points: usize,
+    /// Whether the settings were planned again with it.
+    pub used: bool,
+    /// What it rests on, or why it was not used.
+    pub note: String,
 }
 
 impl TuneDoc {
@@ -408,6 +433,7 @@ pub fn document(serve: &str, slo: &Slo, settings: Vec<Tuned>) -> TuneDoc {
         interrupted: settings.iter().any(|t| t.interrupted),
         settings,
         recommendations,
+        calibration: None,
     }
 }
 
@@ -535,8 +561,15 @@ pub fn plan_agreement(settings: &[Tuned]) -> Vec<String> {
     let mut lines = Vec::new();
     for t in settings.iter().filter(|t| t.measured) {
         if let (Some(p), Some(m)) = (t.planned_capacity(), t.capacity) {
+            let before = t
+                .planned_uncalibrated
+                .as_ref()
+                .and_then(|b| b.bracket.capacity)
+                .map_or(String::new(), |b| {
+                    format!("; before calibration {b} ({:+.0} %)", (b / m - 1.0) * 100.0)
+                });
             lines.push(format!(
-                "{}: planned {p}, measured {m} ({:+.0} %)",
+                "{}: planned {p}, measured {m} ({:+.0} %){before}",
                 t.name,
                 (p / m - 1.0) * 100.0
             ));
@@ -604,6 +637,9 @@ pub fn table(doc: &TuneDoc) -> String {
         }
     }
     let agreement = plan_agreement(&doc.settings);
+    if let Some(c) = &doc.calibration {
+        out.push_str(&format!("\nCalibration on {}: {}\n", c.from, c.note));
+    }
     if !agreement.is_empty() {
         out.push_str("\nPlanned against measured (capacity)\n");
         for line in agreement {

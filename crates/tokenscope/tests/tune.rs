@@ -353,8 +353,11 @@ fn tune_refuses_what_it_cannot_do_with_the_fix() {
 fn plan_first_measures_the_plans_best_two_and_the_plan_agrees() {
     let out = run_dir("tune-plan-first");
     let marker = format!("tune-plan-{}", std::process::id());
+    // The servers run on an A100's figures; the plan is told an H100 (the
+    // catalogue's default): only calibration on the first measured setting
+    // can bring the plan to what the servers do.
     let serve = format!(
-        "{} sim serve --port {{port}} --max-num-seqs {{n}}",
+        "{} sim serve --port {{port}} --max-num-seqs {{n}} --gpu a100-80gb",
         env!("CARGO_BIN_EXE_tokenscope")
     );
     let o = tokenscope()
@@ -380,21 +383,42 @@ fn plan_first_measures_the_plans_best_two_and_the_plan_agrees() {
         serde_json::from_str(&std::fs::read_to_string(out.join("tune.json")).unwrap()).unwrap();
     let s = doc["settings"].as_array().unwrap();
     let planned = |i: usize| f(&s[i]["planned"]["bracket"]["capacity"]);
+    let before = |i: usize| f(&s[i]["planned_uncalibrated"]["bracket"]["capacity"]);
     assert!(planned(0) < planned(1) && planned(1) < planned(2), "{doc}");
     assert_eq!(s[0]["measured"], false, "n=4 is the plan's last");
     assert_eq!(
         (s[1]["measured"].as_bool(), s[2]["measured"].as_bool()),
         (Some(true), Some(true))
     );
+    let c = &doc["calibration"];
+    assert_eq!(
+        (c["from"].as_str(), c["used"].as_bool()),
+        (Some("n=64"), Some(true)),
+        "{c}"
+    );
+    assert!(out.join("profile.json").exists());
     for i in [1, 2] {
         let (p, m) = (planned(i), f(&s[i]["capacity"]));
-        eprintln!("{}: planned {p}, measured {m}", s[i]["name"]);
-        // The engine served in real time runs late on a loaded machine; the
-        // plan does not: 25 % allowed, 0–7 % seen on a quiet one.
+        eprintln!(
+            "{}: planned {p} (before calibration {}), measured {m}",
+            s[i]["name"],
+            before(i)
+        );
+        // The engine served in real time runs late on a loaded machine, the
+        // plan does not, and the fit rests on one setting's few points:
+        // 35 % allowed; −23 to +8 % seen on a quiet one, where the plan
+        // before calibration was +120 to +250 % off.
         assert!(
-            (p - m).abs() <= 0.25 * m,
+            (p - m).abs() <= 0.35 * m,
             "{}: planned {p}, measured {m}",
             s[i]["name"]
+        );
+        // Uncalibrated, the H100's plan is 2.8–3.5 × what the A100 serves.
+        assert!(
+            before(i) > 1.8 * m,
+            "{}: before {} against {m}",
+            s[i]["name"],
+            before(i)
         );
     }
     assert_eq!(doc["recommendations"][0]["setting"], "n=64");

@@ -26,14 +26,42 @@ const CALIBRATION_MIN_REQUESTS: u64 = 20;
 
 /// Fits the efficiency factors and writes the profile.
 pub fn run(args: CalibrateArgs) -> anyhow::Result<Exit> {
-    let mut cfg = engine_config(&args.engine)?;
+    let cfg = engine_config(&args.engine)?;
     let dirs = run_dirs(&args.run_dirs)?;
+    let fit = fit(cfg, &dirs, args.network_delay, WHO)?;
+    let path = args
+        .out
+        .clone()
+        .unwrap_or_else(|| args.run_dirs[0].join("profile.json"));
+    write_profile(&path, &fit.profile)?;
+    report(&fit.cfg, &fit.profile, &fit.learned);
+    crate::outln!("profile: {}", path.display());
+    warn_if_pinned(&fit.cfg, &fit.profile.efficiency, WHO);
+    Ok(Exit::Success)
+}
+
+/// A calibration: the profile, the engine it was fitted on (with the
+/// speculation learned from the servers' counters), and that speculation.
+pub struct Fit {
+    pub cfg: EngineConfig,
+    pub profile: Profile,
+    pub learned: Option<(SpecDecode, f64)>,
+}
+
+/// Fits `cfg`'s efficiency factors to the runs in `dirs` (each replayed
+/// on the virtual clock with `network_delay`); `who` says the warnings.
+pub fn fit(
+    mut cfg: EngineConfig,
+    dirs: &[PathBuf],
+    network_delay: std::time::Duration,
+    who: &str,
+) -> anyhow::Result<Fit> {
     // Speculation first: the TPOT fitted next is explained by it.
-    let learned = learned_spec(&cfg, &dirs)?;
+    let learned = learned_spec(&cfg, dirs)?;
     if let Some((spec, _)) = &learned {
         cfg.spec = Some(spec.clone());
     }
-    let runs = replays(&args, &dirs)?;
+    let runs = replays(network_delay, dirs, who)?;
     let (efficiency, predicted, residual) =
         tokenscope_sim::calibrate::calibrate(&cfg, &runs).map_err(Exit::usage)?;
     let profile = Profile {
@@ -53,22 +81,23 @@ pub fn run(args: CalibrateArgs) -> anyhow::Result<Exit> {
         residual,
         spec_decode: learned.as_ref().map(|(s, _)| s.text()),
     };
-    let path = args
-        .out
-        .clone()
-        .unwrap_or_else(|| args.run_dirs[0].join("profile.json"));
-    std::fs::write(&path, serde_json::to_string_pretty(&profile)? + "\n")
-        .with_context(|| format!("writing {}", path.display()))?;
-    report(&cfg, &profile, &learned);
-    crate::outln!("profile: {}", path.display());
-    warn_if_pinned(&cfg, &efficiency);
-    Ok(Exit::Success)
+    Ok(Fit {
+        cfg,
+        profile,
+        learned,
+    })
+}
+
+/// `profile.json`, which `sim plan --profile` and `sim serve --profile` read.
+pub fn write_profile(path: &Path, profile: &Profile) -> anyhow::Result<()> {
+    std::fs::write(path, serde_json::to_string_pretty(profile)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 /// The run directories to fit to: a sweep's directory stands for its
 /// points, in order (a series at several loads is what separates the
 /// per-step cost from the per-sequence one).
-fn run_dirs(given: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+pub fn run_dirs(given: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut dirs = Vec::new();
     for dir in given {
         if dir.join(crate::run_dir::RESULTS).exists() || !crate::run_dir::holds_sweep(dir) {
@@ -95,7 +124,11 @@ fn run_dirs(given: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
 /// Each run directory as the load to replay on the simulator and what it
 /// measured; a run of too few requests, or with failures, is warned of,
 /// and one with no request served is refused.
-fn replays(args: &CalibrateArgs, dirs: &[PathBuf]) -> anyhow::Result<Vec<(PlanLoad, Targets)>> {
+fn replays(
+    network_delay: std::time::Duration,
+    dirs: &[PathBuf],
+    who: &str,
+) -> anyhow::Result<Vec<(PlanLoad, Targets)>> {
     // The load flags' defaults, as clap gives them to a command line without any.
     #[derive(clap::Parser)]
     struct Defaults {
@@ -108,7 +141,7 @@ fn replays(args: &CalibrateArgs, dirs: &[PathBuf]) -> anyhow::Result<Vec<(PlanLo
     let mut runs = Vec::new();
     for dir in dirs {
         let replay = read_replay(dir, &defaults)?;
-        judge_failures(dir, &replay.failures)?;
+        judge_failures(dir, &replay.failures, who)?;
         let measured = replay
             .load
             .requests
@@ -119,11 +152,11 @@ fn replays(args: &CalibrateArgs, dirs: &[PathBuf]) -> anyhow::Result<Vec<(PlanLo
                 measured,
                 fewest: CALIBRATION_MIN_REQUESTS,
             }
-            .say_as(WHO, false);
+            .say_as(who, false);
         }
         let load = PlanLoad {
             trace: Some(replay.trace),
-            ..plan_load(&Load::read(replay.load, true)?, args.network_delay)
+            ..plan_load(&Load::read(replay.load, true)?, network_delay)
         };
         runs.push((load, replay.measured));
     }
@@ -133,7 +166,7 @@ fn replays(args: &CalibrateArgs, dirs: &[PathBuf]) -> anyhow::Result<Vec<(PlanLo
 /// A run none of whose requests was served has no latency to fit to; one
 /// with failures is replayed whole (the failed requests' lengths as if
 /// served), so the fit is warned of.
-fn judge_failures(dir: &Path, f: &crate::engine::Failures) -> anyhow::Result<()> {
+fn judge_failures(dir: &Path, f: &crate::engine::Failures, who: &str) -> anyhow::Result<()> {
     let (failed, requests) = (f.failed, f.requests);
     let top = f.top.as_deref().unwrap_or("no message");
     if requests > 0 && failed >= requests {
@@ -149,7 +182,7 @@ fn judge_failures(dir: &Path, f: &crate::engine::Failures) -> anyhow::Result<()>
             requests,
             top: top.to_string(),
         }
-        .say_as(WHO, false);
+        .say_as(who, false);
     }
     Ok(())
 }
@@ -194,19 +227,24 @@ fn report(cfg: &EngineConfig, profile: &Profile, learned: &Option<(SpecDecode, f
     }
 }
 
-/// Factors fitted to a bound of their range: the run contradicts the model.
-fn warn_if_pinned(cfg: &EngineConfig, efficiency: &Efficiency) {
+/// Factors fitted to a bound of their range: the run contradicts the
+/// model. Says so, and returns why (`None`: the fit is within the model).
+pub fn warn_if_pinned(cfg: &EngineConfig, efficiency: &Efficiency, who: &str) -> Option<String> {
     let pinned = tokenscope_sim::calibrate::at_bounds(efficiency);
     for p in &pinned {
-        Warning::CalibrationFit { why: p.to_string() }.say_as(WHO, false);
+        Warning::CalibrationFit { why: p.to_string() }.say_as(who, false);
     }
-    if !pinned.is_empty() {
-        let why = format!(
-            "the fit reached the model's limits: this run contradicts the engine model for {} on {} (a CPU server, another GPU, or costs the model lacks); predictions from this profile are not to be trusted",
-            cfg.model.name, cfg.gpu.name
-        );
-        Warning::CalibrationFit { why }.say_as(WHO, false);
+    if pinned.is_empty() {
+        return None;
     }
+    let why = format!(
+        "the fit reached the model's limits ({}): this run contradicts the engine model for {} on {} (a CPU server, another GPU, or costs the model lacks); predictions from this profile are not to be trusted",
+        pinned.join("; "),
+        cfg.model.name,
+        cfg.gpu.name
+    );
+    Warning::CalibrationFit { why: why.clone() }.say_as(who, false);
+    Some(why)
 }
 
 /// Speculative decoding as the runs' servers counted it

@@ -8,6 +8,7 @@
 //! its probe, its points and their `sweep.json`.
 
 use crate::cli::{SweepArgs, TuneArgs};
+use crate::commands::sim_calibrate::{self, Fit};
 use crate::exit::Exit;
 use crate::find::{self, Found};
 use crate::plan_search::{self, Planned};
@@ -16,7 +17,7 @@ use crate::run::builtin::with_runtime;
 use crate::run::cold_start;
 use crate::signals::Raised;
 use crate::spec::workload::Load;
-use crate::tuning::{self, Setting, Tuned};
+use crate::tuning::{self, Calibration, Setting, Tuned};
 use std::path::Path;
 use std::time::Duration;
 use tokenscope_core::slo::Slo;
@@ -37,45 +38,64 @@ pub fn run(args: TuneArgs) -> anyhow::Result<Exit> {
         .unwrap_or_else(crate::run_dir::default_out_dir);
     crate::run_dir::claim_out_dir(&dir, args.bench.output.force)?;
     let base = Load::read(args.bench.load.clone(), args.bench.output.quiet)?;
-    let planned = plan_all(&args, &slo, &base, &settings)?;
-    let order = measure_order(&planned, args.plan_first);
+    let first_plan = plan_all(&args, &slo, &base, &settings, None)?;
+    let mut planned = first_plan.clone();
+    let mut order = measure_order(&planned, args.plan_first, None);
+    let mut calibration = None;
     let mut tuned: Vec<Option<Tuned>> = vec![None; settings.len()];
-    for (n, &i) in order.iter().enumerate() {
+    let mut n = 0;
+    while let Some(&i) = order.get(n) {
         let setting = &settings[i];
         say(
             &args,
             &format!("setting {} of {}: {}", n + 1, order.len(), setting.name),
         );
-        let mut one = one_setting(&args, &slo, &base, setting, &dir)?;
-        one.planned = planned[i].clone();
+        let one = one_setting(&args, &slo, &base, setting, &dir)?;
         let stop = one.interrupted;
         tuned[i] = Some(one);
+        if n == 0 && !stop && args.plan_first.is_some() && !args.no_calibrate {
+            let (c, fit) = calibrate(&args, setting, &dir);
+            if let Some(fit) = fit {
+                planned = plan_all(&args, &slo, &base, &settings, Some(&fit))?;
+                order = measure_order(&planned, args.plan_first, Some(i));
+            }
+            calibration = Some(c);
+        }
         // Written after every setting: a tune killed later keeps what it measured.
         let so_far: Vec<Tuned> = tuned.iter().flatten().cloned().collect();
-        tuning::write(&dir, &tuning::document(&args.serve, &slo, so_far))?;
+        let mut doc = tuning::document(&args.serve, &slo, so_far);
+        doc.calibration = calibration.clone();
+        tuning::write(&dir, &doc)?;
         if stop {
             say(&args, "interrupted: the settings left are not run");
             break;
         }
+        n += 1;
     }
+    let recalibrated = calibration.as_ref().is_some_and(|c| c.used);
     let tuned: Vec<Tuned> = tuned
         .into_iter()
         .zip(&settings)
-        .zip(planned)
         .enumerate()
-        .map(|(i, ((t, setting), planned))| {
-            t.unwrap_or_else(|| {
+        .map(|(i, (t, setting))| {
+            let mut t = t.unwrap_or_else(|| {
                 let why = match args.plan_first {
                     Some(k) if !order.contains(&i) => {
                         format!("not measured: outside the plan's first {k} (--plan-first)")
                     }
                     _ => "not measured: the tune was interrupted first".into(),
                 };
-                Tuned::unmeasured(setting, planned, why)
-            })
+                Tuned::unmeasured(setting, None, why)
+            });
+            t.planned = planned[i].clone();
+            if recalibrated {
+                t.planned_uncalibrated = first_plan[i].clone();
+            }
+            t
         })
         .collect();
-    let doc = tuning::document(&args.serve, &slo, tuned);
+    let mut doc = tuning::document(&args.serve, &slo, tuned);
+    doc.calibration = calibration;
     tuning::write(&dir, &doc)?;
     if args.bench.output.json {
         crate::output::to_stdout(&(serde_json::to_string_pretty(&doc)? + "\n"));
@@ -93,12 +113,14 @@ pub fn run(args: TuneArgs) -> anyhow::Result<Exit> {
     })
 }
 
-/// With `--sim`: every setting's capacity planned on the virtual clock.
+/// With `--sim`: every setting's capacity planned on the virtual clock,
+/// with the efficiency (and speculation) `fit` found, when given.
 fn plan_all(
     args: &TuneArgs,
     slo: &Slo,
     base: &Load,
     settings: &[Setting],
+    fit: Option<&Fit>,
 ) -> anyhow::Result<Vec<Option<Planned>>> {
     let Some(flags) = &args.sim else {
         return Ok(vec![None; settings.len()]);
@@ -116,13 +138,20 @@ fn plan_all(
     let mut planned = Vec::new();
     for setting in settings {
         let started = std::time::Instant::now();
-        let cfg = plan_search::engine_of(&setting.command(flags, 0))?;
+        let mut cfg = plan_search::engine_of(&setting.command(flags, 0))?;
+        if let Some(fit) = fit {
+            cfg.efficiency = fit.profile.efficiency;
+            if cfg.spec.is_none() {
+                cfg.spec = fit.cfg.spec.clone();
+            }
+        }
         let p = plan_search::plan(&cfg, base, slo, &size)?;
         say(
             args,
             &format!(
-                "{}: planned capacity {} (bracket {}–{}) in {:.1} s",
+                "{}: planned{} capacity {} (bracket {}–{}) in {:.1} s",
                 setting.name,
+                if fit.is_some() { " (calibrated)" } else { "" },
                 p.bracket.capacity.map_or("none".into(), |c| c.to_string()),
                 p.bracket.low,
                 p.bracket.high,
@@ -136,8 +165,13 @@ fn plan_all(
 
 /// The settings to measure, in order: every one as given, or with
 /// `--plan-first K` the K the plan ranks highest (capacity, then the
-/// probe's throughput), best first.
-fn measure_order(planned: &[Option<Planned>], first: Option<u64>) -> Vec<usize> {
+/// probe's throughput), best first; `measured` (the setting the plan was
+/// calibrated on) stays first.
+fn measure_order(
+    planned: &[Option<Planned>],
+    first: Option<u64>,
+    measured: Option<usize>,
+) -> Vec<usize> {
     let mut order: Vec<usize> = (0..planned.len()).collect();
     let Some(k) = first else { return order };
     let key = |i: &usize| {
@@ -151,8 +185,69 @@ fn measure_order(planned: &[Option<Planned>], first: Option<u64>) -> Vec<usize> 
         let (ka, kb) = (key(a), key(b));
         kb.0.total_cmp(&ka.0).then(kb.1.total_cmp(&ka.1))
     });
+    if let Some(m) = measured {
+        order.retain(|&i| i != m);
+        order.insert(0, m);
+    }
     order.truncate(k as usize);
     order
+}
+
+/// `sim calibrate` over the first measured setting's search points: the
+/// profile in the tune's directory, and the fit when the plan may use it
+/// (it did not fail, and no factor reached the model's bounds).
+fn calibrate(args: &TuneArgs, setting: &Setting, dir: &Path) -> (Calibration, Option<Fit>) {
+    let flags = args.sim.as_deref().unwrap_or_default();
+    let sdir = dir.join(setting.dir_name());
+    let note = |points, why: String| Calibration {
+        from: setting.name.clone(),
+        profile: None,
+        residual: None,
+        points,
+        used: false,
+        note: why,
+    };
+    let dirs = match sim_calibrate::run_dirs(&[sdir.clone()]) {
+        Ok(d) => d,
+        Err(e) => return (note(0, format!("not calibrated: {e:#}")), None),
+    };
+    let started = std::time::Instant::now();
+    let delay = Duration::from_secs_f64(tokenscope_sim::plan::DEFAULT_NETWORK_DELAY_S);
+    let fitted = plan_search::engine_of(&setting.command(flags, 0))
+        .and_then(|cfg| sim_calibrate::fit(cfg, &dirs, delay, "tokenscope tune"));
+    let fit = match fitted {
+        Ok(fit) => fit,
+        Err(e) => return (note(dirs.len(), format!("not calibrated: {e:#}")), None),
+    };
+    let path = dir.join("profile.json");
+    if let Err(e) = sim_calibrate::write_profile(&path, &fit.profile) {
+        return (note(dirs.len(), format!("not calibrated: {e:#}")), None);
+    }
+    let pinned =
+        sim_calibrate::warn_if_pinned(&fit.cfg, &fit.profile.efficiency, "tokenscope tune");
+    let e = &fit.profile.efficiency;
+    let fitted = format!(
+        "compute efficiency {:.3}, memory efficiency {:.3}, step overhead {:.2} ms, per sequence {:.3} ms, residual {:.3} over {} points, in {:.1} s",
+        e.compute,
+        e.memory,
+        e.step_overhead_s * 1e3,
+        e.per_sequence_s * 1e3,
+        fit.profile.residual,
+        dirs.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let mut c = Calibration {
+        profile: Some("profile.json".into()),
+        residual: Some(fit.profile.residual),
+        used: pinned.is_none(),
+        ..note(dirs.len(), String::new())
+    };
+    c.note = match &pinned {
+        None => format!("{fitted}; the settings left were planned again with it"),
+        Some(why) => format!("{fitted}; not used, the plan as --sim gave it stands: {why}"),
+    };
+    say(args, &format!("calibrated on {}: {}", setting.name, c.note));
+    (c, pinned.is_none().then_some(fit))
 }
 
 /// The flags tune cannot work without, or cannot use.
