@@ -32,6 +32,14 @@ impl SearchOver {
         }
     }
 
+    /// `rate` or `concurrency`, as `--find` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SearchOver::Rate => "rate",
+            SearchOver::Concurrency => "concurrency",
+        }
+    }
+
     pub fn unit(self) -> &'static str {
         match self {
             SearchOver::Rate => "requests/s",

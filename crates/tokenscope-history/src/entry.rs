@@ -20,6 +20,9 @@ pub enum Kind {
     Plan,
     /// `tokenscope merge` of a sharded run.
     Merge,
+    /// `tokenscope tune`: its settings' searches are recorded as
+    /// [`Kind::Sweep`]s under it.
+    Tune,
 }
 
 impl Kind {
@@ -30,6 +33,7 @@ impl Kind {
             Kind::SweepPoint => "sweep-point",
             Kind::Plan => "plan",
             Kind::Merge => "merge",
+            Kind::Tune => "tune",
         }
     }
 
@@ -40,6 +44,7 @@ impl Kind {
             Kind::SweepPoint,
             Kind::Plan,
             Kind::Merge,
+            Kind::Tune,
         ]
         .into_iter()
         .find(|k| k.name() == s)
@@ -53,6 +58,7 @@ impl Kind {
             Kind::Bench | Kind::SweepPoint | Kind::Merge => "measured",
             Kind::Plan => "simulated",
             Kind::Sweep => "sweep",
+            Kind::Tune => "tune",
         }
     }
 }
@@ -212,6 +218,50 @@ impl RunEntry {
         }
         e
     }
+
+    /// A tune's own entry, from its first measured point's settings: the
+    /// server's command (`{port}` and each `{NAME}` as given), the
+    /// settings tried, the SLO, and the best capacity and throughput
+    /// measured. Its settings' sweeps go under it.
+    pub fn of_tune(first: &RunResults, tune: &TuneSummary, dir: &str, tags: &[String]) -> RunEntry {
+        let mut e = RunEntry::of_results(Kind::Tune, first, dir, tags);
+        e.target = format!("serve: {}", tune.serve);
+        e.config["target"] = json!(e.target);
+        e.config["load"] = json!({ "mode": tune.over, "settings": tune.settings });
+        e.config_key = key_of(&e.config);
+        e.requests = tune.requests;
+        e.failed = 0;
+        e.partial = tune.interrupted;
+        e.figures.clear();
+        e.slo = Some(tune.slo.clone());
+        e.slo_met = None;
+        if let Some(c) = tune.best_capacity {
+            e.figures.push(metrics::fig("slo_capacity_load", c, None));
+        }
+        if let Some(t) = tune.best_output_tokens_per_s {
+            e.figures.push(metrics::fig("output_tokens_per_s", t, None));
+        }
+        e.point = tune.recommended.as_ref().map(|s| format!("chat: {s}"));
+        e
+    }
+}
+
+/// What a tune's own entry records.
+#[derive(Debug, Clone, Default)]
+pub struct TuneSummary {
+    /// The command template (`{port}`, `{NAME}` unfilled).
+    pub serve: String,
+    /// `rate` or `concurrency`.
+    pub over: String,
+    /// The settings' names, in the order given.
+    pub settings: Vec<String>,
+    pub slo: String,
+    pub requests: u64,
+    pub interrupted: bool,
+    pub best_capacity: Option<f64>,
+    pub best_output_tokens_per_s: Option<f64>,
+    /// Chat's recommended setting.
+    pub recommended: Option<String>,
 }
 
 /// `ttft_p99 ≤ 500 ms, tpot_p99 ≤ 50 ms`.
@@ -269,7 +319,7 @@ mod tests {
 
     #[test]
     fn kinds_round_trip() {
-        for k in ["bench", "sweep", "sweep-point", "plan", "merge"] {
+        for k in ["bench", "sweep", "sweep-point", "plan", "merge", "tune"] {
             assert_eq!(Kind::parse(k).unwrap().name(), k);
         }
         assert!(Kind::parse("x").is_none());

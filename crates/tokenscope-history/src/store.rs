@@ -95,6 +95,28 @@ impl Store {
         })
     }
 
+    /// Records a tune, its settings' sweeps under it and their points
+    /// under them, in one transaction: the tune's id, and the count of
+    /// entries under it.
+    pub fn record_tune(
+        &mut self,
+        tune: &RunEntry,
+        sweeps: &[(RunEntry, Vec<RunEntry>)],
+    ) -> Result<(i64, usize)> {
+        self.in_transaction(|s| {
+            let id = s.insert(tune, None)?;
+            let mut under = 0;
+            for (sweep, points) in sweeps {
+                let sid = s.insert(sweep, Some(id))?;
+                for p in points {
+                    s.insert(p, Some(sid))?;
+                }
+                under += 1 + points.len();
+            }
+            Ok((id, under))
+        })
+    }
+
     fn in_transaction<T>(&mut self, body: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
         self.budget();
         self.db

@@ -558,6 +558,14 @@ pub struct TuneArgs {
     pub no_calibrate: bool,
 }
 
+fn history_id(s: &str) -> Result<i64, String> {
+    s.trim_start_matches('#')
+        .parse::<i64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| format!("`{s}`: expected a run's id as `history list` shows it (12 or #12)"))
+}
+
 fn param(s: &str) -> Result<(String, Vec<String>), String> {
     let (name, values) = s
         .split_once('=')
@@ -1668,9 +1676,13 @@ pub struct RunFilterArgs {
     /// Runs tagged exactly this.
     #[arg(long)]
     pub tag: Option<String>,
-    /// bench, sweep, sweep-point, plan or merge.
+    /// bench, sweep, sweep-point, plan, merge or tune.
     #[arg(long)]
     pub kind: Option<String>,
+    /// The runs recorded under this one (`12` or `#12`): a sweep's points,
+    /// a tune's settings.
+    #[arg(long, value_name = "ID", value_parser = history_id)]
+    pub under: Option<i64>,
     /// Configuration key (or its first digits), as `list` shows it.
     #[arg(long)]
     pub config: Option<String>,

@@ -65,9 +65,113 @@ pub fn record_sweep(
         for (pid, e) in ids.iter().zip(&entries) {
             changes.extend(changes_of(&mut store, *pid, &e.config_key)?);
         }
-        Ok((id, Some(ids.len()), changes))
+        Ok((id, Some(format!(" with its {} points", ids.len())), changes))
     });
     say(outcome, &loc, json);
+}
+
+/// A sweep's entry and its points'.
+pub type SweepEntries = (RunEntry, Vec<RunEntry>);
+
+/// A sweep directory's entries: the sweep's own and its points', as
+/// `record_sweep` and `history import` record them.
+pub fn sweep_entries(
+    sweep: &crate::run_dir::Sweep,
+    tags: &[String],
+) -> Option<(RunEntry, Vec<RunEntry>)> {
+    let first = sweep.points.first()?;
+    let loads: Vec<f64> = sweep.points.iter().map(|p| p.load).collect();
+    let path = absolute(&sweep.dir);
+    let entry = RunEntry::of_sweep(&first.results, &loads, &sweep.analysis, &path, tags);
+    let points = sweep
+        .points
+        .iter()
+        .zip(&sweep.point_dirs)
+        .map(|(p, d)| {
+            let mut e = match d.as_deref() {
+                Some(d) => entry_of(Kind::SweepPoint, &p.results, d, tags),
+                None => RunEntry::of_results(Kind::SweepPoint, &p.results, "", tags),
+            };
+            e.point = Some(p.point.clone());
+            e
+        })
+        .collect();
+    Some((entry, points))
+}
+
+/// One of a tune's settings as the history records it: its sweep's
+/// directory, its identity (the command it ran, any port) and its own
+/// tags (the tune's are added).
+pub struct TunedSweep {
+    pub dir: std::path::PathBuf,
+    pub identity: String,
+    pub tags: Vec<String>,
+}
+
+/// Records a tune as one entry, its settings' sweeps under it (each known
+/// by the command it ran, whichever port it had, so the same setting in
+/// the next tune is the same configuration) and their points under them.
+/// A setting whose directory holds no sweep (it did not start) has no
+/// entry; a tune that measured nothing is not recorded.
+pub fn record_tune(
+    dir: &Path,
+    summary: &tokenscope_history::entry::TuneSummary,
+    settings: &[TunedSweep],
+    args: &HistoryArgs,
+    json: bool,
+) {
+    if args.no_history {
+        return;
+    }
+    let Some((tune, sweeps)) = tune_entries(dir, summary, settings, &args.tag) else {
+        return;
+    };
+    let loc = Location::resolve(args.db.as_deref());
+    let outcome = off_runtime(|| -> tokenscope_history::Result<_> {
+        let mut store = Store::open(&loc)?;
+        let (id, under) = store.record_tune(&tune, &sweeps)?;
+        Ok((id, Some(tune_words(sweeps.len(), under)), Vec::new()))
+    });
+    say(outcome, &loc, json);
+}
+
+/// ` (a tune) with 3 settings and 17 points under it`.
+pub fn tune_words(settings: usize, under: usize) -> String {
+    format!(
+        " (a tune) with {settings} settings and {} points under it",
+        under - settings
+    )
+}
+
+/// A tune's entry and its settings' sweeps with their points; `None`
+/// when no setting's directory holds a sweep.
+pub fn tune_entries(
+    dir: &Path,
+    summary: &tokenscope_history::entry::TuneSummary,
+    settings: &[TunedSweep],
+    tags: &[String],
+) -> Option<(RunEntry, Vec<SweepEntries>)> {
+    let mut first = None;
+    let mut sweeps = Vec::new();
+    for s in settings {
+        let Ok(sweep) = crate::run_dir::Sweep::read(&s.dir) else {
+            continue;
+        };
+        let tags: Vec<String> = s.tags.iter().chain(tags).cloned().collect();
+        let Some((mut entry, mut points)) = sweep_entries(&sweep, &tags) else {
+            continue;
+        };
+        let target = format!("serve: {}", s.identity);
+        for e in std::iter::once(&mut entry).chain(points.iter_mut()) {
+            e.target = target.clone();
+            e.config["target"] = serde_json::json!(target);
+            e.config_key = tokenscope_history::entry::key_of(&e.config);
+        }
+        first.get_or_insert_with(|| sweep.points[0].results.clone());
+        sweeps.push((entry, points));
+    }
+    let tune = RunEntry::of_tune(&first?, summary, &absolute(dir), tags);
+    Some((tune, sweeps))
 }
 
 /// A run's entry, its tokens/s with the interval `compare`'s bootstrap gives
@@ -113,7 +217,9 @@ fn off_runtime<T: Send>(work: impl FnOnce() -> T + Send) -> T {
     std::thread::scope(|s| s.spawn(work).join().expect("the history thread panicked"))
 }
 
-type Recorded = (i64, Option<usize>, Vec<Judgement>);
+/// The id, what was recorded under it (` with its 4 points`), and the
+/// change points the record raised.
+type Recorded = (i64, Option<String>, Vec<Judgement>);
 
 fn say(outcome: tokenscope_history::Result<Recorded>, loc: &Location, json: bool) {
     match outcome {
@@ -121,9 +227,7 @@ fn say(outcome: tokenscope_history::Result<Recorded>, loc: &Location, json: bool
             if json {
                 return;
             }
-            let points = points
-                .map(|n| format!(" with its {n} points"))
-                .unwrap_or_default();
+            let points = points.unwrap_or_default();
             let mut text = format!("history: run #{id}{points} recorded in {}\n", loc.shown());
             for j in &changes {
                 text.push_str(&format!("history: {}\n", change_line(j)));
@@ -203,7 +307,7 @@ pub fn filter_of(f: &RunFilterArgs, with_points: bool) -> anyhow::Result<Filter>
     let kind = match &f.kind {
         Some(k) => Some(Kind::parse(k).ok_or_else(|| {
             Exit::usage(format!(
-                "--kind {k}: expected bench, sweep, sweep-point, plan or merge"
+                "--kind {k}: expected bench, sweep, sweep-point, plan, merge or tune"
             ))
         })?),
         None => None,
@@ -216,7 +320,7 @@ pub fn filter_of(f: &RunFilterArgs, with_points: bool) -> anyhow::Result<Filter>
         config: f.config.clone(),
         since: f.since.clone(),
         until: f.until.clone(),
-        parent: None,
+        parent: f.under,
         with_points,
         last: f.last,
     })

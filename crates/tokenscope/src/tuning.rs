@@ -4,12 +4,14 @@
 
 use crate::find::Found;
 use crate::plan_search::Planned;
+use crate::recording::TunedSweep;
 use crate::run_dir::Done;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tokenscope_core::slo::Slo;
+use tokenscope_history::entry::TuneSummary;
 
 pub const TUNE_JSON: &str = "tune.json";
 pub const SCHEMA: &str = "tokenscope.tune/v1";
@@ -26,6 +28,16 @@ pub struct Setting {
 impl Setting {
     /// `--serve` with `{port}` and each `{NAME}` filled in.
     pub fn command(&self, serve: &str, port: u16) -> String {
+        self.fill(serve, Some(port))
+    }
+
+    /// `--serve` with each `{NAME}` filled in and `{port}` left: what the
+    /// setting ran, whichever port it had (its identity in the history).
+    pub fn identity(&self, serve: &str) -> String {
+        self.fill(serve, None)
+    }
+
+    fn fill(&self, serve: &str, port: Option<u16>) -> String {
         // One pass: a value holding `{other}` is not filled in again.
         let mut out = String::with_capacity(serve.len());
         let mut rest = serve;
@@ -34,7 +46,7 @@ impl Setting {
             let after = &rest[open + 1..];
             let name = after.find('}').map(|end| &after[..end]);
             let value = match name {
-                Some("port") => Some(port.to_string()),
+                Some("port") => port.map(|p| p.to_string()),
                 Some(n) => self
                     .values
                     .iter()
@@ -593,6 +605,62 @@ pub fn plan_agreement(settings: &[Tuned]) -> Vec<String> {
     lines
 }
 
+/// `tune.json` read back (`history import` of a tune's directory).
+pub fn read(dir: &Path) -> anyhow::Result<TuneDoc> {
+    let path = dir.join(TUNE_JSON);
+    let text = read_small(&path, 64 << 20).map_err(|e| anyhow::anyhow!("{e}"))?;
+    serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// What the history records of a tune: its own summary, and per measured
+/// setting its sweep's directory, identity and tags.
+pub fn history_parts(dir: &Path, doc: &TuneDoc) -> (TuneSummary, Vec<TunedSweep>) {
+    let best_tps = doc
+        .settings
+        .iter()
+        .filter_map(|t| t.max_output_tokens_per_s)
+        .reduce(f64::max);
+    let chat = doc.recommendations.iter().find(|r| r.service == "chat");
+    let summary = TuneSummary {
+        serve: doc.serve.clone(),
+        over: doc
+            .settings
+            .iter()
+            .find_map(|t| t.find.as_ref())
+            .map_or("rate", |f| f.over.name())
+            .to_string(),
+        settings: doc.settings.iter().map(|t| t.name.clone()).collect(),
+        slo: doc.slo.clone(),
+        requests: doc
+            .settings
+            .iter()
+            .filter_map(|t| t.find.as_ref())
+            .map(|f| f.requests)
+            .sum(),
+        interrupted: doc.interrupted,
+        best_capacity: doc.best_capacity(),
+        best_output_tokens_per_s: best_tps,
+        recommended: chat.and_then(|r| r.setting.clone()),
+    };
+    let sweeps = doc
+        .settings
+        .iter()
+        .filter(|t| t.measured)
+        .map(|t| {
+            let setting = Setting {
+                name: t.name.clone(),
+                values: t.params.clone().into_iter().collect(),
+            };
+            TunedSweep {
+                dir: dir.join(&t.dir),
+                identity: setting.identity(&doc.serve),
+                tags: vec!["tune".into(), format!("setting={}", t.name)],
+            }
+        })
+        .collect();
+    (summary, sweeps)
+}
+
 /// `tune.json` and the tune's `report.html` beside it.
 pub fn write(dir: &Path, doc: &TuneDoc) -> anyhow::Result<()> {
     let value = serde_json::to_value(doc)?;
@@ -712,6 +780,8 @@ mod tests {
             values: vec![("a".into(), "{b}".into()), ("b".into(), "2".into())],
         };
         assert_eq!(s.command("{a} {b} {port}", 9), "{b} 2 9");
+        // Its identity keeps the port's placeholder: any port, one setting.
+        assert_eq!(s.identity("{a} {b} --port {port}"), "{b} 2 --port {port}");
         // Two settings one directory: refused.
         let two = [
             Setting {

@@ -204,6 +204,7 @@ fn a_point_too_small_to_judge_ends_the_search_with_the_fix() {
 #[test]
 fn tune_starts_measures_and_stops_a_server_per_setting() {
     let out = run_dir("tune-exact");
+    let db = out.with_extension("db").display().to_string();
     let marker = format!("tune-test-{}", std::process::id());
     let serve = format!(
         "{} sim exact --port {{port}} --model {marker} --ttft 20ms --itl 5ms --output-tokens 16 --slots {{slots}}",
@@ -222,7 +223,15 @@ fn tune_starts_measures_and_stops_a_server_per_setting() {
             "--min-point-time",
             "2s",
         ])
-        .args(["--no-history", "--ready-timeout", "20s", "--out"])
+        .args([
+            "--db",
+            &db,
+            "--tag",
+            "tuned",
+            "--ready-timeout",
+            "20s",
+            "--out",
+        ])
         .arg(&out)
         .output()
         .unwrap();
@@ -231,6 +240,7 @@ fn tune_starts_measures_and_stops_a_server_per_setting() {
         serde_json::from_str(&std::fs::read_to_string(out.join("tune.json")).unwrap()).unwrap();
     let settings = doc["settings"].as_array().unwrap();
     assert_eq!(settings.len(), 3);
+    the_history_holds_the_tune_as_one_entry(&db, &out, &o);
     for (s, slots) in settings.iter().zip([1.0, 2.0]) {
         let truth = slots / SERVICE_S;
         let c = f(&s["capacity"]);
@@ -273,6 +283,81 @@ fn tune_starts_measures_and_stops_a_server_per_setting() {
     );
     assert!(out.join("slots-2").join("report.html").exists());
     assert!(no_process_named(&marker), "a server was left running");
+}
+
+/// The tune is one history entry (kind `tune`, the user's tag, chat's
+/// pick); each setting that ran is a sweep under it, known by the command
+/// it ran with `{port}` left (so the next tune's same setting is the same
+/// configuration), its points under that; `history import` of the tune's
+/// directory records the same, once.
+fn the_history_holds_the_tune_as_one_entry(
+    db: &str,
+    out: &std::path::Path,
+    o: &std::process::Output,
+) {
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(said.contains("(a tune) with 2 settings"), "{said}");
+    let list = |db: &str, extra: &[&str]| -> Vec<Value> {
+        let o = tokenscope()
+            .args(["history", "list", "--json", "--db", db])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_ok(&o);
+        serde_json::from_slice::<Value>(&o.stdout)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let tunes = list(db, &["--kind", "tune"]);
+    assert_eq!(tunes.len(), 1, "{tunes:?}");
+    let tune = &tunes[0];
+    assert_eq!(tune["point"], "chat: slots=2", "{tune}");
+    assert!(tune["tags"].as_array().unwrap().contains(&"tuned".into()));
+    let sweeps = list(db, &["--kind", "sweep"]);
+    assert_eq!(sweeps.len(), 2, "{sweeps:?}");
+    for s in &sweeps {
+        assert_eq!(s["parent_id"], tune["id"], "{s}");
+        let target = s["target"].as_str().unwrap();
+        assert!(
+            target.starts_with("serve: ") && target.contains("--port {port}"),
+            "{target}"
+        );
+        let points = list(db, &["--under", &s["id"].to_string()]);
+        assert!(points.len() >= 2, "{points:?}");
+    }
+    let again = out.with_extension("import.db").display().to_string();
+    for (n, said) in [
+        (1, "tune (a tune) with 2 settings"),
+        (2, "already recorded"),
+    ] {
+        let o = tokenscope()
+            .args(["history", "import", "--db", &again])
+            .arg(out)
+            .output()
+            .unwrap();
+        assert_ok(&o);
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains(said), "import {n}: {text}");
+    }
+    assert_eq!(list(&again, &["--kind", "tune"]).len(), 1);
+    // The team's shared database takes it alike (PostgreSQL: the same
+    // entries, written by the other engine's statements).
+    let pg = std::env::var("TOKENSCOPE_TEST_POSTGRES").expect(
+        "TOKENSCOPE_TEST_POSTGRES is not set: run the tests with scripts/test.sh, which starts PostgreSQL",
+    );
+    let o = tokenscope()
+        .args(["history", "import", "--db", &pg])
+        .arg(out)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let marker = tune["model"].as_str().unwrap();
+    let shared = list(&pg, &["--kind", "tune", "--model", marker]);
+    assert_eq!(shared.len(), 1, "{shared:?}");
+    let id = shared[0]["id"].to_string();
+    assert_eq!(list(&pg, &["--under", &id]).len(), 2);
 }
 
 /// Whether no process (this one aside) holds `marker` on its command line

@@ -372,27 +372,16 @@ fn import(store: &mut Store, a: HistoryImportArgs) -> anyhow::Result<Exit> {
 /// Records one run or sweep directory; `None` when it is already recorded.
 fn import_one(store: &mut Store, dir: &Path, tags: &[String]) -> anyhow::Result<Option<String>> {
     let path = crate::recording::absolute(dir);
+    if dir.join(crate::tuning::TUNE_JSON).exists() {
+        return import_tune(store, dir, tags);
+    }
     if crate::run_dir::holds_sweep(dir) {
         let sweep = crate::run_dir::Sweep::read(dir).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let first = sweep.points.first().context("the sweep has no points")?;
-        if db(store.find(&path, &first.results.started_at))?.is_some() {
+        let (entry, points) =
+            crate::recording::sweep_entries(&sweep, tags).context("the sweep has no points")?;
+        if db(store.find(&path, &entry.started_at))?.is_some() {
             return Ok(None);
         }
-        let loads: Vec<f64> = sweep.points.iter().map(|p| p.load).collect();
-        let entry = RunEntry::of_sweep(&first.results, &loads, &sweep.analysis, &path, tags);
-        let points: Vec<RunEntry> = sweep
-            .points
-            .iter()
-            .zip(&sweep.point_dirs)
-            .map(|(p, d)| {
-                let mut e = match d.as_deref() {
-                    Some(d) => crate::recording::entry_of(Kind::SweepPoint, &p.results, d, tags),
-                    None => RunEntry::of_results(Kind::SweepPoint, &p.results, "", tags),
-                };
-                e.point = Some(p.point.clone());
-                e
-            })
-            .collect();
         let (id, ids) = db(store.record_sweep(&entry, &points))?;
         return Ok(Some(format!(
             "#{id} sweep with {} points: {path}",
@@ -413,6 +402,21 @@ fn import_one(store: &mut Store, dir: &Path, tags: &[String]) -> anyhow::Result<
     };
     let id = db(store.record(&crate::recording::entry_of(kind, r, dir, tags)))?;
     Ok(Some(format!("#{id} {}: {path}", kind.name())))
+}
+
+/// A tune's directory: the tune, its settings' sweeps and their points.
+fn import_tune(store: &mut Store, dir: &Path, tags: &[String]) -> anyhow::Result<Option<String>> {
+    let path = crate::recording::absolute(dir);
+    let doc = crate::tuning::read(dir)?;
+    let (summary, settings) = crate::tuning::history_parts(dir, &doc);
+    let (tune, sweeps) = crate::recording::tune_entries(dir, &summary, &settings, tags)
+        .context("no setting of the tune has a sweep to record")?;
+    if db(store.find(&path, &tune.started_at))?.is_some() {
+        return Ok(None);
+    }
+    let (id, under) = db(store.record_tune(&tune, &sweeps))?;
+    let words = crate::recording::tune_words(sweeps.len(), under);
+    Ok(Some(format!("#{id} tune{words}: {path}")))
 }
 
 fn export_runs(store: &mut Store, a: HistoryExportArgs) -> anyhow::Result<Exit> {

@@ -97,6 +97,9 @@ pub fn run(args: TuneArgs) -> anyhow::Result<Exit> {
     let mut doc = tuning::document(&args.serve, &slo, tuned);
     doc.calibration = calibration;
     tuning::write(&dir, &doc)?;
+    let (summary, sweeps) = tuning::history_parts(&dir, &doc);
+    let history = &args.bench.output.history;
+    crate::recording::record_tune(&dir, &summary, &sweeps, history, args.bench.output.json);
     if args.bench.output.json {
         crate::output::to_stdout(&(serde_json::to_string_pretty(&doc)? + "\n"));
     } else if !args.bench.output.quiet {
@@ -207,7 +210,7 @@ fn calibrate(args: &TuneArgs, setting: &Setting, dir: &Path) -> (Calibration, Op
         used: false,
         note: why,
     };
-    let dirs = match sim_calibrate::run_dirs(&[sdir.clone()]) {
+    let dirs = match sim_calibrate::run_dirs(std::slice::from_ref(&sdir)) {
         Ok(d) => d,
         Err(e) => return (note(0, format!("not calibrated: {e:#}")), None),
     };
@@ -278,12 +281,10 @@ fn say(args: &TuneArgs, line: &str) {
 }
 
 /// The sweep a setting's search runs as.
-fn sweep_args(args: &TuneArgs, setting: &Setting, dir: &Path, url: &str) -> SweepArgs {
+fn sweep_args(args: &TuneArgs, dir: &Path, url: &str) -> SweepArgs {
     let mut bench = args.bench.clone();
-    // Each setting's search is recorded as a sweep, found again by its tags.
-    let tags = &mut bench.output.history.tag;
-    tags.push("tune".into());
-    tags.push(format!("setting={}", setting.name));
+    // The tune records its settings' sweeps under its own entry, at its end.
+    bench.output.history.no_history = true;
     bench.target.url = Some(url.to_string());
     bench.output.out = Some(dir.to_path_buf());
     bench.output.force = true;
@@ -326,7 +327,7 @@ fn one_setting(
         }
     };
     let command = setting.command(&args.serve, port);
-    let sweep = sweep_args(args, setting, &sdir, &url);
+    let sweep = sweep_args(args, &sdir, &url);
     let mut tuned = Tuned::new(setting, &command, &setting.dir_name());
     let log = sdir.join("server.log");
     let chose_port = args.bench.target.url.is_none();
