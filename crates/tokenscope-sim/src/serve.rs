@@ -418,6 +418,10 @@ impl EngineServer {
             .route("/v1/models", get(models))
             .route("/health", get(health))
             .route("/version", get(version))
+            .route(
+                "/reset_prefix_cache",
+                axum::routing::post(reset_prefix_cache),
+            )
             .route("/metrics", get(metrics_text))
             .with_state(shared);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -671,6 +675,17 @@ fn spec_counters(e: &mut Exposition, ms: &[std::sync::MutexGuard<'_, Metrics>], 
 /// vLLM's `/version`: what the server is, for the results history.
 async fn version() -> Response {
     Json(json!({"version": concat!("tokenscope-sim ", env!("CARGO_PKG_VERSION"))})).into_response()
+}
+
+/// vLLM's `POST /reset_prefix_cache`: every engine's unused cached
+/// prefixes dropped (what `--between-points reset-prefix-cache` calls).
+async fn reset_prefix_cache(State(s): State<Arc<Shared>>) -> Response {
+    let blocks: u64 = s
+        .replicas
+        .iter()
+        .map(|r| lock(&r.engine).scheduler.kv.reset_prefix_cache())
+        .sum();
+    Json(json!({"reset": true, "blocks_freed": blocks})).into_response()
 }
 
 async fn health(State(s): State<Arc<Shared>>) -> Response {

@@ -3,7 +3,7 @@
 //! last one left in the server's prefix cache.
 //!
 //! - `reset-prefix-cache`: the endpoint the server's kind has — vLLM's
-//!   `POST /reset_prefix_cache`, SGLang's `POST /flush_cache`, and on
+//!   (and the built-in engine's) `POST /reset_prefix_cache`, SGLang's `POST /flush_cache`, and on
 //!   llama.cpp each slot's cache erased (`GET /slots`, then
 //!   `POST /slots/{id}?action=erase`, which llama.cpp allows only when it
 //!   was started with `--slot-save-path`).
@@ -40,19 +40,28 @@ impl Between {
         }
     }
 
-    /// Does it to the server at `url` (of `kind`, as detected); what was
-    /// done, or why it was not.
-    pub async fn apply(&self, url: &str, kind: Option<&str>) -> Result<String, String> {
+    /// Does it to the server at `url` (of `kind`, as detected), with the
+    /// target's own `headers` (its API key: these calls go to the target
+    /// alone); what was done, or why it was not.
+    pub async fn apply(
+        &self,
+        url: &str,
+        kind: Option<&str>,
+        headers: &reqwest::header::HeaderMap,
+    ) -> Result<String, String> {
         match self {
             Between::Command(cmd) => command(cmd, url).await,
             Between::ResetPrefixCache => {
                 let client = reqwest::Client::builder()
                     .timeout(CALL_TIMEOUT)
+                    .default_headers(headers.clone())
+                    .redirect(reqwest::redirect::Policy::none())
                     .build()
                     .map_err(|e| e.to_string())?;
                 let url = url.trim_end_matches('/');
                 match kind {
-                    Some("vllm") | Some("vllm-v0") => {
+                    // The built-in engine answers vLLM's endpoint.
+                    Some("vllm") | Some("vllm-v0") | Some("tokenscope-sim") => {
                         post(&client, &format!("{url}/reset_prefix_cache")).await
                     }
                     Some("sglang") => post(&client, &format!("{url}/flush_cache")).await,
@@ -181,19 +190,63 @@ mod tests {
         assert!(c.chars().count() <= SAID + 1);
     }
 
+    fn none() -> reqwest::header::HeaderMap {
+        reqwest::header::HeaderMap::new()
+    }
+
+    #[tokio::test]
+    async fn the_reset_carries_the_targets_api_key_and_follows_no_redirect() {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", l.local_addr().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for (i, s) in l.incoming().take(2).enumerate() {
+                let Ok(mut s) = s else { continue };
+                let mut buf = [0u8; 4096];
+                let n = s.read(&mut buf).unwrap_or(0);
+                tx.send(String::from_utf8_lossy(&buf[..n]).to_lowercase())
+                    .unwrap();
+                let answer = match i {
+                    0 => "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+                    _ => "HTTP/1.1 307 Temporary Redirect\r\nLocation: http://example.com/\r\nContent-Length: 0\r\n\r\n",
+                };
+                let _ = s.write_all(answer.as_bytes());
+            }
+        });
+        let mut headers = none();
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            "Bearer sk-test".parse().unwrap(),
+        );
+        let ok = Between::ResetPrefixCache
+            .apply(&url, Some("vllm"), &headers)
+            .await;
+        assert!(ok.is_ok(), "{ok:?}");
+        let sent = rx.recv().unwrap();
+        assert!(sent.starts_with("post /reset_prefix_cache"), "{sent}");
+        assert!(sent.contains("authorization: bearer sk-test"), "{sent}");
+        // A redirect elsewhere is not followed with the key: it is refused.
+        let e = Between::ResetPrefixCache
+            .apply(&url, Some("sglang"), &headers)
+            .await
+            .unwrap_err();
+        assert!(e.contains("/flush_cache: 307"), "{e}");
+    }
+
     #[tokio::test]
     async fn a_command_that_fails_is_said_with_its_words() {
         let e = Between::Command("echo nope >&2; exit 3".into())
-            .apply("http://127.0.0.1:1", None)
+            .apply("http://127.0.0.1:1", None, &none())
             .await
             .unwrap_err();
         assert!(e.contains("nope") && e.contains('3'), "{e}");
         let ok = Between::Command("test \"$TOKENSCOPE_URL\" = http://h:1".into())
-            .apply("http://h:1", None)
+            .apply("http://h:1", None, &none())
             .await;
         assert!(ok.is_ok(), "{ok:?}");
         let e = Between::ResetPrefixCache
-            .apply("http://127.0.0.1:1", Some("tgi"))
+            .apply("http://127.0.0.1:1", Some("tgi"), &none())
             .await
             .unwrap_err();
         assert!(e.contains("tgi"), "{e}");
@@ -234,7 +287,7 @@ mod tests {
             1,
         );
         let e = Between::ResetPrefixCache
-            .apply(&url, Some("llama.cpp"))
+            .apply(&url, Some("llama.cpp"), &none())
             .await
             .unwrap_err();
         assert!(e.contains("outgrew"), "{e}");
@@ -246,7 +299,7 @@ mod tests {
             1,
         );
         let e = Between::ResetPrefixCache
-            .apply(&url, Some("llama.cpp"))
+            .apply(&url, Some("llama.cpp"), &none())
             .await
             .unwrap_err();
         assert!(e.contains("no slot ids"), "{e}");
@@ -257,7 +310,7 @@ mod tests {
             1,
         );
         let e = Between::ResetPrefixCache
-            .apply(&url, Some("vllm"))
+            .apply(&url, Some("vllm"), &none())
             .await
             .unwrap_err();
         assert!(

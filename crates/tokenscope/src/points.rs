@@ -188,7 +188,18 @@ impl Points<'_> {
         let Some(action) = self.args.between_points.as_ref().filter(|_| self.runs > 0) else {
             return;
         };
-        let done = action.apply(&self.site.url, self.kind.as_deref()).await;
+        let request = &self.args.bench.request;
+        let done = match crate::run::target::target_headers(
+            request.api_key_env.as_deref(),
+            &request.headers,
+        ) {
+            Ok(headers) => {
+                action
+                    .apply(&self.site.url, self.kind.as_deref(), &headers)
+                    .await
+            }
+            Err(e) => Err(format!("{e:#}")),
+        };
         match &done {
             Ok(what) => self.say(&format!("between points: {what}")),
             Err(why) => self.say(&format!("warning: between points: {why}")),

@@ -105,6 +105,17 @@ impl KvCache {
         self.used -= n;
     }
 
+    /// Empties the prefix cache of every unit nobody uses (vLLM's
+    /// `/reset_prefix_cache`; units held by running sequences stay until
+    /// they end). The blocks freed.
+    pub fn reset_prefix_cache(&mut self) -> u64 {
+        let before = self.evictable;
+        while !self.free_order.is_empty() {
+            self.evict_one();
+        }
+        before - self.evictable
+    }
+
     fn evict_one(&mut self) {
         if let Some((_, key)) = self.free_order.pop_first() {
             let u = self.units.remove(&key).expect("free units are cached");
@@ -261,6 +272,23 @@ mod tests {
         kv.unuse(&units);
         assert!(kv.allocate(10), "evicts the cached unit to make room");
         assert_eq!(kv.lookup(&units, 100), 0, "evicted");
+    }
+
+    #[test]
+    fn a_reset_drops_the_unused_cached_units_and_keeps_those_in_use() {
+        let mut kv = KvCache::new(10, 16, true);
+        let units = shared_prefix_units(7, 64, 16);
+        assert!(kv.allocate(4));
+        assert!(kv.register(units[0]));
+        kv.unuse(&units);
+        assert_eq!(kv.reset_prefix_cache(), 4);
+        assert_eq!(kv.lookup(&units, 100), 0, "reset: a miss");
+        // A unit a running sequence holds survives the reset.
+        assert!(kv.allocate(4));
+        assert!(kv.register(units[0]));
+        assert_eq!(kv.reset_prefix_cache(), 0);
+        kv.unuse(&units);
+        assert_eq!(kv.lookup(&units, 100), 1, "held through the reset");
     }
 
     #[test]
