@@ -165,6 +165,12 @@ pub async fn search(
         over.unit()
     ));
     found.probe = Some(probe);
+    // A concurrency search's probe is its top point, in the series' own
+    // unit: kept, so a capacity at it has its figures (a rate search's
+    // probe is a closed loop, outside its series).
+    if over == SearchOver::Concurrency {
+        points.done.push(d);
+    }
     found.grid = cap.map(|_| {
         grid_cost(args.precision, bound, |load| {
             level(points, over, load, cap)

@@ -41,6 +41,16 @@ pub struct Points<'a> {
     pub kind: Option<String>,
     /// What `--between-points` did before the last point run, or why not.
     pub between: Option<Result<String, String>>,
+    /// The loads not run, and why (at or above a saturated point).
+    pub skipped: Vec<Skipped>,
+}
+
+/// A load of the series that was not run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Skipped {
+    pub point: String,
+    pub load: f64,
+    pub why: String,
 }
 
 impl<'a> Points<'a> {
@@ -60,6 +70,7 @@ impl<'a> Points<'a> {
             stop_rules: Vec::new(),
             kind: None,
             between: None,
+            skipped: Vec::new(),
         }
     }
 }
@@ -75,10 +86,14 @@ impl Points<'_> {
     /// with `--resume` where it can be); false when it was interrupted.
     pub async fn point(&mut self, level: Level) -> anyhow::Result<bool> {
         if let Some(at) = self.saturated_at.filter(|&at| level.load >= at) {
-            self.say(&format!(
-                "{}: skipped, at or above {at} where the server's queue grew (--stop-on saturation)",
-                level.label
-            ));
+            let why =
+                format!("at or above {at}, where the server's queue grew (--stop-on saturation)");
+            self.say(&format!("{}: skipped, {why}", level.label));
+            self.skipped.push(Skipped {
+                point: level.label,
+                load: level.load,
+                why,
+            });
             return Ok(true);
         }
         let level = match self.args.consistency {

@@ -92,17 +92,21 @@ pub fn open(base: &Load, r: f64) -> Level {
 /// point's results and the analysis) and prints the table, the knee, the SLO
 /// capacity and the recommendations (or with `--json` the document alone).
 ///
-/// `search`: a search's own document (`find.json`), kept in `sweep.json`
-/// under `find` too.
+/// `beside`: what `sweep.json` holds beside its points and analysis — a
+/// search's own document (`find`, as in `find.json`), the loads skipped
+/// after a saturated point (`skipped`).
 pub fn finish_series(
     dir: &Path,
     points: Vec<Done>,
     output: &OutputArgs,
     series: &SeriesArgs,
-    search: Option<serde_json::Value>,
+    beside: Beside,
 ) -> anyhow::Result<Exit> {
-    finish_series_as(dir, points, output, series, search, true)
+    finish_series_as(dir, points, output, series, beside, true)
 }
+
+/// Named documents kept in `sweep.json` beside the points.
+pub type Beside = Vec<(&'static str, serde_json::Value)>;
 
 /// [`finish_series`], with or without the table on stdout (a tune's
 /// settings each write their series, and the tune prints its own table).
@@ -111,7 +115,7 @@ pub fn finish_series_as(
     mut points: Vec<Done>,
     output: &OutputArgs,
     series: &SeriesArgs,
-    search: Option<serde_json::Value>,
+    beside: Beside,
     print: bool,
 ) -> anyhow::Result<Exit> {
     points.sort_by(|a, b| a.load.total_cmp(&b.load));
@@ -120,8 +124,8 @@ pub fn finish_series_as(
         "points": points.iter().map(|d| json!({"point": d.label, "load": d.load, "results": d.results})).collect::<Vec<_>>(),
         "analysis": analysis,
     });
-    if let Some(found) = search {
-        doc["find"] = found;
+    for (name, value) in beside {
+        doc[name] = value;
     }
     crate::run_dir::write_sweep(dir, &doc)?;
     write_autoscalers(dir, &analysis, output.quiet || output.json)?;

@@ -481,6 +481,11 @@ pub fn recommend(all: &[Tuned]) -> Vec<Recommendation> {
                 "the highest SLO capacity: {cap} {unit}{}",
                 bracket_words(best)
             );
+            if let Some(e) = &best.error {
+                why.push_str(&format!(
+                    " — its search ended early ({e}), so this is a lower bound"
+                ));
+            }
             if let Some((next, next_cap)) = chat.get(1) {
                 why.push_str(&format!("; next, {} at {next_cap}", next.name));
                 let overlap = match (best.bracket, next.bracket) {

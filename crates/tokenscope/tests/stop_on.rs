@@ -117,6 +117,12 @@ fn an_overloaded_point_stops_on_saturation_and_the_loads_above_it_are_skipped() 
     let said = String::from_utf8_lossy(&o.stderr);
     assert!(said.contains("skipped, at or above 150"), "{said}");
     assert!(!out.join("point-01").join("results.json").exists());
+    let skipped = &sweep_doc(&out)["skipped"];
+    assert_eq!(skipped[0]["load"], 300.0, "{skipped}");
+    assert!(skipped[0]["why"]
+        .as_str()
+        .unwrap()
+        .contains("--stop-on saturation"));
     // A point whose requests the rule cancelled before one ended still reports.
     assert!(out.join("report.html").exists(), "{said}");
     assert!(!said.contains("no report.html"), "{said}");

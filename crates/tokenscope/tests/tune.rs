@@ -132,6 +132,16 @@ fn the_concurrency_search_finds_the_slots_and_decides_misses_early() {
     assert_eq!(found["bracket"]["capacity"], 2.0, "{}", found["bracket"]);
     assert_eq!(found["bracket"]["high"], 3.0, "{}", found["bracket"]);
     assert_eq!(found["probe"]["met"], false);
+    // The probe is a concurrency search's top point, in the series with
+    // its figures (a capacity at it has them).
+    let series = sweep_doc(&out);
+    let loads: Vec<f64> = series["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| f(&p["load"]))
+        .collect();
+    assert!(loads.contains(&8.0), "{loads:?}");
     let points = found["points"].as_array().unwrap();
     let mut lowest_miss = 8.0;
     for p in points {

@@ -130,7 +130,13 @@ fn merge_sweeps(args: &MergeArgs) -> anyhow::Result<Exit> {
     defaults.output.quiet = args.quiet;
     defaults.output.history = args.history.clone();
     let points = crate::run_dir::read_series(&args.out)?;
-    crate::series::finish_series(&args.out, points, &defaults.output, &defaults.series, None)
+    crate::series::finish_series(
+        &args.out,
+        points,
+        &defaults.output,
+        &defaults.series,
+        Vec::new(),
+    )
 }
 
 /// The output and series settings a merged sweep is analysed with: the

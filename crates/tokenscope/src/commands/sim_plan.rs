@@ -493,5 +493,5 @@ pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
             dir: Some(point_dir),
         });
     }
-    crate::series::finish_series(&dir, points, &args.output, &args.series, None)
+    crate::series::finish_series(&dir, points, &args.output, &args.series, Vec::new())
 }

@@ -85,7 +85,7 @@ pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
                     series.done,
                     &args.bench.output,
                     &args.series,
-                    Some(serde_json::to_value(&found)?),
+                    vec![("find", serde_json::to_value(&found)?)],
                 )?;
                 if !args.bench.output.json {
                     crate::output::to_stdout(&crate::find::summary(&found));
@@ -103,7 +103,11 @@ pub fn run(mut args: SweepArgs) -> anyhow::Result<Exit> {
                     }
                 }
             }
-            finish_series(&dir, series.done, &args.bench.output, &args.series, None)
+            let beside = match series.skipped.is_empty() {
+                true => Vec::new(),
+                false => vec![("skipped", serde_json::to_value(&series.skipped)?)],
+            };
+            finish_series(&dir, series.done, &args.bench.output, &args.series, beside)
         },
     )
 }

@@ -380,8 +380,15 @@ fn one_setting(
                     };
                     find::search(&mut points, args.find, slo, &mut gone).await
                 };
-                tuned.stop_s = Some(server.stop().as_secs_f64());
-                if chose_port && !tuning::port_freed(port) {
+                // Waiting for the group to go (up to 10 s) and the port to
+                // free (5 s) sleeps: on the blocking pool, not a runtime worker.
+                let (stop_s, freed) = tokio::task::spawn_blocking(move || {
+                    let stop_s = server.stop().as_secs_f64();
+                    (stop_s, !chose_port || tuning::port_freed(port))
+                })
+                .await?;
+                tuned.stop_s = Some(stop_s);
+                if !freed {
                     tuned.notes.push(format!(
                     "port {port} was still taken 5 s after the server stopped: something it started may still run"
                 ));
@@ -408,7 +415,7 @@ fn one_setting(
                         points.done,
                         &output,
                         &sweep.series,
-                        Some(serde_json::to_value(&found)?),
+                        vec![("find", serde_json::to_value(&found)?)],
                         false,
                     )
                 });
