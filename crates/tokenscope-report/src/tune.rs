@@ -68,7 +68,7 @@ fn recommendations(out: &mut String, doc: &Value) {
 fn settings(out: &mut String, doc: &Value) {
     out.push_str(
         "<h2>Settings</h2><table><tr><th>setting</th><th>ready s</th><th>capacity</th>\
-<th>bracket</th><th>max output tok/s</th><th>points</th><th>requests</th><th>planned</th>\
+<th>bracket</th><th>max output tok/s</th><th>frontier</th><th>points</th><th>requests</th><th>planned</th>\
 <th style=\"text-align:left\">notes</th></tr>",
     );
     for s in doc["settings"].as_array().into_iter().flatten() {
@@ -102,11 +102,12 @@ fn settings(out: &mut String, doc: &Value) {
             .collect();
         let _ = write!(
             out,
-            "<tr><td>{link}</td><td>{}</td><td>{}</td><td>{bracket}</td><td>{}</td><td>{}</td>\
+            "<tr><td>{link}</td><td>{}</td><td>{}</td><td>{bracket}</td><td>{}</td><td>{}</td><td>{}</td>\
 <td>{}</td><td>{}</td><td style=\"text-align:left\">{}</td></tr>",
             num(&s["ready_s"]),
             if measured { capacity } else { "–".into() },
             num(&s["max_output_tokens_per_s"]),
+            if s["on_frontier"] == true { "yes" } else { "–" },
             s["find"]["points"]
                 .as_array()
                 .map_or("–".into(), |p| p.len().to_string()),

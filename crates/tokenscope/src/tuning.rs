@@ -311,6 +311,11 @@ pub struct Tuned {
     /// False for a setting `--plan-first` left unmeasured (or one an
     /// interrupted tune never reached): its figures are the plan's alone.
     pub measured: bool,
+    /// No other measured setting carries both more load inside the SLO
+    /// and more tokens/s at full load: chat and batch each find their
+    /// pick among these.
+    #[serde(default)]
+    pub on_frontier: bool,
 }
 
 /// A setting's figures at its capacity point.
@@ -344,6 +349,7 @@ impl Tuned {
             planned: None,
             planned_uncalibrated: None,
             measured: true,
+            on_frontier: false,
         }
     }
 
@@ -436,7 +442,8 @@ pub struct Recommendation {
     pub why: String,
 }
 
-pub fn document(serve: &str, slo: &Slo, settings: Vec<Tuned>) -> TuneDoc {
+pub fn document(serve: &str, slo: &Slo, mut settings: Vec<Tuned>) -> TuneDoc {
+    mark_frontier(&mut settings);
     let recommendations = recommend(&settings);
     TuneDoc {
         schema: SCHEMA.into(),
@@ -446,6 +453,28 @@ pub fn document(serve: &str, slo: &Slo, settings: Vec<Tuned>) -> TuneDoc {
         settings,
         recommendations,
         calibration: None,
+    }
+}
+
+/// The measured settings on the frontier of SLO capacity (none met: 0)
+/// against tokens/s at full load: those no other beats on one without
+/// losing on the other (ties on both count as beaten by neither).
+fn mark_frontier(settings: &mut [Tuned]) {
+    let at = |t: &Tuned| {
+        (t.measured && t.max_output_tokens_per_s.is_some()).then(|| {
+            (
+                t.capacity.unwrap_or(0.0),
+                t.max_output_tokens_per_s.unwrap_or(0.0),
+            )
+        })
+    };
+    let all: Vec<Option<(f64, f64)>> = settings.iter().map(at).collect();
+    for (t, me) in settings.iter_mut().zip(&all) {
+        t.on_frontier = me.is_some_and(|(c, x)| {
+            !all.iter()
+                .flatten()
+                .any(|&(oc, ox)| oc >= c && ox >= x && (oc > c || ox > x))
+        });
     }
 }
 
@@ -679,13 +708,21 @@ pub fn write(dir: &Path, doc: &TuneDoc) -> anyhow::Result<()> {
 pub fn table(doc: &TuneDoc) -> String {
     let mut out = format!("tune: {} · SLO {}\n\n", doc.serve, doc.slo);
     out.push_str(&format!(
-        "{:<24} {:>9} {:>12} {:>17} {:>12} {:>7} {:>9} {:>9}\n",
-        "setting", "ready s", "capacity", "bracket", "max tok/s", "points", "requests", "planned"
+        "{:<24} {:>9} {:>12} {:>17} {:>12} {:>8} {:>7} {:>9} {:>9}\n",
+        "setting",
+        "ready s",
+        "capacity",
+        "bracket",
+        "max tok/s",
+        "frontier",
+        "points",
+        "requests",
+        "planned"
     ));
     let dash = |v: Option<String>| v.unwrap_or_else(|| "–".into());
     for t in &doc.settings {
         out.push_str(&format!(
-            "{:<24} {:>9} {:>12} {:>17} {:>12} {:>7} {:>9} {:>9}\n",
+            "{:<24} {:>9} {:>12} {:>17} {:>12} {:>8} {:>7} {:>9} {:>9}\n",
             t.name,
             dash(t.ready_s.map(|s| format!("{s:.1}"))),
             dash(t.capacity.map(|c| match t.at_least {
@@ -694,6 +731,7 @@ pub fn table(doc: &TuneDoc) -> String {
             })),
             dash(t.bracket.map(|(lo, hi)| format!("{lo}–{hi}"))),
             dash(t.max_output_tokens_per_s.map(|v| format!("{v:.0}"))),
+            if t.on_frontier { "yes" } else { "–" },
             dash(t.find.as_ref().map(|f| f.points.len().to_string())),
             dash(t.find.as_ref().map(|f| f.requests.to_string())),
             dash(t.planned.as_ref().map(|p| match p.bracket.capacity {
@@ -887,5 +925,30 @@ mod tests {
         let none = recommend(&[tuned("c", None, (0.0, 0.5), 1.0)]);
         assert_eq!(none[0].setting, None);
         assert_eq!(none[2].setting, None);
+    }
+
+    #[test]
+    fn the_frontier_keeps_the_settings_none_beats_on_both() {
+        let mut unmeasured = tuned("d", Some(20.0), (20.0, 21.0), 2000.0);
+        unmeasured.measured = false;
+        let doc = document(
+            "srv",
+            &Slo::parse("ttft_p90=1s").unwrap(),
+            vec![
+                tuned("a", Some(4.0), (4.0, 4.2), 900.0),
+                tuned("b", Some(8.0), (8.0, 8.4), 800.0),
+                tuned("c", Some(3.0), (3.0, 3.2), 700.0), // beaten by both
+                tuned("e", None, (0.0, 0.5), 950.0),      // met nothing, fastest at full load
+                tuned("f", Some(8.0), (8.0, 8.4), 800.0), // ties b: neither beats the other
+                unmeasured,
+            ],
+        );
+        let on: Vec<&str> = doc
+            .settings
+            .iter()
+            .filter(|t| t.on_frontier)
+            .map(|t| t.name.as_str())
+            .collect();
+        assert_eq!(on, ["a", "b", "e", "f"]);
     }
 }
