@@ -69,6 +69,7 @@ pub struct Point {
 pub struct Spread {
     pub runs: u32,
     pub output_tps: [f64; 2],
+    #[serde(deserialize_with = "nulls_are_unbounded")]
     pub ttft_p99_ms: [f64; 2],
 }
 
@@ -130,6 +131,11 @@ pub fn combine_repeats(runs: Vec<Point>) -> Vec<Point> {
 /// reads `null` back as unbounded.
 fn null_is_unbounded<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Option::<f64>::deserialize(d).map(|v| v.unwrap_or(f64::INFINITY))
+}
+
+/// [`null_is_unbounded`] for a range (a repeat with no answer).
+fn nulls_are_unbounded<'de, D: serde::Deserializer<'de>>(d: D) -> Result<[f64; 2], D::Error> {
+    <[Option<f64>; 2]>::deserialize(d).map(|r| r.map(|v| v.unwrap_or(f64::INFINITY)))
 }
 
 impl Point {
@@ -1008,6 +1014,15 @@ mod tests {
         assert_eq!(back.e2e_p99_ms, inf);
         let bad = text.replace(r#""e2e_p99_ms":null"#, r#""e2e_p99_ms":"x""#);
         assert!(serde_json::from_str::<Point>(&bad).is_err());
+        // A repeat with no answer, in a point's spread.
+        let spread = Spread {
+            runs: 2,
+            output_tps: [0.0, 10.0],
+            ttft_p99_ms: [5.0, inf],
+        };
+        let text = serde_json::to_string(&spread).unwrap();
+        let back: Spread = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.ttft_p99_ms, [5.0, inf]);
     }
 
     /// An objective whose upper bound is `ratio` × its limit (`None`: no value).

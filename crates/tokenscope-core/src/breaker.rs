@@ -202,14 +202,38 @@ impl Breaker {
 /// The rule: the window's four quarters each hold more waiting requests
 /// on average than the one before, and from the first quarter to the last
 /// the count rose by [`WAITING_RISE_SHARE`] of the requests sent a second
-/// (and [`WAITING_RISE_MIN`] requests at least). A server that keeps up
-/// holds its waiting count level around arrivals × queueing time, so its
-/// quarters rise in a row only by chance, and not by a tenth of the sends;
-/// one that serves μ of λ arrivals gains λ − μ waiting requests a second.
+/// (and [`WAITING_RISE_MIN`] requests at least); **and** the requests
+/// whose first token came in each quarter waited longer for it on average
+/// than those of the quarter before, the last quarter's by a tenth at
+/// least more than the first's.
+///
+/// A server that keeps up holds its waiting count level around arrivals
+/// × TTFT, so its quarters rise in a row only by chance, and not by a
+/// tenth of the sends; one that takes on μ of λ arrivals gains λ − μ
+/// waiting requests a second, and (first come, first served) each answer
+/// has waited longer than the one before. The second half tells the two
+/// apart while a stable server with a long TTFT still fills: its waiting
+/// count rises for one TTFT, but until then no answer comes (a quarter
+/// with none is not judged), and the answers that come have waited as
+/// long as each other (with two kinds of prompt, 2 s and 8 s to a first
+/// token, the waits hold at 2 s until the first long one answers, then
+/// jump: not a rise through every quarter).
 #[derive(Debug, Default)]
 pub struct WaitingRise {
-    /// (run's clock s, sent, waiting)
-    samples: VecDeque<(f64, u64, u64)>,
+    samples: VecDeque<(f64, WaitingSample)>,
+}
+
+/// The load's own counters at one instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WaitingSample {
+    /// Requests sent so far.
+    pub sent: u64,
+    /// Requests sent that wait for a first token now.
+    pub waiting: u64,
+    /// Requests whose first token has come so far, and the µs they waited
+    /// for it in all.
+    pub answered: u64,
+    pub answer_wait_us: u64,
 }
 
 /// Seconds between samples.
@@ -225,13 +249,12 @@ impl WaitingRise {
                 .is_none_or(|s| now_s >= s.0 + WAITING_EVERY_S)
     }
 
-    /// One sample at `now_s` of the run's clock: the requests sent so far
-    /// and those waiting for a first token. The rule, when it trips.
-    pub fn add(&mut self, now_s: f64, sent: u64, waiting: u64) -> Option<Tripped> {
+    /// One sample at `now_s` of the run's clock. The rule, when it trips.
+    pub fn add(&mut self, now_s: f64, sample: WaitingSample) -> Option<Tripped> {
         if !self.due(now_s) {
             return None;
         }
-        self.samples.push_back((now_s, sent, waiting));
+        self.samples.push_back((now_s, sample));
         while self
             .samples
             .front()
@@ -242,40 +265,63 @@ impl WaitingRise {
         self.judge(now_s)
     }
 
+    /// The samples of quarter `k` (0–3) of the window.
+    fn quarter(&self, k: usize) -> Vec<&WaitingSample> {
+        let (Some(first), Some(last)) = (self.samples.front(), self.samples.back()) else {
+            return Vec::new();
+        };
+        let span = last.0 - first.0;
+        let (lo, hi) = (
+            first.0 + span * k as f64 / 4.0,
+            first.0 + span * (k + 1) as f64 / 4.0,
+        );
+        self.samples
+            .iter()
+            .filter(|s| s.0 >= lo && (s.0 < hi || k == 3))
+            .map(|s| &s.1)
+            .collect()
+    }
+
     fn judge(&self, now_s: f64) -> Option<Tripped> {
         let (first, last) = (self.samples.front()?, self.samples.back()?);
         let span = last.0 - first.0;
-        // The window full, and sampled: a gap in the records (a server that
-        // finished nothing for seconds) leaves too few samples to judge.
+        // The window full, and sampled.
         if span < WAITING_WINDOW_S * 0.9 || self.samples.len() < 16 {
             return None;
         }
-        let quarter = |k: usize| {
-            let (lo, hi) = (
-                first.0 + span * k as f64 / 4.0,
-                first.0 + span * (k + 1) as f64 / 4.0,
-            );
-            let inside: Vec<f64> = self
-                .samples
-                .iter()
-                .filter(|s| s.0 >= lo && (s.0 < hi || k == 3))
-                .map(|s| s.2 as f64)
-                .collect();
-            (!inside.is_empty()).then(|| inside.iter().sum::<f64>() / inside.len() as f64)
-        };
-        let means: Vec<f64> = (0..4).map(quarter).collect::<Option<_>>()?;
-        let sends_per_s = last.1.saturating_sub(first.1) as f64 / span;
+        let quarters: Vec<Vec<&WaitingSample>> = (0..4).map(|k| self.quarter(k)).collect();
+        if quarters.iter().any(Vec::is_empty) {
+            return None;
+        }
+        let means: Vec<f64> = quarters
+            .iter()
+            .map(|q| q.iter().map(|s| s.waiting as f64).sum::<f64>() / q.len() as f64)
+            .collect();
+        let sends_per_s = last.1.sent.saturating_sub(first.1.sent) as f64 / span;
         let rise = means[3] - means[0];
         // Between the first quarter's middle and the last's: ¾ of the window.
         let rise_per_s = rise / (span * 0.75);
         let growing = means.windows(2).all(|w| w[1] > w[0])
             && rise >= WAITING_RISE_MIN
             && rise_per_s >= WAITING_RISE_SHARE * sends_per_s;
-        growing.then(|| Tripped {
+        if !growing {
+            return None;
+        }
+        // The mean wait of the first tokens that came within a quarter.
+        let waited = |q: &[&WaitingSample]| {
+            let (a, b) = (q[0], q[q.len() - 1]);
+            let n = b.answered.saturating_sub(a.answered);
+            let us = b.answer_wait_us.saturating_sub(a.answer_wait_us);
+            (n > 0).then(|| us as f64 / n as f64 / 1e3)
+        };
+        let waits: Vec<f64> = quarters.iter().map(|q| waited(q)).collect::<Option<_>>()?;
+        let (early_ms, late_ms) = (waits[0], waits[3]);
+        let longer = waits.windows(2).all(|w| w[1] > w[0]) && late_ms >= 1.1 * early_ms;
+        longer.then(|| Tripped {
             rule: "saturation".into(),
             at_s: now_s,
             why: format!(
-                "the queue was growing: the requests waiting for a first token rose through each quarter of the last {span:.0} s, from {:.0} to {:.0} on average ({rise_per_s:.1} a second, while {sends_per_s:.1} requests a second were sent); the server took on about {:.1} requests/s",
+                "the queue was growing: the requests waiting for a first token rose through each quarter of the last {span:.0} s, from {:.0} to {:.0} on average ({rise_per_s:.1} a second, while {sends_per_s:.1} requests a second were sent), and the first tokens that came waited {early_ms:.0} ms, then {late_ms:.0} ms; the server took on about {:.1} requests/s",
                 means[0],
                 means[3],
                 (sends_per_s - rise_per_s).max(0.0),
@@ -448,39 +494,92 @@ mod tests {
         assert!(t.why.contains("queue was growing"), "{t:?}");
     }
 
-    /// Samples of (sent, waiting) at `rate` sends a second, offered every
-    /// 0.1 s of the run's clock: when the rule trips.
-    fn watch(rate: f64, waiting_at: impl Fn(f64) -> u64, until_s: f64) -> Option<Tripped> {
+    /// Samples at `rate` sends a second, offered every 0.1 s of the run's
+    /// clock, with `waiting_at(t)` waiting and the answers so far
+    /// `answers_at(t)` = (count, µs waited in all): when the rule trips.
+    fn watch(
+        rate: f64,
+        waiting_at: impl Fn(f64) -> u64,
+        answers_at: impl Fn(f64) -> (u64, u64),
+        until_s: f64,
+    ) -> Option<Tripped> {
         let mut w = WaitingRise::default();
         (0..(until_s * 10.0) as u64).find_map(|tenth| {
             let t = tenth as f64 / 10.0;
-            w.add(t, (t * rate) as u64, waiting_at(t))
+            let (answered, answer_wait_us) = answers_at(t);
+            let sample = WaitingSample {
+                sent: (t * rate) as u64,
+                waiting: waiting_at(t),
+                answered,
+                answer_wait_us,
+            };
+            w.add(t, sample)
         })
+    }
+
+    /// First come, first served: `lambda` sent a second, `mu` answered,
+    /// each answer having waited (1 − μ/λ) of the time since the run began.
+    fn queued(lambda: f64, mu: f64) -> impl Fn(f64) -> (u64, u64) {
+        move |t: f64| {
+            let n = mu * t;
+            // Σ waits = Σ over answers i of (1 − μ/λ) × (i / μ) seconds.
+            let sum_s = (1.0 - mu / lambda) * n * n / (2.0 * mu);
+            (n as u64, (sum_s * 1e6) as u64)
+        }
     }
 
     #[test]
     fn requests_waiting_for_a_first_token_show_a_queue_within_seconds() {
-        // 60 sent a second, 40 served: 20 more waiting each second.
-        let t = watch(60.0, |t| (20.0 * t) as u64, 60.0).expect("a queue gaining 20/s");
+        // 60 sent a second, 40 answered: 20 more waiting each second.
+        let t = watch(60.0, |t| (20.0 * t) as u64, queued(60.0, 40.0), 60.0)
+            .expect("a queue gaining 20/s");
         assert_eq!(t.rule, "saturation");
         let first = WAITING_AFTER_S + WAITING_WINDOW_S * 0.9;
         assert!((first..first + 1.0).contains(&t.at_s), "{t:?}");
         assert!(t.why.contains("waiting for a first token"), "{t:?}");
         assert!(t.why.contains("about 39.7 requests/s"), "{t:?}");
         // Gaining 5 a second of 60 sent is under a tenth: not called growing …
-        assert!(watch(60.0, |t| (5.0 * t) as u64, 60.0).is_none());
+        let slow = queued(60.0, 55.0);
+        assert!(watch(60.0, |t| (5.0 * t) as u64, slow, 60.0).is_none());
         // … nor a rise of a few requests, however steady, at a low rate.
-        assert!(watch(2.0, |t| (t / 3.0) as u64, 60.0).is_none());
+        assert!(watch(2.0, |t| (t / 3.0) as u64, queued(2.0, 1.7), 60.0).is_none());
+    }
+
+    #[test]
+    fn a_stable_server_with_a_long_ttft_fills_without_tripping() {
+        // 4 a second, every first token 8 s after its send: the waiting
+        // count rises for 8 s (no answer yet), then holds at 32.
+        let waiting = |t: f64| (4.0 * t.min(8.0)) as u64;
+        let answers = |t: f64| {
+            let n = (4.0 * (t - 8.0)).max(0.0) as u64;
+            (n, n * 8_000_000)
+        };
+        assert!(watch(4.0, waiting, answers, 60.0).is_none());
+        // Two kinds of prompt: half answered in 2 s, half in 8 s. The
+        // waiting count rises until 8 s while only the short ones answer,
+        // each having waited as long as the one before.
+        let waiting = |t: f64| (2.0 * t.min(2.0) + 2.0 * t.min(8.0)) as u64;
+        let answers = |t: f64| {
+            let short = (2.0 * (t - 2.0)).max(0.0) as u64;
+            let long = (2.0 * (t - 8.0)).max(0.0) as u64;
+            (short + long, short * 2_000_000 + long * 8_000_000)
+        };
+        assert!(watch(4.0, waiting, answers, 60.0).is_none());
     }
 
     #[test]
     fn a_waiting_count_that_settles_or_wanders_trips_nothing() {
+        // Answers at the send rate, each after 0.5 s.
+        let steady = |t: f64| {
+            let n = (60.0 * (t - 0.5)).max(0.0) as u64;
+            (n, n * 500_000)
+        };
         // Rises for its first second (a TTFT), then holds with noise.
         let settles = |t: f64| (30.0 * t.min(1.0)) as u64 + (t * 7919.0) as u64 % 9;
-        assert!(watch(60.0, settles, 120.0).is_none());
+        assert!(watch(60.0, settles, steady, 120.0).is_none());
         // Wanders in slow waves of ±10 requests (a server near its capacity).
         let wanders = |t: f64| (20.0 + 10.0 * (t / 9.0).sin()) as u64;
-        assert!(watch(60.0, wanders, 120.0).is_none());
+        assert!(watch(60.0, wanders, steady, 120.0).is_none());
     }
 
     #[test]

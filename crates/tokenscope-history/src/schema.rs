@@ -7,9 +7,10 @@ use crate::sql::{Db, DbError, Value};
 use crate::{Error, Location, Result};
 
 /// `{key}` is the auto-numbered primary key's type, which the two engines spell differently.
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    "CREATE TABLE runs (
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE runs (
         id {key},
         recorded_at TEXT NOT NULL,
         started_at TEXT NOT NULL,
@@ -48,7 +49,13 @@ const MIGRATIONS: &[(i64, &str)] = &[(
         tag TEXT NOT NULL,
         PRIMARY KEY (run_id, tag)
     );",
-)];
+    ),
+    // A tune (kind `tune`) records its settings' sweeps under it: the
+    // runs under one are looked up by parent (`history list --under`).
+    // Its number tells an older tokenscope, which knows no `tune`, to
+    // upgrade rather than fail on the kind.
+    (2, "CREATE INDEX runs_by_parent ON runs (parent_id);"),
+];
 
 /// The newest schema this build knows.
 pub fn latest() -> i64 {

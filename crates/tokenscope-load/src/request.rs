@@ -311,17 +311,27 @@ fn media_sent(
     })
 }
 
-/// The live counts a stream adds to: its content chunks, and (once) its
-/// first one.
-type Streamed<'a> = (&'a AtomicU64, &'a AtomicU64);
+/// The live counts a stream adds to: its content chunks; and, once, at
+/// its first chunk, one answering request and the µs it waited for it.
+#[derive(Clone, Copy)]
+pub struct Streamed<'a> {
+    pub chunks: &'a AtomicU64,
+    pub answering: &'a AtomicU64,
+    pub answer_wait_us: &'a AtomicU64,
+}
 
 /// Adds the content chunks one network read brought to the live counts,
-/// `before` of them already counted.
-fn count_new((chunks, first): Streamed, before: usize, now: usize) {
+/// `before` of them already counted; `waited_us` since the request was sent.
+fn count_new(streamed: Streamed, before: usize, now: usize, waited_us: u64) {
     if now > before {
-        chunks.fetch_add((now - before) as u64, Ordering::Relaxed);
+        streamed
+            .chunks
+            .fetch_add((now - before) as u64, Ordering::Relaxed);
         if before == 0 {
-            first.fetch_add(1, Ordering::Relaxed);
+            streamed.answering.fetch_add(1, Ordering::Relaxed);
+            streamed
+                .answer_wait_us
+                .fetch_add(waited_us, Ordering::Relaxed);
         }
     }
 }
@@ -397,6 +407,7 @@ pub async fn execute(
         cancel,
         deadline,
         streamed,
+        sent_at_us: rec.sent_at_us,
     };
     let (ended, last_at) = reading.follow(&mut conn, &mut body, &mut stream, at).await;
     // The end of the stream is the arrival of the read that ended it (the
@@ -563,6 +574,8 @@ struct Reading<'a> {
     cancel: &'a CancellationToken,
     deadline: Instant,
     streamed: Streamed<'a>,
+    /// When the request went out (the run's clock, µs).
+    sent_at_us: u64,
 }
 
 impl Reading<'_> {
@@ -584,7 +597,12 @@ impl Reading<'_> {
                 false
             }
         };
-        count_new(self.streamed, 0, stream.chunks.len());
+        count_new(
+            self.streamed,
+            0,
+            stream.chunks.len(),
+            at.saturating_sub(self.sent_at_us),
+        );
         // One cancellation waiter and one watchdog timer per request, not per
         // read: the watchdog fires at most once per idle period and re-arms
         // itself from the time of the last read.
@@ -655,7 +673,12 @@ impl Reading<'_> {
                         .get_or_insert((ErrorKind::Stream, e.to_string()));
                 }
             }
-            count_new(self.streamed, before, stream.chunks.len());
+            count_new(
+                self.streamed,
+                before,
+                stream.chunks.len(),
+                at.saturating_sub(self.sent_at_us),
+            );
         }
         (ended, last_at)
     }

@@ -147,8 +147,11 @@ pub struct Progress {
     pub output_tokens: AtomicU64,
     /// Content chunks received so far, requests in flight included.
     pub streamed_chunks: AtomicU64,
-    /// Requests whose first content chunk has come (counted as it comes).
+    /// Requests whose first content chunk has come (counted as it comes) …
     pub first_chunks: AtomicU64,
+    /// … and the µs they waited for it, in all (the live TTFT of the
+    /// requests answering, before they finish).
+    pub first_chunk_wait_us: AtomicU64,
     /// Finished requests that never had a first chunk (failed before one,
     /// or answered whole).
     pub ended_unstreamed: AtomicU64,
@@ -320,7 +323,11 @@ impl Runner {
                 ticket,
                 (&spec, history),
                 &self.cancel,
-                (&self.progress.streamed_chunks, &self.progress.first_chunks),
+                crate::request::Streamed {
+                    chunks: &self.progress.streamed_chunks,
+                    answering: &self.progress.first_chunks,
+                    answer_wait_us: &self.progress.first_chunk_wait_us,
+                },
             )
             .await
         };

@@ -161,6 +161,9 @@ pub fn tune_entries(
         let Some((mut entry, mut points)) = sweep_entries(&sweep, &tags) else {
             continue;
         };
+        // The loads a search visits follow the measured probe; the sweep is
+        // known by what was searched, not where the bisection went.
+        entry.config["load"]["series"] = serde_json::json!({ "find": summary.over });
         let target = format!("serve: {}", s.identity);
         for e in std::iter::once(&mut entry).chain(points.iter_mut()) {
             e.target = target.clone();
@@ -170,7 +173,11 @@ pub fn tune_entries(
         first.get_or_insert_with(|| sweep.points[0].results.clone());
         sweeps.push((entry, points));
     }
-    let tune = RunEntry::of_tune(&first?, summary, &absolute(dir), tags);
+    let mut tune = RunEntry::of_tune(&first?, summary, &absolute(dir), tags);
+    // It began with the first of its settings to run.
+    if let Some(earliest) = sweeps.iter().map(|(e, _)| &e.started_at).min() {
+        tune.started_at = earliest.clone();
+    }
     Some((tune, sweeps))
 }
 

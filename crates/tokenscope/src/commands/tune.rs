@@ -40,7 +40,7 @@ pub fn run(args: TuneArgs) -> anyhow::Result<Exit> {
     let base = Load::read(args.bench.load.clone(), args.bench.output.quiet)?;
     let first_plan = plan_all(&args, &slo, &base, &settings, None)?;
     let mut planned = first_plan.clone();
-    let mut order = measure_order(&planned, args.plan_first, None);
+    let mut order = measure_order(&planned, args.plan_first, &[]);
     let mut calibration = None;
     let mut tuned: Vec<Option<Tuned>> = vec![None; settings.len()];
     let mut n = 0;
@@ -50,15 +50,20 @@ pub fn run(args: TuneArgs) -> anyhow::Result<Exit> {
             &args,
             &format!("setting {} of {}: {}", n + 1, order.len(), setting.name),
         );
-        let one = one_setting(&args, &slo, &base, setting, &dir)?;
+        let mut one = one_setting(&args, &slo, &base, setting, &dir)?;
+        one.planned = planned[i].clone();
         let stop = one.interrupted;
+        // The first setting whose search ran whole calibrates the plan.
+        let whole = one.error.is_none() && !stop && one.find.is_some();
         tuned[i] = Some(one);
-        if n == 0 && !stop && args.plan_first.is_some() && !args.no_calibrate {
-            let (c, fit) = calibrate(&args, setting, &dir);
-            if let Some(fit) = fit {
-                planned = plan_all(&args, &slo, &base, &settings, Some(&fit))?;
-                order = measure_order(&planned, args.plan_first, Some(i));
-            }
+        if calibration.is_none() && whole && args.plan_first.is_some() && !args.no_calibrate {
+            let plan = Plan {
+                args: &args,
+                slo: &slo,
+                base: &base,
+                settings: &settings,
+            };
+            let c = recalibrate(&plan, i, &dir, &mut planned, &mut order, n);
             calibration = Some(c);
         }
         // Written after every setting: a tune killed later keeps what it measured.
@@ -138,13 +143,21 @@ fn plan_all(
         cap,
         min_point_s: args.min_point_time.as_secs_f64(),
     };
+    // Speculation learned from the servers' counters goes to every setting,
+    // unless --sim models it for some (then the flags say which speculate).
+    let mut modelled_spec = false;
+    for setting in settings {
+        modelled_spec |= plan_search::engine_of(&setting.command(flags, 0))?
+            .spec
+            .is_some();
+    }
     let mut planned = Vec::new();
     for setting in settings {
         let started = std::time::Instant::now();
         let mut cfg = plan_search::engine_of(&setting.command(flags, 0))?;
         if let Some(fit) = fit {
             cfg.efficiency = fit.profile.efficiency;
-            if cfg.spec.is_none() {
+            if !modelled_spec {
                 cfg.spec = fit.cfg.spec.clone();
             }
         }
@@ -173,7 +186,7 @@ fn plan_all(
 fn measure_order(
     planned: &[Option<Planned>],
     first: Option<u64>,
-    measured: Option<usize>,
+    measured: &[usize],
 ) -> Vec<usize> {
     let mut order: Vec<usize> = (0..planned.len()).collect();
     let Some(k) = first else { return order };
@@ -188,12 +201,72 @@ fn measure_order(
         let (ka, kb) = (key(a), key(b));
         kb.0.total_cmp(&ka.0).then(kb.1.total_cmp(&ka.1))
     });
-    if let Some(m) = measured {
-        order.retain(|&i| i != m);
-        order.insert(0, m);
-    }
+    order.retain(|i| !measured.contains(i));
+    let mut order: Vec<usize> = measured.iter().copied().chain(order).collect();
     order.truncate(k as usize);
     order
+}
+
+/// What planning every setting needs.
+struct Plan<'a> {
+    args: &'a TuneArgs,
+    slo: &'a Slo,
+    base: &'a Load,
+    settings: &'a [Setting],
+}
+
+/// Calibrates on setting `i` (just measured, the `n`+1th), then plans
+/// every setting again with the fit and chooses the rest to measure from
+/// that plan; the settings measured so far keep their places. A fit that
+/// cannot be used, or a plan that fails with it, leaves the plan as it was.
+fn recalibrate(
+    plan: &Plan,
+    i: usize,
+    dir: &Path,
+    planned: &mut Vec<Option<Planned>>,
+    order: &mut Vec<usize>,
+    n: usize,
+) -> Calibration {
+    let (mut c, fit) = calibrate(plan.args, &plan.settings[i], dir);
+    let Some(fit) = fit else { return c };
+    match plan_all(plan.args, plan.slo, plan.base, plan.settings, Some(&fit)) {
+        Err(e) => {
+            c.used = false;
+            c.note.push_str(&format!(
+                "; but planning with it failed ({e:#}): the plan as --sim gave it stands"
+            ));
+        }
+        Ok(p) => {
+            *planned = p;
+            *order = measure_order(planned, plan.args.plan_first, &order[..=n]);
+            // The calibrated plan's favourite, if --plan-first leaves it out.
+            let all = measure_order(planned, Some(plan.settings.len() as u64), &[]);
+            if let Some(best) = all.first().filter(|b| !order.contains(b)) {
+                c.note.push_str(&format!(
+                    "; the calibrated plan ranks {} first, which --plan-first {} leaves unmeasured (measured before the calibration chose)",
+                    plan.settings[*best].name,
+                    plan.args.plan_first.unwrap_or(0)
+                ));
+            }
+        }
+    }
+    c
+}
+
+/// The points a calibration may fit: those that ran to their cap or were
+/// stopped by their verdict. A point a rule stopped (saturation, errors)
+/// holds only its early survivors' latencies, and requests cancelled
+/// mid-answer, which a replay would serve whole.
+fn steady(dirs: Vec<std::path::PathBuf>) -> Vec<std::path::PathBuf> {
+    dirs.into_iter()
+        .filter(|d| {
+            let Ok(text) = std::fs::read_to_string(d.join(crate::run_dir::RESULTS)) else {
+                return false;
+            };
+            let r: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            matches!(r["stopped"]["rule"].as_str(), None | Some("decided"))
+        })
+        .collect()
 }
 
 /// `sim calibrate` over the first measured setting's search points: the
@@ -211,9 +284,13 @@ fn calibrate(args: &TuneArgs, setting: &Setting, dir: &Path) -> (Calibration, Op
         note: why,
     };
     let dirs = match sim_calibrate::run_dirs(std::slice::from_ref(&sdir)) {
-        Ok(d) => d,
+        Ok(d) => steady(d),
         Err(e) => return (note(0, format!("not calibrated: {e:#}")), None),
     };
+    if dirs.is_empty() {
+        let why = "not calibrated: every point of its search was stopped by a rule (saturation, errors) before its steady state";
+        return (note(0, why.into()), None);
+    }
     let started = std::time::Instant::now();
     let delay = Duration::from_secs_f64(tokenscope_sim::plan::DEFAULT_NETWORK_DELAY_S);
     let fitted = plan_search::engine_of(&setting.command(flags, 0))

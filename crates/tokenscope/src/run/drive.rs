@@ -85,7 +85,8 @@ pub async fn drive(spec: &RunSpec, p: Prepared, mut stop: Stop) -> Driven {
     }
     let latest = scraper.as_ref().map(|s| s.latest());
     let watch = super::progress::Watch::start(spec, &probed, &progress, clock, latest);
-    let queue = super::queue_watch::QueueWatch::start(spec, &progress, clock, &cancel);
+    let streams = runner.target.stream;
+    let queue = super::queue_watch::QueueWatch::start(spec, streams, &progress, clock, &cancel);
     runner.clone().run(&spec.plan).await;
     let queue_grew = queue.finish().await;
     let client_wall_s = clock.now_us() as f64 / 1e6;

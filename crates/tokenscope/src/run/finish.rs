@@ -105,6 +105,10 @@ pub fn exit_code(r: &RunResults) -> Exit {
         } else {
             Exit::AllFailed
         }
+    } else if r.slo.is_some() && r.stopped.as_ref().is_some_and(|t| t.rule == "saturation") {
+        // Its queue grew: the load cannot hold any latency in steady state,
+        // whatever the requests that finished before the stop read.
+        Exit::SloNotMet
     } else if let Some(slo) = &r.slo {
         match slo.verdict {
             Some(Verdict::NotEnoughData) => Exit::SloNotJudged,

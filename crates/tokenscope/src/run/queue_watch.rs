@@ -9,7 +9,7 @@ use crate::spec::RunSpec;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use tokenscope_core::breaker::{StopRule, Tripped, WaitingRise, WAITING_EVERY_S};
+use tokenscope_core::breaker::{StopRule, Tripped, WaitingRise, WaitingSample, WAITING_EVERY_S};
 use tokenscope_core::clock::Clock;
 use tokenscope_load::runner::Progress;
 use tokenscope_workload::arrival::LoadPattern;
@@ -19,8 +19,9 @@ use tokio_util::sync::CancellationToken;
 /// `--stop-on saturation` it stops the run (enforce); without, it only
 /// notes when the queue began to grow (monitor: a finding). `None` where
 /// the loop is closed (its users bound the queue), or the answers come
-/// whole (no first token: the count would be every request in flight,
-/// which rises through a stable server's first E2E too).
+/// whole (`--no-stream`, a pooling API: no first token, so the count would
+/// be every request in flight, which rises through a stable server's
+/// first E2E too).
 pub struct QueueWatch(Option<tokio::task::JoinHandle<Option<Grew>>>);
 
 /// The queue seen growing, and whether that stopped the run.
@@ -32,13 +33,14 @@ pub struct Grew {
 impl QueueWatch {
     pub fn start(
         spec: &RunSpec,
+        streams: bool,
         progress: &Arc<Progress>,
         clock: Clock,
         cancel: &CancellationToken,
     ) -> QueueWatch {
         let enforce = spec.client.stop_on.contains(&StopRule::Saturation);
         let open = matches!(spec.plan.pattern, LoadPattern::Open { .. });
-        if !open || spec.request.no_stream {
+        if !open || !streams {
             return QueueWatch(None);
         }
         let (progress, cancel) = (progress.clone(), cancel.clone());
@@ -52,8 +54,13 @@ impl QueueWatch {
                     _ = tick.tick() => {}
                 }
                 let now_s = clock.now_us() as f64 / 1e6;
-                let sent = progress.sent.load(Ordering::Relaxed);
-                if let Some(tripped) = rise.add(now_s, sent, progress.waiting()) {
+                let sample = WaitingSample {
+                    sent: progress.sent.load(Ordering::Relaxed),
+                    waiting: progress.waiting(),
+                    answered: progress.first_chunks.load(Ordering::Relaxed),
+                    answer_wait_us: progress.first_chunk_wait_us.load(Ordering::Relaxed),
+                };
+                if let Some(tripped) = rise.add(now_s, sample) {
                     if enforce {
                         cancel.cancel();
                     }
