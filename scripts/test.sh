@@ -11,7 +11,9 @@
 #    against Kubernetes' schemas offline;
 #  - no import circle between the source files of any crate, and no HTTP
 #    client under the simulator (scripts/check-imports.py);
-#  - the Rust workspace's tests, in release mode (timing tests need optimised code).
+#  - the Rust workspace's tests, in release mode (timing tests need optimised code);
+#  - the wheel (scripts/wheel.sh): maturin from PyPI in a cached venv, the wheel
+#    installed in a fresh venv and `tokenscope bench --requests 20` run from it.
 # Extra arguments go to `cargo test` (e.g. scripts/test.sh --test llama_server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,3 +56,9 @@ done <<< "$pg"
 trap 'scripts/postgres-fixture.sh stop "$TOKENSCOPE_TEST_POSTGRES_DIR"' EXIT
 
 cargo test --release --workspace --no-fail-fast "$@"
+
+# The wheel (pyproject.toml, maturin): built from the release artifacts just
+# tested, installed in a fresh venv, run from that venv's PATH.
+if [ $# -eq 0 ]; then
+  scripts/wheel.sh >/dev/null
+fi

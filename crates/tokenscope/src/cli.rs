@@ -49,6 +49,7 @@ pub struct MergeArgs {
 
 /// Where a finished run is recorded (the results history).
 #[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "History")]
 pub struct HistoryArgs {
     /// The results history: a SQLite file, or postgres://user:pass@host/db for a
     /// team's shared database (default: ~/.local/share/tokenscope/history.db).
@@ -150,6 +151,25 @@ or whose server dies, is a result, not the end. Writes tune.json.")]
     /// Built-in servers.
     #[command(subcommand)]
     Sim(SimCommand),
+    /// A shell's completion script for tokenscope, on stdout.
+    #[command(after_help = "Examples:\n  \
+tokenscope completions bash > ~/.local/share/bash-completion/completions/tokenscope\n  \
+tokenscope completions zsh > ~/.zfunc/_tokenscope      # with fpath+=~/.zfunc before compinit\n  \
+tokenscope completions fish > ~/.config/fish/completions/tokenscope.fish\n  \
+tokenscope completions powershell >> $PROFILE")]
+    Completions(CompletionsArgs),
+    /// The manual page (roff), on stdout.
+    #[command(after_help = "Examples:\n  \
+tokenscope man > tokenscope.1 && man ./tokenscope.1\n  \
+tokenscope man | gzip > /usr/local/share/man/man1/tokenscope.1.gz")]
+    Man,
+}
+
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell: bash, zsh, fish, powershell or elvish.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Args, Debug)]
@@ -344,6 +364,7 @@ SLO capacity per option). Prices: docs/results-schema.md; --price gpu=$/h overri
 
 /// The simulated deployment.
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Engine")]
 pub struct EngineArgs {
     /// Model from the catalogue (`tokenscope sim list`).
     #[arg(long, default_value = "llama-3.1-8b")]
@@ -399,6 +420,7 @@ pub struct EngineArgs {
 
 /// What a series is judged by: shared by `sweep` and `sim plan --sweep`.
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Series and search")]
 pub struct SeriesArgs {
     /// Override the service profiles' objectives, e.g.
     /// chat_ttft_p99=500ms,chat_tpot_p99=30ms,batch_e2e_growth=3,cost_ttft_cap=5s,long_context_kv_max=80%,agent_e2e_p99=30s.
@@ -445,6 +467,7 @@ fn objectives(s: &str) -> Result<Objectives, String> {
 
 /// `tokenscope sweep`: the bench flags, a series and its analysis.
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Series and search")]
 #[command(group(clap::ArgGroup::new("search").args(["auto", "find"])))]
 pub struct SweepArgs {
     #[command(flatten)]
@@ -506,6 +529,7 @@ pub struct SweepArgs {
 
 /// `tokenscope tune`: the bench flags, the search's, and the settings.
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Tune")]
 pub struct TuneArgs {
     #[command(flatten)]
     pub bench: BenchArgs,
@@ -623,6 +647,7 @@ impl std::str::FromStr for Sweep {
 }
 
 #[derive(Args, Debug)]
+#[command(next_help_heading = "Simulation")]
 #[command(after_help = "Examples:\n  \
 tokenscope sim plan --concurrency 64 --requests 1000\n  \
 tokenscope sim plan --model llama-3.1-70b --gpu h100-sxm --tp 4 --rate 8 --duration 10m\n  \
@@ -957,12 +982,19 @@ pub struct BenchArgs {
     /// Without --url: which built-in server to test. `engine` simulates Llama-3.1-8B on
     /// one H100 SXM (vLLM-like batching and KV cache); `exact` streams with exactly
     /// 100 ms TTFT and 20 ms between tokens (ground truth).
-    #[arg(long, value_enum, default_value = "engine", conflicts_with = "url")]
+    #[arg(
+        help_heading = "Target",
+        long,
+        value_enum,
+        default_value = "engine",
+        conflicts_with = "url"
+    )]
     pub builtin: BuiltinChoice,
 }
 
 /// The server a run is sent to: `bench` and `sweep`.
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Target")]
 pub struct TargetArgs {
     /// Server base URL (http or https). Without it a built-in server (--builtin) is started on 127.0.0.1.
     #[arg(long)]
@@ -978,6 +1010,7 @@ pub struct TargetArgs {
 /// How every request of a run is made: its body's options, credentials,
 /// TLS and time limits.
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Requests and API")]
 pub struct RequestArgs {
     /// Ask for exact output lengths (ignore_eos and min_tokens) where the server supports it.
     #[arg(long)]
@@ -1025,7 +1058,7 @@ pub struct RequestArgs {
     /// sent as each API takes one — `response_format`, Responses'
     /// `text.format`, Anthropic's `output_format`, TGI's `grammar`,
     /// SGLang's `json_schema`). The share of valid answers is reported.
-    #[arg(long, value_name = "json|schema:FILE", value_parser = response_format)]
+    #[arg(help_heading = "Agents and answers", long, value_name = "json|schema:FILE", value_parser = response_format)]
     pub response_format: Option<tokenscope_load::structured::ResponseFormat>,
     /// Tools every request offers the model: a JSON file holding a list in
     /// OpenAI's form (`[{"type": "function", "function": {"name",
@@ -1033,22 +1066,26 @@ pub struct RequestArgs {
     /// API's form (chat, Responses, Anthropic); streamed calls are timed as
     /// output, and every call's arguments are checked against its tool's
     /// schema. A dataset entry's own `tools` win.
-    #[arg(long, value_name = "FILE", value_parser = tools_file)]
+    #[arg(help_heading = "Agents and answers", long, value_name = "FILE", value_parser = tools_file)]
     pub tools: Option<std::sync::Arc<Vec<serde_json::Value>>>,
     /// Whether the model may call a tool: `auto` (it decides), `required`
     /// (it must), `none` (it must not) or a tool's name (it must call that one).
-    #[arg(long, value_name = "auto|required|none|NAME")]
+    #[arg(
+        help_heading = "Agents and answers",
+        long,
+        value_name = "auto|required|none|NAME"
+    )]
     pub tool_choice: Option<tokenscope_load::tools::ToolChoice>,
     /// Grade every answer against its dataset entry's `expected`: `exact`
     /// (case and a final period ignored), `contains`, `number` (the
     /// answer's last number), `json` (equal JSON) or `regex:PATTERN` (its
     /// first group, exactly). Accuracy is reported with its 95 % interval;
     /// `--dataset builtin:arithmetic` is a set with known answers.
-    #[arg(long, value_name = "RULE")]
+    #[arg(help_heading = "Agents and answers", long, value_name = "RULE")]
     pub grade: Option<tokenscope_load::grading::Grade>,
     /// Keep each answer's text in requests.jsonl (every record keeps a hash
     /// of it anyway): what tells where two runs' answers first differ.
-    #[arg(long)]
+    #[arg(help_heading = "Agents and answers", long)]
     pub keep_text: bool,
     /// LoRA adapters to send the requests to, comma-separated: each request
     /// names one as its `model`, as vLLM serves adapters (`--lora-modules`).
@@ -1076,6 +1113,7 @@ pub struct RequestArgs {
 
 /// What is read beside the load: the server's metrics and the GPUs.
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Server telemetry")]
 pub struct MetricsArgs {
     /// Prometheus endpoint(s) to sample during the run, repeatable (a DCGM exporter, a
     /// second replica). Default: the server's own /metrics. The API key and
@@ -1099,6 +1137,7 @@ pub struct MetricsArgs {
 /// The client itself: its threads, connections, self-check and a server it
 /// starts cold.
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Client")]
 pub struct ClientArgs {
     /// Stop the run early when a rule trips, judged on each finished
     /// request: `saturation` (the server's queue grows: TTFT rising with
@@ -1157,6 +1196,7 @@ pub enum BuiltinChoice {
 
 /// How much load, of what shape: shared by `bench` and `sim plan`.
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Load")]
 pub struct LoadArgs {
     /// Closed loop: exactly N requests in flight (default 10 unless --rate is given).
     /// `sweep` takes a list: 1,2,4,8 (each point then runs at least 2 × its
@@ -1189,31 +1229,32 @@ pub struct LoadArgs {
     #[arg(long, value_parser = duration, conflicts_with = "rate")]
     pub ramp_up: Option<Duration>,
     /// Prompt length in tokens: 256, uniform:128..512, normal:512,64, lognormal:512,256.
-    #[arg(long, default_value = "256")]
+    #[arg(help_heading = "Workload", long, default_value = "256")]
     pub input_tokens: LengthSpec,
     /// Output length (max_tokens): same forms as --input-tokens.
-    #[arg(long, default_value = "128")]
+    #[arg(help_heading = "Workload", long, default_value = "128")]
     pub output_tokens: LengthSpec,
     /// The first N prompt tokens are the same for every request (prefix caching on purpose).
-    #[arg(long, default_value_t = 0)]
+    #[arg(help_heading = "Workload", long, default_value_t = 0)]
     pub shared_prefix: u64,
     /// Agentic loads: N different shared prefixes (system prompts, tool
     /// contexts) of --shared-prefix tokens, each request's (each session's)
     /// drawn with Zipf popularity (--prefix-zipf).
-    #[arg(long, value_name = "N", default_value_t = 1, requires = "shared_prefix", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    #[arg(help_heading = "Workload", long, value_name = "N", default_value_t = 1, requires = "shared_prefix", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub prefix_groups: u32,
     /// Zipf exponent of the prefix groups' popularity (0: all equally used; 1: the classic long tail).
-    #[arg(long, value_name = "S", default_value_t = 1.0, requires = "prefix_groups", value_parser = non_negative_f64)]
+    #[arg(help_heading = "Workload", long, value_name = "S", default_value_t = 1.0, requires = "prefix_groups", value_parser = non_negative_f64)]
     pub prefix_zipf: f64,
     /// Sessions instead of single requests: each turn sends the whole
     /// conversation so far (the server's own answers) plus a new user
     /// message. Conversations from --dataset (ShareGPT, JSONL `session_id`)
     /// or synthetic (--turns, --think-time; each user message --input-tokens long).
     /// --concurrency counts users; --rate counts session starts.
-    #[arg(long)]
+    #[arg(help_heading = "Agents and answers", long)]
     pub multi_turn: bool,
     /// Synthetic sessions: turns per session (same forms as --input-tokens).
     #[arg(
+        help_heading = "Agents and answers",
         long,
         value_name = "DIST",
         default_value = "4",
@@ -1222,6 +1263,7 @@ pub struct LoadArgs {
     pub turns: LengthSpec,
     /// Pause between an answer and the next turn: 0, 2s, uniform:1s..3s, exponential:2s.
     #[arg(
+        help_heading = "Agents and answers",
         long,
         value_name = "DIST",
         default_value = "0",
@@ -1232,6 +1274,7 @@ pub struct LoadArgs {
     /// its result (0, 2s, uniform:1s..3s, exponential:500ms): the agent's
     /// time in tools, reported apart from the server's.
     #[arg(
+        help_heading = "Agents and answers",
         long,
         value_name = "DIST",
         default_value = "0",
@@ -1241,6 +1284,7 @@ pub struct LoadArgs {
     /// With --tools: tokens of a tool's result (a length spec: 64,
     /// uniform:16..256, …).
     #[arg(
+        help_heading = "Agents and answers",
         long,
         value_name = "SPEC",
         default_value = "64",
@@ -1249,7 +1293,7 @@ pub struct LoadArgs {
     pub tool_result_tokens: LengthSpec,
     /// With --tools: turns that go on from tool results, at most, per user
     /// message (a model that keeps calling cannot hold a session forever).
-    #[arg(long, value_name = "N", default_value_t = 8, requires = "multi_turn", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(help_heading = "Agents and answers", long, value_name = "N", default_value_t = 8, requires = "multi_turn", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub max_tool_rounds: u32,
     /// Seed for prompts, lengths and arrivals.
     #[arg(long, default_value_t = 0)]
@@ -1258,19 +1302,34 @@ pub struct LoadArgs {
     /// `prompt`/`messages`, or a trace (Azure, BurstGPT, Mooncake) whose prompts are
     /// made to the recorded lengths. Request i sends entry i; without --requests and
     /// --duration every entry is sent once.
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Workload", long, value_name = "FILE")]
     pub dataset: Option<std::path::PathBuf>,
     /// auto (from the content), sharegpt, jsonl, azure-trace, burstgpt or mooncake.
-    #[arg(long, default_value = "auto", requires = "dataset")]
+    #[arg(
+        help_heading = "Workload",
+        long,
+        default_value = "auto",
+        requires = "dataset"
+    )]
     pub dataset_format: String,
     /// Send a seeded sample of N entries (--seed), in the file's order.
-    #[arg(long, value_name = "N", requires = "dataset", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(help_heading = "Workload", long, value_name = "N", requires = "dataset", value_parser = clap::value_parser!(u64).range(1..))]
     pub dataset_sample: Option<u64>,
     /// Leave out entries whose prompt is longer (tokens; text counted with the built-in tokenizer).
-    #[arg(long, value_name = "N", requires = "dataset")]
+    #[arg(
+        help_heading = "Workload",
+        long,
+        value_name = "N",
+        requires = "dataset"
+    )]
     pub max_input_tokens: Option<u64>,
     /// Leave out entries that ask for a longer answer.
-    #[arg(long, value_name = "N", requires = "dataset")]
+    #[arg(
+        help_heading = "Workload",
+        long,
+        value_name = "N",
+        requires = "dataset"
+    )]
     pub max_output_tokens: Option<u64>,
     /// Send each entry at its recorded time (open loop; the first at 0): the
     /// dataset's `timestamp`s, a trace's times. Lateness is client lag.
@@ -1287,18 +1346,19 @@ pub struct LoadArgs {
     /// file, never fetched): synthetic prompts are made of words that are one
     /// token each in it, and it counts tokens where the server sends no usage
     /// and a dataset's prompts. Default: the built-in cl100k.
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Workload", long, value_name = "FILE")]
     pub tokenizer: Option<std::path::PathBuf>,
     /// Images per request (openai-chat, openai-responses,
     /// anthropic-messages): synthetic, made from --seed, each of an
     /// --image-size, sent inline in each API's own form (chat's `image_url`
     /// data URL, Responses' `input_image`, Anthropic's base64 `image`
     /// source): --images 2 --image-size 640x480.
-    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
+    #[arg(help_heading = "Media", long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
     pub images: u32,
     /// Image sizes in pixels, WxH; with several (640x480,1280x720) each
     /// image's is drawn from them.
     #[arg(
+        help_heading = "Media",
         long,
         value_name = "WxH[,WxH…]",
         value_delimiter = ',',
@@ -1308,6 +1368,7 @@ pub struct LoadArgs {
     pub image_size: Vec<tokenscope_workload::media::Size>,
     /// How images are encoded: png or jpeg.
     #[arg(
+        help_heading = "Media",
         long,
         value_name = "FORMAT",
         default_value = "png",
@@ -1316,15 +1377,15 @@ pub struct LoadArgs {
     pub image_format: tokenscope_workload::media::Format,
     /// Audio clips per request (openai-chat's `input_audio`): synthetic
     /// 16 kHz mono WAV, --audio-seconds long.
-    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16))]
+    #[arg(help_heading = "Media", long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16))]
     pub audio: u32,
     /// Length of each synthetic audio clip, seconds.
-    #[arg(long, value_name = "S", default_value_t = 5.0, requires = "audio", value_parser = audio_seconds)]
+    #[arg(help_heading = "Media", long, value_name = "S", default_value_t = 5.0, requires = "audio", value_parser = audio_seconds)]
     pub audio_seconds: f64,
     /// Distinct synthetic images (per size) and clips the requests draw
     /// from; each is encoded once and shared. A server's media cache may
     /// hit on repeats: raise it to defeat one.
-    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(help_heading = "Media", long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub media_pool: u32,
 }
 
@@ -1403,18 +1464,19 @@ fn window(s: &str) -> Result<(Duration, Duration), String> {
 
 /// What to judge and where to write: shared by `bench` and `sim plan`.
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Outputs and live export")]
 pub struct OutputArgs {
     /// Service-level objectives: ttft_p99=500ms,tpot_p99=50ms (goodput, verdict, exit code 5).
-    #[arg(long, value_parser = Slo::parse)]
+    #[arg(help_heading = "SLO and cost", long, value_parser = Slo::parse)]
     pub slo: Option<Slo>,
     /// GPU price in $/GPU-hour, for cost per token.
-    #[arg(long, value_parser = positive_f64)]
+    #[arg(help_heading = "SLO and cost", long, value_parser = positive_f64)]
     pub gpu_price: Option<f64>,
     /// GPU type for a default price (docs/results-schema.md lists them with source and date); --gpu-price wins.
-    #[arg(long)]
+    #[arg(help_heading = "SLO and cost", long)]
     pub gpu_type: Option<String>,
     /// GPUs behind the server.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(help_heading = "SLO and cost", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub gpus: u32,
     /// Set when the GPU type was not given but is known (a simulated engine
     /// knows its GPU): the run is priced at that GPU's default price.
@@ -1460,6 +1522,7 @@ pub struct OutputArgs {
 /// How a long run (a soak, a canary) keeps its directory compact and is
 /// read while it goes on.
 #[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Outputs and live export")]
 pub struct RecordsArgs {
     /// The figures of each window of this length, one line each in
     /// windows.jsonl (and with --serve-metrics as the tokenscope_window
@@ -1494,6 +1557,7 @@ fn byte_size(s: &str) -> Result<u64, String> {
 
 /// Fault injection for the built-in servers.
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Faults")]
 pub struct FaultArgs {
     /// Share of requests answered 429.
     #[arg(long, default_value_t = 0.0, value_parser = probability)]
@@ -1776,6 +1840,7 @@ pub struct Shard {
 }
 
 #[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Shards")]
 pub struct ShardArgs {
     /// Run shard I of N of one run (0-based): this process sends its part of
     /// the load the other flags give for the whole run (--concurrency 4096
@@ -1838,6 +1903,28 @@ pub(crate) fn parse_start_at(s: &str) -> Result<StartAt, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every flag of the commands people scan most sits under a heading.
+    #[test]
+    fn every_flag_of_bench_sweep_tune_and_sim_plan_has_a_heading() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        for path in [&["bench"][..], &["sweep"], &["tune"], &["sim", "plan"]] {
+            let mut cmd = &cli;
+            for name in path {
+                cmd = cmd.find_subcommand(name).expect("a command");
+            }
+            let loose: Vec<String> = cmd
+                .get_arguments()
+                .filter(|a| a.get_long().is_some() && a.get_help_heading().is_none())
+                .map(|a| a.get_id().to_string())
+                .collect();
+            assert!(
+                loose.is_empty(),
+                "{path:?}: flags under no heading: {loose:?}"
+            );
+        }
+    }
 
     #[test]
     fn every_api_of_the_client_is_a_value_of_api_and_auto_probes() {

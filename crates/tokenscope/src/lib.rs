@@ -24,6 +24,7 @@
 
 pub mod answers;
 pub mod between;
+pub mod calibration;
 pub mod cli;
 pub mod commands;
 pub mod config_file;

@@ -8,6 +8,7 @@ pub mod history;
 pub mod merge;
 pub mod report;
 pub mod selftest;
+pub mod shell;
 pub mod sim_calibrate;
 pub mod sim_list;
 pub mod sim_plan;
@@ -32,6 +33,8 @@ pub fn run(command: Command) -> anyhow::Result<Exit> {
         Command::Merge(args) => merge::run(args),
         Command::History(args) => history::run(args),
         Command::Tune(args) => tune::run(*args),
+        Command::Completions(args) => shell::completions(args.shell),
+        Command::Man => shell::man(),
         Command::Sim(SimCommand::Exact(args)) => sim_serve::exact(*args),
         Command::Sim(SimCommand::Serve(args)) => sim_serve::engine(*args),
         Command::Sim(SimCommand::Plan(args)) => sim_plan::run(*args),

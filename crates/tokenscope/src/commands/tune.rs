@@ -7,8 +7,8 @@
 //! ([`crate::tuning`]); each setting's directory holds its server's log,
 //! its probe, its points and their `sweep.json`.
 
+use crate::calibration::{self, Fit};
 use crate::cli::{SweepArgs, TuneArgs};
-use crate::commands::sim_calibrate::{self, Fit};
 use crate::exit::Exit;
 use crate::find::{self, Found};
 use crate::plan_search::{self, Planned};
@@ -283,7 +283,7 @@ fn calibrate(args: &TuneArgs, setting: &Setting, dir: &Path) -> (Calibration, Op
         used: false,
         note: why,
     };
-    let dirs = match sim_calibrate::run_dirs(std::slice::from_ref(&sdir)) {
+    let dirs = match calibration::run_dirs(std::slice::from_ref(&sdir)) {
         Ok(d) => steady(d),
         Err(e) => return (note(0, format!("not calibrated: {e:#}")), None),
     };
@@ -294,17 +294,16 @@ fn calibrate(args: &TuneArgs, setting: &Setting, dir: &Path) -> (Calibration, Op
     let started = std::time::Instant::now();
     let delay = Duration::from_secs_f64(tokenscope_sim::plan::DEFAULT_NETWORK_DELAY_S);
     let fitted = plan_search::engine_of(&setting.command(flags, 0))
-        .and_then(|cfg| sim_calibrate::fit(cfg, &dirs, delay, "tokenscope tune"));
+        .and_then(|cfg| calibration::fit(cfg, &dirs, delay, "tokenscope tune"));
     let fit = match fitted {
         Ok(fit) => fit,
         Err(e) => return (note(dirs.len(), format!("not calibrated: {e:#}")), None),
     };
     let path = dir.join("profile.json");
-    if let Err(e) = sim_calibrate::write_profile(&path, &fit.profile) {
+    if let Err(e) = calibration::write_profile(&path, &fit.profile) {
         return (note(dirs.len(), format!("not calibrated: {e:#}")), None);
     }
-    let pinned =
-        sim_calibrate::warn_if_pinned(&fit.cfg, &fit.profile.efficiency, "tokenscope tune");
+    let pinned = calibration::warn_if_pinned(&fit.cfg, &fit.profile.efficiency, "tokenscope tune");
     let e = &fit.profile.efficiency;
     let fitted = format!(
         "compute efficiency {:.3}, memory efficiency {:.3}, step overhead {:.2} ms, per sequence {:.3} ms, residual {:.3} over {} points, in {:.1} s",
