@@ -467,7 +467,6 @@ fn objectives(s: &str) -> Result<Objectives, String> {
 
 /// `tokenscope sweep`: the bench flags, a series and its analysis.
 #[derive(Args, Debug, Clone)]
-#[command(next_help_heading = "Series and search")]
 #[command(group(clap::ArgGroup::new("search").args(["auto", "find"])))]
 pub struct SweepArgs {
     #[command(flatten)]
@@ -479,10 +478,10 @@ pub struct SweepArgs {
     /// between them, stopping once the server is past saturation. Without
     /// --requests or --duration a point runs 2 × its concurrency requests,
     /// at least 32.
-    #[arg(long, conflicts_with_all = ["concurrency", "rate"])]
+    #[arg(help_heading = "Series and search", long, conflicts_with_all = ["concurrency", "rate"])]
     pub auto: bool,
     /// --auto and --find: the concurrency of the maximum-throughput probe.
-    #[arg(long, default_value_t = 256, requires = "search", value_parser = clap::value_parser!(u64).range(2..=100_000))]
+    #[arg(help_heading = "Series and search", long, default_value_t = 256, requires = "search", value_parser = clap::value_parser!(u64).range(2..=100_000))]
     pub auto_max_concurrency: u64,
     /// Search the highest load that meets --slo: a maximum-throughput probe
     /// (a closed loop at --auto-max-concurrency) bounds it, then bisection
@@ -490,40 +489,40 @@ pub struct SweepArgs {
     /// verdict is decided by the objectives' 95 % intervals, or at
     /// --requests (default: what the SLO's percentiles need, at least 100);
     /// an open-loop point also stops when its queue grows. Writes find.json.
-    #[arg(long, value_name = "rate|concurrency", value_parser = tokenscope_core::search::SearchOver::parse,
+    #[arg(help_heading = "Series and search", long, value_name = "rate|concurrency", value_parser = tokenscope_core::search::SearchOver::parse,
           conflicts_with_all = ["auto", "concurrency", "rate", "resume", "repeat"], requires = "slo")]
     pub find: Option<tokenscope_core::search::SearchOver>,
     /// --find: stop when the bracket's width is at most this share of its top.
-    #[arg(long, default_value = "5%", value_parser = precision, requires = "find")]
+    #[arg(help_heading = "Series and search", long, default_value = "5%", value_parser = precision, requires = "find")]
     pub precision: f64,
     /// Before each point after the first: `reset-prefix-cache` (vLLM's
     /// /reset_prefix_cache, SGLang's /flush_cache, llama.cpp's slots erased:
     /// start it with --slot-save-path) or `cmd:COMMAND` (must exit 0). A
     /// refusal is said and kept with the point.
-    #[arg(long, value_name = "ACTION", value_parser = crate::between::Between::parse)]
+    #[arg(help_heading = "Series and search", long, value_name = "ACTION", value_parser = crate::between::Between::parse)]
     pub between_points: Option<crate::between::Between>,
     /// --find: no point is decided to meet the SLO before it has run this
     /// long (an open loop's queue takes time to build).
-    #[arg(long, default_value = "10s", value_parser = duration, requires = "find")]
+    #[arg(help_heading = "Series and search", long, default_value = "10s", value_parser = duration, requires = "find")]
     pub min_point_time: Duration,
     /// Reuse the finished points already in --out (same load and workload) and run only the rest.
-    #[arg(long, requires = "out")]
+    #[arg(help_heading = "Series and search", long, requires = "out")]
     pub resume: bool,
     /// Run each point K times: the analysis uses each load's median run, shows
     /// the spread across runs, takes the knee rule's noise from it, and a load
     /// meets --slo only if every run does.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    #[arg(help_heading = "Series and search", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub repeat: u32,
     /// Send the same prompts at temperature 0 at every point and report,
     /// per point, the share of answers identical to the lowest load's (and,
     /// with --keep-text, where the first difference falls): answers that
     /// change with load are batch-variance, KV-cache or kernel bugs.
-    #[arg(long)]
+    #[arg(help_heading = "Series and search", long)]
     pub consistency: bool,
     /// A sharded sweep (--shard/--shards with --start-at and --duration): the
     /// time from one point's end to the next point's shared start, for the
     /// requests in flight to finish. Point k starts at --start-at + k × (--duration + this).
-    #[arg(long, default_value = "20s", value_parser = duration)]
+    #[arg(help_heading = "Series and search", long, default_value = "20s", value_parser = duration)]
     pub point_gap: Duration,
 }
 
@@ -538,47 +537,52 @@ pub struct TuneArgs {
     /// The server's command: `{port}` becomes a free port on 127.0.0.1
     /// (unless --url names where it listens), each `{NAME}` its setting's value.
     /// (The load is the search's: --rate and --concurrency are not tune's.)
-    #[arg(long, value_name = "CMD", conflicts_with_all = ["rate", "concurrency", "cold_start"])]
+    #[arg(help_heading = "Tune", long, value_name = "CMD", conflicts_with_all = ["rate", "concurrency", "cold_start"])]
     pub serve: String,
     /// A parameter and its values, `NAME=V1,V2,…`; repeat it for a grid of
     /// every combination.
-    #[arg(long = "param", value_name = "NAME=VALUES", value_parser = param, conflicts_with = "settings")]
+    #[arg(help_heading = "Tune", long = "param", value_name = "NAME=VALUES", value_parser = param, conflicts_with = "settings")]
     pub params: Vec<(String, Vec<String>)>,
     /// Named settings instead of a grid: a TOML file of `[[setting]]`
     /// tables, each with a `name` and its parameters' values.
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Tune", long, value_name = "FILE")]
     pub settings: Option<PathBuf>,
     /// What to search: rate (an open loop) or concurrency.
-    #[arg(long, value_name = "rate|concurrency", default_value = "rate", value_parser = tokenscope_core::search::SearchOver::parse)]
+    #[arg(help_heading = "Tune", long, value_name = "rate|concurrency", default_value = "rate", value_parser = tokenscope_core::search::SearchOver::parse)]
     pub find: tokenscope_core::search::SearchOver,
     /// Stop a setting's search when its bracket is at most this share of its top.
-    #[arg(long, default_value = "5%", value_parser = precision)]
+    #[arg(help_heading = "Tune", long, default_value = "5%", value_parser = precision)]
     pub precision: f64,
     /// No point is decided to meet the SLO before it has run this long.
-    #[arg(long, default_value = "10s", value_parser = duration)]
+    #[arg(help_heading = "Tune", long, default_value = "10s", value_parser = duration)]
     pub min_point_time: Duration,
     /// The concurrency of each setting's maximum-throughput probe.
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(2..=100_000))]
+    #[arg(help_heading = "Tune", long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(2..=100_000))]
     pub auto_max_concurrency: u64,
     /// Before each point after a setting's first: `reset-prefix-cache` or `cmd:COMMAND`.
-    #[arg(long, value_name = "ACTION", value_parser = crate::between::Between::parse)]
+    #[arg(help_heading = "Tune", long, value_name = "ACTION", value_parser = crate::between::Between::parse)]
     pub between_points: Option<crate::between::Between>,
     /// The simulated engine each setting maps onto: `sim plan`'s engine
     /// flags with each `{NAME}` filled in (`--model llama-3.1-8b --gpu
     /// h100-sxm --max-num-seqs {n}`, `--profile FILE` for a `sim calibrate`
     /// fit). Every setting's capacity is planned on the virtual clock and
     /// reported beside what was measured.
-    #[arg(long, value_name = "FLAGS", allow_hyphen_values = true)]
+    #[arg(
+        help_heading = "Tune",
+        long,
+        value_name = "FLAGS",
+        allow_hyphen_values = true
+    )]
     pub sim: Option<String>,
     /// With --sim: measure only the K settings the plan ranks highest by
     /// SLO capacity; the rest are reported with their planned capacity.
     /// The first measured setting calibrates the simulator (`sim
     /// calibrate`), and the others are planned again before they are chosen.
-    #[arg(long, value_name = "K", requires = "sim", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(help_heading = "Tune", long, value_name = "K", requires = "sim", value_parser = clap::value_parser!(u64).range(1..))]
     pub plan_first: Option<u64>,
     /// With --plan-first: plan with --sim's flags as given, not calibrated
     /// to the first measured setting.
-    #[arg(long, requires = "plan_first")]
+    #[arg(help_heading = "Tune", long, requires = "plan_first")]
     pub no_calibrate: bool,
 }
 
@@ -647,7 +651,6 @@ impl std::str::FromStr for Sweep {
 }
 
 #[derive(Args, Debug)]
-#[command(next_help_heading = "Simulation")]
 #[command(after_help = "Examples:\n  \
 tokenscope sim plan --concurrency 64 --requests 1000\n  \
 tokenscope sim plan --model llama-3.1-70b --gpu h100-sxm --tp 4 --rate 8 --duration 10m\n  \
@@ -661,55 +664,60 @@ pub struct PlanArgs {
     #[command(flatten)]
     pub output: OutputArgs,
     /// Run a series of loads in one call; each point gets its own run directory.
-    #[arg(long)]
+    #[arg(help_heading = "Simulation", long)]
     pub sweep: Option<Sweep>,
     /// Reasoning models: each request thinks this many tokens (a SPEC:
     /// `512`, `uniform:200..2000`, …) before its answer of --output-tokens;
     /// the thinking is decoded like any token, and the results give the
     /// answer's start (`latency.answer_start_ms`, the `answer_start` SLO).
-    #[arg(long, value_name = "SPEC")]
+    #[arg(help_heading = "Simulation", long, value_name = "SPEC")]
     pub reasoning_tokens: Option<LengthSpec>,
     #[command(flatten)]
     pub series: SeriesArgs,
     /// One-way client–server delay for the request and every token.
-    #[arg(long, default_value = "0.5ms", value_parser = duration)]
+    #[arg(help_heading = "Simulation", long, default_value = "0.5ms", value_parser = duration)]
     pub network_delay: Duration,
     /// Replay a measured run: its load pattern and its requests' token counts (overrides the load flags).
-    #[arg(long, value_name = "RUN_DIR")]
+    #[arg(help_heading = "Simulation", long, value_name = "RUN_DIR")]
     pub replay: Option<PathBuf>,
     /// Efficiency factors fitted by `sim calibrate`.
-    #[arg(long, value_name = "PROFILE")]
+    #[arg(help_heading = "Simulation", long, value_name = "PROFILE")]
     pub profile: Option<PathBuf>,
     /// Engine replicas behind one endpoint (each the deployment the engine flags
     /// describe); MIN..MAX with --autoscale.
-    #[arg(long, default_value = "1", value_parser = replicas)]
+    #[arg(help_heading = "Simulation", long, default_value = "1", value_parser = replicas)]
     pub replicas: (u32, u32),
     /// Disaggregated serving: P prefill replicas and D decode replicas (each
     /// the deployment the engine flags describe); the KV cache of each
     /// prompt crosses from one to the other (--kv-transfer-gbs).
-    #[arg(long, value_name = "P:D", value_parser = pools, conflicts_with_all = ["replicas", "autoscale"])]
+    #[arg(help_heading = "Simulation", long, value_name = "P:D", value_parser = pools, conflicts_with_all = ["replicas", "autoscale"])]
     pub disaggregate: Option<(u32, u32)>,
     /// --disaggregate: each GPU's link for the KV transfer, GB/s (50: one
     /// 400 Gb/s RDMA NIC per GPU, as in a DGX H100).
-    #[arg(long, default_value_t = 50.0, value_parser = positive_f64)]
+    #[arg(help_heading = "Simulation", long, default_value_t = 50.0, value_parser = positive_f64)]
     pub kv_transfer_gbs: f64,
     /// Add and remove replicas by a policy, as KEDA or an HPA would:
     /// metric=running|waiting|in-server,target=X (per replica),delay=30s (how long
     /// it must want more before scaling up)[,interval=15s][,cooldown=5m].
     /// New replicas serve after their start-up (--startup).
-    #[arg(long, value_name = "POLICY", value_parser = autoscale_policy)]
+    #[arg(help_heading = "Simulation", long, value_name = "POLICY", value_parser = autoscale_policy)]
     pub autoscale: Option<tokenscope_sim::autoscale::Policy>,
     /// A new replica's start-up before it serves: `auto` (its weights read at
     /// --load-bandwidth and over PCIe, plus 40 s of engine initialisation) or a duration.
-    #[arg(long, default_value = "auto", requires = "autoscale")]
+    #[arg(
+        help_heading = "Simulation",
+        long,
+        default_value = "auto",
+        requires = "autoscale"
+    )]
     pub startup: String,
     /// --startup auto: storage read speed for the weights, GB/s.
-    #[arg(long, default_value_t = 2.0, value_parser = positive_f64, requires = "autoscale")]
+    #[arg(help_heading = "Simulation", long, default_value_t = 2.0, value_parser = positive_f64, requires = "autoscale")]
     pub load_bandwidth: f64,
     /// How requests pick a replica: round-robin, least-outstanding,
     /// prefix-affinity (by the prompt's first block) or kv-aware (the replica
     /// holding the longest start of the prompt in its prefix cache).
-    #[arg(long, default_value = "round-robin", value_parser = router)]
+    #[arg(help_heading = "Simulation", long, default_value = "round-robin", value_parser = router)]
     pub router: tokenscope_sim::router::Router,
 }
 
@@ -789,20 +797,20 @@ pub struct SizeArgs {
     pub load: LoadArgs,
     /// The objectives every option must meet: ttft_p99=1s,tpot_p99=50ms
     /// (with --reasoning-tokens, `answer_start_p99=…` judges when the answer starts).
-    #[arg(long, value_parser = Slo::parse, required = true)]
+    #[arg(help_heading = "Sizing", long, value_parser = Slo::parse, required = true)]
     pub slo: Slo,
     /// Reasoning models: each request thinks this many tokens (a SPEC) before
     /// its answer of --output-tokens, decoded like any token, as `sim plan`'s.
-    #[arg(long, value_name = "SPEC")]
+    #[arg(help_heading = "Sizing", long, value_name = "SPEC")]
     pub reasoning_tokens: Option<LengthSpec>,
     /// One-way client–server delay for the request and every token.
-    #[arg(long, default_value = "0.5ms", value_parser = duration)]
+    #[arg(help_heading = "Sizing", long, default_value = "0.5ms", value_parser = duration)]
     pub network_delay: Duration,
     /// Write size.json and report.html here.
-    #[arg(long)]
+    #[arg(help_heading = "Sizing", long)]
     pub out: Option<PathBuf>,
     /// Print the sizing document alone on stdout.
-    #[arg(long)]
+    #[arg(help_heading = "Sizing", long)]
     pub json: bool,
 }
 
@@ -854,10 +862,10 @@ pub struct CalibrateArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
     /// Where to write the profile (default: profile.json in the first run directory).
-    #[arg(long)]
+    #[arg(help_heading = "Calibration", long)]
     pub out: Option<PathBuf>,
     /// One-way client–server delay of the measured setup.
-    #[arg(long, default_value = "0.5ms", value_parser = duration)]
+    #[arg(help_heading = "Calibration", long, default_value = "0.5ms", value_parser = duration)]
     pub network_delay: Duration,
 }
 
@@ -1612,39 +1620,40 @@ tokenscope sim serve --port 8000 --error-429 0.05 --disconnect 0.01")]
 pub struct ServeArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
-    #[arg(long, default_value = "127.0.0.1")]
+    #[arg(help_heading = "Server", long, default_value = "127.0.0.1")]
     pub host: std::net::IpAddr,
     /// Port (0: a free one, printed at start).
-    #[arg(long, default_value_t = 8000)]
+    #[arg(help_heading = "Server", long, default_value_t = 8000)]
     pub port: u16,
     /// Output tokens when a request sets no max_tokens.
-    #[arg(long, default_value_t = 256)]
+    #[arg(help_heading = "Server", long, default_value_t = 256)]
     pub default_max_tokens: u32,
     /// Model a start-up of this long (weights loading, KV cache set-up): /health
     /// and the APIs answer 503 "loading model" until it has passed (for
     /// `bench --cold-start`).
-    #[arg(long, default_value = "0s", value_parser = duration)]
+    #[arg(help_heading = "Server", long, default_value = "0s", value_parser = duration)]
     pub load_time: Duration,
     /// Serve with the efficiency factors fitted by `sim calibrate` (a profile.json).
-    #[arg(long, value_name = "PROFILE")]
+    #[arg(help_heading = "Server", long, value_name = "PROFILE")]
     pub profile: Option<PathBuf>,
     /// Engines behind the one endpoint, as vLLM's data parallelism runs them:
     /// each its own scheduler and KV cache, /metrics labelled engine="i".
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(help_heading = "Server", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub replicas: u32,
     /// Which engine a request goes to: round-robin, least-outstanding or
     /// prefix-affinity (by the prompt's first cache block).
-    #[arg(long, default_value = "round-robin", value_parser = router)]
+    #[arg(help_heading = "Server", long, default_value = "round-robin", value_parser = router)]
     pub router: tokenscope_sim::router::Router,
     /// A reasoning model: each answer's first tokens are thinking, this many
     /// (a SPEC: `512`, `uniform:200..2000`, …; within the request's
     /// max_tokens, as servers count them), decoded like any token and
     /// reported in usage's `completion_tokens_details.reasoning_tokens`.
-    #[arg(long, value_name = "SPEC")]
+    #[arg(help_heading = "Server", long, value_name = "SPEC")]
     pub reasoning_tokens: Option<LengthSpec>,
     /// How the reasoning is shown: `field` (`reasoning_content` deltas),
     /// `tags` (`<think>`…`</think>` opening the content) or `hidden`.
     #[arg(
+        help_heading = "Server",
         long,
         default_value = "field",
         value_name = "HOW",
@@ -1690,10 +1699,10 @@ pub struct ExactArgs {
     /// served, and their TTFT counts the wait (default: no limit). With
     /// `--arrival constant` its capacity is exactly SLOTS ÷ (ttft + (N − 1)
     /// × itl) requests a second for N-token answers.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(help_heading = "Server", long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub slots: Option<u32>,
     /// Server worker threads (default: all cores).
-    #[arg(long)]
+    #[arg(help_heading = "Server", long)]
     pub threads: Option<usize>,
 }
 
@@ -1904,7 +1913,67 @@ pub(crate) fn parse_start_at(s: &str) -> Result<StartAt, String> {
 mod tests {
     use super::*;
 
-    /// Every flag of the commands people scan most sits under a heading.
+    /// Every flag of the commands people scan most sits under a heading,
+    /// and under its own: clap carries a flattened group's heading on to
+    /// the fields after it, so a command's own flags name theirs.
+    #[test]
+    fn every_flag_sits_under_its_own_heading() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let find = |path: &[&str]| {
+            let mut cmd = &cli;
+            for name in path {
+                cmd = cmd.find_subcommand(name).expect("a command");
+            }
+            cmd.clone()
+        };
+        for path in [&["bench"][..], &["sweep"], &["tune"], &["sim", "plan"]] {
+            let loose: Vec<String> = find(path)
+                .get_arguments()
+                .filter(|a| a.get_long().is_some() && a.get_help_heading().is_none())
+                .map(|a| a.get_id().to_string())
+                .collect();
+            assert!(
+                loose.is_empty(),
+                "{path:?}: flags under no heading: {loose:?}"
+            );
+        }
+        let cases: &[(&[&str], &str, &str)] = &[
+            (&["bench"], "url", "Target"),
+            (&["bench"], "builtin", "Target"),
+            (&["bench"], "rate", "Load"),
+            (&["bench"], "input_tokens", "Workload"),
+            (&["bench"], "images", "Media"),
+            (&["bench"], "multi_turn", "Agents and answers"),
+            (&["bench"], "tools", "Agents and answers"),
+            (&["bench"], "api_key_env", "Requests and API"),
+            (&["bench"], "metrics_urls", "Server telemetry"),
+            (&["bench"], "slo", "SLO and cost"),
+            (&["bench"], "out", "Outputs and live export"),
+            (&["bench"], "db", "History"),
+            (&["bench"], "stop_on", "Client"),
+            (&["sweep"], "find", "Series and search"),
+            (&["sweep"], "objectives", "Series and search"),
+            (&["tune"], "serve", "Tune"),
+            (&["tune"], "no_calibrate", "Tune"),
+            (&["sim", "plan"], "sweep", "Simulation"),
+            (&["sim", "plan"], "router", "Simulation"),
+            (&["sim", "plan"], "max_num_seqs", "Engine"),
+            (&["sim", "serve"], "port", "Server"),
+            (&["sim", "exact"], "slots", "Server"),
+            (&["sim", "size"], "json", "Sizing"),
+            (&["sim", "calibrate"], "out", "Calibration"),
+        ];
+        for (path, id, heading) in cases {
+            let cmd = find(path);
+            let arg = cmd
+                .get_arguments()
+                .find(|a| a.get_id() == *id)
+                .unwrap_or_else(|| panic!("{path:?} has no {id}"));
+            assert_eq!(arg.get_help_heading(), Some(*heading), "{path:?} --{id}");
+        }
+    }
+
     #[test]
     fn every_flag_of_bench_sweep_tune_and_sim_plan_has_a_heading() {
         use clap::CommandFactory;

@@ -17,8 +17,8 @@ fn bench_help_is_grouped_under_headings_most_used_first() {
         "Target:",
         "Load:",
         "Workload:",
-        "Media:",
         "Agents and answers:",
+        "Media:",
         "Requests and API:",
         "Server telemetry:",
         "SLO and cost:",
@@ -69,7 +69,7 @@ fn bench_help_is_grouped_under_headings_most_used_first() {
 #[test]
 fn completions_are_scripts_the_shell_takes_and_they_complete() {
     let script = stdout_of(&["completions", "bash"]);
-    let file = write_file("tokenscope.bash", &script);
+    let file = write_file("tokenscope-completion", &script);
     let check = std::process::Command::new("bash")
         .arg("-n")
         .arg(&file)
@@ -80,7 +80,7 @@ fn completions_are_scripts_the_shell_takes_and_they_complete() {
     let complete = |line: &str| {
         let words: Vec<&str> = line.split(' ').collect();
         let probe = format!(
-            "source {}; COMP_WORDS=({}); COMP_CWORD={}; COMP_LINE='{line}'; COMP_POINT={}; _tokenscope tokenscope '{}' '{}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            "source '{}'; COMP_WORDS=({}); COMP_CWORD={}; COMP_LINE='{line}'; COMP_POINT={}; _tokenscope tokenscope '{}' '{}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
             file.display(),
             line,
             words.len() - 1,

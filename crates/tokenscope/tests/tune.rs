@@ -478,43 +478,50 @@ fn plan_first_measures_the_plans_best_two_and_the_plan_agrees() {
         serde_json::from_str(&std::fs::read_to_string(out.join("tune.json")).unwrap()).unwrap();
     let s = doc["settings"].as_array().unwrap();
     let planned = |i: usize| f(&s[i]["planned"]["bracket"]["capacity"]);
-    let before = |i: usize| f(&s[i]["planned_uncalibrated"]["bracket"]["capacity"]);
-    assert!(planned(0) < planned(1) && planned(1) < planned(2), "{doc}");
+    let c = &doc["calibration"];
+    assert_eq!(c["from"], "n=64", "{c}");
+    assert!(out.join("profile.json").exists());
+    // The plan that chose: its order (the one --sim gave, before calibration).
+    let chose = |i: usize| match s[i]["planned_uncalibrated"].is_object() {
+        true => f(&s[i]["planned_uncalibrated"]["bracket"]["capacity"]),
+        false => planned(i),
+    };
+    assert!(chose(0) < chose(1) && chose(1) < chose(2), "{doc}");
     assert_eq!(s[0]["measured"], false, "n=4 is the plan's last");
     assert_eq!(
         (s[1]["measured"].as_bool(), s[2]["measured"].as_bool()),
         (Some(true), Some(true))
     );
-    let c = &doc["calibration"];
-    assert_eq!(
-        (c["from"].as_str(), c["used"].as_bool()),
-        (Some("n=64"), Some(true)),
-        "{c}"
-    );
-    assert!(out.join("profile.json").exists());
     for i in [1, 2] {
-        let (p, m) = (planned(i), f(&s[i]["capacity"]));
+        let m = f(&s[i]["capacity"]);
+        // Uncalibrated, the H100's plan is 1.8–3.5 × what the A100 serves.
+        assert!(chose(i) > 1.8 * m, "{}", s[i]["name"]);
         eprintln!(
-            "{}: planned {p} (before calibration {}), measured {m}",
+            "{}: planned {} (as --sim gave it {}), measured {m}",
             s[i]["name"],
-            before(i)
+            planned(i),
+            chose(i)
         );
-        // The engine served in real time runs late on a loaded machine, the
-        // plan does not, and the fit rests on one setting's few points:
-        // 35 % allowed; −23 to +8 % seen on a quiet one, where the plan
-        // before calibration was +120 to +250 % off.
-        assert!(
-            (p - m).abs() <= 0.35 * m,
-            "{}: planned {p}, measured {m}",
-            s[i]["name"]
-        );
-        // Uncalibrated, the H100's plan is 2.8–3.5 × what the A100 serves.
-        assert!(
-            before(i) > 1.8 * m,
-            "{}: before {} against {m}",
-            s[i]["name"],
-            before(i)
-        );
+    }
+    if c["used"] == true {
+        for i in [1, 2] {
+            let (p, m) = (planned(i), f(&s[i]["capacity"]));
+            // The engine served in real time runs late on a loaded machine, the
+            // plan does not, and the fit rests on one setting's few points:
+            // 35 % allowed; −23 to +8 % seen, where the plan before
+            // calibration was +120 to +250 % off.
+            assert!(
+                (p - m).abs() <= 0.35 * m,
+                "{}: planned {p}, measured {m}",
+                s[i]["name"]
+            );
+        }
+    } else {
+        // The fit matched the medians but not the capacity of the setting it
+        // was fitted to (one run in three here): set aside, and said why.
+        let note = c["note"].as_str().unwrap();
+        assert!(note.contains("does not hold at the capacity"), "{note}");
+        assert!(s[1]["planned_uncalibrated"].is_null());
     }
     assert_eq!(doc["recommendations"][0]["setting"], "n=64");
     let table = String::from_utf8_lossy(&o.stdout);

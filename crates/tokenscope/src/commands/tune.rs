@@ -63,7 +63,8 @@ pub fn run(args: TuneArgs) -> anyhow::Result<Exit> {
                 base: &base,
                 settings: &settings,
             };
-            let c = recalibrate(&plan, i, &dir, &mut planned, &mut order, n);
+            let measured = tuned[i].as_ref().and_then(|t| t.capacity);
+            let c = recalibrate(&plan, (i, measured), &dir, &mut planned, &mut order, n);
             calibration = Some(c);
         }
         // Written after every setting: a tune killed later keeps what it measured.
@@ -207,6 +208,10 @@ fn measure_order(
     order
 }
 
+/// How far the calibrated plan may put the calibrating setting's own
+/// capacity from its measured one before the fit is set aside.
+const CALIBRATION_HOLDS: f64 = 0.25;
+
 /// What planning every setting needs.
 struct Plan<'a> {
     args: &'a TuneArgs,
@@ -221,7 +226,7 @@ struct Plan<'a> {
 /// cannot be used, or a plan that fails with it, leaves the plan as it was.
 fn recalibrate(
     plan: &Plan,
-    i: usize,
+    (i, measured): (usize, Option<f64>),
     dir: &Path,
     planned: &mut Vec<Option<Planned>>,
     order: &mut Vec<usize>,
@@ -237,6 +242,21 @@ fn recalibrate(
             ));
         }
         Ok(p) => {
+            // The fit matched medians; the capacity rests on a tail near the
+            // knee. Checked there, on the setting it was fitted to.
+            let again = p[i].as_ref().and_then(|p| p.bracket.capacity);
+            if let (Some(again), Some(m)) = (again, measured) {
+                if (again / m - 1.0).abs() > CALIBRATION_HOLDS {
+                    c.used = false;
+                    c.note.push_str(&format!(
+                        "; not used: with it the plan puts {}'s capacity at {again} where the tune measured {m} ({:+.0} %, more than {:.0} %), so the fit does not hold at the capacity; the plan as --sim gave it stands",
+                        plan.settings[i].name,
+                        (again / m - 1.0) * 100.0,
+                        CALIBRATION_HOLDS * 100.0
+                    ));
+                    return c;
+                }
+            }
             *planned = p;
             *order = measure_order(planned, plan.args.plan_first, &order[..=n]);
             // The calibrated plan's favourite, if --plan-first leaves it out.
