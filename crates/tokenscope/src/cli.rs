@@ -1975,27 +1975,6 @@ mod tests {
     }
 
     #[test]
-    fn every_flag_of_bench_sweep_tune_and_sim_plan_has_a_heading() {
-        use clap::CommandFactory;
-        let cli = Cli::command();
-        for path in [&["bench"][..], &["sweep"], &["tune"], &["sim", "plan"]] {
-            let mut cmd = &cli;
-            for name in path {
-                cmd = cmd.find_subcommand(name).expect("a command");
-            }
-            let loose: Vec<String> = cmd
-                .get_arguments()
-                .filter(|a| a.get_long().is_some() && a.get_help_heading().is_none())
-                .map(|a| a.get_id().to_string())
-                .collect();
-            assert!(
-                loose.is_empty(),
-                "{path:?}: flags under no heading: {loose:?}"
-            );
-        }
-    }
-
-    #[test]
     fn every_api_of_the_client_is_a_value_of_api_and_auto_probes() {
         #[derive(Parser)]
         struct Argv {
