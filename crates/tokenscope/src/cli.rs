@@ -1975,6 +1975,16 @@ mod tests {
     }
 
     #[test]
+    fn a_history_id_is_a_positive_number_or_refused_with_the_form() {
+        assert_eq!(history_id("12"), Ok(12));
+        assert_eq!(history_id("#12"), Ok(12));
+        for bad in ["0", "-3", "", "#", "x1", "99999999999999999999999", "1.5"] {
+            let e = history_id(bad).unwrap_err();
+            assert!(e.contains("12 or #12"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn every_api_of_the_client_is_a_value_of_api_and_auto_probes() {
         #[derive(Parser)]
         struct Argv {
