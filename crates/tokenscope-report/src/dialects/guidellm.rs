@@ -1,99 +1,288 @@
-//! GuideLLM's `benchmarks.json`: one generative benchmark whose `metrics`
-//! hold distribution summaries (`mean`, `median`, `std_dev`, `variance`,
-//! `min`, `max`, `count`, `total_sum`, `percentiles`) of the successful
-//! requests, under GuideLLM's names. Its `time_per_output_token_ms` is per
-//! request E2E ÷ output tokens (the first token included) and its
-//! `inter_token_latency_ms` is (E2E − TTFT) ÷ (output tokens − 1):
-//! tokenscope's TPOT. Rates over time (`requests_per_second`,
-//! `output_tokens_per_second` as distributions) are given as the run's
-//! single figure in `mean` and `median`.
+//! GuideLLM's `benchmarks.json` (its `GenerativeBenchmarksReport`, v2):
+//! one generative benchmark whose `metrics` are status breakdowns
+//! (successful, errored, incomplete, total) of distribution summaries,
+//! recomputed from the requests as GuideLLM computes them: nearest-rank
+//! percentiles p0.1–p99.9, the mode, the population variance.
+//!
+//! GuideLLM's definitions: `time_per_output_token_ms` is (last token −
+//! start) ÷ tokens, the first token included; `inter_token_latency_ms` is
+//! (last token − first token) ÷ (tokens − 1), tokenscope's TPOT. What
+//! tokenscope does not measure is GuideLLM's own "absent": an empty
+//! distribution (every figure 0, `count` 0) — words, characters, media,
+//! the websocket round trips. Its rates over time (`requests_per_second`,
+//! `output_tokens_per_second`, concurrency) are given as the run's one
+//! figure (`count` 1), and no per-request samples are kept (`sample_size`
+//! 0, as GuideLLM writes it when asked for none).
 
-use super::PerRequest;
+use super::samples::{Sample, Values};
 use serde_json::{json, Value};
 use tokenscope_core::results::RunResults;
-use tokenscope_core::stats::Summary;
 
-pub fn export(r: &RunResults, per: &PerRequest) -> Value {
-    let l = &r.latency;
-    let scale = |s: Option<&Summary>, k: f64| successful(s.map(|s| scaled(s, k)).as_ref());
-    let rate = |v: f64| {
-        successful(Some(&Summary {
-            count: 1,
-            mean: v,
-            p50: v,
-            p90: v,
-            p95: v,
-            p99: v,
-            p999: v,
-            min: v,
-            max: v,
-            std: 0.0,
-        }))
-    };
-    let load = &r.config["load"];
-    let profile = match load["mode"].as_str() {
-        Some("closed") => json!({"type_": "concurrent", "streams": [load["concurrency"]]}),
-        _ => {
-            json!({"type_": load["arrival"].as_str().unwrap_or("poisson"), "rate": [load["rate"]]})
-        }
-    };
-    let mut out = json!({
-        "benchmarks": [{
-            "type_": "generative_benchmark",
-            "run_id": r.started_at,
-            "args": {"profile": profile, "target": r.target.url, "model": r.target.model},
-            "duration": r.window.duration_s,
-            "request_totals": {
-                "successful": r.counts.succeeded,
-                "errored": r.counts.failed,
-                "incomplete": 0,
-                "total": r.counts.requests,
-            },
-            "metrics": {
-                "requests_per_second": rate(r.throughput.requests_per_s),
-                "request_concurrency": rate(r.throughput.concurrency.mean),
-                "request_latency": scale(l.e2e_ms.as_ref(), 1e-3),
-                "prompt_token_count": successful(super::input_lengths(r)),
-                "output_token_count": successful(r.workload.output_tokens_delivered.as_ref()),
-                "time_to_first_token_ms": scale(l.ttft_ms.as_ref(), 1.0),
-                "time_per_output_token_ms": successful(per.e2e_per_token_ms.summary(1.0).as_ref()),
-                "inter_token_latency_ms": scale(l.tpot_ms.as_ref(), 1.0),
-                "output_tokens_per_second": rate(r.throughput.output_tokens_per_s),
-                "tokens_per_second": rate(r.throughput.total_tokens_per_s),
-            },
-        }],
-    });
-    // GuideLLM's time to first output token: the first answer token, when a request reasoned.
-    if let Some(s) = &l.answer_start_ms {
-        out["benchmarks"][0]["metrics"]["time_to_first_output_token_ms"] = scale(Some(s), 1.0);
-    }
-    out
-}
+const PERCENTILES: [(&str, f64); 11] = [
+    ("p001", 0.001),
+    ("p01", 0.01),
+    ("p05", 0.05),
+    ("p10", 0.1),
+    ("p25", 0.25),
+    ("p50", 0.5),
+    ("p75", 0.75),
+    ("p90", 0.9),
+    ("p95", 0.95),
+    ("p99", 0.99),
+    ("p999", 0.999),
+];
 
-/// GuideLLM's status breakdown, of the successful requests.
-fn successful(s: Option<&Summary>) -> Value {
-    json!({"successful": s.map_or(Value::Null, summary)})
-}
-
-fn summary(s: &Summary) -> Value {
+pub fn export(r: &RunResults, samples: &[Sample]) -> Value {
     json!({
-        "mean": s.mean, "median": s.p50, "std_dev": s.std, "variance": s.std * s.std,
-        "min": s.min, "max": s.max, "count": s.count, "total_sum": s.mean * s.count as f64,
-        "percentiles": {"p50": s.p50, "p90": s.p90, "p95": s.p95, "p99": s.p99, "p999": s.p999},
+        "metadata": {"version": 2},
+        "config": {"metadata": {"labels": {}}, "spec": spec(r, samples), "benchmarks": []},
+        "benchmarks": [benchmark(r, samples)],
+        "conclusions": [],
     })
 }
 
-fn scaled(s: &Summary, k: f64) -> Summary {
-    Summary {
-        count: s.count,
-        mean: s.mean * k,
-        std: s.std * k,
-        min: s.min * k,
-        p50: s.p50 * k,
-        p90: s.p90 * k,
-        p95: s.p95 * k,
-        p99: s.p99 * k,
-        p999: s.p999 * k,
-        max: s.max * k,
+/// The arguments GuideLLM would have been given: backend, profile, data.
+fn spec(r: &RunResults, samples: &[Sample]) -> Value {
+    let c = &r.config;
+    let mean = |f: fn(&Sample) -> u64| {
+        Values::new(samples.iter().map(|s| f(s) as f64))
+            .mean()
+            .round() as u64
+    };
+    let data = match c["dataset"].as_str() {
+        Some(path) if path.ends_with(".json") || path.ends_with(".jsonl") => {
+            json!({"kind": "json_file", "path": path})
+        }
+        Some(path) => json!({"kind": "text_file", "path": path}),
+        None => json!({
+            "kind": "synthetic_text",
+            "prompt_tokens": c["input_tokens"].as_u64().unwrap_or_else(|| mean(|s| s.input_tokens)),
+            "output_tokens": c["output_tokens"].as_u64().unwrap_or_else(|| mean(|s| s.output_tokens)),
+        }),
+    };
+    json!({
+        "backend": backend(r),
+        "profile": strategy(r).1,
+        "data": [data],
+    })
+}
+
+fn backend(r: &RunResults) -> Value {
+    json!({"kind": "openai_http", "target": r.target.url, "model": r.target.model})
+}
+
+fn benchmark(r: &RunResults, samples: &[Sample]) -> Value {
+    let start = super::epoch_s(r) + r.window.start_s;
+    let end = super::epoch_s(r) + r.window.end_s;
+    json!({
+        "type_": "generative_benchmark",
+        "config": config(r),
+        "scheduler_state": scheduler_state(r, start, end),
+        "scheduler_metrics": scheduler_metrics(r, samples, start, end),
+        "metrics": metrics(r, samples),
+        "requests": {"successful": [], "errored": [], "incomplete": [], "total": null},
+        "warnings": [],
+        "start_time": start,
+        "end_time": end,
+        "duration": r.window.duration_s,
+        "warmup_duration": 0.0,
+        "cooldown_duration": 0.0,
+    })
+}
+
+/// The strategy and profile GuideLLM would have run: `concurrent` with
+/// its streams, or the arrival process at its rate.
+fn strategy(r: &RunResults) -> (Value, Value) {
+    let load = &r.config["load"];
+    match load["mode"].as_str() {
+        Some("closed") => {
+            let n = &load["concurrency"];
+            (
+                json!({"type_": "concurrent", "streams": n, "max_concurrency": n}),
+                json!({"kind": "concurrent", "streams": [n]}),
+            )
+        }
+        _ => {
+            let kind = match load["arrival"].as_str() {
+                Some("constant") => "constant",
+                _ => "poisson",
+            };
+            let rate = &load["rate"];
+            (
+                json!({"type_": kind, "rate": rate, "max_concurrency": load["max_concurrency"]}),
+                json!({"kind": kind, "rate": [rate], "max_concurrency": load["max_concurrency"]}),
+            )
+        }
     }
+}
+
+/// The benchmark's own config: its strategy, no constraints recorded, no samples kept.
+fn config(r: &RunResults) -> Value {
+    let (strategy, profile) = strategy(r);
+    json!({
+        "run_id": super::run_id(r),
+        "run_index": 0,
+        "strategy": strategy,
+        "constraints": {},
+        "sample_size": 0,
+        "profile": profile,
+        "requests": {},
+        "backend": backend(r),
+        "environment": {"exported_by": format!("tokenscope {}", r.tool.version)},
+    })
+}
+
+fn scheduler_state(r: &RunResults, start: f64, end: f64) -> Value {
+    let c = &r.counts;
+    json!({
+        "start_time": start,
+        "end_time": end,
+        "start_requests_time": start,
+        "end_requests_time": end,
+        "created_requests": c.requests,
+        "processed_requests": c.requests,
+        "successful_requests": c.succeeded,
+        "errored_requests": c.failed,
+    })
+}
+
+/// GuideLLM's scheduler timings: the stages tokenscope has (the lag behind
+/// the schedule, the request's time) measured, its worker hand-offs 0.
+fn scheduler_metrics(r: &RunResults, samples: &[Sample], start: f64, end: f64) -> Value {
+    let lag = Values::new(samples.iter().map(|s| s.lag_s));
+    let time = Values::new(samples.iter().map(|s| s.e2e_s));
+    let c = &r.counts;
+    json!({
+        "start_time": start, "request_start_time": start, "measure_start_time": start,
+        "measure_end_time": end, "request_end_time": end, "end_time": end,
+        "requests_made": {"successful": c.succeeded, "errored": c.failed, "incomplete": 0,
+            "total": c.requests},
+        "queued_time_avg": 0.0, "resolve_start_delay_avg": 0.0,
+        "resolve_targeted_start_delay_avg": lag.mean(), "request_start_delay_avg": 0.0,
+        "request_targeted_start_delay_avg": lag.mean(), "request_time_avg": time.mean(),
+        "resolve_end_delay_avg": 0.0, "resolve_time_avg": time.mean(),
+        "finalized_delay_avg": 0.0, "processed_delay_avg": 0.0,
+    })
+}
+
+/// A figure per request, split by outcome.
+fn by_status(samples: &[Sample], f: impl Fn(&Sample) -> Option<f64>) -> Value {
+    let of = |ok: bool| Values::new(samples.iter().filter(|s| s.ok() == ok).filter_map(&f));
+    status(&of(true), &of(false))
+}
+
+fn status(ok: &Values, failed: &Values) -> Value {
+    let all = Values::new(ok.iter().chain(failed.iter()));
+    json!({
+        "successful": summary(ok), "errored": summary(failed),
+        "incomplete": summary(&Values::default()), "total": summary(&all),
+    })
+}
+
+fn summary(v: &Values) -> Value {
+    let mut p = json!({});
+    for (name, q) in PERCENTILES {
+        p[name] = json!(v.nearest_rank(q));
+    }
+    json!({
+        "mean": v.mean(), "median": v.nearest_rank(0.5), "mode": v.mode(),
+        "variance": v.variance(), "std_dev": v.std(), "min": v.min(), "max": v.max(),
+        "count": v.count(), "total_sum": v.sum(), "percentiles": p,
+    })
+}
+
+/// The run's one figure as a distribution of one.
+fn one(v: f64) -> Value {
+    let none = Values::default();
+    status(&Values::new([v]), &none)
+}
+
+fn empty() -> Value {
+    let none = Values::default();
+    status(&none, &none)
+}
+
+fn metrics(r: &RunResults, samples: &[Sample]) -> Value {
+    let t = &r.throughput;
+    let ms = |v: Option<f64>| v.map(|v| v * 1e3);
+    let tokens = |f: fn(&Sample) -> u64| by_status(samples, move |s| Some(f(s) as f64));
+    let c = &r.counts;
+    json!({
+        "request_totals": {"successful": c.succeeded, "errored": c.failed, "incomplete": 0,
+            "total": c.requests},
+        "requests_per_second": one(t.requests_per_s),
+        "request_concurrency": one(t.concurrency.mean),
+        "request_latency": by_status(samples, |s| Some(s.e2e_s)),
+        "request_streaming_iterations_count": tokens(|s| s.chunks),
+        "prompt_token_count": tokens(|s| s.input_tokens),
+        "output_token_count": tokens(|s| s.output_tokens),
+        "total_token_count": tokens(|s| s.input_tokens + s.output_tokens),
+        "time_to_first_token_ms": by_status(samples, |s| ms(s.ttft_s)),
+        "time_to_first_output_token_ms": by_status(samples, |s| ms(s.answer_s.or(s.ttft_s))),
+        "time_per_output_token_ms": by_status(samples, |s| {
+            let n = s.output_tokens as f64;
+            ms((n > 0.0).then(|| s.last_token_s.unwrap_or(s.e2e_s) / n))
+        }),
+        "inter_token_latency_ms": by_status(samples, |s| ms(s.tpot_s())),
+        "time_to_last_round_trip_ms": empty(),
+        "avg_round_trip_time_ms": empty(),
+        "prompt_tokens_per_second": one(t.total_tokens_per_s - t.output_tokens_per_s),
+        "output_tokens_per_second": one(t.output_tokens_per_s),
+        "tokens_per_second": one(t.total_tokens_per_s),
+        "output_tokens_per_iteration": by_status(samples, |s| {
+            (s.chunks > 0).then(|| s.output_tokens as f64 / s.chunks as f64)
+        }),
+        "iter_tokens_per_iteration": by_status(samples, |s| {
+            (s.chunks > 1 && s.output_tokens > 1)
+                .then(|| (s.output_tokens - 1) as f64 / (s.chunks - 1) as f64)
+        }),
+        "text": text(r, samples),
+        "image": modality(&["tokens", "images", "pixels", "bytes"]),
+        "video": modality(&["tokens", "frames", "seconds", "bytes"]),
+        "audio": modality(&["tokens", "samples", "seconds", "bytes"]),
+        "tool_call": modality(&["tokens", "mixed_tokens", "count"]),
+    })
+}
+
+/// Text's token figures from the requests; words and characters unmeasured.
+fn text(r: &RunResults, samples: &[Sample]) -> Value {
+    let t = &r.throughput;
+    let tokens = json!({
+        "input": by_status(samples, |s| Some(s.input_tokens as f64)),
+        "input_per_second": one(t.total_tokens_per_s - t.output_tokens_per_s),
+        "input_concurrency": empty(),
+        "output": by_status(samples, |s| Some(s.output_tokens as f64)),
+        "output_per_second": one(t.output_tokens_per_s),
+        "output_concurrency": empty(),
+        "total": by_status(samples, |s| Some((s.input_tokens + s.output_tokens) as f64)),
+        "total_per_second": one(t.total_tokens_per_s),
+        "total_concurrency": empty(),
+    });
+    let mut m = modality(&["words", "characters"]);
+    m["tokens"] = tokens;
+    m
+}
+
+/// A modality's metric summaries, every one empty (not measured).
+fn modality(names: &[&str]) -> Value {
+    let unmeasured = || {
+        let parts = [
+            "input",
+            "input_per_second",
+            "input_concurrency",
+            "output",
+            "output_per_second",
+            "output_concurrency",
+            "total",
+            "total_per_second",
+            "total_concurrency",
+        ];
+        Value::Object(parts.iter().map(|p| (p.to_string(), empty())).collect())
+    };
+    Value::Object(
+        names
+            .iter()
+            .map(|n| (n.to_string(), unmeasured()))
+            .collect(),
+    )
 }

@@ -1,64 +1,42 @@
 //! A run's results in the JSON dialects of the peers' tools, so a run (or a
-//! merged run) plugs into dashboards built for them. One file per dialect;
-//! each says which fields it fills, what they are here, and what has no
-//! counterpart (docs/exports.md has the whole mapping).
+//! merged run) loads in their own code and plugs into dashboards built for
+//! them. One file per dialect; each says which fields it fills, what they
+//! are here, and what has no counterpart (docs/exports.md has the whole
+//! mapping). Every figure is recomputed from the run's requests
+//! ([`samples`]) with the peer's own statistics.
 
 pub mod aiperf;
 pub mod guidellm;
+pub mod samples;
 pub mod vllm;
 
 use tokenscope_core::results::RunResults;
-use tokenscope_core::stats::{Distribution, Summary};
 
-/// Per-request figures the summary does not hold, read once from
-/// `requests.jsonl` (measured requests; failures as their messages).
-#[derive(Default)]
-pub struct PerRequest {
-    pub ttft_s: Vec<f64>,
-    pub input_tokens: Vec<u64>,
-    pub output_tokens: Vec<u64>,
-    /// One per measured request, "" for a success (vLLM's `errors`).
-    pub errors: Vec<String>,
-    /// E2E ÷ output tokens, ms: GuideLLM's time per output token (the first token included).
-    pub e2e_per_token_ms: Distribution,
+/// The run's wall-clock start, s since the Unix epoch (0 when `started_at`
+/// does not parse: the times stay relative rather than wrong).
+pub(crate) fn epoch_s(r: &RunResults) -> f64 {
+    humantime::parse_rfc3339_weak(&r.started_at)
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
-impl PerRequest {
-    pub fn read(dir: &std::path::Path) -> Result<PerRequest, crate::run_dir::ReadError> {
-        let mut p = PerRequest::default();
-        crate::run_dir::for_each_record(dir, |r| {
-            if r.warmup {
-                return;
-            }
-            p.errors.push(r.error.clone().unwrap_or_default());
-            if !r.succeeded() {
-                return;
-            }
-            if let Some(t) = r.ttft_us() {
-                p.ttft_s.push(t as f64 / 1e6);
-            }
-            let input = r.input_tokens.unwrap_or(0);
-            p.input_tokens.push(input);
-            p.output_tokens.push(r.output_tokens);
-            if r.output_tokens > 0 {
-                let e2e_ms = r.done_at_us.saturating_sub(r.sent_at_us) as f64 / 1e3;
-                p.e2e_per_token_ms.record(e2e_ms / r.output_tokens as f64);
-            }
-        })?;
-        Ok(p)
-    }
+/// [`epoch_s`] in ns, as AIPerf stamps its records.
+pub(crate) fn epoch_ns(r: &RunResults) -> u64 {
+    (epoch_s(r) * 1e9) as u64
 }
 
-/// Prompt lengths as the server counted them (the workload's fidelity
-/// figures), else as the client built them.
-pub(crate) fn input_lengths(r: &RunResults) -> Option<&Summary> {
-    let w = &r.workload;
-    w.input_tokens_served
-        .as_ref()
-        .or(w.input_tokens_asked.as_ref())
+/// A run-clock instant as an ISO 8601 local-less time (AIPerf's `start_time`).
+pub(crate) fn wall_clock(r: &RunResults, at_s: f64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(epoch_s(r) + at_s.max(0.0));
+    humantime::format_rfc3339_micros(t)
+        .to_string()
+        .trim_end_matches('Z')
+        .to_string()
 }
 
-/// A summary's value at a stat, or `null`.
-pub(crate) fn stat(s: Option<&Summary>, f: impl Fn(&Summary) -> f64) -> serde_json::Value {
-    s.map_or(serde_json::Value::Null, |s| serde_json::json!(f(s)))
+/// The run's identity in a peer's id field: its start, digits only.
+pub(crate) fn run_id(r: &RunResults) -> String {
+    let digits: String = r.started_at.chars().filter(char::is_ascii_digit).collect();
+    format!("tokenscope-{digits}")
 }

@@ -1,85 +1,173 @@
-//! vLLM's `vllm bench serve --save-result` JSON (`benchmark_serving.py`):
-//! the run's figures under vLLM's names and units — latencies in ms as
-//! `mean_/median_/std_/pNN_{ttft,tpot,itl,e2el}_ms`, per-request `ttfts` in
-//! seconds, `request_rate` "inf" for a closed loop. vLLM's `itls` (every
-//! gap of every request) and `generated_texts` are left out: tokenscope keeps
-//! neither, so that memory stays flat in the run's length.
+//! vLLM's `vllm bench serve --save-result --save-detailed` JSON
+//! (`vllm/benchmarks/serve.py`): the run's requests summarised as vLLM
+//! summarises its own — latencies in ms as
+//! `mean_/median_/std_/pNN_{ttft,tpot,itl,e2el}_ms`, numpy's interpolated
+//! percentiles over the successful requests, TPOT as (E2E − TTFT) ÷
+//! (tokens − 1), ITL over every gap between chunks, the peak output rate
+//! over one-second buckets of chunk arrivals, and the per-request lists
+//! (`ttfts`, `itls`, `latencies`, …) in seconds. Only `generated_texts` is
+//! left out: tokenscope keeps no text by default.
 
-use super::{stat, PerRequest};
+use super::samples::{Sample, Values};
 use serde_json::{json, Map, Value};
 use tokenscope_core::results::RunResults;
-use tokenscope_core::stats::Summary;
 
-pub fn export(r: &RunResults, per: &PerRequest) -> Value {
+/// The percentiles written, as vLLM names them (`--metric-percentiles 50,90,95,99,99.9`).
+const PERCENTILES: [f64; 5] = [50.0, 90.0, 95.0, 99.0, 99.9];
+
+pub fn export(r: &RunResults, samples: &[Sample]) -> Value {
+    let mut out = setup(r);
+    let fields = out.as_object_mut().expect("an object");
+    fields.extend(totals(r, samples));
+    fields.extend(detailed(samples));
+    let ok: Vec<&Sample> = samples.iter().filter(|s| s.ok()).collect();
+    let (peak_tokens, peak_requests) = (peak_output_per_s(&ok), peak_concurrency(&ok));
+    fields.insert("max_output_tokens_per_s".into(), json!(peak_tokens));
+    fields.insert("max_concurrent_requests".into(), json!(peak_requests));
+    fields.insert("rtfx".into(), json!(0.0));
+    let ms = |f: &dyn Fn(&Sample) -> Option<f64>| Values::new(ok.iter().filter_map(|s| f(s)));
+    put(fields, "ttft", &ms(&|s| s.ttft_s));
+    put(fields, "tpot", &ms(&Sample::tpot_from_end_s));
+    put(
+        fields,
+        "itl",
+        &Values::new(ok.iter().flat_map(|s| s.gaps_s.iter().copied())),
+    );
+    put(fields, "e2el", &ms(&|s| Some(s.e2e_s)));
+    out
+}
+
+/// What vLLM writes before the results: the endpoint and the traffic.
+fn setup(r: &RunResults) -> Value {
     let load = &r.config["load"];
     let closed = load["mode"] == "closed";
     let rate = match load["rate"].as_f64() {
         Some(rate) if !closed => json!(rate),
         _ => json!("inf"),
     };
-    let burstiness = match load["arrival"].as_str() {
-        Some("poisson") => json!(1.0),
-        Some(a) => a
-            .strip_prefix("gamma:")
-            .and_then(|k| k.parse::<f64>().ok())
-            .map_or(Value::Null, |k| json!(k)),
-        None => Value::Null,
+    let backend = if r.target.api == "openai-chat" {
+        "openai-chat"
+    } else {
+        "openai"
     };
     let max_concurrency = match closed {
         true => load["concurrency"].clone(),
         false => load["max_concurrency"].clone(),
     };
-    let mut out = json!({
+    json!({
         "date": date(&r.started_at),
-        "backend": if r.target.api == "openai-chat" { "openai-chat" } else { "openai" },
+        "endpoint_type": backend,
+        "backend": backend,
+        "label": Value::Null,
         "model_id": r.target.model,
         "tokenizer_id": r.config["tokenizer"]["name"],
         "num_prompts": r.counts.requests,
         "request_rate": rate,
-        "burstiness": burstiness,
+        "burstiness": burstiness(load),
         "max_concurrency": max_concurrency,
-        "duration": r.window.duration_s,
-        "completed": r.counts.succeeded,
-        "failed": r.counts.failed,
-        "total_input_tokens": r.tokens.input_total,
-        "total_output_tokens": r.tokens.output_total,
-        "request_throughput": r.throughput.requests_per_s,
-        "request_goodput": r.throughput.goodput_requests_per_s,
-        "output_throughput": r.throughput.output_tokens_per_s,
-        "total_token_throughput": r.throughput.total_tokens_per_s,
-        "max_concurrent_requests": r.throughput.concurrency.max,
-        "input_lens": per.input_tokens,
-        "output_lens": per.output_tokens,
-        "ttfts": per.ttft_s,
-        "errors": per.errors,
-    });
-    let l = &r.latency;
-    let metrics: [(&str, Option<&Summary>); 4] = [
-        ("ttft", l.ttft_ms.as_ref()),
-        ("tpot", l.tpot_ms.as_ref()),
-        ("itl", l.itl_ms.as_ref()),
-        ("e2el", l.e2e_ms.as_ref()),
-    ];
-    let fields = out.as_object_mut().expect("an object");
-    for (name, s) in metrics {
-        put(fields, name, s);
-    }
-    out
+    })
 }
 
-/// vLLM's stats of one metric: mean, median, std and its percentiles.
-fn put(fields: &mut Map<String, Value>, name: &str, s: Option<&Summary>) {
-    fields.insert(format!("mean_{name}_ms"), stat(s, |s| s.mean));
-    fields.insert(format!("median_{name}_ms"), stat(s, |s| s.p50));
-    fields.insert(format!("std_{name}_ms"), stat(s, |s| s.std));
-    for (p, f) in [
-        ("p50", (|s: &Summary| s.p50) as fn(&Summary) -> f64),
-        ("p90", |s| s.p90),
-        ("p95", |s| s.p95),
-        ("p99", |s| s.p99),
-        ("p99.9", |s| s.p999),
-    ] {
-        fields.insert(format!("{p}_{name}_ms"), stat(s, f));
+/// vLLM's burstiness: the gamma shape of the gaps between arrivals, 1.0
+/// for Poisson (and vLLM's default where the rate is infinite, as in a
+/// closed loop). Constant arrivals are gamma's limit as the shape grows
+/// without bound: written `"inf"`, as vLLM writes an infinite rate.
+fn burstiness(load: &Value) -> Value {
+    match load["arrival"].as_str() {
+        Some("constant") => json!("inf"),
+        Some(a) => a
+            .strip_prefix("gamma:")
+            .and_then(|k| k.parse::<f64>().ok())
+            .map_or(json!(1.0), |k| json!(k)),
+        None => json!(1.0),
+    }
+}
+
+/// Counts, totals and throughputs, as vLLM computes them over the window.
+fn totals(r: &RunResults, samples: &[Sample]) -> Map<String, Value> {
+    let ok = || samples.iter().filter(|s| s.ok());
+    let completed = ok().count();
+    let input: u64 = ok().map(|s| s.input_tokens).sum();
+    let output: u64 = ok().map(|s| s.output_tokens).sum();
+    let dur = r.window.duration_s;
+    let per_s = |x: f64| if dur > 0.0 { x / dur } else { 0.0 };
+    let m = json!({
+        "duration": dur,
+        "completed": completed,
+        "failed": samples.len() - completed,
+        "total_input_tokens": input,
+        "total_output_tokens": output,
+        "request_throughput": per_s(completed as f64),
+        "request_goodput": r.throughput.goodput_requests_per_s,
+        "output_throughput": per_s(output as f64),
+        "total_token_throughput": per_s((input + output) as f64),
+    });
+    m.as_object().cloned().unwrap_or_default()
+}
+
+/// `--save-detailed`'s lists, one entry per request (a failure's figures 0).
+fn detailed(samples: &[Sample]) -> Map<String, Value> {
+    let each = |f: &dyn Fn(&Sample) -> Value| samples.iter().map(f).collect::<Vec<_>>();
+    let m = json!({
+        "input_lens": each(&|s| json!(s.input_tokens)),
+        "output_lens": each(&|s| json!(if s.ok() { s.output_tokens } else { 0 })),
+        "ttfts": each(&|s| json!(s.ok().then_some(s.ttft_s).flatten().unwrap_or(0.0))),
+        "itls": each(&|s| json!(if s.ok() { s.gaps_s.clone() } else { vec![] })),
+        "latencies": each(&|s| json!(if s.ok() { s.e2e_s } else { 0.0 })),
+        "start_times": each(&|s| json!(s.sent_s)),
+        "errors": each(&|s| json!(s.error.clone().unwrap_or_default())),
+    });
+    m.as_object().cloned().unwrap_or_default()
+}
+
+/// The most chunks that arrived in one second, counted in one-second
+/// buckets from the first send (vLLM counts each chunk as one token).
+fn peak_output_per_s(ok: &[&Sample]) -> f64 {
+    let Some(start) = ok.iter().map(|s| s.sent_s).reduce(f64::min) else {
+        return 0.0;
+    };
+    let end = ok.iter().map(|s| s.sent_s + s.e2e_s).fold(start, f64::max);
+    let mut buckets = vec![0u64; (end - start).ceil() as usize + 1];
+    for s in ok {
+        let Some(ttft) = s.ttft_s else { continue };
+        let mut at = s.sent_s + ttft;
+        for gap in std::iter::once(0.0).chain(s.gaps_s.iter().copied()) {
+            at += gap;
+            if let Some(b) = buckets.get_mut((at - start) as usize) {
+                *b += 1;
+            }
+        }
+    }
+    buckets.into_iter().max().unwrap_or(0) as f64
+}
+
+/// The most requests in flight at once, over [sent, end) (a request that
+/// ends as another starts does not overlap it).
+fn peak_concurrency(ok: &[&Sample]) -> u64 {
+    let mut events: Vec<(f64, i64)> = ok
+        .iter()
+        .flat_map(|s| [(s.sent_s, 1), (s.sent_s + s.e2e_s, -1)])
+        .collect();
+    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut now = 0i64;
+    events.iter().fold(0, |peak, (_, d)| {
+        now += d;
+        peak.max(now)
+    }) as u64
+}
+
+/// vLLM's stats of one metric, in ms: mean, median, std and percentiles.
+fn put(fields: &mut Map<String, Value>, name: &str, v: &Values) {
+    fields.insert(format!("mean_{name}_ms"), json!(v.mean() * 1e3));
+    fields.insert(format!("median_{name}_ms"), json!(v.linear(50.0) * 1e3));
+    fields.insert(format!("std_{name}_ms"), json!(v.std() * 1e3));
+    for p in PERCENTILES {
+        let word = if p.fract() == 0.0 {
+            format!("{p:.0}")
+        } else {
+            p.to_string()
+        };
+        fields.insert(format!("p{word}_{name}_ms"), json!(v.linear(p) * 1e3));
     }
 }
 
@@ -98,9 +186,42 @@ fn date(started_at: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn sample(sent_s: f64, ttft_s: f64, gaps: &[f64]) -> Sample {
+        Sample {
+            sent_s,
+            ttft_s: Some(ttft_s),
+            e2e_s: ttft_s + gaps.iter().sum::<f64>(),
+            output_tokens: gaps.len() as u64 + 1,
+            gaps_s: gaps.to_vec(),
+            chunks: gaps.len() as u64 + 1,
+            ..Sample::default()
+        }
+    }
+
     #[test]
     fn dates_take_vllms_form() {
-        assert_eq!(super::date("2026-12-03T10:04:05.123Z"), "20261203-100405");
-        assert_eq!(super::date("unknown"), "unknown");
+        assert_eq!(date("2026-12-03T10:04:05.123Z"), "20261203-100405");
+        assert_eq!(date("unknown"), "unknown");
+    }
+
+    #[test]
+    fn the_peak_counts_chunks_per_second_bucket_and_requests_over_half_open_spans() {
+        // Two requests back to back: the second starts as the first ends.
+        let a = sample(0.0, 0.5, &[0.1; 4]); // chunks at 0.5..0.9, ends 0.9
+        let b = sample(0.9, 0.2, &[0.3; 3]); // chunks at 1.1, 1.4, 1.7, 2.0
+        assert_eq!(peak_output_per_s(&[&a, &b]), 5.0, "0.5–0.9 in bucket 0");
+        assert_eq!(peak_concurrency(&[&a, &b]), 1, "[0, 0.9) and [0.9, 1.9)");
+        let c = sample(0.1, 0.1, &[0.1]);
+        assert_eq!(peak_concurrency(&[&a, &b, &c]), 2);
+    }
+
+    #[test]
+    fn burstiness_is_a_number_but_for_constant_arrivals() {
+        assert_eq!(burstiness(&json!({"mode": "closed"})), json!(1.0));
+        assert_eq!(burstiness(&json!({"arrival": "poisson"})), json!(1.0));
+        assert_eq!(burstiness(&json!({"arrival": "gamma:0.5"})), json!(0.5));
+        assert_eq!(burstiness(&json!({"arrival": "constant"})), json!("inf"));
     }
 }

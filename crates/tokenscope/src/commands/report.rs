@@ -144,15 +144,26 @@ fn rejudge(args: &ReportArgs, report: &mut Report) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A run in a peer tool's JSON dialect, under that tool's own file name.
+/// A run in a peer tool's JSON dialect, under that tool's own file name
+/// (AIPerf's per-request records beside its summary).
 fn write_dialect(args: &ReportArgs, run: &Run) -> anyhow::Result<PathBuf> {
-    use tokenscope_report::dialects::{aiperf, guidellm, vllm, PerRequest};
-    // vLLM's and GuideLLM's dialects hold figures per request; AIPerf's only summaries.
-    let per = || PerRequest::read(&run.dir).map_err(|e| Exit::usage(e.to_string()));
+    use tokenscope_report::dialects::{aiperf, guidellm, samples, vllm};
+    let samples = samples::read(&run.dir).map_err(|e| Exit::usage(e.to_string()))?;
     let (name, doc) = match args.format {
-        ReportFormat::Vllm => ("vllm-result.json", vllm::export(&run.results, &per()?)),
-        ReportFormat::Aiperf => ("profile_export_aiperf.json", aiperf::export(&run.results)),
-        _ => ("benchmarks.json", guidellm::export(&run.results, &per()?)),
+        ReportFormat::Vllm => ("vllm-result.json", vllm::export(&run.results, &samples)),
+        ReportFormat::Aiperf => {
+            let path =
+                out(args, "profile_export_aiperf.json").with_file_name("profile_export.jsonl");
+            let file =
+                std::fs::File::create(&path).with_context(|| format!("{}", path.display()))?;
+            aiperf::write_records(&run.results, &samples, std::io::BufWriter::new(file))
+                .with_context(|| format!("{}", path.display()))?;
+            (
+                "profile_export_aiperf.json",
+                aiperf::export(&run.results, &samples),
+            )
+        }
+        _ => ("benchmarks.json", guidellm::export(&run.results, &samples)),
     };
     write_file(
         out(args, name),
