@@ -9,6 +9,8 @@
 #    real Prometheus server scrapes --serve-metrics), when missing;
 #  - kubernetes-validate (PyPI), in a venv of its own: the manifests checked
 #    against Kubernetes' schemas offline;
+#  - jsonschema (PyPI), in a venv of its own: the exports checked against the
+#    peers' schemas (scripts/peers/);
 #  - no import circle between the source files of any crate, and no HTTP
 #    client under the simulator (scripts/check-imports.py);
 #  - the Rust workspace's tests, in release mode (timing tests need optimised code);
@@ -47,6 +49,11 @@ if [ ! -x "$k8s_venv/bin/kubernetes-validate" ]; then
   "$k8s_venv/bin/pip" install --quiet --disable-pip-version-check kubernetes-validate >&2
 fi
 export KUBERNETES_VALIDATE="$k8s_venv/bin/kubernetes-validate"
+
+# jsonschema (PyPI), in a venv of its own: the peer exports checked against
+# the schemas of GuideLLM's, AIPerf's and vLLM's own models.
+PEER_CHECK_PYTHON="$(scripts/peers/venv.sh)"
+export PEER_CHECK_PYTHON
 
 # A PostgreSQL server for the history tests, stopped however the tests end.
 pg="$(scripts/postgres-fixture.sh start)"

@@ -171,7 +171,8 @@ fn input_config(r: &RunResults) -> Value {
     let dataset = match c["dataset"].as_str() {
         Some(path) => json!({"name": "main", "type": "file", "path": path}),
         None => json!({"name": "main", "type": "synthetic", "entries": r.counts.requests,
-            "prompts": {"isl": {"mean": c["input_tokens"]}, "osl": {"mean": c["output_tokens"]}}}),
+            "prompts": {"isl": {"mean": super::number(&c["input_tokens"])},
+                "osl": {"mean": super::number(&c["output_tokens"])}}}),
     };
     json!({
         "models": {"items": [{"name": r.target.model}]},

@@ -35,7 +35,9 @@ const PERCENTILES: [(&str, f64); 11] = [
 pub fn export(r: &RunResults, samples: &[Sample]) -> Value {
     json!({
         "metadata": {"version": 2},
-        "config": {"metadata": {"labels": {}}, "spec": spec(r, samples), "benchmarks": []},
+        "config": {"metadata": {"labels": {}}, "spec": spec(r, samples),
+            // GuideLLM's own: one entry per benchmark, null for no overrides.
+            "benchmarks": [null]},
         "benchmarks": [benchmark(r, samples)],
         "conclusions": [],
     })
@@ -44,9 +46,10 @@ pub fn export(r: &RunResults, samples: &[Sample]) -> Value {
 /// The arguments GuideLLM would have been given: backend, profile, data.
 fn spec(r: &RunResults, samples: &[Sample]) -> Value {
     let c = &r.config;
-    let mean = |f: fn(&Sample) -> u64| {
-        Values::new(samples.iter().map(|s| f(s) as f64))
-            .mean()
+    // The asked length, else (a distribution of lengths) the mean sent.
+    let length = |set: &Value, f: fn(&Sample) -> u64| {
+        super::number(set)
+            .unwrap_or_else(|| Values::new(samples.iter().map(|s| f(s) as f64)).mean())
             .round() as u64
     };
     let data = match c["dataset"].as_str() {
@@ -56,8 +59,8 @@ fn spec(r: &RunResults, samples: &[Sample]) -> Value {
         Some(path) => json!({"kind": "text_file", "path": path}),
         None => json!({
             "kind": "synthetic_text",
-            "prompt_tokens": c["input_tokens"].as_u64().unwrap_or_else(|| mean(|s| s.input_tokens)),
-            "output_tokens": c["output_tokens"].as_u64().unwrap_or_else(|| mean(|s| s.output_tokens)),
+            "prompt_tokens": length(&c["input_tokens"], |s| s.input_tokens),
+            "output_tokens": length(&c["output_tokens"], |s| s.output_tokens),
         }),
     };
     json!({

@@ -40,3 +40,9 @@ pub(crate) fn run_id(r: &RunResults) -> String {
     let digits: String = r.started_at.chars().filter(char::is_ascii_digit).collect();
     format!("tokenscope-{digits}")
 }
+
+/// A setting as a number, whether the config holds it as one or as its
+/// text (`"256"`); `None` for a distribution (`"256±32"`) or nothing.
+pub(crate) fn number(v: &serde_json::Value) -> Option<f64> {
+    v.as_f64().or_else(|| v.as_str()?.trim().parse().ok())
+}
