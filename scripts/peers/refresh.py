@@ -6,7 +6,7 @@ Run it with the Python of a venv where the peers are installed (their full
 stacks: GuideLLM pulls in torch), which the test command never needs:
 
     python3 -m venv /tmp/peers && /tmp/peers/bin/pip install \
-        guidellm==0.8.1 aiperf==0.13.0 h2
+        guidellm==0.8.1 aiperf==0.13.0 h2 vllm==0.34.0
     /tmp/peers/bin/python scripts/peers/refresh.py --tokenscope target/release/tokenscope
 
 It writes, into crates/tokenscope/tests/fixtures/peers/, named by version:
@@ -15,9 +15,10 @@ It writes, into crates/tokenscope/tests/fixtures/peers/, named by version:
   GuideLLM's GenerativeBenchmarksReport, AIPerf's JsonExportData and its
   per-request MetricRecordInfo; vLLM's result keys (vLLM's bench result
   is a plain dict, so its schema is written here from its keys);
-- results made by the peers themselves: GuideLLM and AIPerf each run
-  against tokenscope's built-in exact server (12 requests, a tenth of them
-  answered 500), for `report`, `compare` and `history import` to read.
+- results made by the peers themselves: GuideLLM, AIPerf and `vllm bench
+  serve` (with and without --save-detailed) each run against tokenscope's
+  built-in exact server (12 requests, a tenth of them answered 500), for
+  `report`, `compare` and `history import` to read.
 
 For a new release, change the pins below and rerun; the test names the
 files by these versions.
@@ -167,6 +168,22 @@ def run_aiperf(bin_dir, url, tok, work):
         shutil.copy(art / name, OUT / f"aiperf-{AIPERF}-{name}")
 
 
+def run_vllm(url, tok, work, detailed):
+    out = work / ("vllm-detailed" if detailed else "vllm")
+    subprocess.run(
+        [sys.executable, "-m", "vllm.entrypoints.cli.main", "bench", "serve",
+         "--backend", "openai-chat", "--base-url", url, "--endpoint", "/v1/chat/completions",
+         "--model", "tokenscope-exact", "--tokenizer", tok, "--dataset-name", "random",
+         "--random-input-len", "32", "--random-output-len", "16",
+         "--num-prompts", str(REQUESTS), "--max-concurrency", "2", "--temperature", "0",
+         "--metric-percentiles", "50,90,99", "--percentile-metrics", "ttft,tpot,itl,e2el",
+         "--save-result", "--result-dir", out] + (["--save-detailed"] if detailed else []),
+        check=True, stdout=subprocess.DEVNULL)
+    (result,) = out.glob("*.json")
+    name = "result-detailed.json" if detailed else "result.json"
+    shutil.copy(result, OUT / f"vllm-{VLLM}-{name}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokenscope", required=True, help="the tokenscope binary")
@@ -186,6 +203,8 @@ def main():
             url = f"http://127.0.0.1:{args.port}"
             run_guidellm(bin_dir, url, tok, work)
             run_aiperf(bin_dir, url, tok, work)
+            run_vllm(url, tok, work, detailed=True)
+            run_vllm(url, tok, work, detailed=False)
     finally:
         server.terminate()
 
