@@ -35,6 +35,7 @@ pub mod live;
 pub mod live_metrics;
 pub mod otlp;
 pub mod output;
+pub mod peer_results;
 pub mod plan_search;
 pub mod points;
 pub mod recording;

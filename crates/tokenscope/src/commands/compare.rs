@@ -61,6 +61,8 @@ pub fn run(mut args: CompareArgs) -> anyhow::Result<Exit> {
                 *side = dir;
             }
         }
+        // A peer's result (vLLM, AIPerf, GuideLLM) is read as a run directory.
+        *side = crate::peer_results::resolve(side)?;
     }
     let settings = Settings {
         resamples: args.resamples as usize,
@@ -141,7 +143,11 @@ fn run_pairs(
             (&values_of(&b.dir)?, &b.results),
             settings,
         ),
-        unlike: unlike(&a.results, &b.results),
+        unlike: [
+            unlike(&a.results, &b.results),
+            sources(&a.results, &b.results),
+        ]
+        .concat(),
     }];
     pairs.extend(adapter_pairs(&a, &b, settings)?);
     let answers = crate::answers::between((&a.dir, &a.results), (&b.dir, &b.results));
@@ -359,5 +365,43 @@ fn changes(
     let delay = |r: &RunResults| r.client.loop_delay_ms.map_or(0.0, |d| d.p99 - d.min);
     let mut out = compare_values(va, vb, settings);
     within_resolution(&mut out, delay(a).max(delay(b)));
+    out.retain(|c| not_measured(a, &c.metric).is_none() && not_measured(b, &c.metric).is_none());
+    out
+}
+
+/// Why a run read from a peer's result has no such figure (`config.not_measured`:
+/// a metric family, `ttft`, `itl`, or `throughput` for the rates, and the reason).
+fn not_measured(r: &RunResults, metric: &str) -> Option<String> {
+    let missing = r.config["not_measured"].as_object()?;
+    missing.iter().find_map(|(family, why)| {
+        let hit = match family.as_str() {
+            "throughput" => metric.ends_with("_per_s"),
+            f => metric.starts_with(&format!("{f}_")),
+        };
+        hit.then(|| why.as_str().unwrap_or("not measured").to_string())
+    })
+}
+
+/// What a peer's result lets compare judge: where each side's figures came
+/// from, and the metrics one side does not measure, with why.
+fn sources(a: &RunResults, b: &RunResults) -> Vec<String> {
+    let source = |r: &RunResults| match r.config["imported_from"].as_str() {
+        Some(tool) => {
+            format!("{tool}'s result, recomputed from its requests by tokenscope's definitions")
+        }
+        None => "tokenscope".into(),
+    };
+    let mut out = Vec::new();
+    if source(a) != source(b) {
+        out.push(format!("source differs: A {} · B {}", source(a), source(b)));
+    }
+    for (side, r) in [("A", a), ("B", b)] {
+        for (family, why) in r.config["not_measured"].as_object().into_iter().flatten() {
+            out.push(format!(
+                "not compared: {family} ({side}: {})",
+                why.as_str().unwrap_or("not measured")
+            ));
+        }
+    }
     out
 }

@@ -371,6 +371,8 @@ fn import(store: &mut Store, a: HistoryImportArgs) -> anyhow::Result<Exit> {
 
 /// Records one run or sweep directory; `None` when it is already recorded.
 fn import_one(store: &mut Store, dir: &Path, tags: &[String]) -> anyhow::Result<Option<String>> {
+    // A peer's result (vLLM, AIPerf, GuideLLM) is recorded as its converted run directory.
+    let dir = &crate::peer_results::resolve(dir)?;
     let path = crate::recording::absolute(dir);
     if dir.join(crate::tuning::TUNE_JSON).exists() {
         return import_tune(store, dir, tags);

@@ -46,7 +46,9 @@ fn rebuild_killed_run(dir: &Path, output: &crate::cli::OutputArgs) -> anyhow::Re
     })
 }
 
-pub fn run(args: ReportArgs) -> anyhow::Result<Exit> {
+pub fn run(mut args: ReportArgs) -> anyhow::Result<Exit> {
+    // A peer's result (vLLM, AIPerf, GuideLLM) is read as a run directory.
+    args.dir = crate::peer_results::resolve(&args.dir)?;
     let dir = &args.dir;
     let killed = crate::run_dir::holds_killed_run(dir);
     let mut report = if killed {
