@@ -194,7 +194,7 @@ fn error_summary(samples: &[Sample]) -> Value {
         *counts.entry(e).or_default() += 1;
     }
     let mut rows: Vec<(&str, u64)> = counts.into_iter().collect();
-    rows.sort_by(|a, b| b.1.cmp(&a.1));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1));
     rows.into_iter()
         .map(|(message, count)| json!({"error_details": {"message": message}, "count": count}))
         .collect()

@@ -124,11 +124,10 @@ fn latencies_only(doc: &Value) -> Result<(Vec<PeerRequest>, Vec<String>), String
         .count() as u64;
     let spread = |key: &str| -> Result<(u64, u64), String> {
         let total = count(&doc[key], key)?;
-        Ok(if ok > 0 {
-            (total / ok, total % ok)
-        } else {
-            (0, 0)
-        })
+        Ok(total
+            .checked_div(ok)
+            .zip(total.checked_rem(ok))
+            .unwrap_or((0, 0)))
     };
     let ((out, out_extra), (inp, inp_extra)) = (
         spread("total_output_tokens")?,
