@@ -277,9 +277,14 @@ fn throughput_lines(out: &mut String, r: &RunResults) {
             t.goodput_output_tokens_per_s.unwrap_or(0.0)
         );
     }
+    // A max known only to a slot's resolution is an upper bound: said so.
+    let bound = match t.concurrency.max_resolution_ms {
+        Some(_) => "≤ ",
+        None => "",
+    };
     let _ = writeln!(
         out,
-        "  concurrency           {:>10.2}   (max {})",
+        "  concurrency           {:>10.2}   (max {bound}{})",
         t.concurrency.mean, t.concurrency.max
     );
     if let Some(u) = &t.per_user_output_tokens_per_s {

@@ -91,6 +91,51 @@ fn each_peers_own_file_reads_as_a_run_with_the_peers_figures() {
         "over vLLM's duration",
     );
     assert!(r["config"]["not_measured"]["ttft"].is_string());
+    // No send times: the mean in flight by Little's law, the peak a bound.
+    let busy: f64 = doc["latencies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .sum();
+    within(
+        stat(&r, "throughput.concurrency.mean"),
+        busy / doc["duration"].as_f64().unwrap(),
+        0.5,
+        "summed latency over the duration",
+    );
+    assert!(r["throughput"]["concurrency"]["max_resolution_ms"].is_number());
+
+    // An older vLLM's --save-detailed, without start_times, and Python's
+    // bare NaN in its summary: the requests' own times read, the rates over
+    // vLLM's duration.
+    let v = fixture(
+        &root.join("vo"),
+        "vllm-0.34.0-result-detailed.json",
+        "result.json",
+    );
+    let mut old = peer_doc(&v);
+    old.as_object_mut().unwrap().remove("start_times");
+    let text = old.to_string().replace(
+        &format!("\"std_itl_ms\":{}", old["std_itl_ms"]),
+        "\"std_itl_ms\":NaN",
+    );
+    assert!(text.contains(":NaN"));
+    std::fs::write(&v, text).unwrap();
+    let r = read_as_run(&v);
+    within(
+        stat(&r, "latency.ttft_ms.p50"),
+        old["median_ttft_ms"].as_f64().unwrap(),
+        1.0,
+        "an older vLLM's TTFT p50",
+    );
+    within(
+        stat(&r, "throughput.output_tokens_per_s"),
+        old["output_throughput"].as_f64().unwrap(),
+        1.0,
+        "over vLLM's duration",
+    );
+    assert!(r["diagnosis"].to_string().contains("no start_times"));
 
     // GuideLLM: its TTFT median is a nearest rank, tokenscope's a histogram's.
     let g = fixture(
@@ -292,7 +337,7 @@ fn hostile_peer_files_are_refused_in_one_line_and_nothing_is_written() {
             "g1.json",
             r#"{"benchmarks": 5, "x": "generative_benchmark"}"#,
         ),
-        "benchmarks: missing or not a list",
+        "not a GuideLLM report (invalid type: integer `5`, expected a sequence",
     );
     // Lists of different lengths, a negative count, a NaN-like string, truncated JSON.
     let v = r#"{"num_prompts": 2, "endpoint_type": "openai-chat", "ttfts": [0.1, 0.1], "itls": [[], []], "latencies": [0.2], "input_lens": [1, 1], "output_lens": [1, 1], "errors": ["", ""]}"#;
@@ -309,11 +354,16 @@ fn hostile_peer_files_are_refused_in_one_line_and_nothing_is_written() {
     );
     refused(
         &put("v3.json", &v.replace("[0.1, 0.1]", "[0.1, \"NaN\"]")),
-        "ttft: \"NaN\" is not a duration",
+        "not a vLLM result (invalid type: string \"NaN\"",
+    );
+    // Python's bare NaN is no value: a TTFT it stands for is missing, said so.
+    refused(
+        &put("v3b.json", &v.replace("[0.1, 0.1]", "[0.1, NaN]")),
+        "not a vLLM result (invalid type: null",
     );
     refused(
         &put("v4.json", r#"{"num_prompts": 2, "endpoint_type": "openai-"#),
-        "not JSON",
+        "truncated JSON",
     );
     refused(
         &put(
@@ -331,7 +381,7 @@ fn hostile_peer_files_are_refused_in_one_line_and_nothing_is_written() {
     std::fs::write(a.join("profile_export.jsonl"), "{\"metadata\": \n").unwrap();
     refused(
         &a.join("profile_export.jsonl"),
-        "profile_export.jsonl:1: not JSON",
+        "profile_export.jsonl:1: truncated JSON",
     );
     // GuideLLM: our own export keeps no samples; two benchmarks need a #K.
     let g = fixture(
@@ -364,14 +414,35 @@ fn hostile_peer_files_are_refused_in_one_line_and_nothing_is_written() {
     )
     .unwrap();
     refused(&g, "kept no per-request samples");
+    // A count past any u64, and an endless AIPerf line (sparse: cheap).
+    let g2 = fixture(
+        &root.join("g2"),
+        "guidellm-0.8.1-benchmarks.json",
+        "benchmarks.json",
+    );
+    let mut doc = peer_doc(&g2);
+    doc["benchmarks"][0]["requests"]["successful"][0]["output_tokens"] = serde_json::json!(1e300);
+    std::fs::write(&g2, doc.to_string()).unwrap();
+    refused(&g2, "is not a count");
+    let endless = root.join("e").join("profile_export.jsonl");
+    std::fs::create_dir_all(endless.parent().unwrap()).unwrap();
+    let f = std::fs::File::create(&endless).unwrap();
+    std::io::Write::write_all(&mut &f, b"{\"metadata\": \"").unwrap();
+    f.set_len(200 << 20).unwrap();
+    refused(&endless, "profile_export.jsonl:1: a line past 64 MiB");
+    // A JSON file that is none of the peers' results says what it reads.
+    refused(
+        &put("other.json", r#"{"results": []}"#),
+        "not a result tokenscope reads",
+    );
     // A file past the size a peer's result may have: refused unread (sparse, so cheap).
     let huge = root.join("huge.json");
     let f = std::fs::File::create(&huge).unwrap();
     std::io::Write::write_all(&mut &f, br#"{"endpoint_type": "openai-chat", "#).unwrap();
     f.set_len(3 << 30).unwrap();
-    refused(&huge, "larger than 2 GiB");
+    refused(&huge, "larger than 256 MiB");
     // Nothing was converted for a refused file.
-    for name in ["g1", "v1", "v2", "v3", "v4", "v5", "huge"] {
+    for name in ["g1", "v1", "v2", "v3", "v3b", "v4", "v5", "other", "huge"] {
         assert!(!root.join(format!("{name}.tokenscope")).exists(), "{name}");
     }
 }

@@ -4,9 +4,10 @@
 //!
 //! Each metric is recomputed from the requests as AIPerf computes it: the
 //! mean, population std, min, max, sum and count, and numpy's interpolated
-//! p1–p99. AIPerf's `inter_token_latency` is per request (E2E − TTFT) ÷
-//! (tokens − 1); its `output_token_throughput_per_user` is that latency's
-//! inverse; `time_to_second_token` is the first gap between chunks.
+//! p1–p99. AIPerf's request latency ends at the last chunk; its
+//! `inter_token_latency` is per request (latency − TTFT) ÷ (tokens − 1);
+//! its `output_token_throughput_per_user` is that latency's inverse;
+//! `time_to_second_token` is the first gap between chunks.
 
 use super::samples::{Sample, Values};
 use serde_json::{json, Map, Value};
@@ -43,17 +44,18 @@ const METRICS: [(&str, &str); 9] = [
 /// One request's values of [`METRICS`], in their order (`None`: not measured).
 fn values(s: &Sample) -> [Option<f64>; 9] {
     let ms = |v: Option<f64>| v.map(|v| v * 1e3);
-    let itl = s.tpot_from_end_s();
+    let itl = s.tpot_s();
+    let latency = s.latency_s();
     [
         ms(s.ttft_s),
         ms(s.gaps_s.first().copied()),
-        ms(s.answer_s.or(s.ttft_s)),
-        ms(Some(s.e2e_s)),
+        ms(s.first_output_s()),
+        ms(Some(latency)),
         ms(itl),
         Some(s.output_tokens as f64),
-        Some(s.input_tokens as f64),
+        s.input_tokens.map(|n| n as f64),
         itl.filter(|v| *v > 0.0).map(|v| 1.0 / v),
-        (s.e2e_s > 0.0).then(|| s.output_tokens as f64 / s.e2e_s),
+        (latency > 0.0).then(|| s.output_tokens as f64 / latency),
     ]
 }
 
@@ -93,7 +95,7 @@ fn totals(r: &RunResults, samples: &[Sample]) -> Map<String, Value> {
     let ok = || samples.iter().filter(|s| s.ok());
     let completed = ok().count() as f64;
     let failed = samples.len() as f64 - completed;
-    let isl: u64 = ok().map(|s| s.input_tokens).sum();
+    let isl: u64 = ok().filter_map(|s| s.input_tokens).sum();
     let osl: u64 = ok().map(|s| s.output_tokens).sum();
     let dur = r.window.duration_s;
     let per_s = |x: f64| if dur > 0.0 { x / dur } else { 0.0 };
@@ -226,7 +228,7 @@ pub fn write_records(r: &RunResults, samples: &[Sample], mut w: impl Write) -> s
                 "session_num": i,
                 "x_request_id": format!("tokenscope-{i}"),
                 "request_start_ns": ns(s.sent_s),
-                "request_end_ns": ns(s.sent_s + s.e2e_s),
+                "request_end_ns": ns(s.sent_s + if s.ok() { s.latency_s() } else { s.e2e_s }),
                 "worker_id": "tokenscope",
                 "record_processor_id": "tokenscope",
                 "benchmark_phase": "profiling",

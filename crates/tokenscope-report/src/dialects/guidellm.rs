@@ -1,8 +1,10 @@
 //! GuideLLM's `benchmarks.json` (its `GenerativeBenchmarksReport`, v2):
 //! one generative benchmark whose `metrics` are status breakdowns
 //! (successful, errored, incomplete, total) of distribution summaries,
-//! recomputed from the requests as GuideLLM computes them: nearest-rank
-//! percentiles p0.1–p99.9, the mode, the population variance.
+//! recomputed from the requests as GuideLLM computes them: weighted values
+//! (time per output token by its tokens, inter-token latency by the tokens
+//! after the first), percentiles p0.1–p99.9 from the running share, the
+//! mode, the population variance, `count` the weights' sum.
 //!
 //! GuideLLM's definitions: `time_per_output_token_ms` is (last token −
 //! start) ÷ tokens, the first token included; `inter_token_latency_ms` is
@@ -14,7 +16,7 @@
 //! figure (`count` 1), and no per-request samples are kept (`sample_size`
 //! 0, as GuideLLM writes it when asked for none).
 
-use super::samples::{Sample, Values};
+use super::samples::{Sample, Values, Weighted};
 use serde_json::{json, Value};
 use tokenscope_core::results::RunResults;
 
@@ -59,7 +61,7 @@ fn spec(r: &RunResults, samples: &[Sample]) -> Value {
         Some(path) => json!({"kind": "text_file", "path": path}),
         None => json!({
             "kind": "synthetic_text",
-            "prompt_tokens": length(&c["input_tokens"], |s| s.input_tokens),
+            "prompt_tokens": length(&c["input_tokens"], |s| s.input_tokens.unwrap_or(0)),
             "output_tokens": length(&c["output_tokens"], |s| s.output_tokens),
         }),
     };
@@ -168,76 +170,94 @@ fn scheduler_metrics(r: &RunResults, samples: &[Sample], start: f64, end: f64) -
     })
 }
 
-/// A figure per request, split by outcome.
-fn by_status(samples: &[Sample], f: impl Fn(&Sample) -> Option<f64>) -> Value {
-    let of = |ok: bool| Values::new(samples.iter().filter(|s| s.ok() == ok).filter_map(&f));
-    status(&of(true), &of(false))
+/// A figure per request with its weight, split by outcome (`None`: the
+/// request is not among those GuideLLM counts for it).
+fn by_status(samples: &[Sample], f: impl Fn(&Sample) -> Option<(f64, f64)>) -> Value {
+    let of = |ok: bool| Weighted::new(samples.iter().filter(|s| s.ok() == ok).filter_map(&f));
+    status(
+        &of(true),
+        &of(false),
+        &Weighted::new(samples.iter().filter_map(&f)),
+    )
 }
 
-fn status(ok: &Values, failed: &Values) -> Value {
-    let all = Values::new(ok.iter().chain(failed.iter()));
+/// One value per request, GuideLLM's `or 0.0` where it has none.
+fn per_request(samples: &[Sample], f: impl Fn(&Sample) -> Option<f64>) -> Value {
+    by_status(samples, |s| Some((f(s).unwrap_or(0.0), 1.0)))
+}
+
+fn status(ok: &Weighted, failed: &Weighted, all: &Weighted) -> Value {
     json!({
         "successful": summary(ok), "errored": summary(failed),
-        "incomplete": summary(&Values::default()), "total": summary(&all),
+        "incomplete": summary(&Weighted::default()), "total": summary(all),
     })
 }
 
-fn summary(v: &Values) -> Value {
+fn summary(v: &Weighted) -> Value {
     let mut p = json!({});
     for (name, q) in PERCENTILES {
-        p[name] = json!(v.nearest_rank(q));
+        p[name] = json!(v.quantile(q));
     }
     json!({
-        "mean": v.mean(), "median": v.nearest_rank(0.5), "mode": v.mode(),
-        "variance": v.variance(), "std_dev": v.std(), "min": v.min(), "max": v.max(),
-        "count": v.count(), "total_sum": v.sum(), "percentiles": p,
+        "mean": v.mean(), "median": v.quantile(0.5), "mode": v.mode(),
+        "variance": v.variance(), "std_dev": v.variance().sqrt(), "min": v.min(), "max": v.max(),
+        "count": v.count(), "total_sum": v.mean() * v.count() as f64, "percentiles": p,
     })
 }
 
 /// The run's one figure as a distribution of one.
 fn one(v: f64) -> Value {
-    let none = Values::default();
-    status(&Values::new([v]), &none)
+    let one = Weighted::of([v]);
+    status(&one, &Weighted::default(), &one)
 }
 
 fn empty() -> Value {
-    let none = Values::default();
-    status(&none, &none)
+    let none = Weighted::default();
+    status(&none, &none, &none)
 }
 
 fn metrics(r: &RunResults, samples: &[Sample]) -> Value {
     let t = &r.throughput;
     let ms = |v: Option<f64>| v.map(|v| v * 1e3);
-    let tokens = |f: fn(&Sample) -> u64| by_status(samples, move |s| Some(f(s) as f64));
+    let tokens = |f: fn(&Sample) -> u64| per_request(samples, move |s| Some(f(s) as f64));
     let c = &r.counts;
     json!({
         "request_totals": {"successful": c.succeeded, "errored": c.failed, "incomplete": 0,
             "total": c.requests},
         "requests_per_second": one(t.requests_per_s),
         "request_concurrency": one(t.concurrency.mean),
-        "request_latency": by_status(samples, |s| Some(s.e2e_s)),
+        "request_latency": per_request(samples, |s| Some(s.e2e_s)),
         "request_streaming_iterations_count": tokens(|s| s.chunks),
-        "prompt_token_count": tokens(|s| s.input_tokens),
+        "prompt_token_count": tokens(|s| s.input_tokens.unwrap_or(0)),
         "output_token_count": tokens(|s| s.output_tokens),
-        "total_token_count": tokens(|s| s.input_tokens + s.output_tokens),
-        "time_to_first_token_ms": by_status(samples, |s| ms(s.ttft_s)),
-        "time_to_first_output_token_ms": by_status(samples, |s| ms(s.answer_s.or(s.ttft_s))),
+        "total_token_count": tokens(|s| s.input_tokens.unwrap_or(0) + s.output_tokens),
+        "time_to_first_token_ms": per_request(samples, |s| ms(s.ttft_s)),
+        // Only the requests whose answer began, as GuideLLM counts them.
+        "time_to_first_output_token_ms": by_status(samples, |s| Some((ms(s.first_output_s())?, 1.0))),
+        // Weighted by the tokens (GuideLLM's): a token's time, not a request's.
         "time_per_output_token_ms": by_status(samples, |s| {
             let n = s.output_tokens as f64;
-            ms((n > 0.0).then(|| s.last_token_s.unwrap_or(s.e2e_s) / n))
+            let v = ms((n > 0.0).then(|| s.latency_s() / n)).unwrap_or(0.0);
+            Some((v, n))
         }),
-        "inter_token_latency_ms": by_status(samples, |s| ms(s.tpot_s())),
+        // Over the requests with a first token, weighted by the tokens after it.
+        "inter_token_latency_ms": by_status(samples, |s| {
+            s.ttft_s?;
+            let after = s.output_tokens.saturating_sub(1) as f64;
+            Some((ms(s.tpot_s()).unwrap_or(0.0), after))
+        }),
         "time_to_last_round_trip_ms": empty(),
         "avg_round_trip_time_ms": empty(),
         "prompt_tokens_per_second": one(t.total_tokens_per_s - t.output_tokens_per_s),
         "output_tokens_per_second": one(t.output_tokens_per_s),
         "tokens_per_second": one(t.total_tokens_per_s),
+        // One value per chunk: each chunk's tokens, as the run's mean per request.
         "output_tokens_per_iteration": by_status(samples, |s| {
-            (s.chunks > 0).then(|| s.output_tokens as f64 / s.chunks as f64)
+            (s.chunks > 0).then(|| (s.output_tokens as f64 / s.chunks as f64, s.chunks as f64))
         }),
         "iter_tokens_per_iteration": by_status(samples, |s| {
-            (s.chunks > 1 && s.output_tokens > 1)
-                .then(|| (s.output_tokens - 1) as f64 / (s.chunks - 1) as f64)
+            let (n, k) = (s.output_tokens.saturating_sub(1), s.chunks.saturating_sub(1));
+            (n > 0 && k > 0).then(|| (n as f64 / k as f64, k as f64))
         }),
         "text": text(r, samples),
         "image": modality(&["tokens", "images", "pixels", "bytes"]),
@@ -251,13 +271,13 @@ fn metrics(r: &RunResults, samples: &[Sample]) -> Value {
 fn text(r: &RunResults, samples: &[Sample]) -> Value {
     let t = &r.throughput;
     let tokens = json!({
-        "input": by_status(samples, |s| Some(s.input_tokens as f64)),
+        "input": per_request(samples, |s| s.input_tokens.map(|n| n as f64)),
         "input_per_second": one(t.total_tokens_per_s - t.output_tokens_per_s),
         "input_concurrency": empty(),
-        "output": by_status(samples, |s| Some(s.output_tokens as f64)),
+        "output": per_request(samples, |s| Some(s.output_tokens as f64)),
         "output_per_second": one(t.output_tokens_per_s),
         "output_concurrency": empty(),
-        "total": by_status(samples, |s| Some((s.input_tokens + s.output_tokens) as f64)),
+        "total": per_request(samples, |s| Some((s.input_tokens.unwrap_or(0) + s.output_tokens) as f64)),
         "total_per_second": one(t.total_tokens_per_s),
         "total_concurrency": empty(),
     });

@@ -26,13 +26,18 @@ pub(crate) fn epoch_ns(r: &RunResults) -> u64 {
     (epoch_s(r) * 1e9) as u64
 }
 
-/// A run-clock instant as an ISO 8601 local-less time (AIPerf's `start_time`).
+/// A run-clock instant as an ISO 8601 time without a zone (AIPerf's
+/// `start_time`); "unknown" outside the years 1970–9999.
 pub(crate) fn wall_clock(r: &RunResults, at_s: f64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(epoch_s(r) + at_s.max(0.0));
-    humantime::format_rfc3339_micros(t)
-        .to_string()
-        .trim_end_matches('Z')
-        .to_string()
+    match std::time::Duration::try_from_secs_f64(epoch_s(r) + at_s.max(0.0)) {
+        Ok(d) if d.as_secs() < 253_402_300_800 => {
+            humantime::format_rfc3339_micros(std::time::UNIX_EPOCH + d)
+                .to_string()
+                .trim_end_matches('Z')
+                .to_string()
+        }
+        _ => "unknown".into(),
+    }
 }
 
 /// The run's identity in a peer's id field: its start, digits only.

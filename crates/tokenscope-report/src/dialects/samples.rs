@@ -3,8 +3,8 @@
 //!
 //! The peers summarise raw per-request values, each its own way: vLLM and
 //! AIPerf interpolate between ranks (numpy's default, "linear"); GuideLLM
-//! takes the lowest value whose cumulative share reaches the quantile (its
-//! `Percentiles.from_pdf`: nearest rank). tokenscope's own summaries come
+//! weighs each value and takes the first whose running share reaches the
+//! quantile (its `Percentiles.from_pdf`), [`Weighted`]. tokenscope's own summaries come
 //! from histograms, so an export recomputes each figure from the requests
 //! with the peer's method rather than relabel tokenscope's.
 
@@ -20,13 +20,16 @@ pub struct Sample {
     /// The error message, `None` for a success.
     pub error: Option<String>,
     pub ttft_s: Option<f64>,
+    /// The request reasoned (its answer start is then `answer_s`).
+    pub reasoned: bool,
     /// The first answer (non-reasoning) token − sent, for a request that reasoned.
     pub answer_s: Option<f64>,
     /// End of the response − sent.
     pub e2e_s: f64,
     /// The last chunk − sent.
     pub last_token_s: Option<f64>,
-    pub input_tokens: u64,
+    /// `None` where neither the server nor the client counted them.
+    pub input_tokens: Option<u64>,
     pub output_tokens: u64,
     /// The gap before each chunk after the first, s (vLLM's `itl`, AIPerf's ICL).
     pub gaps_s: Vec<f64>,
@@ -43,10 +46,11 @@ impl Sample {
             lag_s: s(r.lag_us()),
             error: (!r.succeeded()).then(|| r.error.clone().unwrap_or_else(|| "error".into())),
             ttft_s: r.ttft_us().map(s),
+            reasoned: r.reasoning_tokens.is_some(),
             answer_s: r.reasoning_tokens.and(r.answer_start_us()).map(s),
             e2e_s: s(r.e2e_us()),
             last_token_s: r.last_token_at_us().map(since_sent),
-            input_tokens: r.input_tokens.unwrap_or(0),
+            input_tokens: r.input_tokens,
             output_tokens: r.output_tokens,
             gaps_s: r.chunk_gaps_us().map(s).collect(),
             chunks: r.chunks.len() as u64,
@@ -57,15 +61,24 @@ impl Sample {
         self.error.is_none()
     }
 
-    /// (E2E − TTFT) ÷ (tokens − 1): vLLM's TPOT and AIPerf's inter-token
-    /// latency (the first token excluded, the stream's end included).
-    pub fn tpot_from_end_s(&self) -> Option<f64> {
-        let n = self.output_tokens;
-        (n > 1).then_some(())?;
-        Some((self.e2e_s - self.ttft_s?) / (n - 1) as f64)
+    /// Sent → the last chunk (the end of the response where none came):
+    /// the latency vLLM and AIPerf measure, which stops at the last token.
+    pub fn latency_s(&self) -> f64 {
+        self.last_token_s.unwrap_or(self.e2e_s)
     }
 
-    /// (last token − first token) ÷ (tokens − 1): GuideLLM's inter-token
+    /// The first answer token, for the peers' "time to first output
+    /// token": the answer start of a request that reasoned (none if it
+    /// never answered), else TTFT.
+    pub fn first_output_s(&self) -> Option<f64> {
+        match self.reasoned {
+            true => self.answer_s,
+            false => self.ttft_s,
+        }
+    }
+
+    /// (last token − first token) ÷ (tokens − 1): vLLM's TPOT (its latency
+    /// ends at the last token), AIPerf's and GuideLLM's inter-token
     /// latency, and tokenscope's TPOT.
     pub fn tpot_s(&self) -> Option<f64> {
         let n = self.output_tokens;
@@ -158,41 +171,116 @@ impl Values {
         let hi = (lo + 1).min(v.len() - 1);
         v[lo] + (at - lo as f64) * (v[hi] - v[lo])
     }
+}
 
-    /// The lowest value whose share of the values reaches `q` (0–1): the
-    /// nearest rank, GuideLLM's method; 0 for no values.
-    pub fn nearest_rank(&self, q: f64) -> f64 {
-        let v = &self.sorted;
-        if v.is_empty() {
-            return 0.0;
+/// Values with weights, summarised as GuideLLM's
+/// `DistributionSummary.from_values` does: equal values merged, each
+/// value's share its weight over the total, percentiles the first value
+/// whose running share (summed in order, in floating point, as numpy's
+/// `cumsum`) reaches the quantile; `count` the weights' sum, rounded.
+#[derive(Debug, Clone, Default)]
+pub struct Weighted {
+    values: Vec<f64>,
+    shares: Vec<f64>,
+    count: u64,
+}
+
+impl Weighted {
+    pub fn new(pairs: impl IntoIterator<Item = (f64, f64)>) -> Weighted {
+        let mut pairs: Vec<(f64, f64)> = pairs
+            .into_iter()
+            .filter(|(v, w)| v.is_finite() && w.is_finite())
+            .collect();
+        pairs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut merged: Vec<(f64, f64)> = Vec::with_capacity(pairs.len());
+        for (v, w) in pairs {
+            match merged.last_mut() {
+                Some(last) if last.0 == v => last.1 += w,
+                _ => merged.push((v, w)),
+            }
         }
-        // A hair below the rank, so that q × n landing on a whole number
-        // (0.5 × 40) takes that rank, as an exact cumulative share would.
-        let rank = (q.clamp(0.0, 1.0) * v.len() as f64 - 1e-9).ceil() as usize;
-        v[rank.clamp(1, v.len()) - 1]
+        let count = merged
+            .iter()
+            .map(|p| p.1)
+            .sum::<f64>()
+            .round_ties_even()
+            .max(0.0) as u64;
+        merged.retain(|p| p.1 > 0.0);
+        let mut total: f64 = merged.iter().map(|p| p.1).sum();
+        if total <= 1e-6 {
+            // GuideLLM's fallback where the weights vanish: every value alike.
+            merged.iter_mut().for_each(|p| p.1 = 1.0);
+            total = merged.len() as f64;
+        }
+        Weighted {
+            values: merged.iter().map(|p| p.0).collect(),
+            shares: merged.iter().map(|p| p.1 / total).collect(),
+            count,
+        }
     }
 
-    /// The most frequent value, the lowest among ties (GuideLLM's `mode`).
+    /// One weight each.
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Weighted {
+        Weighted::new(values.into_iter().map(|v| (v, 1.0)))
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    pub fn mean(&self) -> f64 {
+        self.values
+            .iter()
+            .zip(&self.shares)
+            .map(|(v, p)| v * p)
+            .sum()
+    }
+
+    pub fn variance(&self) -> f64 {
+        let m = self.mean();
+        self.values
+            .iter()
+            .zip(&self.shares)
+            .map(|(v, p)| (v - m).powi(2) * p)
+            .sum()
+    }
+
+    pub fn min(&self) -> f64 {
+        self.values.first().copied().unwrap_or(0.0)
+    }
+
+    pub fn max(&self) -> f64 {
+        self.values.last().copied().unwrap_or(0.0)
+    }
+
+    /// The value with the largest share, the lowest among ties.
     pub fn mode(&self) -> f64 {
-        let mut best = (0.0, 0usize);
-        let mut i = 0;
-        while i < self.sorted.len() {
-            let run = self.sorted[i..]
-                .iter()
-                .take_while(|&&v| v == self.sorted[i])
-                .count();
-            if run > best.1 {
-                best = (self.sorted[i], run);
+        let mut best: Option<(f64, f64)> = None;
+        for (v, p) in self.values.iter().zip(&self.shares) {
+            if best.is_none_or(|(_, bp)| *p > bp) {
+                best = Some((*v, *p));
             }
-            i += run;
         }
-        best.0
+        best.map_or(0.0, |b| b.0)
+    }
+
+    /// The first value whose running share reaches `q` (0–1); the last
+    /// where rounding leaves every running share short of it; 0 for none.
+    pub fn quantile(&self, q: f64) -> f64 {
+        let mut running = 0.0;
+        for (v, p) in self.values.iter().zip(&self.shares) {
+            running += p;
+            if running >= q {
+                return *v;
+            }
+        }
+        self.max()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Values;
+    use super::{Values, Weighted};
 
     #[test]
     fn linear_percentiles_are_numpys() {
@@ -208,13 +296,24 @@ mod tests {
     }
 
     #[test]
-    fn nearest_ranks_are_guidellms() {
-        let v = Values::new((1..=40).map(f64::from));
-        assert_eq!(v.nearest_rank(0.5), 20.0, "0.5 × 40 lands on rank 20");
-        assert_eq!(v.nearest_rank(0.9), 36.0);
-        assert_eq!(v.nearest_rank(0.001), 1.0);
-        assert_eq!(v.nearest_rank(0.999), 40.0);
-        assert_eq!(v.nearest_rank(0.0), 1.0);
+    fn weighted_quantiles_are_guidellms_running_shares() {
+        // Each checked against guidellm 0.8.1's DistributionSummary.from_values.
+        let ten = Weighted::of((1..=10).map(f64::from));
+        assert_eq!(
+            ten.quantile(0.9),
+            10.0,
+            "0.1 summed nine times falls short of 0.9"
+        );
+        assert_eq!(ten.quantile(0.5), 5.0);
+        assert_eq!(Weighted::of((1..=12).map(f64::from)).quantile(0.5), 7.0);
+        let w = Weighted::new([(100.0, 1.0), (10.0, 100.0)]);
+        assert!((w.mean() - 10.891089108910892).abs() < 1e-12);
+        assert_eq!((w.quantile(0.99), w.count(), w.mode()), (10.0, 101, 10.0));
+        let none = Weighted::of([]);
+        assert_eq!(
+            (none.count(), none.mean(), none.quantile(0.5)),
+            (0, 0.0, 0.0)
+        );
     }
 
     #[test]
@@ -222,8 +321,8 @@ mod tests {
         let v = Values::new([2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
         assert_eq!(v.mean(), 5.0);
         assert_eq!(v.std(), 2.0);
-        assert_eq!(v.mode(), 4.0);
-        assert_eq!(Values::new([3.0, 1.0, 3.0, 1.0]).mode(), 1.0);
+        assert_eq!(Weighted::of([2.0, 4.0, 4.0, 4.0, 5.0]).mode(), 4.0);
+        assert_eq!(Weighted::of([3.0, 1.0, 3.0, 1.0]).mode(), 1.0);
         assert_eq!(Values::new([f64::NAN, 1.0]).count(), 1, "no NaN counted");
     }
 }

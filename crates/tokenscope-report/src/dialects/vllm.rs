@@ -2,10 +2,11 @@
 //! (`vllm/benchmarks/serve.py`): the run's requests summarised as vLLM
 //! summarises its own — latencies in ms as
 //! `mean_/median_/std_/pNN_{ttft,tpot,itl,e2el}_ms`, numpy's interpolated
-//! percentiles over the successful requests, TPOT as (E2E − TTFT) ÷
-//! (tokens − 1), ITL over every gap between chunks, the peak output rate
-//! over one-second buckets of chunk arrivals, and the per-request lists
-//! (`ttfts`, `itls`, `latencies`, …) in seconds. Only `generated_texts` is
+//! percentiles over the successful requests, the latency to the last chunk
+//! (where vLLM's ends), TPOT as (latency − TTFT) ÷ (tokens − 1), ITL over
+//! every gap between chunks, the peak output rate and concurrency over
+//! one-second buckets (vLLM 0.34's), and the per-request lists (`ttfts`,
+//! `itls`, `latencies`, …) in seconds. Only `generated_texts` is
 //! left out: tokenscope keeps no text by default.
 
 use super::samples::{Sample, Values};
@@ -27,13 +28,13 @@ pub fn export(r: &RunResults, samples: &[Sample]) -> Value {
     fields.insert("rtfx".into(), json!(0.0));
     let ms = |f: &dyn Fn(&Sample) -> Option<f64>| Values::new(ok.iter().filter_map(|s| f(s)));
     put(fields, "ttft", &ms(&|s| s.ttft_s));
-    put(fields, "tpot", &ms(&Sample::tpot_from_end_s));
+    put(fields, "tpot", &ms(&Sample::tpot_s));
     put(
         fields,
         "itl",
         &Values::new(ok.iter().flat_map(|s| s.gaps_s.iter().copied())),
     );
-    put(fields, "e2el", &ms(&|s| Some(s.e2e_s)));
+    put(fields, "e2el", &ms(&|s| Some(s.latency_s())));
     out
 }
 
@@ -87,7 +88,7 @@ fn burstiness(load: &Value) -> Value {
 fn totals(r: &RunResults, samples: &[Sample]) -> Map<String, Value> {
     let ok = || samples.iter().filter(|s| s.ok());
     let completed = ok().count();
-    let input: u64 = ok().map(|s| s.input_tokens).sum();
+    let input: u64 = ok().map(|s| s.input_tokens.unwrap_or(0)).sum();
     let output: u64 = ok().map(|s| s.output_tokens).sum();
     let dur = r.window.duration_s;
     let per_s = |x: f64| if dur > 0.0 { x / dur } else { 0.0 };
@@ -109,11 +110,11 @@ fn totals(r: &RunResults, samples: &[Sample]) -> Map<String, Value> {
 fn detailed(samples: &[Sample]) -> Map<String, Value> {
     let each = |f: &dyn Fn(&Sample) -> Value| samples.iter().map(f).collect::<Vec<_>>();
     let m = json!({
-        "input_lens": each(&|s| json!(s.input_tokens)),
+        "input_lens": each(&|s| json!(s.input_tokens.unwrap_or(0))),
         "output_lens": each(&|s| json!(if s.ok() { s.output_tokens } else { 0 })),
         "ttfts": each(&|s| json!(s.ok().then_some(s.ttft_s).flatten().unwrap_or(0.0))),
         "itls": each(&|s| json!(if s.ok() { s.gaps_s.clone() } else { vec![] })),
-        "latencies": each(&|s| json!(if s.ok() { s.e2e_s } else { 0.0 })),
+        "latencies": each(&|s| json!(if s.ok() { s.latency_s() } else { 0.0 })),
         "start_times": each(&|s| json!(s.sent_s)),
         "errors": each(&|s| json!(s.error.clone().unwrap_or_default())),
     });
@@ -126,34 +127,39 @@ fn peak_output_per_s(ok: &[&Sample]) -> f64 {
     let Some(start) = ok.iter().map(|s| s.sent_s).reduce(f64::min) else {
         return 0.0;
     };
-    let end = ok.iter().map(|s| s.sent_s + s.e2e_s).fold(start, f64::max);
-    let mut buckets = vec![0u64; (end - start).ceil() as usize + 1];
+    // Buckets by index in a map: a long run costs its chunks, not its seconds.
+    let mut buckets: std::collections::HashMap<u64, u64> = Default::default();
     for s in ok {
         let Some(ttft) = s.ttft_s else { continue };
         let mut at = s.sent_s + ttft;
         for gap in std::iter::once(0.0).chain(s.gaps_s.iter().copied()) {
             at += gap;
-            if let Some(b) = buckets.get_mut((at - start) as usize) {
-                *b += 1;
-            }
+            *buckets.entry((at - start) as u64).or_default() += 1;
         }
     }
-    buckets.into_iter().max().unwrap_or(0) as f64
+    buckets.into_values().max().unwrap_or(0) as f64
 }
 
-/// The most requests in flight at once, over [sent, end) (a request that
-/// ends as another starts does not overlap it).
+/// vLLM 0.34's peak concurrency: each request counted in every whole
+/// second from its send's to its end's (both included), the fullest
+/// second's count. It counts requests active in the same second, not at
+/// the same instant, so it can exceed the concurrency cap.
 fn peak_concurrency(ok: &[&Sample]) -> u64 {
-    let mut events: Vec<(f64, i64)> = ok
-        .iter()
-        .flat_map(|s| [(s.sent_s, 1), (s.sent_s + s.e2e_s, -1)])
-        .collect();
-    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let mut now = 0i64;
-    events.iter().fold(0, |peak, (_, d)| {
-        now += d;
-        peak.max(now)
-    }) as u64
+    let Some(start) = ok.iter().map(|s| s.sent_s).reduce(f64::min) else {
+        return 0;
+    };
+    let mut seconds: std::collections::HashMap<u64, u64> = Default::default();
+    for s in ok {
+        let (from, to) = (
+            (s.sent_s - start) as u64,
+            (s.sent_s + s.latency_s() - start) as u64,
+        );
+        // A request spanning more seconds than a run could hold is cut at a day.
+        for second in from..=to.min(from + 86_400) {
+            *seconds.entry(second).or_default() += 1;
+        }
+    }
+    seconds.into_values().max().unwrap_or(0)
 }
 
 /// vLLM's stats of one metric, in ms: mean, median, std and percentiles.
@@ -193,6 +199,7 @@ mod tests {
             sent_s,
             ttft_s: Some(ttft_s),
             e2e_s: ttft_s + gaps.iter().sum::<f64>(),
+            last_token_s: Some(ttft_s + gaps.iter().sum::<f64>()),
             output_tokens: gaps.len() as u64 + 1,
             gaps_s: gaps.to_vec(),
             chunks: gaps.len() as u64 + 1,
@@ -207,14 +214,16 @@ mod tests {
     }
 
     #[test]
-    fn the_peak_counts_chunks_per_second_bucket_and_requests_over_half_open_spans() {
+    fn the_peaks_count_chunks_and_requests_per_second_bucket_as_vllm_does() {
         // Two requests back to back: the second starts as the first ends.
         let a = sample(0.0, 0.5, &[0.1; 4]); // chunks at 0.5..0.9, ends 0.9
         let b = sample(0.9, 0.2, &[0.3; 3]); // chunks at 1.1, 1.4, 1.7, 2.0
         assert_eq!(peak_output_per_s(&[&a, &b]), 5.0, "0.5–0.9 in bucket 0");
-        assert_eq!(peak_concurrency(&[&a, &b]), 1, "[0, 0.9) and [0.9, 1.9)");
-        let c = sample(0.1, 0.1, &[0.1]);
-        assert_eq!(peak_concurrency(&[&a, &b, &c]), 2);
+        // vLLM 0.34 counts a request in each second it touches: a in 0,
+        // b in 0, 1 and 2 (sent at 0.9, ends at 2.0): both in second 0.
+        assert_eq!(peak_concurrency(&[&a, &b]), 2);
+        let c = sample(1.2, 0.1, &[0.1]);
+        assert_eq!(peak_concurrency(&[&a, &b, &c]), 2, "b and c in second 1");
     }
 
     #[test]

@@ -1,15 +1,60 @@
 //! AIPerf's exports: `profile_export.jsonl` (a record per request: its
 //! start and end in ns, TTFT, each chunk's gap, token counts, error) and,
 //! beside it, `profile_export_aiperf.json` for the settings. The records
-//! are what is read; the summary file alone holds no requests.
+//! are what is read, a line at a time into typed fields; the summary file
+//! alone holds no requests.
 
-use super::{count, seconds, Dialect, Imported, PeerRequest};
+use super::{count_of, seconds_of, Dialect, Imported, PeerRequest};
+use serde::Deserialize;
 use serde_json::{json, Value};
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 use tokenscope_core::results::Target;
 
 const RECORDS: &str = "profile_export.jsonl";
 const SUMMARY: &str = "profile_export_aiperf.json";
+/// The longest record line read: a request with a million chunks is ~20 MB.
+const MAX_LINE: u64 = 64 << 20;
+
+/// One `MetricRecordInfo` line, the fields read.
+#[derive(Deserialize)]
+struct Line {
+    metadata: Meta,
+    #[serde(default)]
+    metrics: Metrics,
+    error: Option<ErrorDetails>,
+}
+
+#[derive(Deserialize)]
+struct Meta {
+    request_start_ns: u64,
+    request_end_ns: u64,
+    benchmark_phase: Option<String>,
+    #[serde(default)]
+    was_cancelled: bool,
+}
+
+#[derive(Deserialize, Default)]
+struct Metrics {
+    time_to_first_token: Option<Metric<f64>>,
+    inter_chunk_latency: Option<Metric<Vec<f64>>>,
+    output_sequence_length: Option<Metric<f64>>,
+    input_sequence_length: Option<Metric<f64>>,
+}
+
+#[derive(Deserialize)]
+struct Metric<T> {
+    value: T,
+    unit: String,
+}
+
+#[derive(Deserialize)]
+struct ErrorDetails {
+    code: Option<i64>,
+    message: Option<String>,
+    #[serde(rename = "type")]
+    kind: Option<String>,
+}
 
 pub fn read(file: &Path) -> Result<Imported, String> {
     let beside = |name: &str| file.with_file_name(name);
@@ -23,15 +68,18 @@ pub fn read(file: &Path) -> Result<Imported, String> {
         ));
     }
     let requests = read_records(&records)?;
-    if requests.is_empty() {
-        return Err(format!("{}: holds no requests", records.display()));
+    if requests.iter().all(|r| r.warmup) {
+        return Err(format!(
+            "{}: holds no profiling requests",
+            records.display()
+        ));
     }
     let doc = match summary.exists() {
         true => super::read_json(&summary).map_err(|e| format!("{}: {e}", summary.display()))?,
         false => Value::Null,
     };
     let cfg = &doc["input_config"];
-    let first_ns = requests
+    let first = requests
         .iter()
         .map(|r| r.start_s)
         .fold(f64::INFINITY, f64::min);
@@ -41,115 +89,139 @@ pub fn read(file: &Path) -> Result<Imported, String> {
         started_at: doc["start_time"]
             .as_str()
             .map(String::from)
-            .unwrap_or_else(|| iso(first_ns)),
-        target: Target {
-            url: cfg["endpoint"]["urls"][0]
-                .as_str()
-                .unwrap_or("unknown")
-                .into(),
-            api: match cfg["endpoint"]["type"].as_str() {
-                Some("chat") => "openai-chat".into(),
-                Some("completions") => "openai-completions".into(),
-                Some(other) => other.into(),
-                None => "unknown".into(),
-            },
-            model: cfg["models"]["items"][0]["name"]
-                .as_str()
-                .unwrap_or("unknown")
-                .into(),
-            builtin: None,
-        },
+            .unwrap_or_else(|| super::iso(first)),
+        target: target(cfg),
         config: config(cfg),
         requests,
-        notes: if doc.is_null() {
-            vec![format!(
+        notes: match doc.is_null() {
+            true => vec![format!(
                 "{SUMMARY} is not beside the records: the settings are not known"
-            )]
-        } else {
-            Vec::new()
+            )],
+            false => Vec::new(),
         },
         not_measured: Vec::new(),
         window_s: None,
     })
 }
 
-fn iso(epoch_s: f64) -> String {
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(epoch_s.max(0.0));
-    humantime::format_rfc3339_millis(t).to_string()
+fn target(cfg: &Value) -> Target {
+    Target {
+        url: cfg["endpoint"]["urls"][0]
+            .as_str()
+            .unwrap_or("unknown")
+            .into(),
+        api: match cfg["endpoint"]["type"].as_str() {
+            Some("chat") => "openai-chat".into(),
+            Some("completions") => "openai-completions".into(),
+            Some(other) => other.into(),
+            None => "unknown".into(),
+        },
+        model: cfg["models"]["items"][0]["name"]
+            .as_str()
+            .unwrap_or("unknown")
+            .into(),
+        builtin: None,
+    }
 }
 
+/// The records, a line at a time (a line past [`MAX_LINE`] refused).
 fn read_records(path: &Path) -> Result<Vec<PeerRequest>, String> {
-    let text = super::read_text(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, line)| {
-            let at = |e: String| format!("{}:{}: {e}", path.display(), i + 1);
-            let v: Value = serde_json::from_str(line).map_err(|e| at(format!("not JSON ({e})")))?;
-            request(&v).map_err(at)
-        })
-        .collect()
+    let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut reader = std::io::BufReader::new(f);
+    let (mut out, mut line, mut chunks) = (Vec::new(), Vec::new(), 0u64);
+    for n in 1.. {
+        let at = |e: String| format!("{}:{n}: {e}", path.display());
+        line.clear();
+        let read = (&mut reader)
+            .take(MAX_LINE + 1)
+            .read_until(b'\n', &mut line);
+        match read.map_err(|e| at(e.to_string()))? {
+            0 => break,
+            len if len as u64 > MAX_LINE => {
+                return Err(at(format!(
+                    "a line past {} MiB: not a record",
+                    MAX_LINE >> 20
+                )))
+            }
+            _ => {}
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let parsed: Line = serde_json::from_slice(&line)
+            .map_err(|e| at(super::why_unread(e, "an AIPerf record")))?;
+        let r = request(parsed).map_err(at)?;
+        chunks += r.gaps_s.len() as u64 + 1;
+        super::within_chunk_limit(chunks)?;
+        out.push(r);
+    }
+    Ok(out)
 }
 
-/// One `MetricRecordInfo` line.
-fn request(v: &Value) -> Result<PeerRequest, String> {
-    let meta = &v["metadata"];
-    let start = count(&meta["request_start_ns"], "metadata.request_start_ns")?;
-    let end = count(&meta["request_end_ns"], "metadata.request_end_ns")?;
-    let m = &v["metrics"];
-    let error = match &v["error"] {
-        Value::Null => None,
-        e => Some(
-            e["message"]
-                .as_str()
-                .map_or_else(|| e.to_string(), String::from),
-        ),
+fn request(v: Line) -> Result<PeerRequest, String> {
+    let meta = &v.metadata;
+    let m = &v.metrics;
+    let error = v.error.map(|e| {
+        let message = e.message.or(e.kind).unwrap_or_else(|| "error".into());
+        match e.code {
+            Some(code) if (400..600).contains(&code) => format!("HTTP {code}: {message}"),
+            _ => message,
+        }
+    });
+    let error = match meta.was_cancelled {
+        true => Some(format!(
+            "cancelled{}",
+            error.map(|e| format!(": {e}")).unwrap_or_default()
+        )),
+        false => error,
     };
-    let gaps = match m["inter_chunk_latency"]["value"].as_array() {
-        Some(list) => {
-            let per_s = per_second(&m["inter_chunk_latency"]["unit"])?;
-            list.iter()
-                .map(|g| seconds(g, per_s, "inter_chunk_latency"))
+    let time = |t: &Metric<f64>, what: &str| seconds_of(t.value / per_second(&t.unit)?, what);
+    let gaps = match &m.inter_chunk_latency {
+        Some(g) => {
+            let per_s = per_second(&g.unit)?;
+            g.value
+                .iter()
+                .map(|x| seconds_of(x / per_s, "inter_chunk_latency"))
                 .collect::<Result<_, _>>()?
         }
         None => Vec::new(),
     };
-    let ttft = match &m["time_to_first_token"] {
-        Value::Null => None,
-        t => Some(seconds(
-            &t["value"],
-            per_second(&t["unit"])?,
-            "time_to_first_token",
-        )?),
+    let tokens = |t: &Option<Metric<f64>>, what: &str| {
+        t.as_ref().map(|t| count_of(t.value, what)).transpose()
     };
-    let tokens = |key: &str| match &m[key]["value"] {
-        Value::Null => Ok(None),
-        n => count(n, key).map(Some),
-    };
+    let ttft = m
+        .time_to_first_token
+        .as_ref()
+        .map(|t| time(t, "time_to_first_token"))
+        .transpose()?;
     Ok(PeerRequest {
-        start_s: start as f64 / 1e9,
+        start_s: meta.request_start_ns as f64 / 1e9,
         ttft_s: ttft.filter(|_| error.is_none()),
         gaps_s: gaps,
-        e2e_s: end
-            .checked_sub(start)
+        e2e_s: meta
+            .request_end_ns
+            .checked_sub(meta.request_start_ns)
             .ok_or("request_end_ns before request_start_ns")? as f64
             / 1e9,
-        input_tokens: tokens("input_sequence_length")?,
-        output_tokens: tokens("output_sequence_length")?.unwrap_or(0),
+        input_tokens: tokens(&m.input_sequence_length, "input_sequence_length")?,
+        output_tokens: tokens(&m.output_sequence_length, "output_sequence_length")?.unwrap_or(0),
+        cancelled: meta.was_cancelled,
         error,
-        warmup: meta["benchmark_phase"]
-            .as_str()
-            .is_some_and(|p| p != "profiling"),
+        // AIPerf's phase names are case-insensitive.
+        warmup: meta
+            .benchmark_phase
+            .as_deref()
+            .is_some_and(|p| !p.eq_ignore_ascii_case("profiling")),
     })
 }
 
 /// How many of AIPerf's time unit make a second.
-fn per_second(unit: &Value) -> Result<f64, String> {
-    match unit.as_str() {
-        Some("ms") => Ok(1e3),
-        Some("s") | Some("sec") => Ok(1.0),
-        Some("us") => Ok(1e6),
-        Some("ns") => Ok(1e9),
+fn per_second(unit: &str) -> Result<f64, String> {
+    match unit {
+        "ms" => Ok(1e3),
+        "s" | "sec" => Ok(1.0),
+        "us" => Ok(1e6),
+        "ns" => Ok(1e9),
         other => Err(format!("time unit {other:?} is not one AIPerf writes")),
     }
 }

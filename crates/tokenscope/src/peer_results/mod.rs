@@ -25,9 +25,12 @@ use std::path::{Path, PathBuf};
 use tokenscope_core::record::{Chunk, ErrorKind, RequestRecord};
 use tokenscope_core::results::{Finding, RunResults, Target};
 
-/// The most bytes a peer's file may hold: a million requests' detailed
-/// vLLM result is about 1 GiB; past that it is not one.
-const MAX_BYTES: u64 = 2 << 30;
+/// The most bytes a peer's JSON file may hold. Read into typed fields, a
+/// number costs at most 4× its shortest text (`0,`): 256 MiB keeps the
+/// parse near 1 GiB, and holds ~12 million chunk gaps as Python writes them.
+const MAX_BYTES: u64 = 256 << 20;
+/// The most chunks an import rebuilds (16 bytes each as records).
+const MAX_CHUNKS: u64 = 50_000_000;
 
 /// Which peer wrote a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +62,11 @@ pub struct PeerRequest {
     pub input_tokens: Option<u64>,
     pub output_tokens: u64,
     pub error: Option<String>,
-    /// A warm-up request (AIPerf's warmup phase).
+    /// Cancelled rather than failed (GuideLLM's incomplete, AIPerf's
+    /// `was_cancelled`): tokenscope's `cancelled` kind, not a failure.
+    pub cancelled: bool,
+    /// Outside the measured window (AIPerf's warm-up phase, GuideLLM's
+    /// warm-up and cool-down).
     pub warmup: bool,
 }
 
@@ -112,13 +119,22 @@ pub fn detect(path: &Path) -> Option<(Dialect, PathBuf)> {
     // GuideLLM's and vLLM's files are named freely: told apart by their keys.
     let head = read_head(&base)?;
     // (A key's place is not fixed: a rewritten file may sort them.)
-    if head.contains("\"benchmarks\"") {
+    if is_key(&head, "benchmarks") {
         Some((Dialect::Guidellm, base))
     } else if head.contains("\"endpoint_type\"") || head.contains("\"num_prompts\"") {
         Some((Dialect::Vllm, base))
     } else {
         None
     }
+}
+
+/// `"key":` somewhere in `text` (a key, not a value that says its name).
+/// Its value's shape is the reader's to check, so that a file of the
+/// wrong shape is refused with why, not taken for something else.
+fn is_key(text: &str, key: &str) -> bool {
+    let quoted = format!("\"{key}\"");
+    text.match_indices(&quoted)
+        .any(|(at, _)| text[at + quoted.len()..].trim_start().starts_with(':'))
 }
 
 /// `FILE#K`: the K-th benchmark of a GuideLLM file holding several.
@@ -148,13 +164,25 @@ fn read_head(path: &Path) -> Option<String> {
 /// The file as JSON, refused past [`MAX_BYTES`].
 pub(crate) fn read_json(path: &Path) -> Result<Value, String> {
     let text = read_text(path)?;
-    serde_json::from_str(&text).map_err(|e| format!("not JSON ({e})"))
+    serde_json::from_str(&text).map_err(|e| why_unread(e, "JSON"))
 }
 
+/// Why a peer's file did not parse: cut short, not JSON at all, or JSON
+/// of another shape than `what`.
+pub(crate) fn why_unread(e: serde_json::Error, what: &str) -> String {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Eof => format!("truncated JSON ({e})"),
+        Category::Syntax => format!("not JSON ({e})"),
+        Category::Data | Category::Io => format!("not {what} ({e})"),
+    }
+}
+
+/// The file as text, refused past [`MAX_BYTES`], Python's float words made JSON.
 pub(crate) fn read_text(path: &Path) -> Result<String, String> {
     use std::io::Read;
     let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
-    let too_large = || format!("larger than {} GiB: not a peer's result", MAX_BYTES >> 30);
+    let too_large = || format!("larger than {} MiB: not a peer's result", MAX_BYTES >> 20);
     // Refused before reading where the size is known; bounded by take() where not (a pipe).
     if f.metadata().is_ok_and(|m| m.len() > MAX_BYTES) {
         return Err(too_large());
@@ -166,7 +194,42 @@ pub(crate) fn read_text(path: &Path) -> Result<String, String> {
     if bytes.len() as u64 > MAX_BYTES {
         return Err(too_large());
     }
-    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".into())
+    let text = String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
+    Ok(python_floats_as_null(text))
+}
+
+/// Python's `json.dump` (vLLM's writer) writes a NaN or infinite float as
+/// the bare words `NaN`, `Infinity`, `-Infinity`, which JSON has not: a
+/// summary over no samples holds them. Each outside a string becomes
+/// `null`, the peers' own "no value" (pydantic writes it so).
+fn python_floats_as_null(text: String) -> String {
+    if !text.contains("NaN") && !text.contains("Infinity") {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len());
+    let (mut in_string, mut escaped) = (false, false);
+    let mut rest = text.as_str();
+    while let Some(c) = rest.chars().next() {
+        if !in_string {
+            let word = ["-Infinity", "Infinity", "NaN"]
+                .into_iter()
+                .find(|w| rest.starts_with(w));
+            if let Some(w) = word {
+                out.push_str("null");
+                rest = &rest[w.len()..];
+                continue;
+            }
+        }
+        match (in_string, escaped, c) {
+            (true, true, _) => escaped = false,
+            (true, false, '\\') => escaped = true,
+            (_, false, '"') => in_string = !in_string,
+            _ => {}
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
 }
 
 /// Reads a peer's result.
@@ -179,22 +242,40 @@ pub fn read(dialect: Dialect, file: &Path, asked: &Path) -> Result<Imported, Str
     }
 }
 
-/// A number a peer wrote, refused when it is not one a count can be
-/// (negative, fractional past rounding, NaN, beyond u64).
-pub(crate) fn count(v: &Value, what: &str) -> Result<u64, String> {
-    match v.as_f64() {
-        Some(x) if x.is_finite() && x >= 0.0 && x < u64::MAX as f64 && x.fract() == 0.0 => {
-            Ok(x as u64)
-        }
-        _ => Err(format!("{what}: {v} is not a count")),
+/// A number a peer wrote as a count, refused when it is not one
+/// (negative, fractional, not finite, beyond u64).
+pub(crate) fn count_of(x: f64, what: &str) -> Result<u64, String> {
+    match x.is_finite() && x >= 0.0 && x < u64::MAX as f64 && x.fract() == 0.0 {
+        true => Ok(x as u64),
+        false => Err(format!("{what}: {x} is not a count")),
     }
 }
 
-/// A duration a peer wrote, in its unit; refused when negative or not finite.
-pub(crate) fn seconds(v: &Value, per_second: f64, what: &str) -> Result<f64, String> {
-    match v.as_f64() {
-        Some(x) if x.is_finite() && x >= 0.0 => Ok(x / per_second),
-        _ => Err(format!("{what}: {v} is not a duration")),
+/// A duration a peer wrote, in seconds; refused when negative or not finite.
+pub(crate) fn seconds_of(x: f64, what: &str) -> Result<f64, String> {
+    match x.is_finite() && x >= 0.0 {
+        true => Ok(x),
+        false => Err(format!("{what}: {x} is not a duration")),
+    }
+}
+
+/// Refuses an import past [`MAX_CHUNKS`] chunks, before they are built.
+pub(crate) fn within_chunk_limit(chunks: u64) -> Result<(), String> {
+    match chunks <= MAX_CHUNKS {
+        true => Ok(()),
+        false => Err(format!(
+            "more than {MAX_CHUNKS} chunks: past what an import rebuilds"
+        )),
+    }
+}
+
+/// Seconds since the Unix epoch as RFC 3339, "unknown" outside 1970–9999.
+pub(crate) fn iso(epoch_s: f64) -> String {
+    match std::time::Duration::try_from_secs_f64(epoch_s) {
+        Ok(d) if d.as_secs() < 253_402_300_800 => {
+            humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + d).to_string()
+        }
+        _ => format!("unknown ({epoch_s} s since 1970)"),
     }
 }
 
@@ -250,15 +331,29 @@ impl Imported {
         };
         let mut r = crate::run::collect::assemble(agg.finish(), facts);
         if let Some(d) = self.window_s.filter(|d| *d > 0.0) {
-            over_window(&mut r, d);
+            let busy_s = self
+                .requests
+                .iter()
+                .filter(|p| !p.warmup)
+                .map(|p| p.e2e_s)
+                .sum();
+            over_window(&mut r, d, busy_s);
+        }
+        // Chunk times the peer did not keep are not shown, nor recorded in the history.
+        if self.not_measured.iter().any(|(f, _)| *f == "itl") {
+            r.latency.itl_ms = None;
+            r.latency.icl_ms = None;
         }
         r
     }
 }
 
 /// The rates over the peer's own window, where the records hold no send
-/// times; the concurrency and the steady window are then unknown, not 0.
-fn over_window(r: &mut RunResults, d: f64) {
+/// times. The mean concurrency is then the requests' summed latency over
+/// the window (Little's law, exact); the peak is known only to the whole
+/// window's resolution (every request in it), an upper bound said as one;
+/// the steady window is unknown, not 0.
+fn over_window(r: &mut RunResults, d: f64, busy_s: f64) {
     let t = &mut r.throughput;
     let (input, output) = (r.tokens.input_total as f64, r.tokens.output_total as f64);
     t.requests_per_s = r.counts.succeeded as f64 / d;
@@ -266,6 +361,9 @@ fn over_window(r: &mut RunResults, d: f64) {
     t.input_tokens_per_s = input / d;
     t.total_tokens_per_s = (input + output) / d;
     t.output_tokens_per_s_ci95 = None;
+    t.concurrency.mean = busy_s / d;
+    t.concurrency.max = r.counts.requests;
+    t.concurrency.max_resolution_ms = Some(d * 1e3);
     r.window.duration_s = d;
     r.window.end_s = r.window.start_s + d;
     r.window.steady = None;
@@ -291,7 +389,10 @@ fn record(id: u64, p: &PeerRequest, sent_us: u64) -> RequestRecord {
     r.input_tokens = p.input_tokens;
     r.output_tokens = p.output_tokens;
     if let Some(e) = &p.error {
-        r.error_kind = Some(error_kind(e));
+        r.error_kind = Some(match p.cancelled {
+            true => ErrorKind::Cancelled,
+            false => error_kind(e),
+        });
         r.error = Some(e.clone());
         return r;
     }
@@ -334,8 +435,13 @@ fn error_kind(message: &str) -> ErrorKind {
         .iter()
         .find(|(p, _)| message.contains(p))
         .map(|(_, c)| *c);
-    let status = message
-        .split(|c: char| !c.is_ascii_digit())
+    // A number is a status only in a message that says it is one.
+    let lower = message.to_ascii_lowercase();
+    let says_status = lower.contains("http") || lower.contains("status");
+    let status = says_status
+        .then_some(message)
+        .into_iter()
+        .flat_map(|m| m.split(|c: char| !c.is_ascii_digit()))
         .filter(|w| w.len() == 3)
         .filter_map(|w| w.parse::<u16>().ok())
         .find(|c| (400..600).contains(c))
@@ -395,6 +501,47 @@ pub fn convert(dialect: Dialect, file: &Path, asked: &Path) -> anyhow::Result<Pa
 pub fn resolve(path: &Path) -> anyhow::Result<PathBuf> {
     match detect(path) {
         Some((dialect, file)) => convert(dialect, &file, path),
+        None if split_index(path).0.is_file() => Err(crate::exit::Exit::usage(format!(
+            "{}: not a result tokenscope reads (a run or sweep directory, a vLLM bench serve \
+             result, AIPerf's profile_export*.json or .jsonl, GuideLLM's benchmarks file)",
+            path.display()
+        ))),
         None => Ok(path.to_path_buf()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pythons_float_words_become_null_outside_strings_only() {
+        let text = r#"{"a": NaN, "b": [-Infinity, Infinity], "c": "NaN \" Infinity", "d": 1}"#;
+        let v: Value = serde_json::from_str(&python_floats_as_null(text.into())).unwrap();
+        assert_eq!(v["a"], Value::Null);
+        assert_eq!(v["b"], json!([null, null]));
+        assert_eq!(v["c"], "NaN \" Infinity");
+        assert_eq!(v["d"], 1);
+    }
+
+    #[test]
+    fn counts_and_durations_refuse_what_they_cannot_be() {
+        assert_eq!(count_of(3.0, "n"), Ok(3));
+        for x in [-1.0, 0.5, f64::NAN, f64::INFINITY, 1e20] {
+            assert!(count_of(x, "n").is_err(), "{x}");
+        }
+        assert!(seconds_of(-0.1, "t").is_err());
+        assert!(seconds_of(f64::NAN, "t").is_err());
+        assert!(iso(1e30).starts_with("unknown"));
+        assert!(iso(-5.0).starts_with("unknown"));
+        assert!(iso(0.0).starts_with("1970-01-01T00:00:00"));
+    }
+
+    #[test]
+    fn error_kinds_come_from_a_status_or_its_phrase() {
+        assert_eq!(error_kind("HTTP 429: slow down"), ErrorKind::Http(429));
+        assert_eq!(error_kind("Service Unavailable"), ErrorKind::Http(503));
+        assert_eq!(error_kind("took 1500 ms then reset"), ErrorKind::Stream);
+        assert_eq!(error_kind("timed out after 404 s"), ErrorKind::Stream);
     }
 }
