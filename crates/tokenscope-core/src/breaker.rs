@@ -135,7 +135,7 @@ impl Breaker {
 
     /// Takes one finished record; the rule it trips, if one does.
     pub fn add(&mut self, r: &RequestRecord) -> Option<Tripped> {
-        if r.warmup || r.error_kind == Some(ErrorKind::Cancelled) {
+        if r.warmup || r.error_kind == Some(ErrorKind::Cancelled) || r.abandoned() {
             return None;
         }
         let done_s = r.done_at_us as f64 * 1e-6;

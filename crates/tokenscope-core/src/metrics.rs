@@ -232,6 +232,10 @@ impl Aggregator {
             c.succeeded += 1;
             return;
         };
+        if r.abandoned() {
+            c.abandoned += 1;
+            return;
+        }
         c.failed += 1;
         *c.errors.entry(kind.to_string()).or_insert(0) += 1;
         let message = r.error.clone().unwrap_or_default();

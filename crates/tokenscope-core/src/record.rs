@@ -39,6 +39,10 @@ pub enum ErrorKind {
     Malformed,
     /// Cancelled by the user (Ctrl-C) or the end of a `--duration` run.
     Cancelled,
+    /// Left on purpose (`--cancel`): the client closed the connection, as
+    /// a user who leaves does. Not a failure: counted apart, its record
+    /// keeping when it left and what it had received.
+    Abandoned,
     /// tokenscope itself failed on this request (a panic in its task): a
     /// bug of ours, recorded so the request is not lost; the run exits 1.
     Internal,
@@ -61,6 +65,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::ServerError => f.write_str("server_error"),
             ErrorKind::Malformed => f.write_str("malformed"),
             ErrorKind::Cancelled => f.write_str("cancelled"),
+            ErrorKind::Abandoned => f.write_str("abandoned"),
             ErrorKind::Internal => f.write_str("internal"),
             ErrorKind::NotStreamed => f.write_str("not_streamed"),
             ErrorKind::EmptyAnswer => f.write_str("empty_answer"),
@@ -79,6 +84,7 @@ impl std::str::FromStr for ErrorKind {
             "server_error" => ErrorKind::ServerError,
             "malformed" => ErrorKind::Malformed,
             "cancelled" => ErrorKind::Cancelled,
+            "abandoned" => ErrorKind::Abandoned,
             "internal" => ErrorKind::Internal,
             "not_streamed" => ErrorKind::NotStreamed,
             "empty_answer" => ErrorKind::EmptyAnswer,
@@ -232,6 +238,14 @@ pub struct RequestRecord {
     /// generated answer so two runs' answers can be compared for free.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer_hash: Option<String>,
+    /// The id it was sent under (`X-Request-Id` by default): what finds it
+    /// in the server's logs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// The W3C `traceparent` it was sent with (`--trace-context`): what
+    /// finds it in the server's traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
     /// `--keep-text`: the answer's text itself (written apart, to
     /// `answers.jsonl.gz`, never into `requests.jsonl`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -533,6 +547,16 @@ impl RequestRecord {
         self.error_kind.is_none()
     }
 
+    /// Failed: ended by an error, not by the client leaving on purpose.
+    pub fn failed(&self) -> bool {
+        self.error_kind.is_some_and(|k| k != ErrorKind::Abandoned)
+    }
+
+    /// Left on purpose (`--cancel`).
+    pub fn abandoned(&self) -> bool {
+        self.error_kind == Some(ErrorKind::Abandoned)
+    }
+
     /// TTFT = first token − sent, in µs.
     pub fn ttft_us(&self) -> Option<u64> {
         Some(self.first_token_at_us?.saturating_sub(self.sent_at_us))
@@ -735,6 +759,7 @@ mod tests {
             ErrorKind::ServerError,
             ErrorKind::Malformed,
             ErrorKind::Cancelled,
+            ErrorKind::Abandoned,
         ] {
             let json = serde_json::to_string(&kind).unwrap();
             assert_eq!(serde_json::from_str::<ErrorKind>(&json).unwrap(), kind);

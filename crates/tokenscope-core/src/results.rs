@@ -378,6 +378,10 @@ pub struct Counts {
     pub requests: u64,
     pub succeeded: u64,
     pub failed: u64,
+    /// Left on purpose (`--cancel`): neither succeeded nor failed, and in
+    /// no latency figure.
+    #[serde(default)]
+    pub abandoned: u64,
     /// Failures by kind: `connect`, `timeout`, `http_429`, `stream`, `server_error`, `malformed`, `cancelled`.
     pub errors: BTreeMap<String, u64>,
     pub warmup: u64,

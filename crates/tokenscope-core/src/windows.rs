@@ -88,6 +88,9 @@ impl Counts {
     /// A measured record, counted as the run's figures count it.
     fn add(&mut self, r: &RequestRecord, slo: Option<&Slo>) {
         self.requests += 1;
+        if r.abandoned() {
+            return;
+        }
         if let Some(kind) = r.error_kind {
             self.failed += 1;
             *self.errors.entry(kind.to_string()).or_insert(0) += 1;

@@ -234,12 +234,15 @@ impl Client {
         })
     }
 
-    /// The bytes of a POST of `body` to the endpoint.
-    pub fn post(&self, body: &[u8]) -> Vec<u8> {
-        let mut wire =
-            Vec::with_capacity(self.post_head.len() + self.headers.len() + body.len() + 32);
+    /// The bytes of a POST of `body` to the endpoint, with this request's
+    /// own header lines (`own`, each ending in CRLF: its id) after the run's.
+    pub fn post(&self, body: &[u8], own: &[u8]) -> Vec<u8> {
+        let mut wire = Vec::with_capacity(
+            self.post_head.len() + self.headers.len() + own.len() + body.len() + 32,
+        );
         wire.extend_from_slice(&self.post_head);
         wire.extend_from_slice(&self.headers);
+        wire.extend_from_slice(own);
         wire.extend_from_slice(format!("content-length: {}\r\n\r\n", body.len()).as_bytes());
         wire.extend_from_slice(body);
         wire

@@ -8,6 +8,7 @@
 //! serves before the load; [`connections`], [`runtime`], [`rx_stamp`],
 //! [`loop_delay`] and [`cpu`] keep the client itself fast and measured.
 
+pub mod abandon;
 pub mod connections;
 pub mod counts;
 pub mod cpu;
@@ -18,6 +19,7 @@ pub mod probe;
 pub mod protocol;
 pub mod recorder;
 pub mod request;
+pub mod request_ids;
 pub mod runner;
 pub mod runtime;
 pub mod rx_stamp;

@@ -4,6 +4,7 @@
 //! the chunk JSON → push `(instant, bytes)`. Token counts per chunk are settled
 //! once the stream ends, from the server's usage when it has one.
 
+use crate::abandon::Leave;
 use crate::counts::{implausible, implausible_running, split_tokens, Carried};
 use crate::http1::{Body, Conn, Head, HttpError};
 use crate::protocol::{
@@ -69,6 +70,10 @@ pub struct Target {
     pub timeout: Duration,
     /// Longest to wait for the response head or the next read of the stream.
     pub idle_timeout: Duration,
+    /// Each request's id and trace context, sent as headers and recorded.
+    pub ids: crate::request_ids::RequestIds,
+    /// `--cancel`: the requests that leave part-way, and when.
+    pub abandon: Option<crate::abandon::Abandon>,
 }
 
 /// Who a request is, apart from its prompt.
@@ -352,8 +357,10 @@ pub async fn execute(
 ) -> (RequestRecord, String) {
     let adapter = target.adapters.as_ref().map(|a| a.for_request(ticket.id));
     let judging = Judging::of(target, spec);
-    let (wire, items_asked) = wire_request(target, (spec, history), adapter, &judging);
+    let (own_head, request_id, traceparent) = target.ids.head(ticket.id);
+    let (wire, items_asked) = wire_request(target, (spec, history), adapter, &judging, &own_head);
     let mut rec = sent_record(&ticket, spec, adapter, &judging);
+    (rec.request_id, rec.traceparent) = (request_id, traceparent);
     let deadline = Instant::now() + target.timeout;
     let sent = send(target, clock, &wire, &mut rec, cancel, deadline).await;
     drop(wire);
@@ -408,6 +415,7 @@ pub async fn execute(
         deadline,
         streamed,
         sent_at_us: rec.sent_at_us,
+        leave: target.abandon.and_then(|a| a.for_request(ticket.id)),
     };
     let (ended, last_at) = reading.follow(&mut conn, &mut body, &mut stream, at).await;
     // The end of the stream is the arrival of the read that ended it (the
@@ -431,6 +439,7 @@ fn wire_request(
     (spec, history): (&PromptSpec, &[Exchange]),
     adapter: Option<&str>,
     judging: &Judging,
+    own_head: &[u8],
 ) -> (Vec<u8>, ItemsAsked) {
     let offered = judging.tools.as_ref();
     let request = Request {
@@ -450,7 +459,10 @@ fn wire_request(
         .with_media(&spec.media)
     };
     let body = target.api.body(&request);
-    (target.http.post(&body), target.api.items_asked(&request))
+    (
+        target.http.post(&body, own_head),
+        target.api.items_asked(&request),
+    )
 }
 
 /// The record of a request about to be sent: who it is and what it asks.
@@ -576,6 +588,8 @@ struct Reading<'a> {
     streamed: Streamed<'a>,
     /// When the request went out (the run's clock, µs).
     sent_at_us: u64,
+    /// `--cancel`: when this request leaves, if it does.
+    leave: Option<crate::abandon::Leave>,
 }
 
 impl Reading<'_> {
@@ -613,6 +627,21 @@ impl Reading<'_> {
         tokio::pin!(watchdog);
         let mut last_read = Instant::now();
         let mut last_at = at;
+        // A user who leaves at a time: a timer from the send, else never.
+        let leave_at = match self.leave {
+            Some(Leave::At(d)) => {
+                Some(Instant::from_std(self.clock.at(Duration::from_micros(self.sent_at_us))) + d)
+            }
+            _ => None,
+        };
+        let leaving = async {
+            match leave_at {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(leaving);
+        self.leave_after_chunks(stream);
         while !ended && !stream.done && stream.failure.is_none() {
             // The read first: a task woken by its socket finds its bytes
             // without polling the cancellation's waiter (a lock each time)
@@ -630,6 +659,11 @@ impl Reading<'_> {
                 r = conn.fill() => r,
                 _ = &mut cancelled => {
                     stream.failure.get_or_insert((ErrorKind::Cancelled, "cancelled mid-stream".into()));
+                    break;
+                }
+                _ = &mut leaving => {
+                    let why = self.leave.map(Leave::reason).unwrap_or_default();
+                    stream.failure.get_or_insert((ErrorKind::Abandoned, why));
                     break;
                 }
                 _ = &mut watchdog => {
@@ -679,8 +713,19 @@ impl Reading<'_> {
                 stream.chunks.len(),
                 at.saturating_sub(self.sent_at_us),
             );
+            self.leave_after_chunks(stream);
         }
         (ended, last_at)
+    }
+
+    /// A user who leaves after N chunks leaves once they have come: the
+    /// connection is then closed, never returned to the pool.
+    fn leave_after_chunks(&self, stream: &mut Stream) {
+        if let Some(Leave::AfterChunks(n)) = self.leave {
+            if stream.chunks.len() as u64 >= n && !stream.done && stream.failure.is_none() {
+                stream.failure = Some((ErrorKind::Abandoned, Leave::AfterChunks(n).reason()));
+            }
+        }
     }
 }
 

@@ -226,7 +226,7 @@ impl Progress {
         if r.first_token_at_us.is_none() {
             self.ended_unstreamed.fetch_add(1, Ordering::Relaxed);
         }
-        if !r.succeeded() {
+        if r.failed() {
             self.failed.fetch_add(1, Ordering::Relaxed);
         }
         self.output_tokens

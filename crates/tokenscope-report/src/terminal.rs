@@ -224,10 +224,14 @@ fn header_lines(out: &mut String, r: &RunResults) {
     let _ = writeln!(out, "target {}{builtin}", r.target.url);
     let _ = writeln!(
         out,
-        "{} requests: {} ok, {} failed{} · window {:.2} s{}",
+        "{} requests: {} ok, {} failed{}{} · window {:.2} s{}",
         c.requests,
         c.succeeded,
         c.failed,
+        match c.abandoned {
+            0 => String::new(),
+            n => format!(", {n} abandoned (--cancel; in no latency figure)"),
+        },
         if c.warmup > 0 {
             format!(" · {} warm-up excluded", c.warmup)
         } else {

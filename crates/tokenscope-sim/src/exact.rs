@@ -105,6 +105,8 @@ pub struct ServerStats {
     pub bodies: std::sync::Mutex<Vec<Value>>,
     /// Images received, by their size read from their headers (`640x480`).
     pub images: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+    /// Each request's `X-Request-Id` and `traceparent`, as received.
+    pub ids: Arc<crate::http::SeenIds>,
 }
 
 impl ServerStats {
@@ -204,8 +206,11 @@ impl ExactServer {
             config,
             stats: stats.clone(),
         });
-        let app = crate::http::api_routes(respond, pool)
+        let api =
+            crate::http::log_request_ids(crate::http::api_routes(respond, pool), stats.ids.clone());
+        let app = api
             .route("/v1/models", get(models))
+            .route("/request-ids", get(request_ids))
             .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
             .route("/stats", get(stats_handler))
             .with_state(shared);
@@ -245,6 +250,12 @@ async fn stats_handler(State(s): State<Arc<Shared>>, uri: axum::http::Uri) -> Re
         .query()
         .is_some_and(|q| q.split('&').any(|p| p == "reset"));
     Json(s.stats.snapshot(reset)).into_response()
+}
+
+/// `GET /request-ids`: the ids of the requests received, in arrival order
+/// (the first [`crate::http::SeenIds::KEPT`]).
+async fn request_ids(State(s): State<Arc<Shared>>) -> Response {
+    Json(json!({"count": s.stats.ids.count(), "kept": s.stats.ids.kept()})).into_response()
 }
 
 async fn models(State(s): State<Arc<Shared>>) -> Response {

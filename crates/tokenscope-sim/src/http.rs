@@ -71,6 +71,79 @@ where
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 
+/// The ids the requests were sent under, as a server's access log keeps
+/// them: `X-Request-Id` and W3C `traceparent`, in arrival order, the first
+/// [`SeenIds::KEPT`] kept (the count goes on). What a test holds a client's
+/// records against.
+#[derive(Debug, Default)]
+pub struct SeenIds {
+    kept: std::sync::Mutex<Vec<SeenId>>,
+    count: std::sync::atomic::AtomicU64,
+}
+
+/// One request's ids, as received.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SeenId {
+    pub request_id: Option<String>,
+    pub traceparent: Option<String>,
+}
+
+impl SeenIds {
+    /// The most kept: a long run's log stays bounded.
+    pub const KEPT: usize = 100_000;
+
+    fn saw(&self, id: SeenId) {
+        self.count
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() < Self::KEPT {
+            kept.push(id);
+        }
+    }
+
+    /// The ids kept, in arrival order.
+    pub fn kept(&self) -> Vec<SeenId> {
+        self.kept.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// How many requests came, kept or not.
+    pub fn count(&self) -> u64 {
+        self.count.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// Logs every POST's ids into `log` and echoes its `X-Request-Id` on the
+/// response, as vLLM does with `--enable-request-id-headers`.
+pub fn log_request_ids<S>(router: Router<S>, log: Arc<SeenIds>) -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+{
+    let logged = move |req: axum::extract::Request, next: axum::middleware::Next| {
+        let log = log.clone();
+        async move {
+            let text = |name: &str| {
+                req.headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+            };
+            let id = text("x-request-id");
+            if req.method() == axum::http::Method::POST {
+                log.saw(SeenId {
+                    request_id: id.clone(),
+                    traceparent: text("traceparent"),
+                });
+            }
+            let mut response = next.run(req).await;
+            if let Some(v) = id.and_then(|i| axum::http::HeaderValue::from_str(&i).ok()) {
+                response.headers_mut().insert("x-request-id", v);
+            }
+            response
+        }
+    };
+    router.layer(axum::middleware::from_fn(logged))
+}
+
 /// The largest request body taken. axum's default (2 MB) answered a
 /// million-token prompt with a 413 before the engine could refuse it by
 /// its length, as a vLLM server (which sets no such limit) does; 256 MB

@@ -35,6 +35,39 @@ pub fn diagnose(s: &ServerSummary, client: &Latency) -> Vec<Finding> {
     .collect()
 }
 
+/// The requests the client left (`--cancel`) held against those the
+/// server aborted: a server that aborts fewer went on generating for
+/// nobody. Allowed: a tenth of the leavers (at least one) not yet seen
+/// aborted at the last scrape.
+pub fn abandoned(s: &ServerSummary, left: u64) -> Option<Finding> {
+    if left == 0 {
+        return None;
+    }
+    let Some(aborted) = s.aborted else {
+        return Some(finding(
+            "abandoned_unseen",
+            "info",
+            format!("{left} requests were abandoned (--cancel), but the server shows no abort counter: whether it stopped generating for them is not known"),
+            json!({"abandoned": left}),
+        ));
+    };
+    let allowed = (left / 10).max(1) as f64;
+    let (rule, severity, message) = match aborted + allowed < left as f64 {
+        true => ("generating_for_nobody", "warning", format!(
+            "{left} requests were abandoned (--cancel) but the server aborted only {aborted:.0}: it went on generating for the others, compute spent for nobody (rule: fewer aborts than abandoned less a tenth)"
+        )),
+        false => ("abandoned_aborted", "info", format!(
+            "{left} requests were abandoned (--cancel) and the server counted {aborted:.0} aborts: it stopped generating for them"
+        )),
+    };
+    Some(finding(
+        rule,
+        severity,
+        message,
+        json!({"abandoned": left, "server_aborted": aborted}),
+    ))
+}
+
 /// The queue grew through the run by a fifth of the batch (at least two).
 fn overload(s: &ServerSummary) -> Option<Finding> {
     let (w, r) = (s.waiting?, s.running.or(s.waiting)?);

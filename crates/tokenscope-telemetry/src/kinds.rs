@@ -96,6 +96,10 @@ pub struct Concepts {
     pub prefix_hits: Option<f64>,
     pub prefix_queries: Option<f64>,
     pub preemptions: Option<f64>,
+    /// Requests the server aborted (vLLM: finished for the reason `abort`,
+    /// a client gone among them).
+    #[serde(default)]
+    pub aborted: Option<f64>,
     /// Histograms in seconds.
     pub queue_time: Option<Hist>,
     pub ttft: Option<Hist>,
@@ -193,6 +197,7 @@ pub fn concepts(kind: ServerKind, e: &Exposition) -> Concepts {
                 ],
             );
             c.preemptions = e.sum("vllm:num_preemptions_total");
+            c.aborted = labelled(e, "vllm:request_success_total", "finished_reason", "abort");
             c.queue_time = histogram(e, "vllm:request_queue_time_seconds");
             c.ttft = histogram(e, "vllm:time_to_first_token_seconds");
             c.itl = histogram(e, "vllm:inter_token_latency_seconds")
@@ -312,6 +317,16 @@ fn mean_of(e: &Exposition, name: &str) -> Option<f64> {
 }
 
 /// Merges what several endpoints said (the first one that knows a concept wins).
+/// The sum of `name`'s series whose `label` is `value`; `None` when none is.
+fn labelled(e: &Exposition, name: &str, label: &str, value: &str) -> Option<f64> {
+    let mut it = e
+        .series(name)
+        .filter(|s| s.label(label) == Some(value))
+        .peekable();
+    it.peek()?;
+    Some(it.map(|s| s.value).sum())
+}
+
 pub fn merge(parts: &[Concepts]) -> Concepts {
     let mut c = Concepts::default();
     macro_rules! take {
@@ -327,6 +342,7 @@ pub fn merge(parts: &[Concepts]) -> Concepts {
         prefix_hits,
         prefix_queries,
         preemptions,
+        aborted,
         queue_time,
         ttft,
         itl,

@@ -53,6 +53,9 @@ pub struct ServerSummary {
     pub generation_tokens_per_s: Option<f64>,
     pub prefix_cache_hit_rate: Option<f64>,
     pub preemptions: Option<f64>,
+    /// Requests the server aborted over the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aborted: Option<f64>,
     pub queue_time: Option<HistSummary>,
     pub ttft: Option<HistSummary>,
     pub itl: Option<HistSummary>,
@@ -238,6 +241,7 @@ pub fn summarize(scrapes: &[Scrape], load_end_s: Option<f64>) -> ServerSummary {
             _ => None,
         },
         preemptions: counter(scrapes, |c| c.preemptions),
+        aborted: counter(scrapes, |c| c.aborted),
         queue_time: hist(scrapes, |c| c.queue_time.clone()),
         ttft: hist(scrapes, |c| c.ttft.clone()),
         itl: hist(scrapes, |c| c.itl.clone()),

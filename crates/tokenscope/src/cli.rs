@@ -332,6 +332,7 @@ impl ReportArgs {
             records: RecordsArgs::default(),
             serve_metrics: None,
             otlp_endpoint: None,
+            otlp_span_sample: 1.0,
             history: HistoryArgs {
                 no_history: true,
                 ..HistoryArgs::default()
@@ -934,15 +935,26 @@ fn header(s: &str) -> Result<(String, String), String> {
     let (k, v) = s
         .split_once(':')
         .ok_or_else(|| format!("`{s}`: expected NAME:VALUE"))?;
-    let k = k.trim();
-    if k.is_empty()
-        || !k
-            .bytes()
+    Ok((header_name(k.trim())?, v.trim().to_string()))
+}
+
+/// A header's name: letters, digits, `-` and `_`.
+fn header_name(k: &str) -> Result<String, String> {
+    match !k.is_empty()
+        && k.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
     {
-        return Err(format!("`{k}` is not a valid header name"));
+        true => Ok(k.to_string()),
+        false => Err(format!("`{k}` is not a valid header name")),
     }
-    Ok((k.to_string(), v.trim().to_string()))
+}
+
+/// `--request-id-header`: a header's name, or `none`.
+fn request_id_header(s: &str) -> Result<String, String> {
+    match s {
+        "none" => Ok(s.into()),
+        _ => header_name(s).map_err(|e| format!("{e} (or `none` to send no request id)")),
+    }
 }
 
 /// `--api`: `auto`, or the name of one of the client's APIs
@@ -1044,6 +1056,30 @@ pub struct RequestArgs {
     /// Extra request header, repeatable: --header 'X-Team: search'.
     #[arg(long = "header", value_parser = header, value_name = "NAME:VALUE")]
     pub headers: Vec<(String, String)>,
+    /// The header that names each request to the server, its value
+    /// `ts-RUN-N` (RUN drawn once per run, N the record's id, kept in its
+    /// `request_id`): servers and gateways log it, vLLM echoes it. `none`
+    /// sends none.
+    #[arg(long, value_name = "NAME|none", default_value = "x-request-id", value_parser = request_id_header)]
+    pub request_id_header: String,
+    /// The share of requests whose user leaves part-way (0–1, chosen by
+    /// --seed): the client closes the connection as a user who leaves
+    /// does, when --cancel-after says. Counted apart as `abandoned`, in no
+    /// latency figure; a server that keeps generating for nobody is found
+    /// from its abort counter (vLLM's). --cancel 0.25 --cancel-after tokens:10
+    #[arg(long, value_name = "SHARE", value_parser = probability, requires = "cancel_after")]
+    pub cancel: Option<f64>,
+    /// When a leaving user leaves: a time after the send (`800ms`), one
+    /// drawn per request (`uniform:100ms..2s`), or after N chunks of
+    /// output (`tokens:N`).
+    #[arg(long, value_name = "WHEN", value_parser = tokenscope_load::abandon::After::parse, requires = "cancel")]
+    pub cancel_after: Option<tokenscope_load::abandon::After>,
+    /// Also send a W3C `traceparent` with each request (kept in its record),
+    /// so a server that traces (vLLM's --otlp-traces-endpoint) joins its
+    /// spans to the client's: with --otlp-endpoint, tokenscope exports a
+    /// span per request under the same trace and span ids.
+    #[arg(long)]
+    pub trace_context: bool,
     /// PEM file of CA certificates to trust for an https target, besides the web's
     /// roots: an internal CA or a self-signed server (--ca-cert /etc/ssl/internal-ca.pem).
     #[arg(long, value_name = "FILE")]
@@ -1519,8 +1555,16 @@ pub struct OutputArgs {
     /// named after OpenTelemetry's GenAI conventions
     /// (gen_ai.client.operation.duration, gen_ai.client.token.usage,
     /// gen_ai.server.time_to_first_token, …).
+    /// With it, a client span per request goes to the collector's
+    /// /v1/traces (GenAI attributes, the first token as an event; its ids
+    /// the request's traceparent with --trace-context).
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    /// The share of requests given a client span with --otlp-endpoint
+    /// (0 sends none, 1 every one): a long run stays light with 0.01.
+    /// The same requests are chosen each time (by their ids).
+    #[arg(long, default_value_t = 1.0, value_name = "SHARE", value_parser = probability, requires = "otlp_endpoint")]
+    pub otlp_span_sample: f64,
     #[command(flatten)]
     pub records: RecordsArgs,
     #[command(flatten)]

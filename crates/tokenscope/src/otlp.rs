@@ -28,7 +28,7 @@ use tokenscope_core::record::RequestRecord;
 const INTERVAL: Duration = Duration::from_secs(5);
 
 /// Longest a push may take before it is given up.
-const PUSH_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const PUSH_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Longest the run's end waits for the last push.
 pub const FLUSH_WAIT: Duration = Duration::from_secs(5);
@@ -54,6 +54,10 @@ pub struct Run {
     pub model: String,
     /// Resource attributes: `service.*`, `tokenscope.run`, `tokenscope.tag`, …
     pub resource: Vec<(String, String)>,
+    /// The share of requests given a client span (`--otlp-span-sample`).
+    pub span_sample: f64,
+    /// The run's request ids, which the spans' ids follow.
+    pub ids: tokenscope_load::request_ids::RequestIds,
 }
 
 /// The instruments of one run's export.
@@ -70,6 +74,8 @@ pub struct OtlpExport {
     send_lag: Histogram<f64>,
     requests: Counter<u64>,
     attributes: Vec<KeyValue>,
+    /// A client span per request (`/v1/traces`); `None` with a sample of 0.
+    traces: Option<crate::otlp_traces::Traces>,
 }
 
 /// The GenAI conventions' operation name of an API.
@@ -112,10 +118,7 @@ impl OtlpExport {
             .map_err(|e| anyhow::anyhow!("--otlp-endpoint {url}: {e}"))?;
         let exporter = opentelemetry_otlp::MetricExporter::builder()
             .with_http()
-            .with_http_client(Noting {
-                inner: client,
-                failed: failed.clone(),
-            })
+            .with_http_client(Noting::new(client, failed.clone()))
             .with_protocol(Protocol::HttpBinary)
             .with_endpoint(url)
             .with_timeout(PUSH_TIMEOUT)
@@ -128,6 +131,16 @@ impl OtlpExport {
             .with_service_name("tokenscope")
             .with_attributes(run.resource.into_iter().map(|(k, v)| KeyValue::new(k, v)))
             .build();
+        let traces = match run.span_sample > 0.0 {
+            true => Some(crate::otlp_traces::Traces::build(
+                url,
+                run.span_sample,
+                (run.operation, &run.model),
+                resource.clone(),
+                run.ids,
+            )?),
+            false => None,
+        };
         let provider = SdkMeterProvider::builder()
             .with_reader(reader)
             .with_resource(resource)
@@ -188,11 +201,22 @@ impl OtlpExport {
                 KeyValue::new("gen_ai.request.model", run.model),
             ],
             provider,
+            traces,
         })
+    }
+
+    /// The run's clock has started at `origin_unix_us` (the spans' wall clock).
+    pub fn started(&self, origin_unix_us: u64) {
+        if let Some(t) = &self.traces {
+            t.started(origin_unix_us);
+        }
     }
 
     /// Takes one finished record (warm-up left out, as the results leave it).
     pub fn observe(&self, r: &RequestRecord) {
+        if let Some(t) = &self.traces {
+            t.observe(r);
+        }
         let Some(seen) = Seen::of(r) else { return };
         let attrs = &self.attributes;
         let with = |k: &'static str, v: String| [attrs.clone(), vec![KeyValue::new(k, v)]].concat();
@@ -227,6 +251,11 @@ impl OtlpExport {
     /// The run is over: the last figures pushed, waiting at most
     /// [`FLUSH_WAIT`] (a collector that does not answer is left behind).
     pub fn finish(&self) -> Option<String> {
+        let spans = self.traces.as_ref().and_then(|t| t.finish(FLUSH_WAIT));
+        self.finish_metrics().or(spans)
+    }
+
+    fn finish_metrics(&self) -> Option<String> {
         let (tx, rx) = std::sync::mpsc::channel();
         let provider = self.provider.clone();
         std::thread::spawn(move || {
@@ -251,14 +280,14 @@ impl OtlpExport {
 /// The latest push's failure, shared by the exporter's HTTP client and
 /// the run that reports it.
 #[derive(Debug, Clone, Default)]
-struct Noted(std::sync::Arc<std::sync::Mutex<Option<String>>>);
+pub(crate) struct Noted(std::sync::Arc<std::sync::Mutex<Option<String>>>);
 
 impl Noted {
-    fn set(&self, why: Option<String>) {
+    pub(crate) fn set(&self, why: Option<String>) {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = why;
     }
 
-    fn take(&self) -> Option<String> {
+    pub(crate) fn take(&self) -> Option<String> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 }
@@ -269,9 +298,15 @@ impl Noted {
 /// whether the collector refused the connection, closed it, timed out
 /// or answered with an HTTP error.
 #[derive(Debug)]
-struct Noting {
+pub(crate) struct Noting {
     inner: reqwest_otlp::blocking::Client,
     failed: Noted,
+}
+
+impl Noting {
+    pub(crate) fn new(inner: reqwest_otlp::blocking::Client, failed: Noted) -> Noting {
+        Noting { inner, failed }
+    }
 }
 
 impl opentelemetry_http::HttpClient for Noting {

@@ -302,6 +302,10 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
         diagnosis.extend(tokenscope_telemetry::diagnose::diagnose(
             &t.summary, &m.latency,
         ));
+        diagnosis.extend(tokenscope_telemetry::diagnose::abandoned(
+            &t.summary,
+            m.counts.abandoned,
+        ));
         diagnosis.extend(t.findings());
         server.kind = t.kind.clone().or(server.kind);
         server.metrics = Some(t.metrics());

@@ -61,7 +61,8 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
     let cancel = CancellationToken::new();
     refuse_closed_saturation(spec)?;
     let live = live_metrics(spec, &probed)?;
-    let otlp = otlp_export(spec, &probed)?;
+    let ids = request_ids(&spec.request, &probed.headers);
+    let otlp = otlp_export(spec, &probed, &ids)?;
     let progress = Arc::new(Progress::default());
     let recorder = Recorder::create_with(
         &out_dir.join(crate::run_dir::REQUESTS),
@@ -69,7 +70,7 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
         crate::spec::pricing::aggregator(&spec.output),
         recorder_options(spec, live.clone(), otlp.clone()),
     )?;
-    let target = target(spec, &probed)?;
+    let target = target(spec, &probed, ids)?;
     let started_at = crate::run_dir::now_rfc3339();
     // The baseline scrape comes before the clock starts: a slow metrics
     // endpoint never eats into the load's time or bunches its schedule.
@@ -92,6 +93,9 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
         .map_or(0, |d| d.as_micros() as u64);
     if let Some(s) = &mut scraper {
         s.run_from(clock.origin());
+    }
+    if let Some(o) = &otlp {
+        o.started(origin_unix_us);
     }
     let loop_probe = loop_delay::Probe::start(clock);
     if let Some((m, run)) = &live {
@@ -153,7 +157,11 @@ fn refuse_closed_saturation(spec: &RunSpec) -> anyhow::Result<()> {
 }
 
 /// What every request is sent to and how.
-fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
+fn target(
+    spec: &RunSpec,
+    probed: &Probed,
+    ids: tokenscope_load::request_ids::RequestIds,
+) -> anyhow::Result<Target> {
     let (base, api, r) = (&probed.base, probed.api, &spec.request);
     refuse_unfit(spec, api)?;
     // A pooling API answers whole: nothing streams.
@@ -188,7 +196,26 @@ fn target(spec: &RunSpec, probed: &Probed) -> anyhow::Result<Target> {
         reasoning: r.reasoning_parser,
         timeout: r.timeout,
         idle_timeout: r.idle_timeout,
+        ids,
+        abandon: r.cancel.zip(r.cancel_after).map(|(share, after)| {
+            tokenscope_load::abandon::Abandon {
+                share,
+                after,
+                seed: spec.plan.seed,
+            }
+        }),
     })
+}
+
+/// Each request's id header and trace context; a `--header` of the same
+/// name is the user's own id, sent instead of tokenscope's.
+fn request_ids(
+    r: &crate::cli::RequestArgs,
+    headers: &reqwest::header::HeaderMap,
+) -> tokenscope_load::request_ids::RequestIds {
+    let name = r.request_id_header.as_str();
+    let ours = name != "none" && !headers.contains_key(name.to_ascii_lowercase().as_str());
+    tokenscope_load::request_ids::RequestIds::new(ours.then_some(name), r.trace_context)
 }
 
 /// Refuses what the API cannot carry, before anything is sent: a batch to
@@ -328,6 +355,7 @@ fn tap(
 fn otlp_export(
     spec: &RunSpec,
     probed: &Probed,
+    ids: &tokenscope_load::request_ids::RequestIds,
 ) -> anyhow::Result<Option<Arc<crate::otlp::OtlpExport>>> {
     let Some(url) = &spec.output.otlp_endpoint else {
         return Ok(None);
@@ -357,6 +385,8 @@ fn otlp_export(
             operation: crate::otlp::operation(probed.api.name()),
             model: probed.model.clone(),
             resource,
+            span_sample: spec.output.otlp_span_sample,
+            ids: ids.clone(),
         },
     )?;
     Ok(Some(Arc::new(export)))

@@ -151,6 +151,12 @@ fn run_config(
             })),
             "grade": request.grade.as_ref().map(|g| g.label()),
             "keep_text": request.keep_text.then_some(true),
+            "request_id_header": request.request_id_header,
+            "trace_context": request.trace_context.then_some(true),
+            "cancel": request.cancel.zip(request.cancel_after).map(|(share, after)| json!({
+                "share": share,
+                "after": after.label(),
+            })),
             "lora": (!request.lora.is_empty()).then(|| json!({
                 "adapters": request.lora,
                 "assignment": request.lora_assignment.to_string(),

@@ -1,0 +1,199 @@
+//! How each request names itself to the server, so that a slow request
+//! found in tokenscope's records can be found in the server's own logs
+//! and traces, and the other way round.
+//!
+//! - `X-Request-Id` (the name can be changed): vLLM, SGLang and most
+//!   gateways log it, and vLLM echoes it (`--enable-request-id-headers`);
+//!   AIPerf sends the same header.
+//! - With `--trace-context`, a W3C `traceparent` (version 00, sampled), so
+//!   a server that traces (vLLM's `--otlp-traces-endpoint`) makes its spans
+//!   children of the client's: the client span tokenscope exports with
+//!   `--otlp-endpoint` has the same trace and span id.
+//!
+//! Ids are made from a number drawn once per run and the request's record
+//! id: unique across runs and shards, the same for a request sent again
+//! on a fresh connection, and computed without any state on the per-request
+//! path.
+
+/// The run's request naming, the same for every request.
+#[derive(Debug, Clone)]
+pub struct RequestIds {
+    /// The header's name, lower case (`x-request-id`); `None` sends none.
+    header: Option<String>,
+    /// Drawn once per run; never 0, so no trace id is all zeros.
+    run: u64,
+    trace_context: bool,
+}
+
+impl RequestIds {
+    /// `header` as given on the command line (`none` for no header).
+    pub fn new(header: Option<&str>, trace_context: bool) -> RequestIds {
+        RequestIds {
+            header: header.map(str::to_ascii_lowercase),
+            run: run_number(),
+            trace_context,
+        }
+    }
+
+    /// With a given run number (tests, and a resumed run's own).
+    pub fn with_run(header: Option<&str>, trace_context: bool, run: u64) -> RequestIds {
+        RequestIds {
+            run: run.max(1),
+            ..RequestIds::new(header, trace_context)
+        }
+    }
+
+    /// Whether any header is sent.
+    pub fn sends_any(&self) -> bool {
+        self.header.is_some() || self.trace_context
+    }
+
+    /// The request id of record `n`: `ts-RUN-N`, RUN as 16 hex digits.
+    pub fn id(&self, n: u64) -> String {
+        format!("ts-{:016x}-{n}", self.run)
+    }
+
+    /// Record `n`'s W3C `traceparent`: `00-TRACE-SPAN-01`, its trace id the
+    /// run's number then the record's (128 bits), its span id mixed from
+    /// both (64 bits, never 0).
+    pub fn traceparent(&self, n: u64) -> String {
+        format!(
+            "00-{:016x}{:016x}-{:016x}-01",
+            self.run,
+            n,
+            span_id(self.run, n)
+        )
+    }
+
+    /// The header lines record `n` adds to its request, each ending in CRLF;
+    /// with the values the record keeps (`request_id`, `traceparent`).
+    pub fn head(&self, n: u64) -> (Vec<u8>, Option<String>, Option<String>) {
+        let mut lines = Vec::new();
+        let id = self.header.as_ref().map(|name| {
+            let id = self.id(n);
+            lines.extend_from_slice(format!("{name}: {id}\r\n").as_bytes());
+            id
+        });
+        let parent = self.trace_context.then(|| {
+            let p = self.traceparent(n);
+            lines.extend_from_slice(format!("traceparent: {p}\r\n").as_bytes());
+            p
+        });
+        (lines, id, parent)
+    }
+}
+
+/// A trace context's parts, read back from a `traceparent` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceParent {
+    pub trace_id: u128,
+    pub span_id: u64,
+    pub sampled: bool,
+}
+
+impl TraceParent {
+    /// Parses `00-<32 hex>-<16 hex>-<2 hex>` as W3C Trace Context level 1
+    /// has it: lower-case hex, neither id all zeros, version `ff` invalid.
+    pub fn parse(s: &str) -> Result<TraceParent, String> {
+        let parts: Vec<&str> = s.trim().split('-').collect();
+        let hex = |p: &str, len: usize| {
+            p.len() == len
+                && p.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        match parts[..] {
+            [v, t, p, f] if hex(v, 2) && v != "ff" && hex(t, 32) && hex(p, 16) && hex(f, 2) => {
+                let trace_id = u128::from_str_radix(t, 16).map_err(|e| e.to_string())?;
+                let span_id = u64::from_str_radix(p, 16).map_err(|e| e.to_string())?;
+                let flags = u8::from_str_radix(f, 16).map_err(|e| e.to_string())?;
+                match trace_id != 0 && span_id != 0 {
+                    true => Ok(TraceParent {
+                        trace_id,
+                        span_id,
+                        sampled: flags & 1 == 1,
+                    }),
+                    false => Err(format!("{s:?}: an all-zero trace or span id")),
+                }
+            }
+            _ => Err(format!(
+                "{s:?}: not version-trace-span-flags in lower-case hex"
+            )),
+        }
+    }
+}
+
+/// A number for this run: the wall clock's nanoseconds and the process id,
+/// mixed; never 0.
+fn run_number() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    mix(nanos ^ (u64::from(std::process::id()) << 32)).max(1)
+}
+
+/// The span id of record `n` in run `run`: never 0.
+fn span_id(run: u64, n: u64) -> u64 {
+    mix(run ^ mix(n)).max(1)
+}
+
+/// splitmix64's finaliser: a bijection that spreads every input bit.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_request_has_its_id_and_a_traceparent_that_parses_back() {
+        let ids = RequestIds::with_run(Some("X-Request-Id"), true, 0xabc);
+        let (head, id, parent) = ids.head(7);
+        assert_eq!(id.as_deref(), Some("ts-0000000000000abc-7"));
+        let parent = parent.unwrap();
+        let text = String::from_utf8(head).unwrap();
+        assert_eq!(
+            text,
+            format!("x-request-id: ts-0000000000000abc-7\r\ntraceparent: {parent}\r\n")
+        );
+        let p = TraceParent::parse(&parent).unwrap();
+        assert_eq!(p.trace_id, (0xabc_u128 << 64) | 7);
+        assert!(p.sampled && p.span_id != 0);
+        assert_ne!(ids.traceparent(8), parent, "each request its own");
+    }
+
+    #[test]
+    fn no_header_and_no_context_send_nothing() {
+        let ids = RequestIds::with_run(None, false, 1);
+        assert!(!ids.sends_any());
+        assert_eq!(ids.head(1), (Vec::new(), None, None));
+    }
+
+    #[test]
+    fn a_broken_traceparent_is_refused_with_why() {
+        for bad in [
+            "",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",
+            "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+            "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-zz-zz",
+        ] {
+            assert!(TraceParent::parse(bad).is_err(), "{bad:?}");
+        }
+        let ok = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        assert_eq!(TraceParent::parse(ok).unwrap().span_id, 0xb7ad6b7169203331);
+    }
+
+    #[test]
+    fn runs_draw_different_numbers() {
+        let a = RequestIds::new(Some("x-request-id"), false);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = RequestIds::new(Some("x-request-id"), false);
+        assert_ne!(a.id(1), b.id(1));
+    }
+}
