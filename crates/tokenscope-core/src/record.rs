@@ -536,6 +536,8 @@ impl RequestRecord {
             first_tool_call_at_us: None,
             correct: None,
             answer_hash: None,
+            request_id: None,
+            traceparent: None,
             answer_text: None,
             tool_wait_us: None,
             session_end: None,

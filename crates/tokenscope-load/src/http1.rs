@@ -990,7 +990,7 @@ mod tests {
         let client = Client::new(&url, &HeaderMap::new(), Duration::from_secs(5), None).unwrap();
         for want in ["hi", "there"] {
             let mut conn = client.checkout().await.unwrap();
-            conn.send(&client.post(b"{}")).await.unwrap();
+            conn.send(&client.post(b"{}", b"")).await.unwrap();
             let mut head = conn.head().await.unwrap();
             assert_eq!(head.status, 200);
             let body = conn.read_to_end(&mut head.body, 1 << 20).await.unwrap();
@@ -1007,14 +1007,15 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("authorization", "Bearer k".parse().unwrap());
         let client = Client::new(&url, &headers, Duration::from_secs(1), None).unwrap();
-        let wire = String::from_utf8(client.post(b"{\"a\":1}")).unwrap();
+        let own = b"x-request-id: ts-1-0\r\n";
+        let wire = String::from_utf8(client.post(b"{\"a\":1}", own)).unwrap();
         assert!(
             wire.starts_with(
                 "POST /v1/chat/completions?x=1 HTTP/1.1\r\nhost: example.test:8000\r\n"
             ),
             "{wire}"
         );
-        assert!(wire.contains("authorization: Bearer k\r\n"));
+        assert!(wire.contains("authorization: Bearer k\r\nx-request-id: ts-1-0\r\n"));
         assert!(
             wire.ends_with("content-length: 7\r\n\r\n{\"a\":1}"),
             "{wire}"
@@ -1049,7 +1050,7 @@ mod tests {
         });
         let url = reqwest::Url::parse(&format!("http://{addr}/v1/completions")).unwrap();
         let client = Client::new(&url, &HeaderMap::new(), Duration::from_secs(5), None).unwrap();
-        let wire = client.post(b"{}");
+        let wire = client.post(b"{}", b"");
         let ask = |mut conn: Conn| {
             let wire = wire.clone();
             async move {
@@ -1128,7 +1129,7 @@ mod tests {
         )
         .unwrap();
         let mut conn = trusting.checkout().await.unwrap();
-        conn.send(&trusting.post(b"{}")).await.unwrap();
+        conn.send(&trusting.post(b"{}", b"")).await.unwrap();
         let mut head = conn.head().await.unwrap();
         let body = conn.read_to_end(&mut head.body, 1024).await.unwrap();
         assert_eq!(

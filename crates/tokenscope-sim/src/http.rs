@@ -121,17 +121,19 @@ where
     let logged = move |req: axum::extract::Request, next: axum::middleware::Next| {
         let log = log.clone();
         async move {
-            let text = |name: &str| {
-                req.headers()
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned)
+            let (id, parent) = {
+                let text = |name: &str| {
+                    req.headers()
+                        .get(name)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned)
+                };
+                (text("x-request-id"), text("traceparent"))
             };
-            let id = text("x-request-id");
             if req.method() == axum::http::Method::POST {
                 log.saw(SeenId {
                     request_id: id.clone(),
-                    traceparent: text("traceparent"),
+                    traceparent: parent,
                 });
             }
             let mut response = next.run(req).await;

@@ -34,6 +34,7 @@ pub mod find;
 pub mod live;
 pub mod live_metrics;
 pub mod otlp;
+pub mod otlp_push;
 pub mod otlp_traces;
 pub mod output;
 pub mod peer_results;

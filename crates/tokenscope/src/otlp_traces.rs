@@ -20,7 +20,7 @@
 //! processor, which pushes from a thread of its own and drops spans past
 //! its queue rather than grow: a long run stays light.
 
-use crate::otlp::{Noted, Noting, PUSH_TIMEOUT};
+use crate::otlp_push::{Noted, Noting, PUSH_TIMEOUT};
 use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
@@ -165,10 +165,7 @@ impl Traces {
             end_time: wall(r.done_at_us.max(r.sent_at_us)),
             attributes,
             dropped_attributes_count: 0,
-            events: SpanEvents {
-                events: events.into_iter().collect(),
-                dropped_count: 0,
-            },
+            events: span_events(events),
             links: SpanLinks::default(),
             status,
             instrumentation_scope: self.scope.clone(),
@@ -185,6 +182,13 @@ impl Traces {
             )),
         }
     }
+}
+
+/// The span's events (the SDK's type is built only through its default).
+fn span_events(first_token: Option<opentelemetry::trace::Event>) -> SpanEvents {
+    let mut events = SpanEvents::default();
+    events.events = first_token.into_iter().collect();
+    events
 }
 
 /// Whether record `id` is among the sampled: a hash of its id below the threshold.

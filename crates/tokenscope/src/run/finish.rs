@@ -95,7 +95,8 @@ pub fn exit_code(r: &RunResults) -> Exit {
         Exit::Interrupted
     } else if c.requests == 0 {
         Exit::Error // nothing measured: see `print`
-    } else if c.requests > 0 && c.succeeded == 0 && !stopped_before_any(r) {
+    } else if c.failed > 0 && c.succeeded == 0 && !stopped_before_any(r) {
+        // (Requests whose users all left, `--cancel 1`, failed nothing.)
         let all_connect = c
             .errors
             .keys()
