@@ -20,6 +20,8 @@ const US_TO_MS: f64 = 1e-3;
 pub struct Measured {
     /// `--lora`: each adapter's figures.
     pub adapters: BTreeMap<String, AdapterFigures>,
+    /// `--class`: each class's figures, under its own SLO (else the run's).
+    pub classes: BTreeMap<String, AdapterFigures>,
     /// The media the requests carried, when any did.
     pub media: Option<crate::results::MediaFigures>,
     /// `--response-format`: the answers' checks.
@@ -120,6 +122,10 @@ pub struct Aggregator {
     /// `--lora`: each adapter's requests, aggregated apart too (`None` in
     /// an adapter's own aggregator, which splits no further).
     by_adapter: Option<BTreeMap<String, Aggregator>>,
+    /// `--class`: each class's requests apart, likewise, each under its SLO.
+    by_class: Option<BTreeMap<String, Aggregator>>,
+    /// `--class NAME:…:slo=SPEC`: a class's own SLO.
+    class_slos: BTreeMap<String, Slo>,
     media: crate::media::MediaTally,
     formats: crate::formats::FormatTally,
     tool_calls: crate::tool_calls::ToolTally,
@@ -132,7 +138,66 @@ pub struct Aggregator {
 /// mistaken flag cannot make the figures grow without bound.
 const MAX_ADAPTERS: usize = 64;
 
+/// Adds `r` to its group's aggregator in `apart` (made by `make`), past
+/// [`MAX_ADAPTERS`] groups pooled as `(others)`; nothing without `apart`.
+fn add_apart(
+    apart: &mut Option<BTreeMap<String, Aggregator>>,
+    name: &str,
+    make: impl FnOnce() -> Aggregator,
+    r: &RequestRecord,
+) {
+    let Some(apart) = apart.as_mut() else { return };
+    let full = apart.len() >= MAX_ADAPTERS && !apart.contains_key(name);
+    let key = if full { "(others)" } else { name };
+    apart.entry(key.to_string()).or_insert_with(make).add(r);
+}
+
+/// Each group's figures, its rates over the run's window (`window_s`).
+fn figures_apart(
+    apart: &mut Option<BTreeMap<String, Aggregator>>,
+    window_s: f64,
+) -> BTreeMap<String, AdapterFigures> {
+    let rate = |x: f64| if window_s > 0.0 { x / window_s } else { 0.0 };
+    apart
+        .iter_mut()
+        .flatten()
+        .map(|(name, agg)| {
+            let m = agg.finish();
+            let figures = AdapterFigures {
+                requests: m.counts.requests,
+                succeeded: m.counts.succeeded,
+                failed: m.counts.failed,
+                ttft_ms: m.latency.ttft_ms,
+                tpot_ms: m.latency.tpot_ms,
+                e2e_ms: m.latency.e2e_ms,
+                output_tokens: m.tokens.output_total,
+                output_tokens_per_s: rate(m.tokens.output_total as f64),
+                requests_per_s: rate(m.counts.succeeded as f64),
+                slo: m.slo,
+            };
+            (name.clone(), figures)
+        })
+        .collect()
+}
+
 impl Aggregator {
+    /// A group's own aggregator (an adapter's, a class's): it splits no
+    /// further and keeps no TTFT-by-send series.
+    fn part(slo: Option<Slo>, price: Option<GpuPrice>) -> Aggregator {
+        Aggregator {
+            by_adapter: None,
+            by_class: None,
+            ttft_by_sent: None,
+            ..Aggregator::new(slo, price)
+        }
+    }
+
+    /// `--class NAME:…:slo=SPEC`: each named class judged by its own SLO.
+    pub fn with_class_slos(mut self, slos: BTreeMap<String, Slo>) -> Aggregator {
+        self.class_slos = slos;
+        self
+    }
+
     pub fn new(slo: Option<Slo>, price: Option<GpuPrice>) -> Aggregator {
         Aggregator {
             slo,
@@ -166,6 +231,8 @@ impl Aggregator {
             cache: CacheHits::default(),
             good_requests: 0,
             by_adapter: Some(BTreeMap::new()),
+            by_class: Some(BTreeMap::new()),
+            class_slos: BTreeMap::new(),
             media: Default::default(),
             formats: Default::default(),
             tool_calls: Default::default(),
@@ -182,18 +249,23 @@ impl Aggregator {
             self.warmup += 1;
             return;
         }
-        if let (Some(name), Some(apart)) = (&r.adapter, self.by_adapter.as_mut()) {
-            let full = apart.len() >= MAX_ADAPTERS && !apart.contains_key(name);
-            let key = if full { "(others)" } else { name.as_str() };
-            let (slo, price) = (self.slo.clone(), self.price);
-            apart
-                .entry(key.to_string())
-                .or_insert_with(|| Aggregator {
-                    by_adapter: None,
-                    ttft_by_sent: None,
-                    ..Aggregator::new(slo, price)
-                })
-                .add(r);
+        let price = self.price;
+        if let Some(name) = &r.adapter {
+            let slo = self.slo.clone();
+            add_apart(
+                &mut self.by_adapter,
+                name,
+                || Aggregator::part(slo, price),
+                r,
+            );
+        }
+        if let Some(name) = &r.class {
+            let slo = self
+                .class_slos
+                .get(name)
+                .cloned()
+                .or_else(|| self.slo.clone());
+            add_apart(&mut self.by_class, name, || Aggregator::part(slo, price), r);
         }
         self.count(r);
         self.instants
@@ -453,9 +525,11 @@ impl Aggregator {
             slo_report(s, samples, &latency, self.good_requests)
         });
         let cost = self.cost(window.duration_s, &tokens, &counts);
-        let adapters = self.adapters(window.duration_s);
+        let adapters = figures_apart(&mut self.by_adapter, window.duration_s);
+        let classes = figures_apart(&mut self.by_class, window.duration_s);
         Measured {
             adapters,
+            classes,
             media: self.media.finish(),
             structured_output: self.formats.finish(),
             tool_calls: self.tool_calls.finish(),
@@ -565,30 +639,6 @@ impl Aggregator {
                 },
             )
         })
-    }
-
-    /// Each adapter's figures, its rates over the run's window (`window_s`).
-    fn adapters(&mut self, window_s: f64) -> BTreeMap<String, AdapterFigures> {
-        let rate = |x: f64| if window_s > 0.0 { x / window_s } else { 0.0 };
-        self.by_adapter
-            .iter_mut()
-            .flatten()
-            .map(|(name, agg)| {
-                let m = agg.finish();
-                let figures = AdapterFigures {
-                    requests: m.counts.requests,
-                    succeeded: m.counts.succeeded,
-                    failed: m.counts.failed,
-                    ttft_ms: m.latency.ttft_ms,
-                    tpot_ms: m.latency.tpot_ms,
-                    e2e_ms: m.latency.e2e_ms,
-                    output_tokens: m.tokens.output_total,
-                    output_tokens_per_s: rate(m.tokens.output_total as f64),
-                    requests_per_s: rate(m.counts.succeeded as f64),
-                };
-                (name.clone(), figures)
-            })
-            .collect()
     }
 
     /// tokens/s's 95 % interval, as `compare` bootstraps it, from the

@@ -238,6 +238,9 @@ pub struct RequestRecord {
     /// generated answer so two runs' answers can be compared for free.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer_hash: Option<String>,
+    /// `--class`: the class of traffic it was (its figures are apart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class: Option<String>,
     /// The id it was sent under (`X-Request-Id` by default): what finds it
     /// in the server's logs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -536,6 +539,7 @@ impl RequestRecord {
             first_tool_call_at_us: None,
             correct: None,
             answer_hash: None,
+            class: None,
             request_id: None,
             traceparent: None,
             answer_text: None,

@@ -81,6 +81,9 @@ pub struct RunResults {
     /// `--lora`: each adapter's requests and their figures, by name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub adapters: BTreeMap<String, AdapterFigures>,
+    /// `--class`: each class of traffic's figures and SLO verdict.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub classes: BTreeMap<String, AdapterFigures>,
     /// The media the requests carried, when any did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media: Option<MediaFigures>,
@@ -654,6 +657,9 @@ pub struct AdapterFigures {
     pub output_tokens: u64,
     pub output_tokens_per_s: f64,
     pub requests_per_s: f64,
+    /// Its SLO's verdict: a class's own SLO, else the run's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<SloReport>,
 }
 
 /// What the requests' images, audio and video were and cost: per request

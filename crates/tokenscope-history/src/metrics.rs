@@ -159,8 +159,10 @@ pub fn of_results(r: &RunResults) -> Vec<Figure> {
     if let Some(g) = t.goodput_requests_per_s {
         out.push(fig("goodput_requests_per_s", g, requests));
     }
-    if r.counts.requests > 0 {
-        let pct = r.counts.failed as f64 * 100.0 / r.counts.requests as f64;
+    // Users who left on purpose (`--cancel`) are no part of the error rate.
+    let judged = r.counts.requests.saturating_sub(r.counts.abandoned);
+    if judged > 0 {
+        let pct = r.counts.failed as f64 * 100.0 / judged as f64;
         out.push(fig("error_rate_pct", pct, requests));
     }
     out.retain(|f| f.value.is_finite());

@@ -25,9 +25,10 @@ pub enum After {
 impl After {
     /// `500ms`, `uniform:100ms..2s` or `tokens:N`.
     pub fn parse(s: &str) -> Result<After, String> {
-        let duration = |d: &str| {
-            humantime::parse_duration(d.trim())
-                .map_err(|e| format!("`{d}`: {e} (a time such as 500ms, 2s)"))
+        let duration = |d: &str| match humantime::parse_duration(d.trim()) {
+            Ok(t) if t <= After::MAX => Ok(t),
+            Ok(_) => Err(format!("`{d}`: at most 24h")),
+            Err(e) => Err(format!("`{d}`: {e} (a time such as 500ms, 2s)")),
         };
         if let Some(n) = s.strip_prefix("tokens:") {
             return match n.trim().parse::<u64>() {
@@ -47,6 +48,10 @@ impl After {
         }
         duration(s).map(After::Time)
     }
+
+    /// The longest a user waits before leaving: past it a request has
+    /// long met `--timeout`, and a time can overflow the clock.
+    pub const MAX: Duration = Duration::from_secs(24 * 3600);
 
     /// As written on the command line.
     pub fn label(&self) -> String {
@@ -148,6 +153,8 @@ mod tests {
             "uniform:1s",
             "soon",
             "-5ms",
+            "300000000000y",
+            "uniform:1s..18446744073709551615s",
         ] {
             assert!(After::parse(bad).is_err(), "{bad:?}");
         }

@@ -9,6 +9,7 @@
 //! [`loop_delay`] and [`cpu`] keep the client itself fast and measured.
 
 pub mod abandon;
+pub mod classes;
 pub mod connections;
 pub mod counts;
 pub mod cpu;

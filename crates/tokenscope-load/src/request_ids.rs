@@ -53,14 +53,16 @@ impl RequestIds {
         format!("ts-{:016x}-{n}", self.run)
     }
 
-    /// Record `n`'s W3C `traceparent`: `00-TRACE-SPAN-01`, its trace id the
-    /// run's number then the record's (128 bits), its span id mixed from
-    /// both (64 bits, never 0).
+    /// Record `n`'s W3C `traceparent`: `00-TRACE-SPAN-01`, its trace id
+    /// the run's number (so one run's traces share a prefix) then 64 bits
+    /// mixed from the run's and the record's (random-looking, as W3C level 2
+    /// and ratio samplers want them there; distinct for each record), its
+    /// span id mixed likewise (never 0).
     pub fn traceparent(&self, n: u64) -> String {
         format!(
             "00-{:016x}{:016x}-{:016x}-01",
             self.run,
-            n,
+            mix(self.run ^ mix(n)),
             span_id(self.run, n)
         )
     }
@@ -160,7 +162,11 @@ mod tests {
             format!("x-request-id: ts-0000000000000abc-7\r\ntraceparent: {parent}\r\n")
         );
         let p = TraceParent::parse(&parent).unwrap();
-        assert_eq!(p.trace_id, (0xabc_u128 << 64) | 7);
+        assert_eq!(p.trace_id >> 64, 0xabc, "the run's prefix");
+        let lows: std::collections::HashSet<u64> = (0..10_000)
+            .map(|n| TraceParent::parse(&ids.traceparent(n)).unwrap().trace_id as u64)
+            .collect();
+        assert_eq!(lows.len(), 10_000, "each record its own trace");
         assert!(p.sampled && p.span_id != 0);
         assert_ne!(ids.traceparent(8), parent, "each request its own");
     }

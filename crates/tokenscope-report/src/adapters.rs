@@ -18,12 +18,37 @@ pub const HEADER: [&str; 8] = [
 
 /// One row per adapter, in name order; none when the run named none.
 pub fn rows(r: &RunResults) -> Vec<[String; 8]> {
+    group_rows(&r.adapters)
+}
+
+/// One row per class of traffic (`--class`), its SLO's verdict last.
+pub fn class_rows(r: &RunResults) -> Vec<[String; 9]> {
+    group_rows(&r.classes)
+        .into_iter()
+        .zip(r.classes.values())
+        .map(|(row, c)| {
+            let verdict = c.slo.as_ref().map_or("—".to_string(), |s| {
+                s.verdict
+                    .map_or(if s.met { "met" } else { "not met" }.to_string(), |v| {
+                        v.words().to_string()
+                    })
+            });
+            let [a, b, c2, d, e, f, g, h] = row;
+            [a, b, c2, d, e, f, g, h, verdict]
+        })
+        .collect()
+}
+
+/// A group's figures as a row (adapters', classes').
+fn group_rows(
+    groups: &std::collections::BTreeMap<String, tokenscope_core::results::AdapterFigures>,
+) -> Vec<[String; 8]> {
     let ms = |s: &Option<Summary>, p99: bool| {
         s.map_or("—".to_string(), |s| {
             format!("{:.1}", if p99 { s.p99 } else { s.p50 })
         })
     };
-    r.adapters
+    groups
         .iter()
         .map(|(name, a)| {
             [

@@ -170,9 +170,9 @@ fn throughput_rows(r: &RunResults) -> Vec<Row> {
             "",
         ),
         (
-            health::failures(c.failed, c.requests),
+            health::failures(c.failed, c.requests.saturating_sub(c.abandoned)),
             "failed".into(),
-            format!("{} of {}", c.failed, c.requests),
+            format!("{} of {}", c.failed, c.requests.saturating_sub(c.abandoned)),
             c.errors
                 .iter()
                 .map(|(k, v)| format!("{k}: {v}"))

@@ -178,6 +178,7 @@ pub fn summary(r: &RunResults) -> String {
     throughput_lines(&mut out, r);
     workload_lines(&mut out, r);
     adapter_lines(&mut out, r);
+    class_lines(&mut out, r);
     let media = crate::media::lines(r);
     if !media.is_empty() {
         let _ = writeln!(out, "\nMedia\n  {}", media.join("\n  "));
@@ -572,6 +573,25 @@ fn adapter_lines(out: &mut String, r: &RunResults) {
         let [name, rest @ ..] = row;
         let cells: Vec<String> = rest.iter().map(|c| format!(" {c:>12}")).collect();
         let _ = writeln!(out, "  {name:<20}{}", cells.join(""));
+    }
+}
+
+/// `--class`: each class of traffic's figures and SLO, a row each.
+fn class_lines(out: &mut String, r: &RunResults) {
+    let rows = crate::adapters::class_rows(r);
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nClasses (--class; each under its own SLO, else the run's)"
+    );
+    let mut header = crate::adapters::HEADER.map(str::to_string).to_vec();
+    header[0] = "class".into();
+    header.push("SLO".into());
+    for row in std::iter::once(header).chain(rows.into_iter().map(|r| r.to_vec())) {
+        let cells: Vec<String> = row[1..].iter().map(|c| format!(" {c:>12}")).collect();
+        let _ = writeln!(out, "  {:<20}{}", row[0], cells.join(""));
     }
 }
 

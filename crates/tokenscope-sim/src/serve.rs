@@ -298,6 +298,8 @@ impl Shared {
         (body, dialect): (&Value, Dialect),
     ) -> Seq {
         let mut seq = Seq::new(id, prefill as u32, max_tokens as u32, 0.0);
+        // vLLM's `priority` (lower first), heeded under --scheduling-policy priority.
+        seq.priority = body["priority"].as_i64().unwrap_or(0);
         if self.config.prefix_caching {
             let answer = openai::text(0, max_tokens);
             let words = openai::prompt_words(body, dialect).chain(answer.split_whitespace());

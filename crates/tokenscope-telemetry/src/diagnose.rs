@@ -57,7 +57,7 @@ pub fn abandoned(s: &ServerSummary, left: u64) -> Option<Finding> {
             "{left} requests were abandoned (--cancel) but the server aborted only {aborted:.0}: it went on generating for the others, compute spent for nobody (rule: fewer aborts than abandoned less a tenth)"
         )),
         false => ("abandoned_aborted", "info", format!(
-            "{left} requests were abandoned (--cancel) and the server counted {aborted:.0} aborts: it stopped generating for them"
+            "{left} requests were abandoned (--cancel) and the server counted {aborted:.0} aborts over the run (any client's): it stopped generating for them"
         )),
     };
     Some(finding(

@@ -391,6 +391,11 @@ pub struct EngineArgs {
     /// Token budget per step (default: vLLM's for the GPU).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_num_batched_tokens: Option<u32>,
+    /// vLLM's --scheduling-policy: `fcfs` (first come, first served) or
+    /// `priority` (a request's `priority` field, lowest first; out of
+    /// blocks, the lowest-priority running request is preempted).
+    #[arg(long, default_value = "fcfs", value_parser = ["fcfs", "priority"])]
+    pub scheduling_policy: String,
     #[arg(long)]
     pub no_prefix_caching: bool,
     /// Extra GPUs and models: a JSON file {"gpus": [...], "models": [...]}.
@@ -949,10 +954,23 @@ fn header_name(k: &str) -> Result<String, String> {
     }
 }
 
-/// `--request-id-header`: a header's name, or `none`.
+/// `--request-id-header`: a header's name, or `none`; never one that
+/// frames the request or carries the trace context.
 fn request_id_header(s: &str) -> Result<String, String> {
+    const RESERVED: [&str; 7] = [
+        "host",
+        "content-length",
+        "content-type",
+        "transfer-encoding",
+        "connection",
+        "authorization",
+        "traceparent",
+    ];
     match s {
         "none" => Ok(s.into()),
+        _ if RESERVED.contains(&s.to_ascii_lowercase().as_str()) => Err(format!(
+            "`{s}` is a header tokenscope sets itself: name another (x-request-id, the default) or `none`"
+        )),
         _ => header_name(s).map_err(|e| format!("{e} (or `none` to send no request id)")),
     }
 }
@@ -1074,6 +1092,15 @@ pub struct RequestArgs {
     /// output (`tokens:N`).
     #[arg(long, value_name = "WHEN", value_parser = tokenscope_load::abandon::After::parse, requires = "cancel")]
     pub cancel_after: Option<tokenscope_load::abandon::After>,
+    /// A class of traffic, repeatable: NAME:SHARE[:priority=N][:header=K=V]…[:slo=SPEC].
+    /// Each request draws its class by share (from --seed); `priority`
+    /// goes in the body as vLLM's field (served lowest first under its
+    /// --scheduling-policy priority), headers with the request, and the
+    /// figures and SLO verdict are given per class (SPEC as --slo takes it,
+    /// last; without, the run's --slo).
+    /// --class chat:0.7:priority=0:slo=ttft_p99=300ms --class batch:0.3:priority=10
+    #[arg(long = "class", value_name = "NAME:SHARE[:…]", value_parser = tokenscope_load::classes::TrafficClass::parse)]
+    pub classes: Vec<tokenscope_load::classes::TrafficClass>,
     /// Also send a W3C `traceparent` with each request (kept in its record),
     /// so a server that traces (vLLM's --otlp-traces-endpoint) joins its
     /// spans to the client's: with --otlp-endpoint, tokenscope exports a
@@ -1176,6 +1203,70 @@ pub struct MetricsArgs {
     /// `local`: read this machine's GPUs through NVML during the run (loaded at run time).
     #[arg(long, value_enum, default_value = "none")]
     pub gpu: GpuSource,
+}
+
+/// The flags `-h` shows of a command with many (`--help` shows them all,
+/// under their headings): what most runs set.
+const MOST_USED: [&str; 30] = [
+    "url",
+    "api",
+    "model",
+    "builtin",
+    "concurrency",
+    "rate",
+    "requests",
+    "duration",
+    "warmup",
+    "input_tokens",
+    "output_tokens",
+    "dataset",
+    "seed",
+    "slo",
+    "out",
+    "json",
+    "quiet",
+    "metrics_url",
+    "gpu_price",
+    "gpus",
+    "config",
+    "help",
+    "param",
+    "serve",
+    "settings",
+    "find",
+    "sweep",
+    "engine",
+    "gpu",
+    "compare_to",
+];
+
+/// A command with more flags than this gets a short `-h`.
+const SHORT_HELP_ABOVE: usize = 30;
+
+/// `-h` short, `--help` long, as ripgrep's: a command with many flags
+/// shows only its [`MOST_USED`] under `-h`, and says so; `--help` shows
+/// every flag under its heading. Applied to every subcommand.
+pub fn short_help(cmd: clap::Command) -> clap::Command {
+    let n = cmd.get_arguments().count();
+    let cmd = match n > SHORT_HELP_ABOVE {
+        false => cmd,
+        true => {
+            let rest: Vec<String> = cmd
+                .get_arguments()
+                .map(|a| a.get_id().to_string())
+                .filter(|id| !MOST_USED.contains(&id.as_str()))
+                .collect();
+            rest.iter()
+                .fold(cmd, |c, id| c.mut_arg(id, |a| a.hide_short_help(true)))
+                .before_help(format!(
+                    "The most-used flags; --help shows all {n}, grouped by topic."
+                ))
+                .before_long_help(format!(
+                    "All {n} flags, grouped by topic; -h shows the most-used."
+                ))
+        }
+    };
+    cmd.mut_subcommands(short_help)
 }
 
 /// The client itself: its threads, connections, self-check and a server it

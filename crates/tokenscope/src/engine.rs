@@ -35,6 +35,7 @@ pub fn engine_config(a: &EngineArgs) -> anyhow::Result<EngineConfig> {
     cfg.gpu_memory_utilization = a.gpu_memory_utilization;
     cfg.max_num_seqs = a.max_num_seqs;
     cfg.max_num_batched_tokens = a.max_num_batched_tokens;
+    cfg.priority_scheduling = a.scheduling_policy == "priority";
     cfg.prefix_caching = !a.no_prefix_caching;
     cfg.set_engine(a.engine);
     cfg.num_scheduler_steps = a.num_scheduler_steps;

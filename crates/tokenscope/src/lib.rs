@@ -60,7 +60,7 @@ use std::process::ExitCode;
 /// said on one line with its exit code.
 pub fn main(argv: Vec<OsString>) -> ExitCode {
     // `--config FILE.toml`'s flags go before the command line's, which win.
-    let cmd = config_file::allow_overrides(cli::Cli::command());
+    let cmd = cli::short_help(config_file::allow_overrides(cli::Cli::command()));
     let argv = match config_file::expand(&cmd, argv) {
         Ok(argv) => argv,
         Err(msg) => {

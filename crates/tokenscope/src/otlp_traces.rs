@@ -136,8 +136,9 @@ impl Traces {
         };
         let mut attributes = self.attributes.clone();
         attributes.extend(record_attributes(r));
-        let status = match &r.error_kind {
-            Some(kind) => Status::error(format!("{kind:?}")),
+        // A user who left on purpose is no error.
+        let status = match r.error_kind.filter(|_| r.failed()) {
+            Some(kind) => Status::error(kind.to_string()),
             None => Status::Unset,
         };
         let events = r.first_token_at_us.map(|t| {
@@ -217,11 +218,10 @@ fn record_attributes(r: &RequestRecord) -> Vec<KeyValue> {
             opentelemetry::Value::Array(vec![opentelemetry::StringValue::from(f.clone())].into()),
         ));
     }
-    if let Some(kind) = &r.error_kind {
-        a.push(KeyValue::new(
-            "error.type",
-            format!("{kind:?}").to_lowercase(),
-        ));
+    match r.error_kind {
+        Some(kind) if r.failed() => a.push(KeyValue::new("error.type", kind.to_string())),
+        Some(kind) => a.push(KeyValue::new("tokenscope.ended", kind.to_string())),
+        None => {}
     }
     if let Some(id) = &r.request_id {
         a.push(KeyValue::new("tokenscope.request_id", id.clone()));

@@ -58,12 +58,39 @@ fn bench_help_is_grouped_under_headings_most_used_first() {
     under("--tools", "Agents and answers:");
     under("--slo", "SLO and cost:");
     under("--stop-on", "Client:");
-    // The short help is the same headings, with the examples after.
+    // `-h` is short: the most-used flags under the same headings, the
+    // examples after, and it says where the rest are; `--help` has them all.
     let short = stdout_of(&["bench", "-h"]);
     assert!(
         short.contains("Target:") && short.contains("Examples:"),
         "{short}"
     );
+    assert!(short.contains("--help shows all"), "{short}");
+    for flag in [
+        "--url",
+        "--concurrency",
+        "--rate",
+        "--requests",
+        "--slo",
+        "--out",
+    ] {
+        assert!(short.contains(flag), "{flag} in -h:\n{short}");
+    }
+    for flag in ["--stop-on", "--images", "--reasoning-parser"] {
+        assert!(!short.contains(flag), "{flag} only in --help:\n{short}");
+        assert!(help.contains(flag), "{flag} in --help");
+    }
+    assert!(
+        short.lines().count() * 3 < help.lines().count(),
+        "-h {} lines, --help {}",
+        short.lines().count(),
+        help.lines().count()
+    );
+    for command in [&["sweep"][..], &["tune"], &["sim", "plan"]] {
+        let short = stdout_of(&[command, &["-h"]].concat());
+        let long = stdout_of(&[command, &["--help"]].concat());
+        assert!(short.lines().count() < long.lines().count(), "{command:?}");
+    }
 }
 
 #[test]

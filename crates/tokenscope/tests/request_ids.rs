@@ -63,6 +63,7 @@ fn hex(bytes: &[u8]) -> String {
 fn every_request_names_itself_and_the_server_and_the_collector_see_the_same_ids() {
     let server = Server::start(exact(20, 2));
     let (collector, spans) = span_receiver();
+    let before = std::time::SystemTime::now();
     let (_, r, recs) = bench_ok(
         &server.url,
         "request-ids",
@@ -134,7 +135,15 @@ fn every_request_names_itself_and_the_server_and_the_collector_see_the_same_ids(
                 rec["request_id"].as_str().unwrap().into()
             ))
         );
-        // Its length is the record's, send to end, on the wall clock.
+        // On the wall clock, within the run, its length the record's.
+        let unix_ns = |t: std::time::SystemTime| {
+            t.duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+        };
+        assert!(
+            (unix_ns(before)..unix_ns(std::time::SystemTime::now()))
+                .contains(&span.start_time_unix_nano),
+            "the span starts during the run"
+        );
         let span_us = (span.end_time_unix_nano - span.start_time_unix_nano) as f64 / 1e3;
         let rec_us =
             (rec["done_at_us"].as_u64().unwrap() - rec["sent_at_us"].as_u64().unwrap()) as f64;
@@ -210,16 +219,27 @@ fn a_sample_of_the_spans_is_sent_and_bad_flags_are_refused() {
             ],
         ],
     );
-    let n = spans.lock().unwrap().len();
+    let spans = spans.lock().unwrap().clone();
+    let n = spans.len();
     assert!((3..=30).contains(&n), "about a quarter of 60: {n}");
-    // Without --trace-context the spans still carry the ids the record would have sent.
+    // Without --trace-context the spans still carry the ids the record
+    // would have sent: the trace id's first half is the run's number.
     assert!(recs.iter().all(|r| r.get("traceparent").is_none()));
+    let run = recs[0]["request_id"].as_str().unwrap()[3..19].to_string();
+    for s in &spans {
+        assert_eq!(hex(&s.trace_id)[..16], run, "the run's prefix");
+        let id = attr(s, "tokenscope.request_id");
+        assert!(
+            matches!(id, Some(AnyValue::StringValue(v)) if v.starts_with(&format!("ts-{run}-")))
+        );
+    }
 
     for (flags, says) in [
         (
             vec!["--request-id-header", "bad name"],
             "not a valid header name",
         ),
+        (vec!["--request-id-header", "Content-Length"], "sets itself"),
         (vec!["--otlp-span-sample", "0.5"], "--otlp-endpoint"),
         (
             vec!["--otlp-endpoint", &collector, "--otlp-span-sample", "1.5"],

@@ -160,7 +160,7 @@ fn scheduler_metrics(r: &RunResults, samples: &[Sample], start: f64, end: f64) -
     json!({
         "start_time": start, "request_start_time": start, "measure_start_time": start,
         "measure_end_time": end, "request_end_time": end, "end_time": end,
-        "requests_made": {"successful": c.succeeded, "errored": c.failed, "incomplete": 0,
+        "requests_made": {"successful": c.succeeded, "errored": c.failed, "incomplete": c.abandoned,
             "total": c.requests},
         "queued_time_avg": 0.0, "resolve_start_delay_avg": 0.0,
         "resolve_targeted_start_delay_avg": lag.mean(), "request_start_delay_avg": 0.0,
@@ -222,7 +222,7 @@ fn metrics(r: &RunResults, samples: &[Sample]) -> Value {
     let tokens = |f: fn(&Sample) -> u64| per_request(samples, move |s| Some(f(s) as f64));
     let c = &r.counts;
     json!({
-        "request_totals": {"successful": c.succeeded, "errored": c.failed, "incomplete": 0,
+        "request_totals": {"successful": c.succeeded, "errored": c.failed, "incomplete": c.abandoned,
             "total": c.requests},
         "requests_per_second": one(t.requests_per_s),
         "request_concurrency": one(t.concurrency.mean),

@@ -90,8 +90,10 @@ impl Sample {
 /// Every measured request of a run directory (warm-up left out).
 pub fn read(dir: &std::path::Path) -> Result<Vec<Sample>, crate::run_dir::ReadError> {
     let mut out = Vec::new();
+    // Users who left on purpose (`--cancel`) are neither a peer's success
+    // nor its failure: GuideLLM counts them as incomplete, by number only.
     crate::run_dir::for_each_record(dir, |r| {
-        if !r.warmup {
+        if !r.warmup && !r.abandoned() {
             out.push(Sample::of(&r));
         }
     })?;

@@ -28,6 +28,8 @@ pub struct EngineConfig {
     /// `None`: vLLM's default for the GPU.
     pub max_num_seqs: Option<u32>,
     pub max_num_batched_tokens: Option<u32>,
+    /// vLLM's `--scheduling-policy priority` (else first come, first served).
+    pub priority_scheduling: bool,
     pub block_size: u32,
     pub prefix_caching: bool,
     /// Activations, CUDA context, graphs: memory that is neither weights nor
@@ -55,6 +57,7 @@ impl EngineConfig {
             gpu_memory_utilization: 0.9,
             max_num_seqs: None,
             max_num_batched_tokens: None,
+            priority_scheduling: false,
             block_size,
             prefix_caching: true,
             reserved_gib: None,
@@ -99,6 +102,7 @@ impl EngineConfig {
             mixed_steps,
             multi_step: self.num_scheduler_steps.max(1),
             static_batch: self.engine == preset::Preset::Static,
+            priority_scheduling: self.priority_scheduling,
         }
     }
 

@@ -45,6 +45,9 @@ pub struct Seq {
     /// billions, whose weights that step reads); 0 once done.
     pub encoder_flops: f64,
     pub encoder_params_b: f64,
+    /// vLLM's request `priority`: lower is served first under the
+    /// priority policy ([`Limits::priority_scheduling`]); 0 by default.
+    pub priority: i64,
 }
 
 impl Seq {
@@ -68,6 +71,7 @@ impl Seq {
             preemptions: 0,
             encoder_flops: 0.0,
             encoder_params_b: 0.0,
+            priority: 0,
         }
     }
 
@@ -105,6 +109,10 @@ pub struct Limits {
     /// Static batching: a batch is admitted only when the last has ended,
     /// its prompts all prefilled in one step whatever the token budget.
     pub static_batch: bool,
+    /// vLLM's `--scheduling-policy priority`: the waiting queue ordered by
+    /// (priority, arrival), and out of blocks the running request with the
+    /// highest (priority, arrival) preempted, as vLLM V1 does.
+    pub priority_scheduling: bool,
 }
 
 impl Limits {
@@ -117,6 +125,7 @@ impl Limits {
             mixed_steps: true,
             multi_step: 1,
             static_batch: false,
+            priority_scheduling: false,
         }
     }
 }
@@ -249,7 +258,27 @@ impl Scheduler {
     }
 
     pub fn add(&mut self, seq: Seq) {
-        self.waiting.push_back(seq);
+        self.enqueue(seq, false);
+    }
+
+    /// Into the waiting queue: at its end (first come, first served; a
+    /// preempted request at its front), or under the priority policy
+    /// after every request of a lower or equal (priority, arrival).
+    fn enqueue(&mut self, seq: Seq, preempted: bool) {
+        if !self.limits.priority_scheduling {
+            match preempted {
+                true => self.waiting.push_front(seq),
+                false => self.waiting.push_back(seq),
+            }
+            return;
+        }
+        let key = (seq.priority, seq.arrived_at);
+        let at = self
+            .waiting
+            .iter()
+            .position(|w| (w.priority, w.arrived_at) > key)
+            .unwrap_or(self.waiting.len());
+        self.waiting.insert(at, seq);
     }
 
     pub fn is_idle(&self) -> bool {
@@ -454,9 +483,12 @@ impl Scheduler {
                 if Self::grow(kv, seq, target) {
                     break;
                 }
-                self.preempt_latest(now);
-                if self.running.len() == i {
-                    return budget; // it was the latest itself
+                let (victim, freed) = self.preempt_latest(now);
+                budget = budget.saturating_add(freed);
+                match victim.cmp(&i) {
+                    std::cmp::Ordering::Equal => return budget, // it was the victim itself
+                    std::cmp::Ordering::Less => i -= 1,         // one scheduled before it
+                    std::cmp::Ordering::Greater => {}
                 }
             }
             budget = budget.saturating_sub(n);
@@ -473,17 +505,37 @@ impl Scheduler {
 
     /// Out of blocks: the most recently admitted running request goes back
     /// to the front of the queue, its blocks freed, anything scheduled for
-    /// it this step undone.
-    fn preempt_latest(&mut self, now: f64) {
-        let mut victim = self.running.pop().expect("running is not empty here");
+    /// it this step undone; where it was in `running`, and the step's
+    /// tokens it gives back.
+    fn preempt_latest(&mut self, now: f64) -> (usize, u32) {
+        // Under the priority policy: the lowest-priority, latest-arrived.
+        let at = match self.limits.priority_scheduling {
+            true => (0..self.running.len())
+                .max_by(|&a, &b| {
+                    let key = |s: &Seq| (s.priority, s.arrived_at);
+                    key(&self.running[a])
+                        .partial_cmp(&key(&self.running[b]))
+                        .unwrap_or(std::cmp::Ordering::Equal)
+                })
+                .expect("running is not empty here"),
+            false => self.running.len() - 1,
+        };
+        let mut victim = self.running.remove(at);
         Self::free(&mut self.kv, &mut victim);
         victim.computed = 0;
         victim.preemptions += 1;
         victim.queued_at = now;
         self.preemptions_total += 1;
         self.preempted_in_step += 1;
+        let freed = self
+            .scheduled
+            .iter()
+            .filter(|s| s.id == victim.id)
+            .map(|s| s.new_tokens)
+            .sum();
         self.scheduled.retain(|s| s.id != victim.id);
-        self.waiting.push_front(victim);
+        self.enqueue(victim, true);
+        (at, freed)
     }
 
     /// Admits waiting requests in order while the budget, `max_num_seqs`
@@ -655,6 +707,20 @@ mod tests {
     fn run_step(s: &mut Scheduler, now: f64) -> StepResult {
         let w = s.plan(now);
         s.finish_step(w)
+    }
+
+    #[test]
+    fn under_the_priority_policy_the_lowest_value_waits_least() {
+        let mut limits = Limits::v1(1, 4096);
+        limits.priority_scheduling = true;
+        let mut s = Scheduler::new(limits, KvCache::new(1000, 16, false));
+        for (id, p) in [(1, 5), (2, 0), (3, 5), (4, -1)] {
+            let mut seq = Seq::new(id, 10, 10, id as f64);
+            seq.priority = p;
+            s.add(seq);
+        }
+        let order: Vec<u64> = s.waiting.iter().map(|q| q.id).collect();
+        assert_eq!(order, vec![4, 2, 1, 3], "by priority, then arrival");
     }
 
     #[test]

@@ -297,6 +297,7 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
     diagnosis.extend(growing.and_then(|g| g.finding()));
     diagnosis.extend(facts.extra_findings);
     diagnosis.extend(super::answers::findings(&m, &facts.config));
+    diagnosis.extend(tokenscope_core::diagnosis::class_tradeoff(&m.classes));
     let (mut server, mut kv_cache, mut gpu) = (facts.server, facts.kv_cache, None);
     if let Some(t) = &facts.telemetry {
         diagnosis.extend(tokenscope_telemetry::diagnose::diagnose(
@@ -327,6 +328,7 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
         target: facts.target,
         config: facts.config,
         adapters: m.adapters,
+        classes: m.classes,
         media: m.media,
         structured_output: m.structured_output,
         tool_calls: m.tool_calls,

@@ -67,7 +67,7 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
     let recorder = Recorder::create_with(
         &out_dir.join(crate::run_dir::REQUESTS),
         cancel.clone(),
-        crate::spec::pricing::aggregator(&spec.output),
+        crate::spec::pricing::aggregator(&spec.output).with_class_slos(class_slos(spec)),
         recorder_options(spec, live.clone(), otlp.clone()),
     )?;
     let target = target(spec, &probed, ids)?;
@@ -197,6 +197,7 @@ fn target(
         timeout: r.timeout,
         idle_timeout: r.idle_timeout,
         ids,
+        classes: classes(spec)?,
         abandon: r.cancel.zip(r.cancel_after).map(|(share, after)| {
             tokenscope_load::abandon::Abandon {
                 share,
@@ -207,6 +208,29 @@ fn target(
     })
 }
 
+/// `--class`: the classes each request draws from, by the run's seed.
+fn classes(spec: &RunSpec) -> anyhow::Result<Option<Arc<tokenscope_load::classes::Classes>>> {
+    let list = &spec.request.classes;
+    if list.is_empty() {
+        return Ok(None);
+    }
+    let classes = tokenscope_load::classes::Classes::new(list.clone(), spec.plan.seed)
+        .map_err(Exit::usage)?;
+    Ok(Some(Arc::new(classes)))
+}
+
+/// `--class NAME:…:slo=SPEC`: each class's own SLO (checked as the flag was read).
+fn class_slos(spec: &RunSpec) -> std::collections::BTreeMap<String, tokenscope_core::slo::Slo> {
+    spec.request
+        .classes
+        .iter()
+        .filter_map(|c| {
+            let slo = tokenscope_core::slo::Slo::parse(c.slo.as_deref()?).ok()?;
+            Some((c.name.clone(), slo))
+        })
+        .collect()
+}
+
 /// Each request's id header and trace context; a `--header` of the same
 /// name is the user's own id, sent instead of tokenscope's.
 fn request_ids(
@@ -215,7 +239,9 @@ fn request_ids(
 ) -> tokenscope_load::request_ids::RequestIds {
     let name = r.request_id_header.as_str();
     let ours = name != "none" && !headers.contains_key(name.to_ascii_lowercase().as_str());
-    tokenscope_load::request_ids::RequestIds::new(ours.then_some(name), r.trace_context)
+    // A user's own traceparent is sent instead of ours, too.
+    let context = r.trace_context && !headers.contains_key("traceparent");
+    tokenscope_load::request_ids::RequestIds::new(ours.then_some(name), context)
 }
 
 /// Refuses what the API cannot carry, before anything is sent: a batch to
@@ -223,6 +249,12 @@ fn request_ids(
 /// without them), sessions to a pooling API.
 fn refuse_unfit(spec: &RunSpec, api: &dyn Protocol) -> anyhow::Result<()> {
     let r = &spec.request;
+    if r.cancel.is_some() && (r.no_stream || api.pooling()) {
+        return Err(Exit::usage(format!(
+            "--cancel leaves a streamed answer part-way; {} answers whole here (--no-stream or a pooling API): nothing to leave",
+            api.name()
+        )));
+    }
     if r.batch_size > 1 && !api.pooling() {
         return Err(Exit::usage(format!(
             "--batch-size {} applies to the pooling APIs (openai-embeddings, rerank); {} sends one prompt a request",

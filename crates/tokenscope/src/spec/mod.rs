@@ -152,6 +152,13 @@ fn run_config(
             "grade": request.grade.as_ref().map(|g| g.label()),
             "keep_text": request.keep_text.then_some(true),
             "request_id_header": request.request_id_header,
+            "classes": (!request.classes.is_empty()).then(|| request.classes.iter().map(|c| json!({
+                "name": c.name,
+                "share": c.share,
+                "priority": c.priority,
+                "headers": c.headers.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+                "slo": c.slo,
+            })).collect::<Vec<_>>()),
             "trace_context": request.trace_context.then_some(true),
             "cancel": request.cancel.zip(request.cancel_after).map(|(share, after)| json!({
                 "share": share,

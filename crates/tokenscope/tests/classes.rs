@@ -1,0 +1,173 @@
+//! `--class`: traffic of several kinds in one run. Each request draws its
+//! class; its priority goes in the body as vLLM's field; figures and SLO
+//! verdicts come per class; and the built-in engine under vLLM's priority
+//! policy serves the high class first when it is overloaded.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+/// A closed loop of 16 users on an engine of 4 sequences: a queue of 12.
+fn overloaded(policy: &str, name: &str, extra: &[&str]) -> Value {
+    let port = free_port();
+    let _server = SimServe::start(
+        port,
+        &["--max-num-seqs", "4", "--scheduling-policy", policy],
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    let (_, r, recs) = bench_ok(
+        &url,
+        name,
+        &[
+            &[
+                "--requests",
+                "64",
+                "--concurrency",
+                "16",
+                "--input-tokens",
+                "64",
+                "--output-tokens",
+                "24",
+                "--ignore-eos",
+                "--seed",
+                "11",
+                "--class",
+                "hi:0.5:priority=0",
+                "--class",
+                "lo:0.5:priority=10",
+            ],
+            extra,
+        ],
+    );
+    for rec in recs.iter().filter(|r| r["warmup"] != true) {
+        assert!(rec["class"] == "hi" || rec["class"] == "lo", "{rec}");
+    }
+    r
+}
+
+fn ttft_p50(r: &Value, class: &str) -> f64 {
+    r["classes"][class]["ttft_ms"]["p50"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{class}: {}", r["classes"]))
+}
+
+#[test]
+fn the_high_class_waits_less_under_the_priority_policy_and_each_class_is_judged_apart() {
+    let r = overloaded("priority", "classes-priority", &["--slo", "ttft_p50=100s"]);
+    let c = &r["classes"];
+    let n = c["hi"]["requests"].as_u64().unwrap() + c["lo"]["requests"].as_u64().unwrap();
+    assert_eq!(n, 64, "every request in one class: {c}");
+    assert!(
+        c["hi"]["requests"].as_u64().unwrap() >= 16,
+        "about half: {c}"
+    );
+    let (hi, lo) = (ttft_p50(&r, "hi"), ttft_p50(&r, "lo"));
+    assert!(
+        hi < 0.7 * lo,
+        "priority 0 served first: hi {hi} ms, lo {lo} ms"
+    );
+    // Each class under the run's SLO here; both met so no trade-off is claimed.
+    assert_eq!(c["hi"]["slo"]["verdict"], "met", "{c}");
+    assert!(!has_rule(&r, "class_slo_tradeoff"));
+    assert_eq!(r["config"]["classes"][0]["priority"], 0);
+
+    // First come, first served: the same mix waits alike (the control).
+    let f = overloaded("fcfs", "classes-fcfs", &[]);
+    let (hi_f, lo_f) = (ttft_p50(&f, "hi"), ttft_p50(&f, "lo"));
+    assert!(
+        hi_f > 0.5 * lo_f,
+        "no priority, no gap: hi {hi_f} ms, lo {lo_f} ms"
+    );
+}
+
+#[test]
+fn a_class_that_meets_its_slo_at_the_others_expense_is_found() {
+    // The high class's SLO is one it meets; the low class's one it cannot.
+    let port = free_port();
+    let _server = SimServe::start(
+        port,
+        &["--max-num-seqs", "4", "--scheduling-policy", "priority"],
+    );
+    let url = format!("http://127.0.0.1:{port}");
+    let (_, r, _) = bench_ok(
+        &url,
+        "classes-tradeoff",
+        &[&[
+            "--requests",
+            "64",
+            "--concurrency",
+            "16",
+            "--input-tokens",
+            "64",
+            "--output-tokens",
+            "24",
+            "--ignore-eos",
+            "--seed",
+            "11",
+            "--class",
+            "hi:0.5:priority=0:slo=ttft_p50=60s",
+            "--class",
+            "lo:0.5:priority=10:slo=ttft_p50=1ms",
+        ]],
+    );
+    let c = &r["classes"];
+    assert_eq!(c["hi"]["slo"]["verdict"], "met", "{c}");
+    assert_eq!(c["lo"]["slo"]["verdict"], "not_met", "{c}");
+    let f = r["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == "class_slo_tradeoff")
+        .unwrap_or_else(|| panic!("{:?}", rules(&r)));
+    assert_eq!(f["evidence"]["met"], serde_json::json!(["hi"]));
+    assert_eq!(f["evidence"]["not_met"], serde_json::json!(["lo"]));
+}
+
+#[test]
+fn the_priority_goes_in_the_body_and_bad_classes_are_refused() {
+    let server = Server::start(tokenscope_sim::exact::ExactConfig {
+        keep_bodies: 64,
+        ..exact(2, 1)
+    });
+    let (_, _, recs) = bench_ok(
+        &server.url,
+        "classes-body",
+        &[
+            &EXACT_CHAT,
+            &[
+                "--requests",
+                "12",
+                "--class",
+                "a:1:priority=-3",
+                "--class",
+                "b:1",
+            ],
+        ],
+    );
+    let bodies = server.stats.bodies.lock().unwrap().clone();
+    let with: Vec<&Value> = bodies
+        .iter()
+        .filter(|b| b.get("priority").is_some())
+        .collect();
+    let a = recs.iter().filter(|r| r["class"] == "a").count();
+    assert_eq!(
+        with.len(),
+        a,
+        "every class-a request and no other carried its priority"
+    );
+    assert!(with.iter().all(|b| b["priority"] == -3));
+    for (flags, says) in [
+        (vec!["--class", "a:0"], "share is a number above 0"),
+        (vec!["--class", "a:1", "--class", "a:2"], "named twice"),
+        (vec!["--class", "a:1:priority=x"], "a whole number"),
+        (
+            vec!["--class", "a:1:header=X-A=1\r\nX-B: 2"],
+            "printable value",
+        ),
+        (vec!["--class", "a:1:slo=ttft_p99=soon"], "slo="),
+    ] {
+        let why = refused(&server.url, &[&EXACT_CHAT[..], &flags].concat());
+        assert!(why.contains(says), "{flags:?}: {why}");
+    }
+}
