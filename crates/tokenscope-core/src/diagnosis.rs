@@ -419,6 +419,51 @@ fn max_concurrency_reached(counts: &Counts) -> Option<Finding> {
     })
 }
 
+/// `--class`: one class's SLO met while another's was not, each verdict
+/// resting on its own requests: the first is served at the other's
+/// expense (a priority, a fairness header, or the mix itself).
+pub fn class_tradeoff(
+    classes: &BTreeMap<String, crate::results::AdapterFigures>,
+) -> Option<Finding> {
+    use crate::slo::Verdict;
+    let verdict = |c: &crate::results::AdapterFigures| c.slo.as_ref().and_then(|s| s.verdict);
+    let named = |v: Verdict| -> Vec<&String> {
+        classes
+            .iter()
+            .filter(|(_, c)| verdict(c) == Some(v))
+            .map(|(n, _)| n)
+            .collect()
+    };
+    let (met, missed) = (named(Verdict::Met), named(Verdict::NotMet));
+    if met.is_empty() || missed.is_empty() {
+        return None;
+    }
+    let p99 = |n: &String| classes[n].ttft_ms.map_or(f64::NAN, |s| s.p99);
+    let list = |names: &[&String]| {
+        names
+            .iter()
+            .map(|n| {
+                format!(
+                    "{n} (TTFT p99 {:.0} ms, {} requests)",
+                    p99(n),
+                    classes[*n].requests
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Some(finding(
+        "class_slo_tradeoff",
+        "warning",
+        format!(
+            "{} met its SLO while {} did not: one class is served at the other's expense (each verdict rests on its own requests)",
+            list(&met),
+            list(&missed)
+        ),
+        &[("met", json!(met)), ("not_met", json!(missed))],
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -507,49 +552,4 @@ mod tests {
         let all = rules(&llama_like, Asked::default());
         assert!(find(&all, "server_closes_keepalive").is_some());
     }
-}
-
-/// `--class`: one class's SLO met while another's was not, each verdict
-/// resting on its own requests: the first is served at the other's
-/// expense (a priority, a fairness header, or the mix itself).
-pub fn class_tradeoff(
-    classes: &BTreeMap<String, crate::results::AdapterFigures>,
-) -> Option<Finding> {
-    use crate::slo::Verdict;
-    let verdict = |c: &crate::results::AdapterFigures| c.slo.as_ref().and_then(|s| s.verdict);
-    let named = |v: Verdict| -> Vec<&String> {
-        classes
-            .iter()
-            .filter(|(_, c)| verdict(c) == Some(v))
-            .map(|(n, _)| n)
-            .collect()
-    };
-    let (met, missed) = (named(Verdict::Met), named(Verdict::NotMet));
-    if met.is_empty() || missed.is_empty() {
-        return None;
-    }
-    let p99 = |n: &String| classes[n].ttft_ms.map_or(f64::NAN, |s| s.p99);
-    let list = |names: &[&String]| {
-        names
-            .iter()
-            .map(|n| {
-                format!(
-                    "{n} (TTFT p99 {:.0} ms, {} requests)",
-                    p99(n),
-                    classes[*n].requests
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    Some(finding(
-        "class_slo_tradeoff",
-        "warning",
-        format!(
-            "{} met its SLO while {} did not: one class is served at the other's expense (each verdict rests on its own requests)",
-            list(&met),
-            list(&missed)
-        ),
-        &[("met", json!(met)), ("not_met", json!(missed))],
-    ))
 }

@@ -98,7 +98,7 @@ impl Verdict {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SloReport {
     pub objectives: Vec<ObjectiveResult>,
     /// Every objective held over the run (`verdict` is `met`).
@@ -111,7 +111,7 @@ pub struct SloReport {
     pub good_requests: u64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ObjectiveResult {
     pub metric: String,
     pub stat: String,

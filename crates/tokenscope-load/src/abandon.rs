@@ -9,6 +9,7 @@
 //! has it, or a number of output chunks received (`tokens:N`: one token a
 //! chunk, as servers stream them unless told to bunch).
 
+use crate::draw::{mix, unit};
 use std::time::Duration;
 
 /// When a chosen request leaves.
@@ -111,19 +112,6 @@ impl Abandon {
             }
         })
     }
-}
-
-/// A hash as a uniform number in [0, 1).
-fn unit(h: u64) -> f64 {
-    (h >> 11) as f64 / (1u64 << 53) as f64
-}
-
-/// splitmix64's finaliser.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@
 //! headers with the request (llm-d's priority and fairness headers).
 //! Figures, SLOs and findings are then given per class.
 
+use crate::draw::{mix, unit};
+
 /// One class of traffic.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrafficClass {
@@ -152,18 +154,6 @@ impl Classes {
             .unwrap_or(self.list.len() - 1);
         &self.list[i]
     }
-}
-
-fn unit(h: u64) -> f64 {
-    (h >> 11) as f64 / (1u64 << 53) as f64
-}
-
-/// splitmix64's finaliser.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]

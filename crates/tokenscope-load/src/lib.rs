@@ -13,6 +13,7 @@ pub mod classes;
 pub mod connections;
 pub mod counts;
 pub mod cpu;
+pub mod draw;
 pub mod grading;
 pub mod http1;
 pub mod loop_delay;

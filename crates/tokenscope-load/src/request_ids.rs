@@ -15,6 +15,8 @@
 //! on a fresh connection, and computed without any state on the per-request
 //! path.
 
+use crate::draw::mix;
+
 /// The run's request naming, the same for every request.
 #[derive(Debug, Clone)]
 pub struct RequestIds {
@@ -136,14 +138,6 @@ fn run_number() -> u64 {
 /// The span id of record `n` in run `run`: never 0.
 fn span_id(run: u64, n: u64) -> u64 {
     mix(run ^ mix(n)).max(1)
-}
-
-/// splitmix64's finaliser: a bijection that spreads every input bit.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]

@@ -89,14 +89,7 @@ pub fn operation(api: &str) -> &'static str {
 /// `URL` as the metrics endpoint: a bare collector address gets OTLP's
 /// `/v1/metrics`.
 pub fn metrics_url(url: &str) -> String {
-    let trimmed = url.trim_end_matches('/');
-    let has_path = trimmed
-        .split_once("://")
-        .is_some_and(|(_, rest)| rest.contains('/'));
-    match has_path {
-        true => trimmed.to_string(),
-        false => format!("{trimmed}/v1/metrics"),
-    }
+    crate::otlp_push::collector_url(url, "/v1/metrics")
 }
 
 impl OtlpExport {

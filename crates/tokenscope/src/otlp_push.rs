@@ -6,6 +6,19 @@ use std::time::Duration;
 /// Longest a push may take before it is given up.
 pub const PUSH_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// `url` with OTLP's `path` (`/v1/metrics`, `/v1/traces`) where it is a
+/// bare collector address; a URL with a path of its own is kept whole.
+pub fn collector_url(url: &str, path: &str) -> String {
+    let trimmed = url.trim_end_matches('/');
+    let has_path = trimmed
+        .split_once("://")
+        .is_some_and(|(_, rest)| rest.contains('/'));
+    match has_path {
+        true => trimmed.to_string(),
+        false => format!("{trimmed}{path}"),
+    }
+}
+
 /// The latest push's failure, shared by the exporter's HTTP client and
 /// the run that reports it.
 #[derive(Debug, Clone, Default)]

@@ -54,16 +54,8 @@ pub struct Traces {
 /// in `/v1/metrics`) gets OTLP's `/v1/traces`.
 pub fn traces_url(url: &str) -> String {
     let trimmed = url.trim_end_matches('/');
-    if let Some(base) = trimmed.strip_suffix("/v1/metrics") {
-        return format!("{base}/v1/traces");
-    }
-    let has_path = trimmed
-        .split_once("://")
-        .is_some_and(|(_, rest)| rest.contains('/'));
-    match has_path {
-        true => trimmed.to_string(),
-        false => format!("{trimmed}/v1/traces"),
-    }
+    let base = trimmed.strip_suffix("/v1/metrics").unwrap_or(trimmed);
+    crate::otlp_push::collector_url(base, "/v1/traces")
 }
 
 impl Traces {
@@ -197,10 +189,7 @@ fn sampled(id: u64, below: u64) -> bool {
     if below == u64::MAX {
         return true;
     }
-    let mut z = id.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (z ^ (z >> 31)) < below
+    tokenscope_load::draw::mix(id) < below
 }
 
 /// What the record says of its request, in the GenAI conventions' names.

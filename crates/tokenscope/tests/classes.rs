@@ -8,43 +8,40 @@ mod common;
 use common::*;
 use serde_json::Value;
 
-/// A closed loop of 16 users on an engine of 4 sequences: a queue of 12.
-fn overloaded(policy: &str, name: &str, extra: &[&str]) -> Value {
+/// A closed loop of 16 users on an engine of 4 sequences (a queue of
+/// 12), half the requests in each of two classes given by `classes`.
+fn overloaded(policy: &str, name: &str, classes: [&str; 2], extra: &[&str]) -> Value {
     let port = free_port();
     let _server = SimServe::start(
         port,
         &["--max-num-seqs", "4", "--scheduling-policy", policy],
     );
     let url = format!("http://127.0.0.1:{port}");
-    let (_, r, recs) = bench_ok(
-        &url,
-        name,
-        &[
-            &[
-                "--requests",
-                "64",
-                "--concurrency",
-                "16",
-                "--input-tokens",
-                "64",
-                "--output-tokens",
-                "24",
-                "--ignore-eos",
-                "--seed",
-                "11",
-                "--class",
-                "hi:0.5:priority=0",
-                "--class",
-                "lo:0.5:priority=10",
-            ],
-            extra,
-        ],
-    );
+    let load = [
+        "--requests",
+        "64",
+        "--concurrency",
+        "16",
+        "--input-tokens",
+        "64",
+        "--output-tokens",
+        "24",
+        "--ignore-eos",
+        "--seed",
+        "11",
+        "--class",
+        classes[0],
+        "--class",
+        classes[1],
+    ];
+    let (_, r, recs) = bench_ok(&url, name, &[&load, extra]);
     for rec in recs.iter().filter(|r| r["warmup"] != true) {
         assert!(rec["class"] == "hi" || rec["class"] == "lo", "{rec}");
     }
     r
 }
+
+const PRIORITIES: [&str; 2] = ["hi:0.5:priority=0", "lo:0.5:priority=10"];
 
 fn ttft_p50(r: &Value, class: &str) -> f64 {
     r["classes"][class]["ttft_ms"]["p50"]
@@ -54,7 +51,12 @@ fn ttft_p50(r: &Value, class: &str) -> f64 {
 
 #[test]
 fn the_high_class_waits_less_under_the_priority_policy_and_each_class_is_judged_apart() {
-    let r = overloaded("priority", "classes-priority", &["--slo", "ttft_p50=100s"]);
+    let r = overloaded(
+        "priority",
+        "classes-priority",
+        PRIORITIES,
+        &["--slo", "ttft_p50=100s"],
+    );
     let c = &r["classes"];
     let n = c["hi"]["requests"].as_u64().unwrap() + c["lo"]["requests"].as_u64().unwrap();
     assert_eq!(n, 64, "every request in one class: {c}");
@@ -73,7 +75,7 @@ fn the_high_class_waits_less_under_the_priority_policy_and_each_class_is_judged_
     assert_eq!(r["config"]["classes"][0]["priority"], 0);
 
     // First come, first served: the same mix waits alike (the control).
-    let f = overloaded("fcfs", "classes-fcfs", &[]);
+    let f = overloaded("fcfs", "classes-fcfs", PRIORITIES, &[]);
     let (hi_f, lo_f) = (ttft_p50(&f, "hi"), ttft_p50(&f, "lo"));
     assert!(
         hi_f > 0.5 * lo_f,
@@ -84,33 +86,11 @@ fn the_high_class_waits_less_under_the_priority_policy_and_each_class_is_judged_
 #[test]
 fn a_class_that_meets_its_slo_at_the_others_expense_is_found() {
     // The high class's SLO is one it meets; the low class's one it cannot.
-    let port = free_port();
-    let _server = SimServe::start(
-        port,
-        &["--max-num-seqs", "4", "--scheduling-policy", "priority"],
-    );
-    let url = format!("http://127.0.0.1:{port}");
-    let (_, r, _) = bench_ok(
-        &url,
-        "classes-tradeoff",
-        &[&[
-            "--requests",
-            "64",
-            "--concurrency",
-            "16",
-            "--input-tokens",
-            "64",
-            "--output-tokens",
-            "24",
-            "--ignore-eos",
-            "--seed",
-            "11",
-            "--class",
-            "hi:0.5:priority=0:slo=ttft_p50=60s",
-            "--class",
-            "lo:0.5:priority=10:slo=ttft_p50=1ms",
-        ]],
-    );
+    let classes = [
+        "hi:0.5:priority=0:slo=ttft_p50=60s",
+        "lo:0.5:priority=10:slo=ttft_p50=1ms",
+    ];
+    let r = overloaded("priority", "classes-tradeoff", classes, &[]);
     let c = &r["classes"];
     assert_eq!(c["hi"]["slo"]["verdict"], "met", "{c}");
     assert_eq!(c["lo"]["slo"]["verdict"], "not_met", "{c}");
