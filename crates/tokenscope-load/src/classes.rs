@@ -87,6 +87,21 @@ impl TrafficClass {
                         "header={kv}: a header's name and a printable value"
                     ));
                 }
+                const SET_BY_TOKENSCOPE: [&str; 8] = [
+                    "host",
+                    "content-length",
+                    "content-type",
+                    "transfer-encoding",
+                    "connection",
+                    "authorization",
+                    "traceparent",
+                    "x-request-id",
+                ];
+                if SET_BY_TOKENSCOPE.contains(&k.to_ascii_lowercase().as_str()) {
+                    return Err(format!(
+                        "header={kv}: `{k}` is a header tokenscope sets itself"
+                    ));
+                }
                 self.headers.push((k.to_ascii_lowercase(), v.to_string()));
             }
             _ => {
@@ -108,6 +123,9 @@ impl TrafficClass {
     }
 }
 
+/// The most classes a run may name: each keeps its own figures.
+pub const MAX_CLASSES: usize = 64;
+
 /// The run's classes, and which one each request is.
 #[derive(Debug, Clone)]
 pub struct Classes {
@@ -128,6 +146,11 @@ impl Classes {
         let total: f64 = list.iter().map(|c| c.share).sum();
         if list.is_empty() || total <= 0.0 {
             return Err("--class: at least one class with a share above 0".into());
+        }
+        if list.len() > MAX_CLASSES {
+            return Err(format!(
+                "--class: at most {MAX_CLASSES} classes (each has its own figures)"
+            ));
         }
         let mut at = 0.0;
         let edges = list
@@ -198,6 +221,8 @@ mod tests {
             "chat:0.5:header=X A=1",
             "chat:0.5:header=X-A=1\r\nInjected: yes",
             "chat:0.5:color=red",
+            "chat:0.5:header=Content-Length=5",
+            "chat:0.5:header=X-Request-Id=mine",
             "chat:0.5:slo=ttft_p99=fast",
         ] {
             assert!(TrafficClass::parse(bad).is_err(), "{bad:?}");

@@ -903,6 +903,13 @@ async fn respond(s: Arc<Shared>, body: Bytes, dialect: Dialect) -> Response {
         Err(msg) => return bad_request(&msg),
     };
     let ask = Ask::read(&body, dialect);
+    // vLLM refuses a priority it would not heed.
+    let priority = body["priority"].as_i64().unwrap_or(0);
+    if priority != 0 && !s.config.priority_scheduling {
+        return bad_request(&format!(
+            "Got priority {priority} but Priority scheduling is not enabled."
+        ));
+    }
     let id = s.next_id.fetch_add(1, Ordering::Relaxed);
     let in_flight = crate::answers::InFlight::enter(&s.in_flight);
     let fault = s.options.faults.for_request(s.options.seed, id);

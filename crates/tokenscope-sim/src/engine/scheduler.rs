@@ -5,6 +5,9 @@
 //! request is preempted (blocks freed, recomputed later, back to the front of
 //! the queue); waiting requests are admitted in order only in a step that
 //! preempted nobody, while there are sequence slots, budget and blocks.
+//! Under vLLM's priority policy (`--scheduling-policy priority`) the queue
+//! is ordered by (priority, arrival) and the preempted request is the
+//! running one with the highest (priority, arrival), wherever it stands.
 
 use super::cost::StepWork;
 use super::kv::{KvCache, Unit};
@@ -841,6 +844,40 @@ mod tests {
             "recompute from scratch"
         );
         assert_eq!(s.waiting.front().unwrap().preemptions, 1);
+    }
+
+    #[test]
+    fn under_the_priority_policy_the_low_priority_is_preempted_even_when_scheduled_first() {
+        // 6 blocks of 16: a low-priority request of 40 prompt tokens, then
+        // a high-priority one of 47 that crosses into a 4th block first.
+        let mut limits = Limits::v1(8, 8192);
+        limits.priority_scheduling = true;
+        let mut s = Scheduler::new(limits, KvCache::new(6, 16, false));
+        let mut low = Seq::new(1, 40, 100, 0.0);
+        low.priority = 10;
+        s.add(low);
+        run_step(&mut s, 0.0);
+        s.add(Seq::new(2, 47, 100, 0.01));
+        let mut t = 0.01;
+        let work = loop {
+            let w = s.plan(t);
+            if s.preemptions_total > 0 {
+                break w;
+            }
+            s.finish_step(w);
+            t += 0.01;
+        };
+        // The victim stood before the request that needed the block: it
+        // is taken out of the step, and the step goes on with the other.
+        assert_eq!(s.running.iter().map(|q| q.id).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(
+            s.scheduled.iter().map(|x| x.id).collect::<Vec<_>>(),
+            vec![2]
+        );
+        assert_eq!(s.waiting.front().unwrap().id, 1);
+        assert_eq!(s.waiting.front().unwrap().computed, 0);
+        let r = s.finish_step(work);
+        assert_eq!(r.emitted.len(), 1, "only the high-priority request's token");
     }
 
     #[test]

@@ -249,6 +249,13 @@ fn request_ids(
 /// without them), sessions to a pooling API.
 fn refuse_unfit(spec: &RunSpec, api: &dyn Protocol) -> anyhow::Result<()> {
     let r = &spec.request;
+    let priority = r.classes.iter().any(|c| c.priority.is_some());
+    if priority && !matches!(api.name(), "openai-chat" | "openai-completions") {
+        return Err(Exit::usage(format!(
+            "--class …:priority=N is sent as vLLM's `priority` field of the OpenAI chat and completions APIs; {} has no such field",
+            api.name()
+        )));
+    }
     if r.cancel.is_some() && (r.no_stream || api.pooling()) {
         return Err(Exit::usage(format!(
             "--cancel leaves a streamed answer part-way; {} answers whole here (--no-stream or a pooling API): nothing to leave",
