@@ -77,9 +77,7 @@ impl TrafficClass {
                 let (k, v) = kv
                     .split_once('=')
                     .ok_or_else(|| format!("header={kv}: header=NAME=VALUE"))?;
-                let name_ok = !k.is_empty()
-                    && k.bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
+                let name_ok = crate::request_ids::is_header_name(k);
                 // A value goes on the wire as it is: no line breaks in it.
                 let value_ok = v.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
                 if !name_ok || !value_ok {
@@ -87,17 +85,10 @@ impl TrafficClass {
                         "header={kv}: a header's name and a printable value"
                     ));
                 }
-                const SET_BY_TOKENSCOPE: [&str; 8] = [
-                    "host",
-                    "content-length",
-                    "content-type",
-                    "transfer-encoding",
-                    "connection",
-                    "authorization",
-                    "traceparent",
-                    "x-request-id",
-                ];
-                if SET_BY_TOKENSCOPE.contains(&k.to_ascii_lowercase().as_str()) {
+                // The request id's header too (its default name).
+                if crate::request_ids::set_by_tokenscope(k)
+                    || k.eq_ignore_ascii_case("x-request-id")
+                {
                     return Err(format!(
                         "header={kv}: `{k}` is a header tokenscope sets itself"
                     ));

@@ -87,6 +87,30 @@ impl RequestIds {
     }
 }
 
+/// Headers tokenscope sets on every request itself: a user's header of
+/// one of these names would be sent twice (framing broken, or two ids).
+pub const SET_BY_TOKENSCOPE: [&str; 7] = [
+    "host",
+    "content-length",
+    "content-type",
+    "transfer-encoding",
+    "connection",
+    "authorization",
+    "traceparent",
+];
+
+/// A header's name as tokenscope sends one: letters, digits, `-`, `_`.
+pub fn is_header_name(k: &str) -> bool {
+    !k.is_empty()
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
+}
+
+/// One of [`SET_BY_TOKENSCOPE`], whatever its case.
+pub fn set_by_tokenscope(k: &str) -> bool {
+    SET_BY_TOKENSCOPE.contains(&k.to_ascii_lowercase().as_str())
+}
+
 /// A trace context's parts, read back from a `traceparent` header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TraceParent {

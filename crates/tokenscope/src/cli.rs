@@ -945,10 +945,7 @@ fn header(s: &str) -> Result<(String, String), String> {
 
 /// A header's name: letters, digits, `-` and `_`.
 fn header_name(k: &str) -> Result<String, String> {
-    match !k.is_empty()
-        && k.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
-    {
+    match tokenscope_load::request_ids::is_header_name(k) {
         true => Ok(k.to_string()),
         false => Err(format!("`{k}` is not a valid header name")),
     }
@@ -957,18 +954,9 @@ fn header_name(k: &str) -> Result<String, String> {
 /// `--request-id-header`: a header's name, or `none`; never one that
 /// frames the request or carries the trace context.
 fn request_id_header(s: &str) -> Result<String, String> {
-    const RESERVED: [&str; 7] = [
-        "host",
-        "content-length",
-        "content-type",
-        "transfer-encoding",
-        "connection",
-        "authorization",
-        "traceparent",
-    ];
     match s {
         "none" => Ok(s.into()),
-        _ if RESERVED.contains(&s.to_ascii_lowercase().as_str()) => Err(format!(
+        _ if tokenscope_load::request_ids::set_by_tokenscope(s) => Err(format!(
             "`{s}` is a header tokenscope sets itself: name another (x-request-id, the default) or `none`"
         )),
         _ => header_name(s).map_err(|e| format!("{e} (or `none` to send no request id)")),
