@@ -48,3 +48,4 @@ pub mod tool_calls;
 pub mod ttft_by_sent;
 pub mod waves;
 pub mod windows;
+pub mod workflows;

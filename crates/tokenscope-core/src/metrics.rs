@@ -33,6 +33,11 @@ pub struct Measured {
     pub grades: crate::grading::GradeTally,
     /// `--multi-turn`: whole sessions.
     pub sessions: Option<crate::results::SessionFigures>,
+    /// `--workflow`: whole workflows, each step's figures, and the
+    /// findings on the graph's shape.
+    pub workflows: Option<crate::results::WorkflowFigures>,
+    pub steps: BTreeMap<String, AdapterFigures>,
+    pub workflow_findings: Vec<crate::results::Finding>,
     pub window: Window,
     pub latency: Latency,
     pub throughput: Throughput,
@@ -126,6 +131,9 @@ pub struct Aggregator {
     by_class: Option<BTreeMap<String, Aggregator>>,
     /// `--class NAME:…:slo=SPEC`: a class's own SLO.
     class_slos: BTreeMap<String, Slo>,
+    /// `--workflow`: each step's requests apart, likewise.
+    by_step: Option<BTreeMap<String, Aggregator>>,
+    workflows: crate::workflows::WorkflowTally,
     media: crate::media::MediaTally,
     formats: crate::formats::FormatTally,
     tool_calls: crate::tool_calls::ToolTally,
@@ -187,6 +195,7 @@ impl Aggregator {
         Aggregator {
             by_adapter: None,
             by_class: None,
+            by_step: None,
             ttft_by_sent: None,
             ..Aggregator::new(slo, price)
         }
@@ -233,6 +242,8 @@ impl Aggregator {
             by_adapter: Some(BTreeMap::new()),
             by_class: Some(BTreeMap::new()),
             class_slos: BTreeMap::new(),
+            by_step: Some(BTreeMap::new()),
+            workflows: Default::default(),
             media: Default::default(),
             formats: Default::default(),
             tool_calls: Default::default(),
@@ -267,6 +278,16 @@ impl Aggregator {
                 .or_else(|| self.slo.clone());
             add_apart(&mut self.by_class, name, || Aggregator::part(slo, price), r);
         }
+        if let Some(call) = &r.workflow {
+            let slo = self.slo.clone();
+            add_apart(
+                &mut self.by_step,
+                &call.step,
+                || Aggregator::part(slo, price),
+                r,
+            );
+        }
+        self.workflows.add(r);
         self.count(r);
         self.instants
             .add(r.sent_at_us, r.done_at_us, r.succeeded(), r.scheduled_at_us);
@@ -527,7 +548,11 @@ impl Aggregator {
         let cost = self.cost(window.duration_s, &tokens, &counts);
         let adapters = figures_apart(&mut self.by_adapter, window.duration_s);
         let classes = figures_apart(&mut self.by_class, window.duration_s);
+        let steps = figures_apart(&mut self.by_step, window.duration_s);
         Measured {
+            workflows: self.workflows.finish(),
+            workflow_findings: self.workflows.findings(),
+            steps,
             adapters,
             classes,
             media: self.media.finish(),

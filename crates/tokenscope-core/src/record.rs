@@ -260,6 +260,12 @@ pub struct RequestRecord {
     /// A session's last request carries the session's figures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_end: Option<SessionEnd>,
+    /// `--workflow`, `--replay-trace`: the workflow it was a call of, and where in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow: Option<WorkflowCall>,
+    /// A workflow's last record carries the workflow's figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_end: Option<Box<WorkflowEnd>>,
     /// Content-bearing chunks in arrival order. On disk
     /// `{"at_us": [first, gap, …], "tokens": k | [k, …]}`: see [`chunk_format`].
     #[serde(with = "chunk_format")]
@@ -280,6 +286,74 @@ pub struct SessionEnd {
     pub server_us: u64,
     /// The tools' part: their run times, summed.
     pub tool_us: u64,
+}
+
+/// Where in its workflow a request was.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkflowCall {
+    /// The workflow (its arrival's index).
+    pub id: u64,
+    /// The step's name.
+    pub step: String,
+    /// Its place among the step's parallel instances, in the order they
+    /// were sent (0 for a step that does not fan out).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub branch: u32,
+    /// The loop's pass it ran in (0: the first).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pass: u32,
+}
+
+/// A finished workflow: its makespan and where the time on its critical
+/// path went, carried by its last record so memory stays flat.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkflowEnd {
+    /// Requests it sent (its model calls).
+    pub calls: u32,
+    /// Every step ran and succeeded (else a call failed, or the run's
+    /// budget or deadline ended it: its figures are not in the makespan's).
+    pub complete: bool,
+    /// From its arrival to the end of its last step, µs.
+    pub makespan_us: u64,
+    /// The critical path's time, µs, in three parts that add up to the
+    /// makespan: model calls (send to end), tools' waits, and the rest
+    /// (a step ready but not yet sent: the client's gaps, a trace's gaps).
+    pub path_llm_us: u64,
+    pub path_tool_us: u64,
+    pub path_other_us: u64,
+    /// The steps on the critical path, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub path: Vec<String>,
+    /// Its calls in flight at once, at most.
+    pub peak_in_flight: u32,
+    /// Each join of more than one branch: how long it was held by its slowest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub joins: Vec<JoinWait>,
+    /// Each step that ran calls in parallel: their TTFTs, shortest first
+    /// (at most 32) — a staircase is a queue in the server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub siblings: Vec<SiblingTtfts>,
+}
+
+/// The TTFTs of one step's parallel calls in one workflow, shortest first, µs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiblingTtfts {
+    pub step: String,
+    pub ttft_us: Vec<u64>,
+}
+
+/// One join's wait in one workflow.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinWait {
+    pub step: String,
+    /// The branches it waited for.
+    pub branches: u32,
+    /// The slowest and the median of those branches, from the fork to their end, µs.
+    pub slowest_us: u64,
+    pub median_us: u64,
+    /// From the median branch's end to the last awaited one's: how long
+    /// the join was held after half its branches were done, µs.
+    pub held_us: u64,
 }
 
 /// One tool call an answer made: the tool it named, and whether its
@@ -545,6 +619,8 @@ impl RequestRecord {
             answer_text: None,
             tool_wait_us: None,
             session_end: None,
+            workflow: None,
+            workflow_end: None,
             chunks: Vec::new(),
         }
     }

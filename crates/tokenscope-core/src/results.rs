@@ -99,6 +99,12 @@ pub struct RunResults {
     /// `--multi-turn`: the sessions (an agent's tasks) end to end.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions: Option<SessionFigures>,
+    /// `--workflow`, `--replay-trace`: the workflows end to end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflows: Option<WorkflowFigures>,
+    /// `--workflow`: each step's figures, by its name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub steps: BTreeMap<String, AdapterFigures>,
 }
 
 /// One doubt about a run's set-up, as `results.json` keeps it.
@@ -734,6 +740,28 @@ pub struct SessionFigures {
     pub server_share: f64,
     pub tool_share: f64,
     pub other_share: f64,
+}
+
+/// `--workflow`, `--replay-trace`: whole workflows, from their arrival to
+/// the end of their last step, and their critical paths. A workflow that
+/// did not complete (a call failed, the run ended it) is counted, not
+/// timed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkflowFigures {
+    pub workflows: u64,
+    pub complete: u64,
+    pub calls_per_workflow: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub makespan_ms: Option<crate::stats::Summary>,
+    /// Shares of the complete workflows' makespans on their critical
+    /// paths (they add up to 1): model calls, tools' waits, the rest.
+    pub path_llm_share: f64,
+    pub path_tool_share: f64,
+    pub path_other_share: f64,
+    /// Calls of one workflow in flight at once: the mean of each
+    /// workflow's peak, and the largest.
+    pub peak_in_flight_mean: f64,
+    pub peak_in_flight_max: u64,
 }
 
 /// `--grade`: the graded answers and the share right, with its interval.

@@ -28,3 +28,4 @@ pub mod rx_stamp;
 pub mod sse;
 pub mod structured;
 pub mod tools;
+pub mod workflow;

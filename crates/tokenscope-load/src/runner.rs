@@ -50,6 +50,12 @@ impl RunPlan {
         self.workload.multi_turn.is_some()
     }
 
+    /// Requests come in units of several (sessions, workflows): an arrival
+    /// starts one, and its requests take ids as they go.
+    fn in_units(&self) -> bool {
+        self.multi_turn() || self.workload.workflows.is_some()
+    }
+
     /// A single request's ticket: request `id`, due at `at_us` (warm-up
     /// while its id is within `--warmup`), `waited` for a free slot or not.
     fn ticket(&self, id: u64, at_us: u64, waited: bool) -> Ticket {
@@ -64,7 +70,7 @@ impl RunPlan {
 }
 
 /// What a finished request tells the session it is a turn of.
-struct Outcome {
+pub(crate) struct Outcome {
     /// When it was done (µs on the run's clock): a closed loop's slot came free then.
     done_at_us: u64,
     /// The whole prompt's tokens and the answer's, its reasoning left out
@@ -72,7 +78,7 @@ struct Outcome {
     prompt_tokens: u64,
     output_tokens: u64,
     /// The answer's text, when the request succeeded.
-    answer: Option<String>,
+    pub(crate) answer: Option<String>,
     /// The tool calls it made (with --tools).
     calls: Vec<tokenscope_core::record::ToolCallMade>,
 }
@@ -297,7 +303,7 @@ impl Runner {
 
     /// One request to its record, not yet recorded (a session holds its
     /// turn's record until it knows whether it was the last).
-    async fn attempt(
+    pub(crate) async fn attempt(
         &self,
         plan: &RunPlan,
         ticket: Ticket,
@@ -524,8 +530,8 @@ impl Runner {
                     if me.cancel.is_cancelled() || deadline.is_some_and(|d| Instant::now() >= d) {
                         break;
                     }
-                    if plan.multi_turn() {
-                        // A worker is a user: one session after another.
+                    if plan.in_units() {
+                        // A worker is a user: one session (or workflow) after another.
                         let s = next_session.fetch_add(1, Ordering::Relaxed);
                         let budget_left = plan
                             .total()
@@ -534,7 +540,10 @@ impl Runner {
                             spent.cancel();
                             break;
                         }
-                        intended = me.session(&plan, s, &next, intended, deadline).await;
+                        intended = match plan.multi_turn() {
+                            true => me.session(&plan, s, &next, intended, deadline).await,
+                            false => me.workflow(&plan, s, &next, intended, deadline).await,
+                        };
                         continue;
                     }
                     let id = next.fetch_add(1, Ordering::Relaxed);
@@ -559,7 +568,7 @@ impl Runner {
     ) {
         // Multi-turn: an arrival starts a session, and the sessions' turns
         // take request ids as they go.
-        let arrivals_cap = match plan.multi_turn() {
+        let arrivals_cap = match plan.in_units() {
             true => plan.sessions,
             false => plan.total(),
         };
@@ -574,7 +583,7 @@ impl Runner {
                 n = rx.recv() => n,
             };
             let Some((id, offset)) = next else { break };
-            if plan.multi_turn()
+            if plan.in_units()
                 && plan
                     .total()
                     .is_some_and(|t| next_id.load(Ordering::Relaxed) >= t)
@@ -590,6 +599,11 @@ impl Runner {
                 tasks.spawn(async move {
                     let _slot = permit;
                     me.session(&plan, id, &next_id, at_us, deadline).await;
+                });
+            } else if plan.in_units() {
+                tasks.spawn(async move {
+                    let _slot = permit;
+                    me.workflow(&plan, id, &next_id, at_us, deadline).await;
                 });
             } else {
                 let ticket = plan.ticket(id, at_us, waited);

@@ -67,12 +67,51 @@ pub fn sections(r: &RunResults) -> Vec<(String, Vec<String>)> {
         ));
         out.push(("Sessions".to_string(), lines));
     }
+    if let Some(w) = &r.workflows {
+        out.push(("Workflows".to_string(), workflow_lines(r, w)));
+    }
     if let Some(a) = &r.accuracy {
         let counts = (a.correct, a.graded, "answers");
         let line = share_line("right", counts, a.share, a.share_ci95);
         out.push((format!("Accuracy (--grade {})", a.rule), vec![line]));
     }
     out
+}
+
+/// A run's workflows: how many, their makespan, their critical paths'
+/// shares, their calls in flight, then each step's TTFT, TPOT and E2E.
+fn workflow_lines(r: &RunResults, w: &tokenscope_core::results::WorkflowFigures) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{} workflows ({} complete), {:.2} calls each; at most {} calls of one in flight (mean peak {:.2})",
+        w.workflows, w.complete, w.calls_per_workflow, w.peak_in_flight_max, w.peak_in_flight_mean
+    )];
+    if let Some(m) = &w.makespan_ms {
+        lines.push(format!(
+            "makespan p50 {:.1} ms, p90 {:.1} ms, p99 {:.1} ms (complete workflows, arrival to last step)",
+            m.p50, m.p90, m.p99
+        ));
+    }
+    lines.push(format!(
+        "critical path: model calls {:.1} %, tools {:.1} %, the rest (ready, not yet sent; a trace's gaps) {:.1} %",
+        w.path_llm_share * 100.0,
+        w.path_tool_share * 100.0,
+        w.path_other_share * 100.0
+    ));
+    let ms = |s: &Option<tokenscope_core::stats::Summary>| {
+        s.as_ref()
+            .map_or("—".to_string(), |s| format!("{:.1}", s.p50))
+    };
+    for (name, f) in &r.steps {
+        lines.push(format!(
+            "step {name}: {} calls ({} failed), TTFT p50 {} ms, TPOT p50 {} ms, E2E p50 {} ms",
+            f.requests,
+            f.failed,
+            ms(&f.ttft_ms),
+            ms(&f.tpot_ms),
+            ms(&f.e2e_ms)
+        ));
+    }
+    lines
 }
 
 /// `LABEL 75.0 % (k of n WHAT; 95 % interval a–b %)`.

@@ -130,7 +130,12 @@ impl Schedule {
     ) -> Self {
         let mut s = Schedule::new(rate, process, seed);
         if let Process::Replay { .. } = process {
-            let offsets = workload.dataset.as_ref().and_then(|d| d.offsets_s());
+            // A replayed trace's workflows, else the dataset's entries.
+            let traced = workload
+                .workflows
+                .as_ref()
+                .and_then(|w| w.offsets_s.clone());
+            let offsets = traced.or_else(|| workload.dataset.as_ref().and_then(|d| d.offsets_s()));
             s.recorded = Some((std::sync::Arc::new(offsets.unwrap_or_default()), 0));
         }
         s

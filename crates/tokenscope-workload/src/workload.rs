@@ -59,6 +59,8 @@ pub struct Workload {
     /// `--images`, `--audio`: synthetic media every request carries (a
     /// dataset entry's own media win).
     pub media: Option<std::sync::Arc<crate::media::Synthetic>>,
+    /// `--workflow`, `--replay-trace`: requests come in agent workflows.
+    pub workflows: Option<std::sync::Arc<crate::workflow::Workflows>>,
 }
 
 /// One request's prompt and length.
@@ -94,6 +96,7 @@ impl Workload {
             prefix_zipf: 1.0,
             multi_turn: None,
             media: None,
+            workflows: None,
         }
     }
 
@@ -301,6 +304,13 @@ impl Workload {
         }
         prompt.push_str(&self.unique_words(id, input_tokens - prefix, rng));
         prompt
+    }
+
+    /// A workflow step's new words: `n` one-token words, unique to `key`
+    /// (the workflow, step, pass and branch it is).
+    pub fn step_words(&self, key: u64, n: u64) -> String {
+        let mut rng = StdRng::seed_from_u64(mix(self.seed ^ key ^ 0x7766_6c77));
+        self.unique_words(key, n, &mut rng)
     }
 
     /// `n` one-token words, the first few encoding `id` so no two such runs share a prefix.

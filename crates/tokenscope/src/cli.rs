@@ -1317,6 +1317,18 @@ pub enum BuiltinChoice {
     Exact,
 }
 
+impl LoadArgs {
+    /// `--replay-trace` alone: the dataset's own times.
+    pub fn replays_dataset(&self) -> bool {
+        matches!(self.replay, Some(None))
+    }
+
+    /// `--replay-trace FILE`: agent traces replayed as workflows.
+    pub fn trace_file(&self) -> Option<&std::path::Path> {
+        self.replay.as_ref().and_then(|f| f.as_deref())
+    }
+}
+
 /// How much load, of what shape: shared by `bench` and `sim plan`.
 #[derive(Args, Debug, Clone)]
 #[command(next_help_heading = "Load")]
@@ -1375,6 +1387,17 @@ pub struct LoadArgs {
     /// --concurrency counts users; --rate counts session starts.
     #[arg(help_heading = "Agents and answers", long)]
     pub multi_turn: bool,
+    /// Agent workflows instead of single requests (docs/workflows.md): a
+    /// TOML or JSON graph of steps — model calls and tool waits, fan-outs,
+    /// joins, loops — each workflow an arrival of the load. --concurrency
+    /// counts workflows in flight, --rate workflows a second. Reports each
+    /// workflow's makespan and critical path, and each step's figures.
+    #[arg(help_heading = "Agents and answers", long, value_name = "FILE", conflicts_with_all = ["multi_turn", "dataset", "replay_trace"])]
+    pub workflow: Option<std::path::PathBuf>,
+    /// Workflows to run (each whole; default 10 without --requests or
+    /// --duration; a replayed trace's workflows each once).
+    #[arg(help_heading = "Agents and answers", long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub workflows: Option<u64>,
     /// Synthetic sessions: turns per session (same forms as --input-tokens).
     #[arg(
         help_heading = "Agents and answers",
@@ -1457,8 +1480,15 @@ pub struct LoadArgs {
     /// Send each entry at its recorded time (open loop; the first at 0): the
     /// dataset's `timestamp`s, a trace's times. Lateness is client lag.
     /// (`sim plan --replay RUN_DIR` is another thing: a measured run's workload.)
-    #[arg(long = "replay-trace", id = "replay_trace", requires = "dataset", conflicts_with_all = ["rate", "concurrency", "ramp_up", "multi_turn"])]
-    pub replay: bool,
+    /// With FILE: replay agent traces (OpenTelemetry spans in OTLP JSON,
+    /// --trace-format otlp-json) as workflows of the same shape, lengths and
+    /// gaps, each trace at its own start (docs/workflows.md).
+    #[arg(long = "replay-trace", id = "replay_trace", value_name = "FILE", num_args = 0..=1, conflicts_with_all = ["rate", "concurrency", "ramp_up", "multi_turn"])]
+    pub replay: Option<Option<std::path::PathBuf>>,
+    /// The format of --replay-trace FILE: otlp-json (OTLP JSON spans
+    /// following the GenAI conventions; one document, or one per line).
+    #[arg(long, value_name = "FORMAT", default_value = "otlp-json", value_parser = ["otlp-json"], requires = "replay_trace")]
+    pub trace_format: String,
     /// Replay faster (2 = twice as fast) or slower (0.5).
     #[arg(long, default_value_t = 1.0, requires = "replay_trace", value_parser = positive_f64)]
     pub replay_speed: f64,

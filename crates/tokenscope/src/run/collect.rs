@@ -298,6 +298,7 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
     diagnosis.extend(facts.extra_findings);
     diagnosis.extend(super::answers::findings(&m, &facts.config));
     diagnosis.extend(tokenscope_core::diagnosis::class_tradeoff(&m.classes));
+    diagnosis.extend(m.workflow_findings.iter().cloned());
     let (mut server, mut kv_cache, mut gpu) = (facts.server, facts.kv_cache, None);
     if let Some(t) = &facts.telemetry {
         diagnosis.extend(tokenscope_telemetry::diagnose::diagnose(
@@ -333,6 +334,8 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
         structured_output: m.structured_output,
         tool_calls: m.tool_calls,
         sessions: m.sessions,
+        workflows: m.workflows,
+        steps: m.steps,
         accuracy,
         window: m.window,
         latency: m.latency,

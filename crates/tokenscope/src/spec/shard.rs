@@ -71,7 +71,7 @@ impl Shard {
         }
         // The whole schedule, of which this shard sends every N-th arrival
         // (its own rate, for the summary, is the whole's ÷ N).
-        if let Some(&rate) = load.rate.first().filter(|_| !load.replay) {
+        if let Some(&rate) = load.rate.first().filter(|_| !load.replays_dataset()) {
             l.share = Some(ScheduleShare {
                 index: self.index as u64,
                 count: self.count as u64,

@@ -13,6 +13,7 @@ use tokenscope_load::runner::RunPlan;
 use tokenscope_workload::arrival::{LoadPattern, Process};
 use tokenscope_workload::dataset::Dataset;
 use tokenscope_workload::media::{Kind as MediaKind, Spec as MediaSpec, Synthetic};
+use tokenscope_workload::workflow::Workflows;
 use tokenscope_workload::workload::Workload;
 
 /// A load as specified: its flags, and the files they name, read.
@@ -28,6 +29,8 @@ pub struct Load {
     media: Option<Arc<Synthetic>>,
     /// A shard's share of the whole run's open-loop schedule.
     pub share: Option<tokenscope_workload::arrival::ScheduleShare>,
+    /// `--workflow FILE` or `--replay-trace FILE`, read.
+    workflows: Option<Arc<Workflows>>,
 }
 
 impl Load {
@@ -47,6 +50,7 @@ impl Load {
     pub fn read_for_plan(flags: LoadArgs, quiet: bool) -> anyhow::Result<Load> {
         let tokenizer_check = load_tokenizer(&flags, quiet)?;
         let dataset = load_dataset(&flags, quiet)?;
+        let workflows = load_workflows(&flags, quiet)?;
         let media = None;
         Ok(Load {
             flags,
@@ -54,6 +58,7 @@ impl Load {
             tokenizer_check,
             media,
             share: None,
+            workflows,
         })
     }
 
@@ -64,6 +69,8 @@ impl Load {
             flags: LoadArgs {
                 dataset: self.flags.dataset.clone(),
                 tokenizer: self.flags.tokenizer.clone(),
+                workflow: self.flags.workflow.clone(),
+                replay: self.flags.replay.clone(),
                 ..flags
             },
             ..self.clone()
@@ -107,6 +114,11 @@ impl Load {
         kinds
     }
 
+    /// The workflows, read (`--workflow`, `--replay-trace FILE`).
+    pub fn workflows(&self) -> Option<&Arc<Workflows>> {
+        self.workflows.as_ref()
+    }
+
     /// The dataset, read.
     pub fn dataset(&self) -> Option<&Arc<Dataset>> {
         self.dataset.as_ref()
@@ -135,10 +147,19 @@ impl Load {
 
 fn pattern(l: &Load) -> LoadPattern {
     let load = &l.flags;
-    if let Some(d) = l.dataset.as_ref().filter(|_| load.replay) {
+    let traced = l.workflows.as_ref().and_then(|w| w.offsets_s.as_ref());
+    let replayed = match traced {
+        Some(o) => Some((o.len(), o.last().copied())),
+        None => l
+            .dataset
+            .as_ref()
+            .filter(|_| load.replays_dataset())
+            .map(|d| (d.len(), d.offsets_s().and_then(|o| o.last().copied()))),
+    };
+    if let Some((n, last)) = replayed {
         // The rate the replay averages, for the summary and the plans.
-        let span = d.offsets_s().and_then(|o| o.last().copied()).unwrap_or(0.0);
-        let rate = (d.len() as f64 / (span / load.replay_speed)).clamp(1.0 / 3600.0, 1e6);
+        let span = last.unwrap_or(0.0);
+        let rate = (n as f64 / (span / load.replay_speed)).clamp(1.0 / 3600.0, 1e6);
         return LoadPattern::Open {
             rate: if span > 0.0 { rate } else { 1e6 },
             process: Process::Replay {
@@ -164,6 +185,8 @@ fn plan(l: &Load) -> RunPlan {
     RunPlan {
         pattern: pattern(l),
         requests: match (load.requests, load.duration, sessions(l)) {
+            // Workflows alone: each whole, however many requests they make.
+            (None, None, _) if l.workflows.is_some() => None,
             // A dataset's sessions alone: each once, whatever their turns.
             (None, None, Some(_)) => None,
             // A dataset alone: every entry once.
@@ -194,6 +217,7 @@ fn plan(l: &Load) -> RunPlan {
                     },
                 }),
             media: l.media.clone(),
+            workflows: l.workflows.clone(),
         },
         seed: load.seed,
         share: l.share,
@@ -254,6 +278,12 @@ fn large_pieces_from_mmap() {
 /// --duration bound the run instead).
 fn sessions(l: &Load) -> Option<u64> {
     let load = &l.flags;
+    if let Some(w) = &l.workflows {
+        // A trace's workflows each once; a file's, as many as asked.
+        let bounded = load.requests.is_some() || load.duration.is_some();
+        let whole = w.offsets_s.as_ref().map(|o| o.len() as u64);
+        return load.workflows.or(whole).or((!bounded).then_some(10));
+    }
     let d = l.dataset.as_ref().filter(|_| load.multi_turn)?;
     (load.requests.is_none() && load.duration.is_none()).then_some(d.sessions.len() as u64)
 }
@@ -309,6 +339,42 @@ const SAMPLE_PROMPTS: u64 = 20;
 /// Reads `--dataset` once, before any load; a bad file is a usage error
 /// naming the line. Says how many entries it holds and what a
 /// `--requests` past its end does.
+/// `--workflow FILE` or `--replay-trace FILE`, read and checked, said
+/// what it holds (unless `quiet`).
+fn load_workflows(load: &LoadArgs, quiet: bool) -> anyhow::Result<Option<Arc<Workflows>>> {
+    use tokenscope_workload::{otlp_trace, workflow};
+    if load.replays_dataset() && load.dataset.is_none() {
+        return Err(Exit::usage(
+            "--replay-trace without a FILE replays --dataset's own times: give --dataset, or --replay-trace FILE for agent traces".into(),
+        )
+        .into());
+    }
+    let read = match (&load.workflow, load.trace_file()) {
+        (Some(path), _) => {
+            workflow::read(path).map_err(|e| Exit::usage(format!("--workflow {e}")))?
+        }
+        (None, Some(_)) if load.replay_window.is_some() => {
+            return Err(Exit::usage(
+                "--replay-window cuts a dataset's entries; a trace file is replayed whole".into(),
+            )
+            .into())
+        }
+        (None, Some(path)) => {
+            otlp_trace::read(path).map_err(|e| Exit::usage(format!("--replay-trace {e}")))?
+        }
+        (None, None) => return Ok(None),
+    };
+    if !quiet {
+        let calls: usize = read.graphs.iter().map(|g| g.steps.len()).sum();
+        let what = match read.offsets_s {
+            Some(_) => format!("{} traces of {calls} model calls", read.graphs.len()),
+            None => format!("a workflow of {calls} steps"),
+        };
+        eprintln!("tokenscope: {}: {what}", read.source);
+    }
+    Ok(Some(Arc::new(read)))
+}
+
 fn load_dataset(load: &LoadArgs, quiet: bool) -> anyhow::Result<Option<Arc<Dataset>>> {
     let Some(path) = &load.dataset else {
         return Ok(None);
@@ -326,7 +392,7 @@ fn load_dataset(load: &LoadArgs, quiet: bool) -> anyhow::Result<Option<Arc<Datas
         seed: load.seed,
         max_input_tokens: load.max_input_tokens,
         max_output_tokens: load.max_output_tokens,
-        replay: load.replay.then(|| {
+        replay: load.replays_dataset().then(|| {
             load.replay_window.map_or((0.0, f64::INFINITY), |(a, b)| {
                 (a.as_secs_f64(), b.as_secs_f64())
             })
@@ -405,7 +471,14 @@ fn config_json(l: &Load, plan: &RunPlan, output: &OutputArgs) -> serde_json::Val
             "sample": load.dataset_sample,
             "max_input_tokens": load.max_input_tokens,
             "max_output_tokens": load.max_output_tokens,
-            "replay_speed": load.replay.then_some(load.replay_speed),
+            "replay_speed": load.replay.is_some().then_some(load.replay_speed),
+            "workflows": l.workflows.as_ref().map(|w| json!({
+                "source": w.source,
+                "traced": w.offsets_s.is_some(),
+                "graphs": w.graphs.len(),
+                "steps": w.graphs.first().map(|g| g.steps.iter().map(|s| s.name.clone()).collect::<Vec<_>>()),
+                "workflows": plan.sessions,
+            })),
             "replay_window_s": load.replay_window.map(|(a, b)| [a.as_secs_f64(), b.as_secs_f64()]),
         })),
         "media": l.media.as_ref().map(|m| {
