@@ -131,6 +131,8 @@ pub struct Aggregator {
     by_class: Option<BTreeMap<String, Aggregator>>,
     /// `--class NAME:…:slo=SPEC`: a class's own SLO.
     class_slos: BTreeMap<String, Slo>,
+    /// `--abandoned-in-latency`: the leavers' TTFT and gaps are counted.
+    abandoned_in_latency: bool,
     /// `--workflow`: each step's requests apart, likewise.
     by_step: Option<BTreeMap<String, Aggregator>>,
     workflows: crate::workflows::WorkflowTally,
@@ -207,6 +209,14 @@ impl Aggregator {
         self
     }
 
+    /// `--abandoned-in-latency`: a leaver's TTFT and the gaps between
+    /// the tokens it got count in TTFT and ITL (the server did serve
+    /// them); its TPOT and E2E, cut short by the user, never do.
+    pub fn with_abandoned_in_latency(mut self, yes: bool) -> Aggregator {
+        self.abandoned_in_latency = yes;
+        self
+    }
+
     pub fn new(slo: Option<Slo>, price: Option<GpuPrice>) -> Aggregator {
         Aggregator {
             slo,
@@ -242,6 +252,7 @@ impl Aggregator {
             by_adapter: Some(BTreeMap::new()),
             by_class: Some(BTreeMap::new()),
             class_slos: BTreeMap::new(),
+            abandoned_in_latency: false,
             by_step: Some(BTreeMap::new()),
             workflows: Default::default(),
             media: Default::default(),
@@ -260,15 +271,11 @@ impl Aggregator {
             self.warmup += 1;
             return;
         }
-        let price = self.price;
+        let (price, leavers) = (self.price, self.abandoned_in_latency);
+        let part = move |slo| Aggregator::part(slo, price).with_abandoned_in_latency(leavers);
         if let Some(name) = &r.adapter {
             let slo = self.slo.clone();
-            add_apart(
-                &mut self.by_adapter,
-                name,
-                || Aggregator::part(slo, price),
-                r,
-            );
+            add_apart(&mut self.by_adapter, name, || part(slo), r);
         }
         if let Some(name) = &r.class {
             let slo = self
@@ -276,16 +283,11 @@ impl Aggregator {
                 .get(name)
                 .cloned()
                 .or_else(|| self.slo.clone());
-            add_apart(&mut self.by_class, name, || Aggregator::part(slo, price), r);
+            add_apart(&mut self.by_class, name, || part(slo), r);
         }
         if let Some(call) = &r.workflow {
             let slo = self.slo.clone();
-            add_apart(
-                &mut self.by_step,
-                &call.step,
-                || Aggregator::part(slo, price),
-                r,
-            );
+            add_apart(&mut self.by_step, &call.step, || part(slo), r);
         }
         self.workflows.add(r);
         self.count(r);
@@ -296,6 +298,9 @@ impl Aggregator {
             t.add(r.sent_at_us, ttft);
         }
         self.sessions.add(r);
+        if r.abandoned() && self.abandoned_in_latency {
+            self.time_served(r);
+        }
         if !r.succeeded() {
             return;
         }
@@ -338,6 +343,28 @@ impl Aggregator {
         }
     }
 
+    /// What a leaver was served before it left: its TTFT and its gaps.
+    fn time_served(&mut self, r: &RequestRecord) {
+        if let Some(v) = r.ttft_us() {
+            self.ttft.record(v as f64);
+        }
+        if let Some(v) = r.ttft_from_scheduled_us() {
+            self.ttft_sched.record(v as f64);
+        }
+        self.gaps(r);
+    }
+
+    fn gaps(&mut self, r: &RequestRecord) {
+        if r.chunks.iter().all(|c| c.tokens() <= 1) {
+            self.single_token_gaps.record_all_us(r.chunk_gaps_us());
+        } else {
+            for (gap, k) in r.itl_us() {
+                self.itl_multi.record_n(gap, k as u64);
+            }
+            self.icl_multi.record_all_us(r.chunk_gaps_us());
+        }
+    }
+
     fn time(&mut self, r: &RequestRecord) {
         if let Some(v) = r.ttft_us() {
             self.ttft.record(v as f64);
@@ -369,14 +396,7 @@ impl Aggregator {
                 self.per_user.record(1e6 / v * 1e3); // milli-tokens/s keeps 3 digits
             }
         }
-        if r.chunks.iter().all(|c| c.tokens() <= 1) {
-            self.single_token_gaps.record_all_us(r.chunk_gaps_us());
-        } else {
-            for (gap, k) in r.itl_us() {
-                self.itl_multi.record_n(gap, k as u64);
-            }
-            self.icl_multi.record_all_us(r.chunk_gaps_us());
-        }
+        self.gaps(r);
         self.e2e.record(r.e2e_us() as f64);
     }
 

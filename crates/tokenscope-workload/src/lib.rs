@@ -10,6 +10,9 @@
 //!   Azure, BurstGPT and Mooncake traces);
 //! - [`tools`]: the tools a request offers, in one form;
 //! - [`session`]: multi-turn conversations and the user's think time;
+//! - [`workflow`]: agent workflows, graphs of calls and tool waits
+//!   (fan-outs, joins, loops), and [`otlp_trace`]: the same read from
+//!   agents' OpenTelemetry traces;
 //! - [`workload`]: what every request asks for (synthetic prompts, shared
 //!   prefixes, the dataset entry it sends);
 //! - [`arrival`]: when each request leaves (closed loop, Poisson, constant,

@@ -989,6 +989,8 @@ tokenscope bench --url http://localhost:8000 --model meta-llama/Llama-3.1-8B-Ins
 tokenscope bench --url http://localhost:8080 --rate 4 --arrival gamma:0.5 --duration 2m --input-tokens normal:1024,128 --output-tokens 256\n  \
 tokenscope bench --url http://localhost:8000 --slo ttft_p99=500ms,tpot_p99=50ms --gpu-price 2.50 --gpus 1 --json > results.json\n  \
 tokenscope bench --url http://localhost:8000 --tools tools.json --tool-choice required --multi-turn --tool-latency 200ms\n  \
+tokenscope bench --url http://localhost:8000 --workflow agent.toml --concurrency 8 --workflows 50   # fan-out, join, loop (docs/workflows.md)\n  \
+tokenscope bench --url http://localhost:8000 --replay-trace spans.json --trace-format otlp-json --replay-speed 2\n  \
 tokenscope bench --url http://localhost:8000 --dataset builtin:arithmetic --grade number --concurrency 64")]
 pub struct BenchArgs {
     #[command(flatten)]
@@ -1080,6 +1082,11 @@ pub struct RequestArgs {
     /// output (`tokens:N`).
     #[arg(long, value_name = "WHEN", value_parser = tokenscope_load::abandon::After::parse, requires = "cancel")]
     pub cancel_after: Option<tokenscope_load::abandon::After>,
+    /// Count the leavers' TTFT and the gaps between the tokens they got
+    /// in the latency figures (TTFT, ITL), as the server did serve them;
+    /// their TPOT and E2E, cut short by the user, stay out.
+    #[arg(long, requires = "cancel")]
+    pub abandoned_in_latency: bool,
     /// A class of traffic, repeatable: NAME:SHARE[:priority=N][:header=K=V]…[:slo=SPEC].
     /// Each request draws its class by share (from --seed); `priority`
     /// goes in the body as vLLM's field (served lowest first under its

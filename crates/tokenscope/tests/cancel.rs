@@ -174,3 +174,47 @@ fn cancel_flags_that_cannot_hold_are_refused() {
         assert!(why.contains(says), "{flags:?}: {why}");
     }
 }
+
+#[test]
+fn leavers_count_in_ttft_and_itl_only_when_asked() {
+    let server = Server::start(exact(30, 5));
+    let run = |name: &str, extra: &[&str]| {
+        let flags = [
+            "--requests",
+            "24",
+            "--concurrency",
+            "4",
+            "--output-tokens",
+            "12",
+            "--seed",
+            "3",
+            "--cancel",
+            "0.5",
+            "--cancel-after",
+            "tokens:4",
+        ];
+        bench_ok(&server.url, name, &[&EXACT_CHAT, &flags, extra]).1
+    };
+    let count = |r: &Value, m: &str| r["latency"][m]["count"].as_u64().unwrap();
+    let apart = run("leavers-apart", &[]);
+    let (ok, left) = (
+        apart["counts"]["succeeded"].as_u64().unwrap(),
+        apart["counts"]["abandoned"].as_u64().unwrap(),
+    );
+    assert!(left > 0 && ok > 0, "{}", apart["counts"]);
+    assert_eq!(count(&apart, "ttft_ms"), ok);
+    let with = run("leavers-in", &["--abandoned-in-latency"]);
+    assert_eq!(
+        with["counts"]["abandoned"].as_u64().unwrap(),
+        left,
+        "the same leavers (the seed's)"
+    );
+    // Their TTFT counts (each got its first token); TPOT and E2E do not.
+    assert_eq!(count(&with, "ttft_ms"), ok + left);
+    assert_eq!(count(&with, "tpot_ms"), ok);
+    assert_eq!(count(&with, "e2e_ms"), ok);
+    // Three gaps each (four tokens had come) joined the ITL samples.
+    assert_eq!(count(&with, "itl_ms"), count(&apart, "itl_ms") + 3 * left);
+    assert!((with["latency"]["ttft_ms"]["p50"].as_f64().unwrap() - 30.0).abs() < 20.0);
+    assert_eq!(with["config"]["cancel"]["in_latency"], true);
+}

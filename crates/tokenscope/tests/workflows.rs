@@ -406,3 +406,132 @@ fn an_sdk_written_trace_is_replayed_with_its_graph_lengths_and_gaps() {
         assert_eq!(r["workflows"]["complete"], 2);
     }
 }
+
+#[test]
+fn a_first_k_join_goes_on_without_the_straggler_and_a_loop_runs_its_passes() {
+    let flow = r#"
+[[step]]
+name = "a"
+output_tokens = 2
+[[step]]
+name = "quick"
+after = ["a"]
+output_tokens = 2
+[[step]]
+name = "medium"
+after = ["a"]
+output_tokens = 10
+[[step]]
+name = "slow"
+after = ["a"]
+output_tokens = 30
+[[step]]
+name = "join"
+after = ["quick", "medium", "slow"]
+join = "first:2"
+output_tokens = 2
+[[step]]
+name = "critic"
+after = ["join"]
+output_tokens = 2
+loop = { to = "join", times = 2 }
+"#;
+    let server = Server::start(exact(40, 10));
+    let file = write_file("wf-first-k", flow);
+    let flags = [
+        "--workflow",
+        file.to_str().unwrap(),
+        "--workflows",
+        "1",
+        "--concurrency",
+        "1",
+    ];
+    let (_, r, recs) = bench_ok(&server.url, "wf-first-k", &[&EXACT_CHAT, &flags]);
+    // a, three branches, then the join and the critic three times each.
+    assert_eq!(recs.len(), 10, "{recs:?}");
+    let one = |name: &str| step(&recs, name)[0];
+    let joins = step(&recs, "join");
+    assert_eq!((joins.len(), step(&recs, "critic").len()), (3, 3));
+    let first_join = joins
+        .iter()
+        .find(|j| j["workflow"].get("pass").is_none())
+        .unwrap();
+    // The join left after the second branch, while the third still ran.
+    assert!(us(first_join, "sent_at_us") >= us(one("medium"), "done_at_us"));
+    assert!(us(first_join, "sent_at_us") < us(one("slow"), "done_at_us"));
+    // Each later pass of the join waited for the critic before it.
+    let mut passes: Vec<(&Value, &Value)> = Vec::new();
+    for p in 1..3u64 {
+        let j = joins.iter().find(|j| j["workflow"]["pass"] == p).unwrap();
+        let c = step(&recs, "critic")
+            .into_iter()
+            .find(|c| c["workflow"]["pass"].as_u64().unwrap_or(0) == p - 1)
+            .unwrap();
+        assert!(us(j, "sent_at_us") >= us(c, "done_at_us"), "pass {p}");
+        passes.push((j, c));
+    }
+    let last = recs
+        .iter()
+        .find(|r| r.get("workflow_end").is_some())
+        .unwrap();
+    let end = &last["workflow_end"];
+    assert_eq!(end["complete"], true);
+    assert_eq!(
+        end["path"],
+        serde_json::json!(["a", "medium", "join", "critic", "join", "critic", "join", "critic"])
+    );
+    assert_eq!(r["workflows"]["complete"], 1);
+}
+
+#[test]
+fn workflows_arrive_per_the_open_loops_schedule() {
+    let server = Server::start(exact(5, 1));
+    let file = write_file("wf-open", FAN_OUT);
+    let flags = [
+        "--workflow",
+        file.to_str().unwrap(),
+        "--workflows",
+        "3",
+        "--rate",
+        "10",
+        "--arrival",
+        "constant",
+    ];
+    let (_, r, recs) = bench_ok(&server.url, "wf-open", &[&EXACT_CHAT, &flags]);
+    let mut starts: Vec<f64> = step(&recs, "plan")
+        .iter()
+        .map(|p| us(p, "scheduled_at_us") / 1e3)
+        .collect();
+    starts.sort_by(f64::total_cmp);
+    assert_eq!(starts, [0.0, 100.0, 200.0], "a workflow every 100 ms");
+    assert_eq!(r["workflows"]["complete"], 3);
+    assert_eq!(recs.len(), 18);
+}
+
+#[test]
+fn hostile_trace_files_are_refused_in_one_line() {
+    let cases = [
+        ("{\"resourceSpans\": 5}", "not OTLP JSON traces"),
+        ("{\"resourceSpans\": []}", "no spans"),
+        (
+            r#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"00","spanId":"01","startTimeUnixNano":"1","endTimeUnixNano":"2"}]}]}]}"#,
+            "neither 16 bytes of hex nor of base64",
+        ),
+        (
+            r#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"01","startTimeUnixNano":"9","endTimeUnixNano":"2"}]}]}]}"#,
+            "end is before its start",
+        ),
+    ];
+    for (text, want) in cases {
+        let file = write_file("trace-bad", text);
+        let err = refused(
+            "http://127.0.0.1:9",
+            &["--replay-trace", file.to_str().unwrap()],
+        );
+        assert!(
+            err.contains(want) && err.contains("trace-bad"),
+            "{text}: {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+}

@@ -387,14 +387,16 @@ fn asked_of(c: &serde_json::Value, simulated: bool) -> Asked {
         open_loop: c["load"]["mode"] == "open",
         unique_prompts: c["shared_prefix"] == 0
             && c["dataset"].is_null()
-            && c["multi_turn"].is_null(),
+            && c["multi_turn"].is_null()
+            && c["workflows"].is_null(),
         // A plan simulates both starts instead (`tokenscope_sim::phase`).
         fixed_length_users: (!simulated
             && c["load"]["mode"] == "closed"
             && one_length("output_tokens")
             && (c["reasoning_tokens"].is_null() || one_length("reasoning_tokens"))
             && c["dataset"].is_null()
-            && c["multi_turn"].is_null())
+            && c["multi_turn"].is_null()
+            && c["workflows"].is_null())
         .then(|| c["load"]["concurrency"].as_u64())
         .flatten(),
         ramped: c["ramp_up_s"].as_f64().is_some_and(|r| r > 0.0),

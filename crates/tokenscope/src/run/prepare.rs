@@ -67,7 +67,9 @@ pub async fn prepare(spec: &RunSpec, probed: Probed) -> anyhow::Result<Prepared>
     let recorder = Recorder::create_with(
         &out_dir.join(crate::run_dir::REQUESTS),
         cancel.clone(),
-        crate::spec::pricing::aggregator(&spec.output).with_class_slos(class_slos(spec)),
+        crate::spec::pricing::aggregator(&spec.output)
+            .with_class_slos(class_slos(spec))
+            .with_abandoned_in_latency(spec.request.abandoned_in_latency),
         recorder_options(spec, live.clone(), otlp.clone()),
     )?;
     let target = target(spec, &probed, ids)?;

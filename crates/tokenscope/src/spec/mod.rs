@@ -163,6 +163,7 @@ fn run_config(
             "cancel": request.cancel.zip(request.cancel_after).map(|(share, after)| json!({
                 "share": share,
                 "after": after.label(),
+                "in_latency": request.abandoned_in_latency,
             })),
             "lora": (!request.lora.is_empty()).then(|| json!({
                 "adapters": request.lora,

@@ -464,6 +464,14 @@ fn config_json(l: &Load, plan: &RunPlan, output: &OutputArgs) -> serde_json::Val
             "think_time": load.think_time.to_string(),
             "sessions": plan.sessions,
         })),
+        "workflows": l.workflows.as_ref().map(|w| json!({
+            "source": w.source,
+            "traced": w.offsets_s.is_some(),
+            "graphs": w.graphs.len(),
+            "steps": w.graphs.first().map(|g| g.steps.iter().map(|s| s.name.clone()).collect::<Vec<_>>()),
+            "workflows": plan.sessions,
+            "replay_speed": w.offsets_s.is_some().then_some(load.replay_speed),
+        })),
         "dataset": l.dataset.as_ref().map(|d| json!({
             "path": d.path.display().to_string(),
             "format": d.format.name(),
@@ -472,13 +480,6 @@ fn config_json(l: &Load, plan: &RunPlan, output: &OutputArgs) -> serde_json::Val
             "max_input_tokens": load.max_input_tokens,
             "max_output_tokens": load.max_output_tokens,
             "replay_speed": load.replay.is_some().then_some(load.replay_speed),
-            "workflows": l.workflows.as_ref().map(|w| json!({
-                "source": w.source,
-                "traced": w.offsets_s.is_some(),
-                "graphs": w.graphs.len(),
-                "steps": w.graphs.first().map(|g| g.steps.iter().map(|s| s.name.clone()).collect::<Vec<_>>()),
-                "workflows": plan.sessions,
-            })),
             "replay_window_s": load.replay_window.map(|(a, b)| [a.as_secs_f64(), b.as_secs_f64()]),
         })),
         "media": l.media.as_ref().map(|m| {
