@@ -21,6 +21,14 @@ pub fn rows(r: &RunResults) -> Vec<[String; 8]> {
     group_rows(&r.adapters)
 }
 
+/// The columns of [`class_rows`]: a class's name, the adapter columns, its SLO.
+pub fn class_header() -> Vec<String> {
+    let mut header = HEADER.map(str::to_string).to_vec();
+    header[0] = "class".into();
+    header.push("SLO".into());
+    header
+}
+
 /// One row per class of traffic (`--class`), its SLO's verdict last.
 pub fn class_rows(r: &RunResults) -> Vec<[String; 9]> {
     group_rows(&r.classes)

@@ -538,6 +538,7 @@ pub fn run_page(run: &Run) -> String {
     findings(&mut out, &r.diagnosis);
     workload(&mut out, r);
     adapters(&mut out, r);
+    classes(&mut out, r);
     answer_sections(&mut out, r);
     settings(&mut out, r);
     page(&format!("tokenscope run — {}", r.target.model), &out)
@@ -744,6 +745,27 @@ fn adapters(out: &mut String, r: &RunResults) {
     );
     for h in crate::adapters::HEADER {
         let _ = write!(out, "<th>{}</th>", esc(h));
+    }
+    out.push_str("</tr>");
+    for row in rows {
+        out.push_str("<tr>");
+        for cell in row {
+            let _ = write!(out, "<td>{}</td>", esc(&cell));
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</table>");
+}
+
+/// `--class`: each class of traffic's figures and SLO verdict.
+fn classes(out: &mut String, r: &RunResults) {
+    let rows = crate::adapters::class_rows(r);
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str("<h2>Classes (--class; each under its own SLO, else the run's)</h2><table><tr>");
+    for h in crate::adapters::class_header() {
+        let _ = write!(out, "<th>{}</th>", esc(&h));
     }
     out.push_str("</tr>");
     for row in rows {

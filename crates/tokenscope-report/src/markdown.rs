@@ -175,6 +175,19 @@ pub fn run(r: &RunResults) -> String {
             let _ = writeln!(out, "| {} |", row.join(" | "));
         }
     }
+    let classes = crate::adapters::class_rows(r);
+    if !classes.is_empty() {
+        let header = crate::adapters::class_header();
+        let _ = writeln!(
+            out,
+            "\nClasses (--class; each under its own SLO, else the run's):\n\n| {} |\n|---|{}",
+            header.join(" | "),
+            "---:|".repeat(header.len() - 1)
+        );
+        for row in classes {
+            let _ = writeln!(out, "| {} |", row.join(" | "));
+        }
+    }
     if !c.errors.is_empty() {
         out.push_str("\n| error | count |\n|---|---:|\n");
         for (k, v) in &c.errors {

@@ -586,9 +586,7 @@ fn class_lines(out: &mut String, r: &RunResults) {
         out,
         "\nClasses (--class; each under its own SLO, else the run's)"
     );
-    let mut header = crate::adapters::HEADER.map(str::to_string).to_vec();
-    header[0] = "class".into();
-    header.push("SLO".into());
+    let header = crate::adapters::class_header();
     for row in std::iter::once(header).chain(rows.into_iter().map(|r| r.to_vec())) {
         let cells: Vec<String> = row[1..].iter().map(|c| format!(" {c:>12}")).collect();
         let _ = writeln!(out, "  {:<20}{}", row[0], cells.join(""));

@@ -179,3 +179,102 @@ fn the_priority_goes_in_the_body_and_bad_classes_are_refused() {
         assert!(why.contains(says), "{flags:?}: {why}");
     }
 }
+
+/// A server that keeps each chat request's head (lower-cased) and body,
+/// and answers a short stream.
+fn head_logging_server() -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>,
+) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = log.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(200) {
+            let Ok(mut s) = stream else { continue };
+            let mut reader = BufReader::new(s.try_clone().unwrap());
+            let (mut head, mut length) = (String::new(), 0usize);
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                let lower = line.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                head.push_str(&lower);
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            if head.starts_with("get") {
+                let _ = s.write_all(
+                    http("200 OK", "application/json", r#"{"data":[{"id":"m"}]}"#).as_bytes(),
+                );
+                continue;
+            }
+            kept.lock()
+                .unwrap()
+                .push((head, serde_json::from_slice(&body).unwrap_or(Value::Null)));
+            let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"ok\"}}]}\n\n\
+                       data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+                       data: [DONE]\n\n";
+            let _ = s.write_all(http("200 OK", "text/event-stream", sse).as_bytes());
+        }
+    });
+    (url, log)
+}
+
+#[test]
+fn a_classs_headers_reach_the_server_with_its_requests_only() {
+    let (url, log) = head_logging_server();
+    let (_, _, recs) = bench_ok(
+        &url,
+        "classes-headers",
+        &[&[
+            "--model",
+            "m",
+            "--api",
+            "openai-chat",
+            "--no-metrics",
+            "--requests",
+            "16",
+            "--concurrency",
+            "2",
+            "--class",
+            "gold:1:header=x-llm-d-fairness-id=tenant-a:header=x-gateway-inference-objective=critical",
+            "--class",
+            "bronze:1",
+        ]],
+    );
+    let seen = log.lock().unwrap().clone();
+    let measured: Vec<&(String, Value)> =
+        seen.iter().filter(|(h, _)| h.starts_with("post")).collect();
+    let gold = recs.iter().filter(|r| r["class"] == "gold").count();
+    let with: Vec<&&(String, Value)> = measured
+        .iter()
+        .filter(|(h, _)| h.contains("x-llm-d-fairness-id: tenant-a\r\n"))
+        .collect();
+    assert!(gold > 0 && gold < 16, "both classes drawn: {gold}");
+    // The probe's request carries no class; every gold request both headers.
+    assert_eq!(with.len(), gold, "{measured:?}");
+    assert!(with
+        .iter()
+        .all(|(h, _)| h.contains("x-gateway-inference-objective: critical\r\n")));
+    // The ids tie each head to its record: the gold records' own.
+    let gold_ids: std::collections::BTreeSet<&str> = recs
+        .iter()
+        .filter(|r| r["class"] == "gold")
+        .map(|r| r["request_id"].as_str().unwrap())
+        .collect();
+    for (h, _) in &with {
+        let id = h
+            .lines()
+            .find_map(|l| l.strip_prefix("x-request-id: "))
+            .unwrap()
+            .trim();
+        assert!(gold_ids.contains(id), "{id} is not a gold record's");
+    }
+}
