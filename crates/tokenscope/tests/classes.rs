@@ -180,12 +180,12 @@ fn the_priority_goes_in_the_body_and_bad_classes_are_refused() {
     }
 }
 
-/// A server that keeps each chat request's head (lower-cased) and body,
-/// and answers a short stream.
-fn head_logging_server() -> (
-    String,
-    std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>,
-) {
+/// Each request's head (lower-cased) and body, as a server received them.
+type Heads = std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>;
+
+/// A server that keeps each chat request's head and body, and answers a
+/// short stream.
+fn head_logging_server() -> (String, Heads) {
     use std::io::{BufRead, BufReader, Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());

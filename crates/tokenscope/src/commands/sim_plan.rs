@@ -442,8 +442,7 @@ pub fn run(mut args: PlanArgs) -> anyhow::Result<Exit> {
     if args.load.workflow.is_some() || args.load.trace_file().is_some() {
         return Err(Exit::usage(
             "sim plan does not plan workflows yet (--workflow, --replay-trace FILE): run them with `bench` against `sim serve`, the same engine on a real clock".into(),
-        )
-        .into());
+        ));
     }
     let mut cfg = engine_config(&args.engine)?;
     crate::engine::plan_images(&cfg.model, &args.load)?;

@@ -346,8 +346,7 @@ fn load_workflows(load: &LoadArgs, quiet: bool) -> anyhow::Result<Option<Arc<Wor
     if load.replays_dataset() && load.dataset.is_none() {
         return Err(Exit::usage(
             "--replay-trace without a FILE replays --dataset's own times: give --dataset, or --replay-trace FILE for agent traces".into(),
-        )
-        .into());
+        ));
     }
     let read = match (&load.workflow, load.trace_file()) {
         (Some(path), _) => {
@@ -356,8 +355,7 @@ fn load_workflows(load: &LoadArgs, quiet: bool) -> anyhow::Result<Option<Arc<Wor
         (None, Some(_)) if load.replay_window.is_some() => {
             return Err(Exit::usage(
                 "--replay-window cuts a dataset's entries; a trace file is replayed whole".into(),
-            )
-            .into())
+            ))
         }
         (None, Some(path)) => {
             otlp_trace::read(path).map_err(|e| Exit::usage(format!("--replay-trace {e}")))?
