@@ -734,38 +734,30 @@ fn workload(out: &mut String, r: &RunResults) {
 
 /// `--lora`: each adapter's figures.
 fn adapters(out: &mut String, r: &RunResults) {
-    let rows = crate::adapters::rows(r);
-    if rows.is_empty() {
-        return;
-    }
-    let _ = write!(
-        out,
-        "<h2>Adapters (--lora, {})</h2><table><tr>",
-        esc(&crate::adapters::assignment(r))
-    );
-    for h in crate::adapters::HEADER {
-        let _ = write!(out, "<th>{}</th>", esc(h));
-    }
-    out.push_str("</tr>");
-    for row in rows {
-        out.push_str("<tr>");
-        for cell in row {
-            let _ = write!(out, "<td>{}</td>", esc(&cell));
-        }
-        out.push_str("</tr>");
-    }
-    out.push_str("</table>");
+    let title = format!("Adapters (--lora, {})", crate::adapters::assignment(r));
+    let header = crate::adapters::HEADER.map(str::to_string);
+    table(out, &title, &header, crate::adapters::rows(r));
 }
 
 /// `--class`: each class of traffic's figures and SLO verdict.
 fn classes(out: &mut String, r: &RunResults) {
-    let rows = crate::adapters::class_rows(r);
+    let title = "Classes (--class; each under its own SLO, else the run's)";
+    table(
+        out,
+        title,
+        &crate::adapters::class_header(),
+        crate::adapters::class_rows(r),
+    );
+}
+
+/// A titled table of `rows` under `header`; nothing without rows.
+fn table<const N: usize>(out: &mut String, title: &str, header: &[String], rows: Vec<[String; N]>) {
     if rows.is_empty() {
         return;
     }
-    out.push_str("<h2>Classes (--class; each under its own SLO, else the run's)</h2><table><tr>");
-    for h in crate::adapters::class_header() {
-        let _ = write!(out, "<th>{}</th>", esc(&h));
+    let _ = write!(out, "<h2>{}</h2><table><tr>", esc(title));
+    for h in header {
+        let _ = write!(out, "<th>{}</th>", esc(h));
     }
     out.push_str("</tr>");
     for row in rows {

@@ -16,7 +16,9 @@
 //! mapping, what a generic encoder writes); 64-bit numbers strings or numbers.
 
 use crate::lengths::LengthSpec;
-use crate::workflow::{Count, Dep, Join, Step, StepKind, Workflow, Workflows, MAX_STEPS};
+use crate::workflow::{
+    Count, Dep, Join, Step, StepKind, Workflow, WorkflowError, Workflows, MAX_STEPS,
+};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -31,30 +33,19 @@ pub const MAX_TRACES: usize = 100_000;
 /// The operation names of a model call.
 const LLM_OPERATIONS: &[&str] = &["chat", "text_completion", "generate_content"];
 
-/// A trace file that cannot be replayed, with where and why.
-#[derive(Debug, thiserror::Error)]
-#[error("{path}: {why}")]
-pub struct TraceError {
-    pub path: String,
-    pub why: String,
-}
-
 /// Reads an OTLP JSON trace file into workflows, one per trace that holds
 /// a model call, in the order the traces started.
-pub fn read(path: &std::path::Path) -> Result<Workflows, TraceError> {
-    let fail = |why: String| TraceError {
+pub fn read(path: &std::path::Path) -> Result<Workflows, WorkflowError> {
+    let fail = |why: String| WorkflowError {
         path: path.display().to_string(),
         why,
     };
-    let size = std::fs::metadata(path)
-        .map_err(|e| fail(format!("cannot read it: {e}")))?
-        .len();
-    if size > MAX_FILE_BYTES {
-        return Err(fail(format!(
-            "{size} bytes, more than {MAX_FILE_BYTES} read"
-        )));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
+    let text = crate::workflow::read_text(
+        path,
+        MAX_FILE_BYTES,
+        "more than a trace file tokenscope reads",
+    )
+    .map_err(fail)?;
     let spans = spans(&text).map_err(fail)?;
     let mut w = workflows(spans).map_err(fail)?;
     w.source = path.display().to_string();

@@ -207,7 +207,7 @@ impl Workflows {
     }
 }
 
-/// A workflow file that cannot be used, with where and why.
+/// A workflow or trace file that cannot be used, with where and why.
 #[derive(Debug, thiserror::Error)]
 #[error("{path}: {why}")]
 pub struct WorkflowError {
@@ -218,21 +218,14 @@ pub struct WorkflowError {
 /// The largest workflow file read (a graph, not data).
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
-/// Reads a workflow file: TOML, or JSON when it ends in `.json` or starts with `{`.
+/// Reads a workflow file: TOML, or JSON when it starts with `{`.
 pub fn read(path: &std::path::Path) -> Result<Workflows, WorkflowError> {
     let fail = |why: String| WorkflowError {
         path: path.display().to_string(),
         why,
     };
-    let size = std::fs::metadata(path)
-        .map_err(|e| fail(format!("cannot read it: {e}")))?
-        .len();
-    if size > MAX_FILE_BYTES {
-        return Err(fail(format!(
-            "{size} bytes, more than a workflow's {MAX_FILE_BYTES} (is it a trace? use --replay-trace)"
-        )));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
+    let big = "more than a workflow holds (is it a trace? use --replay-trace FILE)";
+    let text = read_text(path, MAX_FILE_BYTES, big).map_err(fail)?;
     let graph = parse(&text).map_err(fail)?;
     Ok(Workflows {
         graphs: vec![graph],
@@ -248,6 +241,21 @@ pub fn parse(text: &str) -> Result<Workflow, String> {
         false => toml::from_str(text).map_err(|e| toml_error(text, &e))?,
     };
     build(file)
+}
+
+/// A file's text, at most `max` bytes read (a larger file, or an endless
+/// one — a pipe, a device — is refused with `too_big`, never read whole).
+pub(crate) fn read_text(path: &std::path::Path, max: u64, too_big: &str) -> Result<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let mut text = String::new();
+    file.take(max + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read it as text: {e}"))?;
+    match text.len() as u64 > max {
+        true => Err(format!("over {max} bytes: {too_big}")),
+        false => Ok(text),
+    }
 }
 
 /// A TOML error in one line: what, and where (line and column).

@@ -286,7 +286,10 @@ fn bad_workflow_files_are_refused_saying_where_and_why() {
         "http://127.0.0.1:9",
         &["--workflow", huge.to_str().unwrap()],
     );
-    assert!(err.contains("more than a workflow's"), "{err}");
+    assert!(err.contains("more than a workflow holds"), "{err}");
+    // An endless file (a device) is refused as too big, not read whole.
+    let err = refused("http://127.0.0.1:9", &["--workflow", "/dev/zero"]);
+    assert!(err.contains("over 1048576 bytes"), "{err}");
     let err = refused("http://127.0.0.1:9", &["--replay-trace"]);
     assert!(err.contains("give --dataset"), "{err}");
 }
