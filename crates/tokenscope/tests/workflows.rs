@@ -538,3 +538,39 @@ fn hostile_trace_files_are_refused_in_one_line() {
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
 }
+
+#[test]
+fn a_join_held_by_one_slow_branch_is_found() {
+    let mut flow = String::from("[[step]]\nname = \"a\"\noutput_tokens = 2\n");
+    for (name, tokens) in [("q1", 2), ("q2", 2), ("q3", 2), ("slow", 40)] {
+        flow +=
+            &format!("[[step]]\nname = \"{name}\"\nafter = [\"a\"]\noutput_tokens = {tokens}\n");
+    }
+    flow += "[[step]]\nname = \"join\"\nafter = [\"q1\", \"q2\", \"q3\", \"slow\"]\noutput_tokens = 2\n";
+    let server = Server::start(exact(40, 10));
+    let file = write_file("wf-slow-branch", &flow);
+    let flags = [
+        "--workflow",
+        file.to_str().unwrap(),
+        "--workflows",
+        "5",
+        "--concurrency",
+        "5",
+    ];
+    let (_, r, _) = bench_ok(&server.url, "wf-slow-branch", &[&EXACT_CHAT, &flags]);
+    let f = r["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == "join_slow_branch");
+    let f = f.unwrap_or_else(|| panic!("no join_slow_branch in {:?}", rules(&r)));
+    let e = &f["evidence"];
+    assert_eq!(e["step"], "join");
+    // The slow branch: 40 + 39 × 10 ms; the median one 40 + 10 ms.
+    let (slowest, median) = (
+        e["slowest_ms"].as_f64().unwrap(),
+        e["median_ms"].as_f64().unwrap(),
+    );
+    assert!(slowest >= 430.0 && slowest < 480.0, "{slowest}");
+    assert!(median >= 50.0 && median < 90.0, "{median}");
+}
