@@ -30,6 +30,13 @@ pub const MAX_SPANS: usize = 2_000_000;
 /// Traces read at most.
 pub const MAX_TRACES: usize = 100_000;
 
+/// Calls a call waits for, at most: the latest to end of those that
+/// ended before it (a layer of hundreds after a layer of hundreds would
+/// otherwise tie every pair).
+pub const MAX_WAITED: usize = 16;
+/// The longest gap or start offset replayed (past it, a broken clock).
+const MAX_GAP_NS: u64 = 24 * 3600 * 1_000_000_000;
+
 /// The operation names of a model call.
 const LLM_OPERATIONS: &[&str] = &["chat", "text_completion", "generate_content"];
 
@@ -55,13 +62,18 @@ pub fn read(path: &std::path::Path) -> Result<Workflows, WorkflowError> {
 /// Every span of the text: one JSON document, else one per line.
 fn spans(text: &str) -> Result<Vec<Span>, String> {
     let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let mut add = |doc: Request| -> Result<(), String> {
         for s in doc.resource_spans.into_iter().flat_map(|r| r.scope_spans) {
             for span in s.spans {
                 if out.len() >= MAX_SPANS {
                     return Err(format!("more than {MAX_SPANS} spans"));
                 }
-                out.push(span.read()?);
+                let span = span.read()?;
+                // A span written twice (an exporter's retry) is one call.
+                if seen.insert((span.trace.clone(), span.id)) {
+                    out.push(span);
+                }
             }
         }
         Ok(())
@@ -74,7 +86,11 @@ fn spans(text: &str) -> Result<Vec<Span>, String> {
                 .enumerate()
                 .filter(|(_, l)| !l.trim().is_empty())
                 .collect();
-            if lines.len() < 2 {
+            // One document per line, as the Collector writes them, when
+            // the first line is a whole document; else the file's error.
+            let jsonl =
+                lines.len() >= 2 && serde_json::from_str::<serde_json::Value>(lines[0].1).is_ok();
+            if !jsonl {
                 return Err(format!("not OTLP JSON traces: {whole}"));
             }
             for (i, line) in lines {
@@ -162,6 +178,7 @@ impl Number {
 #[derive(Debug, Clone)]
 struct Span {
     trace: Vec<u8>,
+    id: u64,
     start_ns: u64,
     end_ns: u64,
     /// A model call's lengths (`None` lengths: the usage was not recorded).
@@ -178,6 +195,15 @@ impl RawSpan {
                 self.trace_id
             )
         })?;
+        let id = decode_id(&self.span_id, 8)
+            .map(|b| b.iter().fold(0u64, |n, x| n << 8 | *x as u64))
+            .ok_or_else(|| {
+                format!(
+                    "{}: span id `{}` is neither 8 bytes of hex nor of base64",
+                    name(),
+                    self.span_id
+                )
+            })?;
         let (start_ns, end_ns) = match (
             self.start_time_unix_nano.get(),
             self.end_time_unix_nano.get(),
@@ -222,6 +248,7 @@ impl RawSpan {
         });
         Ok(Span {
             trace,
+            id,
             start_ns,
             end_ns,
             llm,
@@ -309,14 +336,31 @@ fn trace_graph(spans: &[Span], start_ns: u64) -> Result<Option<Workflow>, String
             before.iter().map(|&p| (calls[p].start_ns, p)).collect();
         starts.sort_unstable_by(|a, b| b.cmp(a));
         let latest_other = |p: usize| starts.iter().find(|(_, q)| *q != p).map(|(s, _)| *s);
-        let after: Vec<Dep> = before
+        let mut latest: Vec<usize> = before
             .iter()
-            .filter(|&&p| latest_other(p).is_none_or(|s| calls[p].end_ns > s))
-            .map(|&p| Dep {
-                step: p,
-                gap: Duration::from_nanos(c.start_ns - calls[p].end_ns),
-            })
+            .copied()
+            .filter(|&p| latest_other(p).is_none_or(|s| calls[p].end_ns > s))
             .collect();
+        latest.sort_by_key(|&p| std::cmp::Reverse(calls[p].end_ns));
+        latest.truncate(MAX_WAITED);
+        latest.sort_unstable();
+        let mut after = Vec::with_capacity(latest.len());
+        for p in latest {
+            let gap = c.start_ns - calls[p].end_ns;
+            if gap > MAX_GAP_NS {
+                return Err(format!("call {} starts {:.0} s after the call before it: more than a day, a broken clock", i + 1, gap as f64 / 1e9));
+            }
+            after.push(Dep {
+                step: p,
+                gap: Duration::from_nanos(gap),
+            });
+        }
+        if after.is_empty() && c.start_ns - start_ns > MAX_GAP_NS {
+            return Err(format!(
+                "call {} starts more than a day after its trace",
+                i + 1
+            ));
+        }
         let (input, output) = c.llm.unwrap_or_default();
         steps.push(Step {
             name: format!("call {}", i + 1),
@@ -345,6 +389,10 @@ mod tests {
     use super::*;
 
     fn span(trace: &str, id: &str, op: &str, (a, b): (u64, u64), tokens: (u64, u64)) -> String {
+        let id = match id.len() {
+            2 => format!("{id:0>16}"),
+            _ => id.to_string(),
+        };
         format!(
             r#"{{"traceId":"{trace}","spanId":"{id}","name":"{op}","startTimeUnixNano":"{a}","endTimeUnixNano":"{b}",
             "attributes":[{{"key":"gen_ai.operation.name","value":{{"stringValue":"{op}"}}}},
@@ -449,12 +497,55 @@ mod tests {
                 doc(&[span(T, "01", "execute_tool", (0, 1), (1, 1))]),
                 "no span is a model call",
             ),
-            (String::from("{\"resourceSpans\": [\n{}\n"), "line 1"),
+            (
+                String::from("{\"resourceSpans\": [\n{}\n"),
+                "not OTLP JSON traces: EOF while parsing a list at line 3",
+            ),
+            (
+                doc(&[span(T, "zzzz", "chat", (0, 1), (1, 1))]),
+                "span id `zzzz`",
+            ),
+            (
+                doc(&[
+                    span(T, "01", "chat", (0, 1), (1, 1)),
+                    span(
+                        T,
+                        "02",
+                        "chat",
+                        (MAX_GAP_NS * 2, MAX_GAP_NS * 2 + 1),
+                        (1, 1),
+                    ),
+                ]),
+                "more than a day",
+            ),
         ];
         for (text, want) in cases {
             let err = spans(&text).and_then(workflows).unwrap_err();
             assert!(err.contains(want), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn a_span_written_twice_is_one_call_and_a_dense_layer_keeps_its_latest() {
+        let text = doc(&[
+            span(T, "01", "chat", (0, 10), (3, 4)),
+            span(T, "01", "chat", (0, 10), (3, 4)),
+        ]);
+        assert_eq!(
+            workflows(spans(&text).unwrap()).unwrap().graphs[0]
+                .steps
+                .len(),
+            1
+        );
+        // 40 calls in parallel, then one: it waits for the 16 latest to end.
+        let mut layer: Vec<String> = (0..40u64)
+            .map(|i| span(T, &format!("{:016x}", i + 1), "chat", (0, 100 + i), (3, 4)))
+            .collect();
+        layer.push(span(T, "00000000000000ff", "chat", (200, 300), (3, 4)));
+        let w = workflows(spans(&doc(&layer)).unwrap()).unwrap();
+        let last = w.graphs[0].steps.last().unwrap();
+        assert_eq!(last.after.len(), MAX_WAITED);
+        assert!(last.after.iter().all(|d| d.step >= 24), "the latest to end");
     }
 
     #[test]
@@ -474,7 +565,15 @@ mod tests {
     #[test]
     fn a_trace_of_too_many_calls_is_refused_by_name() {
         let many: Vec<String> = (0..=MAX_STEPS as u64)
-            .map(|i| span(T, "01", "chat", (i * 10, i * 10 + 5), (1, 1)))
+            .map(|i| {
+                span(
+                    T,
+                    &format!("{:016x}", i + 1),
+                    "chat",
+                    (i * 10, i * 10 + 5),
+                    (1, 1),
+                )
+            })
             .collect();
         let err = spans(&doc(&many)).and_then(workflows).unwrap_err();
         assert!(

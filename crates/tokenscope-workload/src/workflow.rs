@@ -332,7 +332,8 @@ fn build(file: File) -> Result<Workflow, String> {
     }
     let mut steps: Vec<Step> = Vec::with_capacity(file.step.len());
     for s in &file.step {
-        let step = build_step(s, &steps).map_err(|why| format!("step `{}`: {why}", s.name))?;
+        let step = build_step(s, &steps)
+            .map_err(|why| format!("step `{}`: {why}", s.name.escape_debug()))?;
         steps.push(step);
     }
     for (i, s) in file.step.iter().enumerate() {
@@ -342,19 +343,33 @@ fn build(file: File) -> Result<Workflow, String> {
             steps[i].repeat = Some(looped);
         }
     }
+    if !steps.iter().any(|s| matches!(s.kind, StepKind::Llm { .. })) {
+        return Err(
+            "no step calls the model (every step is a `tool`): nothing would be sent".into(),
+        );
+    }
     let graph = Workflow { steps };
     check(&graph)?;
     Ok(graph)
 }
 
 fn build_step(s: &FileStep, above: &[Step]) -> Result<Step, String> {
-    if s.name.is_empty() || s.name.len() > MAX_NAME || s.name.chars().any(char::is_control) {
+    let chars = s.name.chars().count();
+    if chars == 0 || chars > MAX_NAME || s.name.chars().any(char::is_control) {
         return Err(format!(
             "a name must be 1 to {MAX_NAME} printable characters"
         ));
     }
     if above.iter().any(|a| a.name == s.name) {
         return Err("a second step of this name".into());
+    }
+    if let Some(twice) = s
+        .after
+        .iter()
+        .enumerate()
+        .find_map(|(i, a)| s.after[..i].contains(a).then_some(a))
+    {
+        return Err(format!("`after` names `{}` twice", twice.escape_debug()));
     }
     let after = s
         .after
@@ -364,7 +379,10 @@ fn build_step(s: &FileStep, above: &[Step]) -> Result<Step, String> {
                 step,
                 gap: Duration::ZERO,
             }),
-            None => Err(format!("`after` names `{n}`, which is not a step above it")),
+            None => Err(format!(
+                "`after` names `{}`, which is not a step above it",
+                n.escape_debug()
+            )),
         })
         .collect::<Result<Vec<_>, _>>()?;
     let kind = match &s.tool {
@@ -429,7 +447,15 @@ fn build_loop(l: &FileLoop, at: usize, steps: &[Step]) -> Result<Loop, String> {
     let to = steps[..=at]
         .iter()
         .position(|s| s.name == l.to)
-        .ok_or_else(|| format!("loop `to = \"{}\"` is not this step or one above it", l.to))?;
+        .ok_or_else(|| {
+            format!(
+                "loop `to = \"{}\"` is not this step or one above it",
+                l.to.escape_debug()
+            )
+        })?;
+    if steps[to].each {
+        return Err(format!("loop `to = \"{}\"`: a loop goes back to a step that is not `each` (its branches are its parent's)", l.to.escape_debug()));
+    }
     let times = Count::parse(&l.times.text(), MAX_LOOPS)?;
     // The body: steps from `to` that lead to this one.
     let body: Vec<usize> = (to..=at)
@@ -556,6 +582,12 @@ loop = { to = "write", times = "uniform:0..2" }
     }
 
     #[test]
+    fn names_are_counted_in_characters() {
+        let name = "é".repeat(40);
+        assert!(parse(&format!("[[step]]\nname = \"{name}\"")).is_ok());
+    }
+
+    #[test]
     fn json_reads_as_toml_does() {
         let json = r#"{"step": [{"name": "a", "output_tokens": 4},
             {"name": "b", "after": ["a"], "fan_out": 3, "output_tokens": "uniform:2..9"}]}"#;
@@ -597,6 +629,10 @@ loop = { to = "write", times = "uniform:0..2" }
             ("[[step]]\nname = \"a\"\nbogus = 1", "unknown field"),
             ("[[step]]\nname = \"a\"\neach = true", "`each` follows"),
             ("[[step]]\nname = \"\"", "1 to 64"),
+            ("[[step]]\nname = \"a\\nb\"", "step `a\\nb`"),
+            ("[[step]]\nname = \"a\"\n[[step]]\nname = \"b\"\nafter = [\"a\", \"a\"]", "names `a` twice"),
+            ("[[step]]\nname = \"t\"\ntool = \"1s\"", "no step calls the model"),
+            ("[[step]]\nname = \"a\"\nfan_out = 2\n[[step]]\nname = \"b\"\nafter = [\"a\"]\neach = true\nloop = { to = \"b\", times = 1 }", "not `each`"),
         ];
         for (text, want) in cases {
             let err = parse(text).unwrap_err();

@@ -521,7 +521,7 @@ fn hostile_trace_files_are_refused_in_one_line() {
             "neither 16 bytes of hex nor of base64",
         ),
         (
-            r#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"01","startTimeUnixNano":"9","endTimeUnixNano":"2"}]}]}]}"#,
+            r#"{"resourceSpans":[{"scopeSpans":[{"spans":[{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"0000000000000001","startTimeUnixNano":"9","endTimeUnixNano":"2"}]}]}]}"#,
             "end is before its start",
         ),
     ];
@@ -571,6 +571,130 @@ fn a_join_held_by_one_slow_branch_is_found() {
         e["slowest_ms"].as_f64().unwrap(),
         e["median_ms"].as_f64().unwrap(),
     );
-    assert!(slowest >= 430.0 && slowest < 480.0, "{slowest}");
-    assert!(median >= 50.0 && median < 90.0, "{median}");
+    assert!((430.0..480.0).contains(&slowest), "{slowest}");
+    assert!((50.0..90.0).contains(&median), "{median}");
+}
+
+#[test]
+fn a_first_k_join_in_a_loop_waits_for_its_own_pass() {
+    let flow = r#"
+[[step]]
+name = "plan"
+output_tokens = 2
+[[step]]
+name = "quick"
+after = ["plan"]
+output_tokens = 2
+[[step]]
+name = "slow"
+after = ["plan"]
+output_tokens = 30
+[[step]]
+name = "pick"
+after = ["quick", "slow"]
+join = "first:1"
+output_tokens = 2
+loop = { to = "plan", times = 1 }
+"#;
+    let server = Server::start(exact(20, 10));
+    let file = write_file("wf-loop-first", flow);
+    let flags = [
+        "--workflow",
+        file.to_str().unwrap(),
+        "--workflows",
+        "1",
+        "--concurrency",
+        "1",
+    ];
+    let (_, r, recs) = bench_ok(&server.url, "wf-loop-first", &[&EXACT_CHAT, &flags]);
+    assert_eq!(recs.len(), 8, "two passes of four");
+    let of = |name: &str, pass: u64| {
+        *step(&recs, name)
+            .iter()
+            .find(|x| x["workflow"]["pass"].as_u64().unwrap_or(0) == pass)
+            .unwrap()
+    };
+    // Pass 1's pick waited for pass 1's quick branch, not for pass 0's
+    // straggler (the slow branch, still running when pass 1 began).
+    assert!(
+        us(of("slow", 0), "done_at_us") > us(of("plan", 1), "sent_at_us"),
+        "the straggler overlaps pass 1"
+    );
+    assert!(us(of("pick", 1), "sent_at_us") >= us(of("quick", 1), "done_at_us"));
+    assert_eq!(r["workflows"]["complete"], 1);
+}
+
+/// An OTLP JSON document of one trace of (start ms, end ms) chat spans,
+/// each 1 token in and out.
+fn trace_of(spans: &[(u64, u64)]) -> String {
+    let ms = 1_000_000u64;
+    let spans: Vec<String> = spans
+        .iter()
+        .enumerate()
+        .map(|(i, (a, b))| {
+            format!(
+                r#"{{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"{:016x}","name":"chat","startTimeUnixNano":"{}","endTimeUnixNano":"{}","attributes":[{{"key":"gen_ai.operation.name","value":{{"stringValue":"chat"}}}},{{"key":"gen_ai.usage.input_tokens","value":{{"intValue":"4"}}}},{{"key":"gen_ai.usage.output_tokens","value":{{"intValue":"1"}}}}]}}"#,
+                i + 1,
+                a * ms,
+                b * ms
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"resourceSpans":[{{"scopeSpans":[{{"spans":[{}]}}]}}]}}"#,
+        spans.join(",")
+    )
+}
+
+#[test]
+fn a_replayed_gap_sets_the_critical_path_and_calls_count_in_flight_from_their_send() {
+    // A 0–100 ms and B 0–140 ms; C at 150: A's 50 ms gap makes C ready, not B.
+    // D 500–1500 and E 1400–1600: apart in the replay (each answers in 10 ms).
+    let file = write_file(
+        "trace-gaps",
+        &trace_of(&[(0, 100), (0, 140), (150, 160), (500, 1500), (1400, 1600)]),
+    );
+    let server = Server::start(exact(10, 1));
+    let flags = ["--replay-trace", file.to_str().unwrap()];
+    let (_, _, recs) = bench_ok(&server.url, "trace-gaps", &[&EXACT_CHAT, &flags]);
+    let end = &recs
+        .iter()
+        .find(|r| r.get("workflow_end").is_some())
+        .unwrap()["workflow_end"];
+    assert_eq!(
+        end["peak_in_flight"], 2,
+        "A and B together; D and E never: {end}"
+    );
+    let c = step(&recs, "call 3")[0];
+    assert!(us(c, "sent_at_us") >= us(step(&recs, "call 1")[0], "done_at_us") + 49_000.0);
+    let path: Vec<&str> = end["path"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(&path[..2], ["call 1", "call 3"], "{end}");
+}
+
+#[test]
+fn a_long_gap_in_a_trace_stops_at_the_deadline() {
+    // The second call an hour after the first.
+    let file = write_file("trace-hour", &trace_of(&[(0, 10), (3_600_000, 3_600_010)]));
+    let server = Server::start(exact(5, 1));
+    let started = std::time::Instant::now();
+    let flags = ["--replay-trace", file.to_str().unwrap(), "--duration", "2s"];
+    let (_, r, recs) = bench_ok(&server.url, "trace-hour", &[&EXACT_CHAT, &flags]);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(recs.len(), 1, "the first call only");
+    assert_eq!(
+        (
+            r["workflows"]["workflows"].as_u64(),
+            r["workflows"]["complete"].as_u64()
+        ),
+        (Some(1), Some(0))
+    );
 }

@@ -352,6 +352,11 @@ fn load_workflows(load: &LoadArgs, quiet: bool) -> anyhow::Result<Option<Arc<Wor
         (Some(path), _) => {
             workflow::read(path).map_err(|e| Exit::usage(format!("--workflow {e}")))?
         }
+        (None, Some(_)) if load.dataset.is_some() => {
+            return Err(Exit::usage(
+                "--replay-trace FILE replays agent traces, whose lengths are their spans': drop --dataset (or give --replay-trace alone to replay the dataset's times)".into(),
+            ))
+        }
         (None, Some(_)) if load.replay_window.is_some() => {
             return Err(Exit::usage(
                 "--replay-window cuts a dataset's entries; a trace file is replayed whole".into(),
