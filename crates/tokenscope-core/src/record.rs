@@ -321,6 +321,10 @@ pub struct WorkflowEnd {
     pub path_llm_us: u64,
     pub path_tool_us: u64,
     pub path_other_us: u64,
+    /// Within those, the joins on the path waiting for their slowest
+    /// branch: from each one's median branch's end to its last's, µs.
+    #[serde(default)]
+    pub path_join_wait_us: u64,
     /// The steps on the critical path, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub path: Vec<String>,

@@ -758,6 +758,10 @@ pub struct WorkflowFigures {
     pub path_llm_share: f64,
     pub path_tool_share: f64,
     pub path_other_share: f64,
+    /// Within those, the share the joins on the critical paths spent
+    /// waiting for their slowest branch (after the median one ended).
+    #[serde(default)]
+    pub path_join_wait_share: f64,
     /// Calls of one workflow in flight at once: the mean of each
     /// workflow's peak, and the largest.
     pub peak_in_flight_mean: f64,

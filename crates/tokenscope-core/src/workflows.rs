@@ -30,6 +30,7 @@ pub struct WorkflowTally {
     llm_us: u64,
     tool_us: u64,
     other_us: u64,
+    join_wait_us: u64,
     peak: u64,
     peak_max: u64,
     joins: BTreeMap<String, JoinTally>,
@@ -66,6 +67,7 @@ impl WorkflowTally {
         self.llm_us += e.path_llm_us;
         self.tool_us += e.path_tool_us;
         self.other_us += e.path_other_us;
+        self.join_wait_us += e.path_join_wait_us;
         self.peak += e.peak_in_flight as u64;
         self.peak_max = self.peak_max.max(e.peak_in_flight as u64);
         for j in &e.joins {
@@ -115,6 +117,7 @@ impl WorkflowTally {
                 path_llm_share: self.llm_us as f64 / total,
                 path_tool_share: self.tool_us as f64 / total,
                 path_other_share: self.other_us as f64 / total,
+                path_join_wait_share: self.join_wait_us as f64 / total,
                 peak_in_flight_mean: self.peak as f64 / n,
                 peak_in_flight_max: self.peak_max,
             }
@@ -226,6 +229,7 @@ mod tests {
             path_llm_us: 700_000,
             path_tool_us: 200_000,
             path_other_us: 100_000,
+            path_join_wait_us: 250_000,
             peak_in_flight: 4,
             ..Default::default()
         }));
@@ -242,6 +246,7 @@ mod tests {
         assert_eq!((f.workflows, f.complete, f.peak_in_flight_max), (2, 1, 4));
         assert!((f.path_llm_share - 0.7).abs() < 1e-9 && (f.path_other_share - 0.1).abs() < 1e-9);
         assert!((f.makespan_ms.unwrap().p50 - 1000.0).abs() < 1.0);
+        assert!((f.path_join_wait_share - 0.25).abs() < 1e-9);
         assert_eq!(f.calls_per_workflow, 4.0);
     }
 

@@ -92,10 +92,11 @@ fn workflow_lines(r: &RunResults, w: &tokenscope_core::results::WorkflowFigures)
         ));
     }
     lines.push(format!(
-        "critical path: model calls {:.1} %, tools {:.1} %, the rest (ready, not yet sent; a trace's gaps) {:.1} %",
+        "critical path: model calls {:.1} %, tools {:.1} %, the rest (ready, not yet sent; a trace's gaps) {:.1} %; within them, joins waiting for their slowest branch {:.1} %",
         w.path_llm_share * 100.0,
         w.path_tool_share * 100.0,
-        w.path_other_share * 100.0
+        w.path_other_share * 100.0,
+        w.path_join_wait_share * 100.0
     ));
     let ms = |s: &Option<tokenscope_core::stats::Summary>| {
         s.as_ref()

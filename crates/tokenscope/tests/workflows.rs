@@ -105,6 +105,15 @@ fn a_fan_out_and_join_runs_in_parallel_and_its_makespan_is_the_critical_path() {
         "model calls on the path",
     );
     within_a_ms(us(end, "path_tool_us"), 30_000.0, "the tool's wait");
+    // The join waited from its median branch's end (the second of four)
+    // to its last's; the tools add their 30 ms to each alike.
+    let mut ends: Vec<f64> = research.iter().map(|r| us(r, "done_at_us")).collect();
+    ends.sort_by(f64::total_cmp);
+    within_a_ms(
+        us(end, "path_join_wait_us"),
+        ends[3] - ends[1],
+        "the join's wait for its slowest branch",
+    );
     within_a_ms(
         us(end, "path_llm_us") + us(end, "path_tool_us") + us(end, "path_other_us"),
         us(end, "makespan_us"),

@@ -40,6 +40,7 @@ pub(super) fn critical_path(run: &Run<'_>, end: usize, f: &mut WorkflowEnd) {
             true => f.path_tool_us += took,
             false => f.path_llm_us += took,
         }
+        f.path_join_wait_us += held_us(run, x);
         names.push(run.graph.steps[x.step].name.clone());
         at = x.gate;
     }
@@ -48,6 +49,17 @@ pub(super) fn critical_path(run: &Run<'_>, end: usize, f: &mut WorkflowEnd) {
     // The rest: what the path's calls and tools did not take (a step
     // ready and not yet sent, a trace's gap after its gate).
     f.path_other_us = f.makespan_us.saturating_sub(f.path_llm_us + f.path_tool_us);
+}
+
+/// How long a join (an instance that waited for several) was held after
+/// its median branch ended, until its last did; 0 for one that was not.
+fn held_us(run: &Run<'_>, x: &Inst) -> u64 {
+    if x.awaited.len() < 2 {
+        return 0;
+    }
+    let mut ends: Vec<u64> = x.awaited.iter().map(|&i| run.arena[i].done_us).collect();
+    ends.sort_unstable();
+    ends[ends.len() - 1].saturating_sub(ends[(ends.len() - 1) / 2])
 }
 
 /// Each join of more than one branch: its slowest branch, the median
@@ -62,16 +74,13 @@ pub(super) fn joins(run: &Run<'_>) -> Vec<JoinWait> {
             let mut branches: Vec<&Inst> = x.awaited.iter().map(|&i| &run.arena[i]).collect();
             branches.sort_by_key(|y| y.done_us);
             let took = |y: &Inst| y.done_us.saturating_sub(y.fork_us);
-            let (median, last) = (
-                branches[(branches.len() - 1) / 2],
-                branches[branches.len() - 1],
-            );
+            let median = branches[(branches.len() - 1) / 2];
             JoinWait {
                 step: run.graph.steps[x.step].name.clone(),
                 branches: branches.len() as u32,
                 slowest_us: branches.iter().map(|y| took(y)).max().unwrap_or(0),
                 median_us: took(median),
-                held_us: last.done_us.saturating_sub(median.done_us),
+                held_us: held_us(run, x),
             }
         })
         .collect();
