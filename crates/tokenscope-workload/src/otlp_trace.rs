@@ -379,6 +379,7 @@ fn trace_graph(spans: &[Span], start_ns: u64) -> Result<Option<Workflow>, String
             join: Join::All,
             repeat: None,
             share_prefix: true,
+            from_dataset: false,
         });
     }
     Ok(Some(Workflow { steps }))

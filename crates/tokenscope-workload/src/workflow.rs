@@ -94,6 +94,9 @@ pub struct Step {
     /// from (its parent's prompt and answer), as an agent's sub-call
     /// shares its caller's context; else only the answers are carried.
     pub share_prefix: bool,
+    /// Its new message is a `--dataset` entry's (its text and lengths; the
+    /// step's `output_tokens` wins), drawn per call, instead of words.
+    pub from_dataset: bool,
 }
 
 /// What a step does.
@@ -296,6 +299,8 @@ struct FileStep {
     #[serde(rename = "loop")]
     repeat: Option<FileLoop>,
     share_prefix: Option<bool>,
+    #[serde(default)]
+    dataset: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -385,6 +390,9 @@ fn build_step(s: &FileStep, above: &[Step]) -> Result<Step, String> {
             )),
         })
         .collect::<Result<Vec<_>, _>>()?;
+    if s.dataset && (s.tool.is_some() || s.input_tokens.is_some()) {
+        return Err("`dataset = true` takes the message and its length from a --dataset entry: no `tool` or `input_tokens`".into());
+    }
     let kind = match &s.tool {
         Some(t) if s.input_tokens.is_some() || s.output_tokens.is_some() => {
             return Err(format!(
@@ -440,6 +448,7 @@ fn build_step(s: &FileStep, above: &[Step]) -> Result<Step, String> {
         repeat: None,
         start_after: Duration::ZERO,
         share_prefix: s.share_prefix.unwrap_or(true),
+        from_dataset: s.dataset,
     })
 }
 

@@ -1399,7 +1399,7 @@ pub struct LoadArgs {
     /// joins, loops — each workflow an arrival of the load. --concurrency
     /// counts workflows in flight, --rate workflows a second. Reports each
     /// workflow's makespan and critical path, and each step's figures.
-    #[arg(help_heading = "Agents and answers", long, value_name = "FILE", conflicts_with_all = ["multi_turn", "dataset", "replay_trace"])]
+    #[arg(help_heading = "Agents and answers", long, value_name = "FILE", conflicts_with_all = ["multi_turn", "replay_trace"])]
     pub workflow: Option<std::path::PathBuf>,
     /// Workflows to run (each whole; default 10 without --requests or
     /// --duration; a replayed trace's workflows each once).

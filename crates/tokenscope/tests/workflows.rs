@@ -707,3 +707,70 @@ fn a_long_gap_in_a_trace_stops_at_the_deadline() {
         (Some(1), Some(0))
     );
 }
+
+#[test]
+fn steps_may_send_dataset_entries() {
+    let data = write_file(
+        "wf-dataset",
+        "{\"prompt\": \"alpha one\", \"max_tokens\": 5}\n{\"prompt\": \"beta two\", \"max_tokens\": 6}\n{\"prompt\": \"gamma three\", \"max_tokens\": 7}\n",
+    );
+    let flow = "[[step]]\nname = \"ask\"\ndataset = true\n\
+                [[step]]\nname = \"fan\"\nafter = [\"ask\"]\nfan_out = 2\ndataset = true\noutput_tokens = 3\n\
+                [[step]]\nname = \"join\"\nafter = [\"fan\"]\noutput_tokens = 2\n";
+    let file = write_file("wf-dataset-flow", flow);
+    let server = Server::start(ExactConfig {
+        keep_bodies: 32,
+        ..exact(5, 1)
+    });
+    let flags = [
+        "--workflow",
+        file.to_str().unwrap(),
+        "--dataset",
+        data.to_str().unwrap(),
+        "--workflows",
+        "3",
+        "--concurrency",
+        "1",
+    ];
+    let (_, r, recs) = bench_ok(&server.url, "wf-dataset", &[&EXACT_CHAT, &flags]);
+    assert_eq!(r["workflows"]["complete"], 3);
+    let entries = [("alpha one", 5), ("beta two", 6), ("gamma three", 7)];
+    let bodies = server.stats.bodies.lock().unwrap().clone();
+    let last_message = |b: &Value| {
+        b["messages"].as_array().unwrap().last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // Each workflow: ask, its two branches, the join.
+    for w in 0..3 {
+        let (ask, fans) = (&bodies[w * 4], [&bodies[w * 4 + 1], &bodies[w * 4 + 2]]);
+        let (text, tokens) = entries
+            .iter()
+            .find(|(t, _)| last_message(ask) == *t)
+            .unwrap_or_else(|| panic!("{ask}"));
+        assert_eq!(ask["max_tokens"], *tokens, "the entry's own length: {text}");
+        for f in fans {
+            assert!(entries.iter().any(|(t, _)| last_message(f) == *t), "{f}");
+            assert_eq!(f["max_tokens"], 3, "the step's output_tokens wins");
+        }
+    }
+    assert_eq!(step(&recs, "fan").len(), 6);
+    // Either without the other is refused.
+    let err = refused(
+        "http://127.0.0.1:9",
+        &["--workflow", file.to_str().unwrap()],
+    );
+    assert!(err.contains("step `ask` takes --dataset entries"), "{err}");
+    let plain = write_file("wf-no-dataset", FAN_OUT);
+    let err = refused(
+        "http://127.0.0.1:9",
+        &[
+            "--workflow",
+            plain.to_str().unwrap(),
+            "--dataset",
+            data.to_str().unwrap(),
+        ],
+    );
+    assert!(err.contains("no step takes its entries"), "{err}");
+}

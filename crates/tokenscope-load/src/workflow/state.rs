@@ -275,6 +275,21 @@ impl<'w> Run<'w> {
             false => asked,
         };
         let max_tokens = output.or(w.output).map(|o| o.sample(&mut rng));
+        if step.from_dataset {
+            // A dataset entry's message and lengths (the step's output wins).
+            let entry = w.request(key);
+            let own = entry.input_tokens;
+            let mut spec = PromptSpec {
+                input_tokens: own + context,
+                max_tokens: output.map(|o| o.sample(&mut rng)).or(entry.max_tokens),
+                ..entry
+            };
+            for a in &answers {
+                spec.prompt.push_str("\n\n");
+                spec.prompt.push_str(a);
+            }
+            return (spec, history);
+        }
         let mut prompt = w.step_words(key, own);
         for a in &answers {
             prompt.push_str("\n\n");

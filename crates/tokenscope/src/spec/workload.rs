@@ -350,7 +350,22 @@ fn load_workflows(load: &LoadArgs, quiet: bool) -> anyhow::Result<Option<Arc<Wor
     }
     let read = match (&load.workflow, load.trace_file()) {
         (Some(path), _) => {
-            workflow::read(path).map_err(|e| Exit::usage(format!("--workflow {e}")))?
+            let read = workflow::read(path).map_err(|e| Exit::usage(format!("--workflow {e}")))?;
+            let asks = read.graphs.iter().flat_map(|g| &g.steps).find(|s| s.from_dataset);
+            match (asks, &load.dataset) {
+                (Some(s), None) => {
+                    return Err(Exit::usage(format!(
+                        "--workflow: step `{}` takes --dataset entries (dataset = true): give --dataset",
+                        s.name.escape_debug()
+                    )))
+                }
+                (None, Some(_)) => {
+                    return Err(Exit::usage(
+                        "--dataset with --workflow: no step takes its entries (set `dataset = true` on the steps that should)".into(),
+                    ))
+                }
+                _ => read,
+            }
         }
         (None, Some(_)) if load.dataset.is_some() => {
             return Err(Exit::usage(
