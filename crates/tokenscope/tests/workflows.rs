@@ -127,7 +127,7 @@ fn a_fan_out_and_join_runs_in_parallel_and_its_makespan_is_the_critical_path() {
         nominal_ms(tokens(plan)) + nominal_ms(tokens(slowest)) + 30.0 + nominal_ms(tokens(join));
     let makespan_ms = us(end, "makespan_us") / 1e3;
     assert!(
-        makespan_ms >= nominal && makespan_ms < nominal + 60.0,
+        makespan_ms >= nominal && makespan_ms < nominal + 250.0,
         "{makespan_ms} ms against {nominal} ms nominal"
     );
 
@@ -378,7 +378,7 @@ fn an_sdk_written_trace_is_replayed_with_its_graph_lengths_and_gaps() {
         let gap = |from: &Value, to: &Value| (us(to, "sent_at_us") - us(from, "done_at_us")) / 1e3;
         let near = |got: f64, want: f64, what: &str| {
             assert!(
-                got >= want - 1.0 && got < want + 25.0,
+                got >= want - 1.0 && got < want + 150.0,
                 "{what}: {got:.1} ms, the trace's {want} ms (hex ids: {hex})"
             );
         };
@@ -580,8 +580,11 @@ fn a_join_held_by_one_slow_branch_is_found() {
         e["slowest_ms"].as_f64().unwrap(),
         e["median_ms"].as_f64().unwrap(),
     );
-    assert!((430.0..480.0).contains(&slowest), "{slowest}");
-    assert!((50.0..90.0).contains(&median), "{median}");
+    assert!((430.0..700.0).contains(&slowest), "{slowest}");
+    assert!(
+        (50.0..300.0).contains(&median) && slowest > 2.0 * median,
+        "{median}"
+    );
 }
 
 #[test]
