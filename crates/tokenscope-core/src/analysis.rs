@@ -62,6 +62,13 @@ pub struct Point {
     /// itself is the run with the median tokens/s).
     #[serde(default)]
     pub spread: Option<Spread>,
+    /// Realtime speech: the lag behind the speaker, p99 over every delta, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_p99_ms: Option<f64>,
+    /// Realtime speech: the transcript fell behind as sessions went on
+    /// (the `realtime_lag_grows` finding).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lag_grows: bool,
 }
 
 /// How much repeated runs of one load differed.
@@ -170,6 +177,8 @@ impl Point {
             overloaded: r.diagnosis.iter().any(|f| f.rule == "overload"),
             slo: None,
             spread: None,
+            lag_p99_ms: r.speech.as_ref().and_then(|s| s.lag_ms).map(|s| s.p99),
+            lag_grows: r.diagnosis.iter().any(|f| f.rule == "realtime_lag_grows"),
         }
     }
 }
@@ -383,6 +392,13 @@ pub struct Objectives {
     /// per answer, not by when the first token came.
     #[serde(default = "default_agent_e2e_p99_ms")]
     pub agent_e2e_p99_ms: f64,
+    /// Voice (realtime speech): the lag behind the speaker, p99 cap.
+    #[serde(default = "default_voice_lag_p99_ms")]
+    pub voice_lag_p99_ms: f64,
+}
+
+fn default_voice_lag_p99_ms() -> f64 {
+    500.0
 }
 
 fn default_agent_e2e_p99_ms() -> f64 {
@@ -393,7 +409,7 @@ impl Objectives {
     /// Applies overrides such as
     /// `chat_ttft_p99=500ms,chat_tpot_p99=30ms,batch_e2e_growth=3,cost_ttft_cap=5s,long_context_kv_max=0.8,agent_e2e_p99=30s`.
     pub fn with_overrides(mut self, text: &str) -> Result<Objectives, String> {
-        const KEYS: &str = "chat_ttft_p99, chat_tpot_p99, batch_e2e_growth, cost_ttft_cap, long_context_kv_max, agent_e2e_p99";
+        const KEYS: &str = "chat_ttft_p99, chat_tpot_p99, batch_e2e_growth, cost_ttft_cap, long_context_kv_max, agent_e2e_p99, voice_lag_p99";
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (key, value) = part
                 .split_once('=')
@@ -413,6 +429,7 @@ impl Objectives {
                 "batch_e2e_growth" => self.batch_e2e_growth = number()?,
                 "cost_ttft_cap" => self.cost_ttft_cap_ms = ms()?,
                 "agent_e2e_p99" => self.agent_e2e_p99_ms = ms()?,
+                "voice_lag_p99" => self.voice_lag_p99_ms = ms()?,
                 "long_context_kv_max" => match number()? {
                     v if v <= 1.0 => self.long_context_kv_max = v,
                     _ => {
@@ -437,6 +454,7 @@ impl Default for Objectives {
             cost_ttft_cap_ms: 10_000.0,
             long_context_kv_max: 0.9,
             agent_e2e_p99_ms: default_agent_e2e_p99_ms(),
+            voice_lag_p99_ms: default_voice_lag_p99_ms(),
         }
     }
 }
@@ -565,6 +583,7 @@ pub fn recommend(points: &[Point], o: &Objectives, slo: Option<&str>) -> Vec<Rec
         "batch" => p.e2e_p99_ms / (o.batch_e2e_growth * min_e2e),
         "cost" => p.ttft_p99_ms / o.cost_ttft_cap_ms,
         "agent" => p.e2e_p99_ms / o.agent_e2e_p99_ms,
+        "voice" => p.lag_p99_ms.unwrap_or(f64::INFINITY) / o.voice_lag_p99_ms,
         _ => p.kv_usage_max.unwrap_or(0.0) / o.long_context_kv_max,
     };
     let judged_by = |profile: &str| match profile {
@@ -573,9 +592,10 @@ pub fn recommend(points: &[Point], o: &Objectives, slo: Option<&str>) -> Vec<Rec
         "batch" => "output tokens/s, E2E p99".into(),
         "cost" => "cost per 1K output tokens, TTFT p99".into(),
         "agent" => "cost per answer, E2E p99".into(),
+        "voice" => "realtime lag p99, the lag's growth along sessions".into(),
         _ => "KV usage, preemptions".into(),
     };
-    let chosen = vec![
+    let mut chosen = vec![
         match slo {
             Some(text) => chat_under_slo(points, text),
             None => chat(&series, o),
@@ -585,6 +605,10 @@ pub fn recommend(points: &[Point], o: &Objectives, slo: Option<&str>) -> Vec<Rec
         long_context(&series, o),
         agent(points, o),
     ];
+    // Only a realtime speech series is judged for voice.
+    if points.iter().any(|p| p.lag_p99_ms.is_some()) {
+        chosen.push(voice(points, o));
+    }
     chosen
         .into_iter()
         .map(|mut r| {
@@ -780,6 +804,39 @@ fn agent(points: &[Point], o: &Objectives) -> Recommendation {
             cap / 1e3
         ),
     )
+}
+
+/// The voice profile (realtime speech to text): the most load whose
+/// transcript keeps up with the speaker — each delta's lag p99 within its
+/// cap, and the lag not growing along the sessions.
+fn voice(points: &[Point], o: &Objectives) -> Recommendation {
+    let cap = o.voice_lag_p99_ms;
+    let behind = |p: &&Point| p.lag_grows || p.lag_p99_ms.is_some_and(|l| l > cap);
+    let said = |p: &Point| {
+        let growing = if p.lag_grows { ", growing" } else { "" };
+        format!("{} (lag p99 {:.0} ms{growing})", p.load, p.lag_p99_ms.unwrap_or(f64::NAN))
+    };
+    let none = match points.iter().find(behind) {
+        Some(p) => format!(
+            "the transcript falls behind the speaker from the lightest load measured, {}; a faster GPU, more replicas or a smaller model would",
+            said(p)
+        ),
+        None => "no point measured a realtime lag".into(),
+    };
+    let mut r = choose(
+        "voice",
+        format!("the most load whose realtime lag p99 ≤ {cap:.0} ms and does not grow along the sessions"),
+        points,
+        |p| !p.lag_grows && p.lag_p99_ms.is_some_and(|l| l <= cap),
+        |a, b| a.load > b.load,
+        |p| format!("lag p99 {:.0} ms, steady", p.lag_p99_ms.unwrap_or(0.0)),
+        none,
+    );
+    // Name the load where it stops keeping up, when one was measured.
+    if let Some(b) = r.point.and_then(|i| points[i..].iter().find(behind)) {
+        r.why = format!("{}; it stops keeping up at {}", r.why, said(b));
+    }
+    r
 }
 
 /// Where a series saturates (see [`saturation`]).
@@ -999,6 +1056,8 @@ mod tests {
             overloaded: false,
             slo: None,
             spread: None,
+            lag_p99_ms: None,
+            lag_grows: false,
         }
     }
 

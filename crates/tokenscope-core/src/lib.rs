@@ -43,6 +43,7 @@ pub mod segments;
 pub mod sessions;
 pub mod slo;
 pub mod spec_decode;
+pub mod speech;
 pub mod stats;
 pub mod tool_calls;
 pub mod ttft_by_sent;

@@ -38,6 +38,10 @@ pub struct Measured {
     pub workflows: Option<crate::results::WorkflowFigures>,
     pub steps: BTreeMap<String, AdapterFigures>,
     pub workflow_findings: Vec<crate::results::Finding>,
+    /// The speech APIs' figures, and their records for the findings
+    /// (which name the run's load: [`crate::speech::SpeechTally::findings`]).
+    pub speech: Option<crate::results::SpeechFigures>,
+    pub speech_tally: crate::speech::SpeechTally,
     pub window: Window,
     pub latency: Latency,
     pub throughput: Throughput,
@@ -136,6 +140,7 @@ pub struct Aggregator {
     /// `--workflow`: each step's requests apart, likewise.
     by_step: Option<BTreeMap<String, Aggregator>>,
     workflows: crate::workflows::WorkflowTally,
+    speech: crate::speech::SpeechTally,
     media: crate::media::MediaTally,
     formats: crate::formats::FormatTally,
     tool_calls: crate::tool_calls::ToolTally,
@@ -255,6 +260,7 @@ impl Aggregator {
             abandoned_in_latency: false,
             by_step: Some(BTreeMap::new()),
             workflows: Default::default(),
+            speech: Default::default(),
             media: Default::default(),
             formats: Default::default(),
             tool_calls: Default::default(),
@@ -290,6 +296,7 @@ impl Aggregator {
             add_apart(&mut self.by_step, &call.step, || part(slo), r);
         }
         self.workflows.add(r);
+        self.speech.add(r);
         self.count(r);
         self.instants
             .add(r.sent_at_us, r.done_at_us, r.succeeded(), r.scheduled_at_us);
@@ -540,6 +547,11 @@ impl Aggregator {
         &self.answer_or_ttft
     }
 
+    /// Realtime sessions' lags, every delta's (µs).
+    pub fn realtime_lag(&self) -> &Distribution {
+        self.speech.lag()
+    }
+
     fn merged_itl(&self) -> Distribution {
         let mut itl = self.single_token_gaps.clone();
         itl.merge(&self.itl_multi);
@@ -562,6 +574,7 @@ impl Aggregator {
                 SloMetric::Tpot => &self.tpot,
                 SloMetric::Itl => &itl,
                 SloMetric::E2e => &self.e2e,
+                SloMetric::Lag => self.speech.lag(),
             };
             slo_report(s, samples, &latency, self.good_requests)
         });
@@ -572,6 +585,8 @@ impl Aggregator {
         Measured {
             workflows: self.workflows.finish(),
             workflow_findings: self.workflows.findings(),
+            speech: self.speech.finish(window.duration_s),
+            speech_tally: self.speech.clone(),
             steps,
             adapters,
             classes,
@@ -788,7 +803,7 @@ pub fn slo_report<'a>(
         .map(|o| {
             let summary = match o.metric {
                 SloMetric::Ttft => latency.ttft_ms,
-                SloMetric::AnswerStart => samples(o.metric).summary(US_TO_MS),
+                SloMetric::AnswerStart | SloMetric::Lag => samples(o.metric).summary(US_TO_MS),
                 SloMetric::Tpot => latency.tpot_ms,
                 SloMetric::Itl => latency.itl_ms,
                 SloMetric::E2e => latency.e2e_ms,

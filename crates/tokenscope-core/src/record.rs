@@ -266,6 +266,10 @@ pub struct RequestRecord {
     /// A workflow's last record carries the workflow's figures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workflow_end: Option<Box<WorkflowEnd>>,
+    /// A speech API's request: the audio's seconds, the transcript's
+    /// words, a realtime session's lag behind the speaker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speech: Option<Box<Speech>>,
     /// Content-bearing chunks in arrival order. On disk
     /// `{"at_us": [first, gap, …], "tokens": k | [k, …]}`: see [`chunk_format`].
     #[serde(with = "chunk_format")]
@@ -286,6 +290,55 @@ pub struct SessionEnd {
     pub server_us: u64,
     /// The tools' part: their run times, summed.
     pub tool_us: u64,
+}
+
+/// A speech request's own facts (see docs/metrics.md, "Speech").
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Speech {
+    /// Seconds of audio: the clip sent (speech to text, read from its
+    /// header) or the audio received (text to speech, from its WAV header
+    /// and bytes).
+    pub audio_s: f64,
+    /// The audio's seconds as the server counted them (its usage of type
+    /// `duration`), where it said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_audio_s: Option<f64>,
+    /// Words of the transcript (whitespace-separated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub words: Option<u64>,
+    /// A realtime session's timings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub realtime: Option<RealtimeSession>,
+}
+
+impl Speech {
+    /// The real-time factor's inverse, RTFx: audio seconds per second of
+    /// processing, from the request's send to its end.
+    pub fn rtfx(&self, e2e_us: u64) -> Option<f64> {
+        (e2e_us > 0 && self.audio_s > 0.0).then(|| self.audio_s / (e2e_us as f64 / 1e6))
+    }
+}
+
+/// A realtime session: audio sent in chunks, and how far each piece of
+/// transcript trailed the audio it covers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RealtimeSession {
+    /// Audio a chunk (`--audio-chunk-ms`).
+    pub chunk_ms: u32,
+    /// Sent at the speaker's pace (`--audio-pace realtime`), else as fast as
+    /// the socket took it.
+    pub paced: bool,
+    /// Chunks sent.
+    pub chunks: u32,
+    /// The WebSocket's connect and handshake to `session.created`, µs.
+    pub connect_us: u64,
+    /// Each delta's lag behind the audio it covers, µs, in order: its
+    /// arrival minus the send of the chunk that completed that audio.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lags_us: Vec<u64>,
+    /// From the final commit (the last audio) to `transcription.done`, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_to_done_us: Option<u64>,
 }
 
 /// Where in its workflow a request was.
@@ -548,8 +601,8 @@ impl RequestRecord {
     }
 }
 
-fn is_zero(n: &u32) -> bool {
-    *n == 0
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
 
 impl RequestRecord {
@@ -625,6 +678,7 @@ impl RequestRecord {
             session_end: None,
             workflow: None,
             workflow_end: None,
+            speech: None,
             chunks: Vec::new(),
         }
     }
@@ -876,6 +930,9 @@ pub struct MediaSent {
     pub video: u32,
     /// Encoded bytes sent inline (media sent as URLs count none).
     pub bytes: u64,
+    /// The audio clips' length, ms, read from their headers.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub audio_ms: u64,
     /// The first image's size (`640x480`; a dataset's: its file name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_size: Option<String>,

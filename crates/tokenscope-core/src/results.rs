@@ -105,6 +105,36 @@ pub struct RunResults {
     /// `--workflow`: each step's figures, by its name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub steps: BTreeMap<String, AdapterFigures>,
+    /// The speech APIs: RTFx, the transcript's pace, a realtime session's lag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speech: Option<SpeechFigures>,
+}
+
+/// The speech requests' figures (docs/metrics.md, "Speech").
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpeechFigures {
+    /// Succeeded speech requests (realtime sessions among them).
+    pub requests: u64,
+    /// Seconds of audio transcribed (sent), and produced (text to speech).
+    pub audio_in_s: f64,
+    pub audio_out_s: f64,
+    /// RTFx per request: its audio's seconds over its send-to-end seconds.
+    pub rtfx: Option<Summary>,
+    /// The real-time factor at the median request: 1 ÷ RTFx p50.
+    pub rtf_p50: Option<f64>,
+    /// Over the run: all audio seconds over the measured window's seconds.
+    pub run_rtfx: Option<f64>,
+    /// Transcript words a second, from each first delta to its end.
+    pub words_per_s: Option<f64>,
+    /// Realtime sessions.
+    pub sessions: u64,
+    /// Each delta's lag behind the audio it covers, ms.
+    pub lag_ms: Option<Summary>,
+    /// From the last audio sent to `transcription.done`, ms.
+    pub final_to_done_ms: Option<Summary>,
+    /// Sessions judged for a growing lag, and those whose lag grew.
+    pub sessions_judged: u64,
+    pub sessions_lag_grew: u64,
 }
 
 /// One doubt about a run's set-up, as `results.json` keeps it.

@@ -33,6 +33,9 @@ pub enum SloMetric {
     Tpot,
     Itl,
     E2e,
+    /// A realtime session's lag behind the speaker, each delta's
+    /// ([`crate::record::RealtimeSession::lags_us`]).
+    Lag,
 }
 
 impl SloMetric {
@@ -43,6 +46,7 @@ impl SloMetric {
             "tpot" => SloMetric::Tpot,
             "itl" => SloMetric::Itl,
             "e2e" | "e2el" => SloMetric::E2e,
+            "lag" => SloMetric::Lag,
             _ => return None,
         })
     }
@@ -54,6 +58,7 @@ impl SloMetric {
             SloMetric::Tpot => "tpot",
             SloMetric::Itl => "itl",
             SloMetric::E2e => "e2e",
+            SloMetric::Lag => "lag",
         }
     }
 }
@@ -236,6 +241,11 @@ impl Objective {
             SloMetric::Tpot => r.tpot_us(),
             SloMetric::E2e => Some(r.e2e_us() as f64),
             SloMetric::Itl => None,
+            // A session's worst delta: it met the limit when all did.
+            SloMetric::Lag => {
+                let rt = r.speech.as_ref()?.realtime.as_ref()?;
+                rt.lags_us.iter().max().map(|&v| v as f64)
+            }
         }
     }
 }

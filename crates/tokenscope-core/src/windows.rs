@@ -112,6 +112,7 @@ struct Edge {
     itl: Distribution,
     e2e: Distribution,
     answer_or_ttft: Distribution,
+    lag: Distribution,
 }
 
 impl Edge {
@@ -123,6 +124,7 @@ impl Edge {
             itl,
             e2e,
             answer_or_ttft: run.answer_or_ttft().clone(),
+            lag: run.realtime_lag().clone(),
         }
     }
 
@@ -136,6 +138,7 @@ impl Edge {
             itl: cut(&self.itl, &earlier.itl),
             e2e: cut(&self.e2e, &earlier.e2e),
             answer_or_ttft: cut(&self.answer_or_ttft, &earlier.answer_or_ttft),
+            lag: cut(&self.lag, &earlier.lag),
         }
     }
 }
@@ -236,6 +239,7 @@ impl Windows {
                 SloMetric::Tpot => &d.tpot,
                 SloMetric::Itl => &d.itl,
                 SloMetric::E2e => &d.e2e,
+                SloMetric::Lag => &d.lag,
             };
             slo_report(s, samples, &latency, m.good_requests)
         });

@@ -81,6 +81,8 @@ fn point(load: f64, tps: f64, ttft: &Distribution) -> Point {
         overloaded: false,
         slo: None,
         spread: None,
+        lag_p99_ms: None,
+        lag_grows: false,
     }
 }
 

@@ -125,7 +125,7 @@ impl Endpoint {
         })
     }
 
-    async fn connect(&self) -> Result<Conn, HttpError> {
+    async fn tcp(&self) -> Result<TcpStream, HttpError> {
         let connect_err = |e: io::Error| HttpError::Connect(e.to_string());
         let tcp = match &self.host {
             Host::Name(n) => TcpStream::connect((n.as_str(), self.port)).await,
@@ -133,6 +133,27 @@ impl Endpoint {
         }
         .map_err(connect_err)?;
         tcp.set_nodelay(true).map_err(connect_err)?;
+        Ok(tcp)
+    }
+
+    /// A plain byte stream to the endpoint (TLS where it is https), for a
+    /// protocol of its own over it (the realtime API's WebSocket).
+    async fn duplex(&self) -> Result<Box<dyn Duplex>, HttpError> {
+        let tcp = self.tcp().await?;
+        Ok(match &self.tls {
+            None => Box::new(tcp),
+            Some((config, name)) => Box::new(
+                tokio_rustls::TlsConnector::from(config.clone())
+                    .connect(name.clone(), tcp)
+                    .await
+                    .map_err(|e| HttpError::Connect(format!("TLS handshake: {e}")))?,
+            ),
+        })
+    }
+
+    async fn connect(&self) -> Result<Conn, HttpError> {
+        let connect_err = |e: io::Error| HttpError::Connect(e.to_string());
+        let tcp = self.tcp().await?;
         let io = match &self.tls {
             None => Io::plain(tcp, self.unstamped.clone()).map_err(connect_err)?,
             Some((config, name)) => {
@@ -178,6 +199,10 @@ fn tls_config(ca_pem: Option<&[u8]>) -> Result<Arc<rustls::ClientConfig>, String
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
+
+/// A byte stream both ways: TCP, or TLS over it.
+pub trait Duplex: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Duplex for T {}
 
 /// The measured requests' client: the endpoint, the head every request
 /// shares, and the idle kept-alive connections.
@@ -232,6 +257,56 @@ impl Client {
             connect_timeout,
             idle: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The client with the body's content type changed (a speech API's
+    /// multipart form).
+    pub fn with_content_type(mut self, content_type: &str) -> Client {
+        let from = b"content-type: application/json\r\n";
+        if let Some(at) = self.post_head.windows(from.len()).position(|w| w == from) {
+            let line = format!("content-type: {content_type}\r\n");
+            self.post_head.splice(at..at + from.len(), line.into_bytes());
+        }
+        self
+    }
+
+    /// A new byte stream to the endpoint, within the connect timeout, for
+    /// a WebSocket; and the handshake's request: the endpoint's path as a
+    /// `ws://` (or `wss://`) URL, with the run's headers.
+    pub async fn websocket(
+        &self,
+        own: &[u8],
+    ) -> Result<(Box<dyn Duplex>, tokio_tungstenite::tungstenite::ClientRequestBuilder), HttpError> {
+        use tokio_tungstenite::tungstenite::ClientRequestBuilder;
+        let scheme = match self.endpoint.tls {
+            Some(_) => "wss",
+            None => "ws",
+        };
+        let head = String::from_utf8_lossy(&self.post_head);
+        let path = head
+            .strip_prefix("POST ")
+            .and_then(|h| h.split(' ').next())
+            .unwrap_or("/");
+        let url = format!("{scheme}://{}{path}", self.endpoint.authority);
+        let uri = url
+            .parse()
+            .map_err(|e| HttpError::Connect(format!("WebSocket URL `{url}`: {e}")))?;
+        let mut request = ClientRequestBuilder::new(uri);
+        let mut lines = String::from_utf8_lossy(&self.headers).into_owned();
+        lines.push_str(&String::from_utf8_lossy(own));
+        for (name, value) in lines.split("\r\n").filter_map(|l| l.split_once(": ")) {
+            request = request.with_header(name, value);
+        }
+        let stream = match tokio::time::timeout(self.connect_timeout, self.endpoint.duplex()).await {
+            Ok(s) => s?,
+            Err(_) => {
+                return Err(HttpError::Connect(format!(
+                    "no connection within {:?}",
+                    self.connect_timeout
+                )))
+            }
+        };
+        Ok((stream, request))
     }
 
     /// The bytes of a POST of `body` to the endpoint, with this request's

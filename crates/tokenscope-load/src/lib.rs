@@ -9,6 +9,7 @@
 //! [`loop_delay`] and [`cpu`] keep the client itself fast and measured.
 
 pub mod abandon;
+mod audio_answer;
 pub mod classes;
 pub mod connections;
 pub mod counts;
@@ -19,6 +20,7 @@ pub mod http1;
 pub mod loop_delay;
 pub mod probe;
 pub mod protocol;
+pub mod realtime_session;
 pub mod recorder;
 pub mod request;
 pub mod request_ids;

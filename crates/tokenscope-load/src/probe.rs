@@ -70,7 +70,7 @@ pub async fn detect_api(
     timeout: Duration,
 ) -> Result<&'static dyn Protocol, ProbeError> {
     let mut tried = Vec::new();
-    for &api in ALL {
+    for &api in ALL.iter().filter(|a| a.probed()) {
         let body = api.probe_body(model);
         let path = api.endpoint(model, true);
         let resp = client

@@ -76,6 +76,8 @@ pub struct Target {
     pub abandon: Option<crate::abandon::Abandon>,
     /// `--class`: each request's class of traffic (its priority, headers).
     pub classes: Option<Arc<crate::classes::Classes>>,
+    /// `--audio-chunk-ms`, `--audio-pace`: how a realtime session sends its audio.
+    pub pacing: crate::realtime_session::Pacing,
 }
 
 /// Who a request is, apart from its prompt.
@@ -125,6 +127,8 @@ struct Stream {
     /// `--cancel-after tokens:N`: the user leaves when a chunk past the
     /// N-th comes (an answer of N chunks or fewer is seen whole).
     leave_after: Option<u64>,
+    /// A speech API's usage: the audio's seconds as the server counted them.
+    audio_seconds: Option<f64>,
 }
 
 /// What a successful answer is checked for, and against what: the run's
@@ -206,6 +210,7 @@ impl Stream {
             done: false,
             failure: None,
             leave_after: None,
+            audio_seconds: None,
         }
     }
 
@@ -262,6 +267,9 @@ impl Stream {
                 }
                 if info.timings.is_some() {
                     self.timings = info.timings;
+                }
+                if info.audio_seconds.is_some() {
+                    self.audio_seconds = info.audio_seconds;
                 }
             }
         }
@@ -328,11 +336,17 @@ fn media_sent(
         audio: count(Kind::Audio),
         video: count(Kind::Video),
         bytes: media.iter().map(|m| m.bytes).sum(),
+        audio_ms: (audio_seconds(media) * 1000.0).round() as u64,
         image_size: media
             .iter()
             .find(|m| m.kind == Kind::Image)
             .map(|m| m.label.clone()),
     })
+}
+
+/// The audio clips' seconds, as their headers say.
+pub(crate) fn audio_seconds(media: &[std::sync::Arc<tokenscope_workload::media::Media>]) -> f64 {
+    media.iter().filter_map(|m| m.seconds).sum()
 }
 
 /// The live counts a stream adds to: its content chunks; and, once, at
@@ -390,6 +404,24 @@ pub async fn execute(
     let mut rec = sent_record(&ticket, spec, adapter, &judging);
     (rec.request_id, rec.traceparent) = (request_id, traceparent);
     rec.class = class.map(|c| c.name.clone());
+    if target.api.audio_in() {
+        // A transcript is as long as its audio: no length was asked.
+        (rec.requested_input_tokens, rec.requested_output_tokens) = (None, None);
+        (rec.input_tokens, rec.input_token_source) = (None, None);
+    }
+    if target.api.answer_is_audio() {
+        rec.requested_output_tokens = None;
+    }
+    if target.api.websocket() {
+        drop(wire);
+        return crate::realtime_session::run(target, clock, rec, (spec, &own_head), cancel).await;
+    }
+    if target.api.audio_in() {
+        rec.speech = Some(Box::new(tokenscope_core::record::Speech {
+            audio_s: audio_seconds(&spec.media),
+            ..Default::default()
+        }));
+    }
     let deadline = Instant::now() + target.timeout;
     let sent = send(target, clock, &wire, &mut rec, cancel, deadline).await;
     drop(wire);
@@ -413,6 +445,10 @@ pub async fn execute(
         mut body,
     } = head;
     let success = (200..300).contains(&status);
+    if target.api.answer_is_audio() && success {
+        let answer = (conn, body, content_type);
+        return crate::audio_answer::read(rec, answer, (target, clock, cancel, deadline), at).await;
+    }
     if !target.stream && success {
         let answer = (conn, body, content_type);
         return whole_answer(
@@ -988,6 +1024,7 @@ fn settle_whole(
     rec.output_token_source = Some(total.1);
     rec.chunks = vec![Chunk(rec.done_at_us, total.0.min(u32::MAX as u64) as u32)];
     judging.judge(&mut rec, answer, &calls);
+    heard_speech(&mut rec, answer, whole.audio_seconds);
     let answer = answer.to_string();
     (rec, answer)
 }
@@ -1193,8 +1230,18 @@ fn settle(mut rec: RequestRecord, mut s: Stream) -> (RequestRecord, String) {
         }
         None => s.judging.judge(&mut rec, answer, &s.calls),
     }
+    heard_speech(&mut rec, answer, s.audio_seconds);
     let answer = answer.to_string();
     (rec, answer)
+}
+
+/// A transcript's words and the server's count of the audio's seconds,
+/// into a speech request's facts.
+fn heard_speech(rec: &mut RequestRecord, transcript: &str, server_audio_s: Option<f64>) {
+    if let Some(sp) = rec.speech.as_mut() {
+        sp.words = Some(transcript.split_whitespace().count() as u64);
+        sp.server_audio_s = server_audio_s;
+    }
 }
 
 /// The prompt's tokens as the server counted them, and those its prefix
@@ -1362,7 +1409,7 @@ fn reasoning_count(
 }
 
 /// A request that failed before any stream: its record, and no answer.
-fn fail(
+pub(crate) fn fail(
     mut rec: RequestRecord,
     clock: &Clock,
     kind: ErrorKind,

@@ -70,12 +70,62 @@ pub fn sections(r: &RunResults) -> Vec<(String, Vec<String>)> {
     if let Some(w) = &r.workflows {
         out.push(("Workflows".to_string(), workflow_lines(r, w)));
     }
+    if let Some(sp) = &r.speech {
+        out.push(("Speech".to_string(), speech_lines(r, sp)));
+    }
     if let Some(a) = &r.accuracy {
         let counts = (a.correct, a.graded, "answers");
         let line = share_line("right", counts, a.share, a.share_ci95);
         out.push((format!("Accuracy (--grade {})", a.rule), vec![line]));
     }
     out
+}
+
+/// A run's speech figures: RTFx and its inverse, the transcript's pace,
+/// text to speech's output, a realtime session's lag behind the speaker.
+fn speech_lines(r: &RunResults, s: &tokenscope_core::results::SpeechFigures) -> Vec<String> {
+    let mut lines = Vec::new();
+    let audio = match (s.audio_in_s > 0.0, s.audio_out_s > 0.0) {
+        (true, false) => format!("{:.1} s of audio transcribed", s.audio_in_s),
+        (false, true) => format!("{:.1} s of audio produced", s.audio_out_s),
+        _ => format!("{:.1} s of audio in, {:.1} s out", s.audio_in_s, s.audio_out_s),
+    };
+    lines.push(format!("{} requests, {audio}", s.requests));
+    if let Some(x) = &s.rtfx {
+        lines.push(format!(
+            "RTFx (audio seconds per second, send to end) p50 {:.2}, slowest request {:.2}; real-time factor at the median {:.3}{}",
+            x.p50,
+            x.min.max(0.0),
+            s.rtf_p50.unwrap_or(f64::NAN),
+            s.run_rtfx.map(|v| format!("; over the run {v:.2} audio seconds a second")).unwrap_or_default()
+        ));
+    }
+    if let Some(w) = s.words_per_s {
+        lines.push(format!("transcript {w:.1} words a second (first delta to end)"));
+    }
+    if let Some(l) = &s.lag_ms {
+        let pace = match r.config["audio_pace"].as_str() {
+            Some("fast") => "sent as fast as possible: the lag is not the speaker's",
+            _ => "sent at the speaker's pace",
+        };
+        lines.push(format!(
+            "realtime lag behind the audio p50 {:.0} ms, p90 {:.0} ms, p99 {:.0} ms, max {:.0} ms over {} deltas of {} sessions ({pace})",
+            l.p50, l.p90, l.p99, l.max, l.count, s.sessions
+        ));
+    }
+    if let Some(f) = &s.final_to_done_ms {
+        lines.push(format!(
+            "last audio to transcription.done p50 {:.0} ms, p99 {:.0} ms",
+            f.p50, f.p99
+        ));
+    }
+    if s.sessions_judged > 0 {
+        lines.push(format!(
+            "lag grew along {} of {} sessions judged (≥ 8 deltas each)",
+            s.sessions_lag_grew, s.sessions_judged
+        ));
+    }
+    lines
 }
 
 /// A run's workflows: how many, their makespan, their critical paths'

@@ -107,6 +107,8 @@ pub struct ServerStats {
     pub images: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
     /// Each request's `X-Request-Id` and `traceparent`, as received.
     pub ids: Arc<crate::http::SeenIds>,
+    /// The speech requests' own stamps (`GET /speech-log`).
+    pub speech: Arc<crate::speech::SpeechLog>,
 }
 
 impl ServerStats {
@@ -213,7 +215,15 @@ impl ExactServer {
             .route("/request-ids", get(request_ids))
             .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
             .route("/stats", get(stats_handler))
-            .with_state(shared);
+            .with_state(shared.clone());
+        let timed = crate::speech::Timed {
+            ttft: shared.config.ttft,
+            itl: shared.config.itl,
+            slots: shared.slots.clone(),
+        };
+        let speech =
+            crate::speech::routes(Arc::new(timed), &shared.config.model, stats.speech.clone());
+        let app = app.merge(crate::http::log_request_ids(speech, stats.ids.clone()));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             crate::http::serve(listener, app, stopped).await;

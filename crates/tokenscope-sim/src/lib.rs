@@ -35,6 +35,7 @@ pub mod prom;
 pub mod router;
 pub mod serve;
 pub mod size;
+pub mod speech;
 pub mod timer;
 pub mod traffic;
 pub mod vision;

@@ -354,6 +354,41 @@ impl Shared {
     }
 }
 
+/// The engine as the speech endpoints' model: a job is a request of its
+/// prompt and the audio encoder's work (prefill of equal cost, from the
+/// audio's seconds: [`crate::speech::AudioEncoder`]), writing its tokens;
+/// it goes through the front end and the scheduler as any request does.
+struct EngineSpeech(Arc<Shared>);
+
+impl crate::speech::Model for EngineSpeech {
+    fn start(&self, job: crate::speech::Job) -> mpsc::UnboundedReceiver<()> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let s = self.0.clone();
+        tokio::spawn(async move {
+            let id = s.next_id.fetch_add(1, Ordering::Relaxed);
+            let encoder = crate::speech::AudioEncoder::of(&s.config.model)
+                .prefill_tokens(job, s.config.model.active_params_b);
+            let prompt = job.prompt_tokens.clamp(1, u32::MAX as u64 / 4);
+            let handover = s.front_end(job.arrived, prompt).await;
+            let tokens = job.output_tokens.clamp(1, u32::MAX as u64 / 4);
+            let seq = Seq::new(id, (prompt + encoder) as u32, tokens as u32, 0.0);
+            let (events, mut done) = mpsc::unbounded_channel();
+            if s.submit(seq, events, job.arrived).is_err() {
+                return;
+            }
+            drop(handover);
+            // Every event is a token (the last comes as `Done`); a closed
+            // receiver drops `done`, and the engine aborts the request.
+            while let Some(ev) = done.recv().await {
+                if tx.send(()).is_err() || matches!(ev, Event::Done(_)) {
+                    return;
+                }
+            }
+        });
+        rx
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -425,7 +460,13 @@ impl EngineServer {
                 axum::routing::post(reset_prefix_cache),
             )
             .route("/metrics", get(metrics_text))
-            .with_state(shared);
+            .with_state(shared.clone());
+        let speech = crate::speech::routes(
+            Arc::new(EngineSpeech(shared.clone())),
+            &shared.options.model_name,
+            Arc::default(),
+        );
+        let app = app.merge(speech);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             crate::http::serve(listener, app, stopped).await;

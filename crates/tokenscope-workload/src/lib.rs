@@ -21,6 +21,7 @@
 pub mod adapters;
 pub mod arithmetic;
 pub mod arrival;
+pub mod audio_len;
 pub mod dataset;
 pub mod lengths;
 pub mod media;

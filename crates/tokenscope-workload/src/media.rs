@@ -42,6 +42,8 @@ pub struct Media {
     pub bytes: u64,
     /// What it is, for figures by size: `640x480`, `3.0s`, the file name.
     pub label: String,
+    /// An audio clip's duration, read from its own header (a URL's: unknown).
+    pub seconds: Option<f64>,
 }
 
 impl Media {
@@ -56,6 +58,10 @@ impl Media {
 
     /// The data URL of `bytes` of type `mime`.
     fn inline(kind: Kind, mime: &str, bytes: &[u8], label: String) -> Media {
+        let seconds = match kind {
+            Kind::Audio => crate::audio_len::seconds(bytes, mime).ok(),
+            _ => None,
+        };
         // The URL built in one allocation: no second copy of the base64.
         let mut url = String::with_capacity(data_url_len(mime, bytes.len() as u64) as usize);
         url.push_str("data:");
@@ -68,7 +74,16 @@ impl Media {
             mime: mime.into(),
             bytes: bytes.len() as u64,
             label,
+            seconds,
         }
+    }
+
+    /// The raw bytes of a data URL (decoded from its base64), for the APIs
+    /// that upload a file (the speech APIs' multipart form).
+    pub fn raw(&self) -> Option<Vec<u8>> {
+        base64::engine::general_purpose::STANDARD
+            .decode(self.base64()?)
+            .ok()
     }
 
     /// A file from a dataset, read and encoded once; or a URL as it is.
@@ -84,6 +99,7 @@ impl Media {
                 mime: String::new(),
                 bytes: 0,
                 label: reference.rsplit('/').next().unwrap_or(reference).into(),
+                seconds: None,
             });
         }
         let path = base.join(reference);
@@ -104,12 +120,19 @@ impl Media {
             (Kind::Image, "gif") => "image/gif",
             (Kind::Image, _) => "image/png",
             (Kind::Audio, "mp3") => "audio/mpeg",
+            (Kind::Audio, "flac") => "audio/flac",
             (Kind::Audio, _) => "audio/wav",
             (Kind::Video, _) => "video/mp4",
         };
         let label = path
             .file_name()
             .map_or(reference.into(), |n| n.to_string_lossy().into_owned());
+        // A clip whose length cannot be read is refused: the speech figures
+        // rest on it.
+        if kind == Kind::Audio {
+            crate::audio_len::seconds(&bytes, mime)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
         Ok(Media::inline(kind, mime, &bytes, label))
     }
 }
@@ -209,9 +232,9 @@ pub struct Spec {
     pub images: u32,
     pub sizes: Vec<Size>,
     pub format: Format,
-    /// Audio clips per request, each this long.
+    /// Audio clips per request, each of a length drawn per clip.
     pub audio: u32,
-    pub audio_seconds: f64,
+    pub audio_seconds: ClipSeconds,
     /// Distinct pieces per size (and per clip length) requests draw from.
     pub pool: u32,
 }
@@ -277,9 +300,13 @@ impl Synthetic {
             }
         }
         if self.spec.audio > 0 {
-            let samples = (self.spec.audio_seconds * 16_000.0) as u64;
+            // Each piece's length drawn as it will be; the longest reckoned for all.
+            let longest = (0..pool as u32)
+                .map(|k| self.clip_seconds(k))
+                .fold(0.0, f64::max);
+            let samples = (longest * 16_000.0) as u64;
             parts.push(PoolPart {
-                what: format!("{}s audio clip", self.spec.audio_seconds),
+                what: format!("{longest}s audio clip"),
                 pieces: pool,
                 each: data_url_len("audio/wav", 44 + samples * 2),
             });
@@ -386,10 +413,16 @@ impl Synthetic {
         all.entry(key).or_insert(made).clone()
     }
 
+    /// Clip `k`'s length, seconds: drawn from the pool's seed and its place.
+    fn clip_seconds(&self, k: u32) -> f64 {
+        let seed = crate::seed::mix(self.seed ^ 0x6175_6469 ^ u64::from(k));
+        self.spec.audio_seconds.draw(&mut StdRng::seed_from_u64(seed))
+    }
+
     fn make(&self, (kind, size, k): Key) -> Media {
         let seed = crate::seed::mix(self.seed ^ crate::seed::mix(((size as u64) << 32) | k as u64));
         match kind {
-            Kind::Audio => audio(self.spec.audio_seconds, seed),
+            Kind::Audio => audio(self.clip_seconds(k), seed),
             _ => image(self.spec.sizes[size], self.spec.format, seed),
         }
     }
@@ -534,6 +567,80 @@ pub fn audio(seconds: f64, seed: u64) -> Media {
     Media::inline(Kind::Audio, "audio/wav", &bytes, format!("{seconds}s"))
 }
 
+/// Clip lengths in seconds (`--audio-seconds`): `5`, `uniform:2..10`,
+/// `normal:6,2`, `lognormal:6,3`, drawn per clip as text lengths are,
+/// each at least 10 ms and at most [`MAX_CLIP_SECONDS`]. Held as a
+/// [`LengthSpec`] of milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClipSeconds(pub crate::lengths::LengthSpec);
+
+/// The longest clip: ten minutes.
+pub const MAX_CLIP_SECONDS: f64 = 600.0;
+
+impl ClipSeconds {
+    pub fn fixed(seconds: f64) -> ClipSeconds {
+        ClipSeconds(crate::lengths::LengthSpec::Fixed((seconds * 1000.0).round() as u64))
+    }
+
+    /// One clip's length, seconds.
+    pub fn draw(&self, rng: &mut impl Rng) -> f64 {
+        let ms = self.0.sample(rng).clamp(10, (MAX_CLIP_SECONDS * 1000.0) as u64);
+        ms as f64 / 1000.0
+    }
+}
+
+impl std::fmt::Display for ClipSeconds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::lengths::LengthSpec::*;
+        let s = |ms: f64| ms / 1000.0;
+        match self.0 {
+            Fixed(ms) => write!(f, "{}", s(ms as f64)),
+            Uniform(a, b) => write!(f, "uniform:{}..{}", s(a as f64), s(b as f64)),
+            Normal { mean, std } => write!(f, "normal:{},{}", s(mean), s(std)),
+            LogNormal { mean, std } => write!(f, "lognormal:{},{}", s(mean), s(std)),
+        }
+    }
+}
+
+impl std::str::FromStr for ClipSeconds {
+    type Err = String;
+    fn from_str(spec: &str) -> Result<Self, String> {
+        let bad = |why: &str| {
+            format!("`{spec}`: {why} (seconds: 5, uniform:2..10, normal:6,2 or lognormal:6,3)")
+        };
+        let (kind, rest) = spec.split_once(':').map_or(("", spec), |(k, r)| (k, r));
+        let sep = [",", ".."].into_iter().find(|s| rest.contains(s));
+        let numbers: Vec<&str> = match sep {
+            Some(sep) => rest.split(sep).collect(),
+            None => vec![rest],
+        };
+        let mut scaled = Vec::new();
+        for n in &numbers {
+            match n.trim().parse::<f64>() {
+                Ok(v) if v.is_finite() && v >= 0.0 && v <= MAX_CLIP_SECONDS => {
+                    scaled.push(format!("{}", (v * 1000.0).round()))
+                }
+                Ok(_) => return Err(bad("each number from 0 to 600 seconds")),
+                Err(_) => return Err(bad("not a number")),
+            }
+        }
+        let ms = scaled.join(sep.unwrap_or(""));
+        let ms = match kind {
+            "" => ms,
+            k => format!("{k}:{ms}"),
+        };
+        // The length parser's reason, without its milliseconds and its advice.
+        let parsed: crate::lengths::LengthSpec = ms.parse().map_err(|e: String| {
+            let why = e.split_once("`: ").map_or("not a SPEC", |(_, r)| r);
+            bad(why.split(" (use").next().unwrap_or(why))
+        })?;
+        if matches!(parsed, crate::lengths::LengthSpec::Fixed(0)) {
+            return Err(bad("a clip of 0 seconds"));
+        }
+        Ok(ClipSeconds(parsed))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -544,9 +651,35 @@ mod tests {
             sizes: vec!["64x48".parse().unwrap()],
             format: Format::Png,
             audio: 0,
-            audio_seconds: 1.0,
+            audio_seconds: ClipSeconds::fixed(1.0),
             pool,
         }
+    }
+
+    #[test]
+    fn clip_lengths_are_drawn_from_a_spec_in_seconds() {
+        let fixed: ClipSeconds = "2.5".parse().unwrap();
+        assert_eq!(fixed.to_string(), "2.5");
+        let spread: ClipSeconds = "uniform:1..3".parse().unwrap();
+        let mut rng = StdRng::seed_from_u64(1);
+        let drawn: Vec<f64> = (0..200).map(|_| spread.draw(&mut rng)).collect();
+        assert!(drawn.iter().all(|s| (1.0..=3.0).contains(s)));
+        assert!(drawn.iter().any(|&s| s < 1.5) && drawn.iter().any(|&s| s > 2.5));
+        for bad in ["0", "-1", "601", "uniform:5..2", "x", "normal:1", "uniform:1..nan"] {
+            assert!(bad.parse::<ClipSeconds>().is_err(), "{bad}");
+        }
+        assert!("uniform:5..2".parse::<ClipSeconds>().unwrap_err().contains("upper bound"));
+        // The pool's clips take their lengths from the spec, each read back from its header.
+        let s = Synthetic::new(
+            Spec {
+                audio: 1,
+                audio_seconds: spread,
+                ..spec(0, 8)
+            },
+            3,
+        );
+        let lens: Vec<f64> = (0..8).map(|k| s.piece((Kind::Audio, 0, k)).seconds.unwrap()).collect();
+        assert!(lens.iter().all(|l| (1.0..=3.0).contains(l)) && lens.iter().any(|&l| l != lens[0]), "{lens:?}");
     }
 
     #[test]
@@ -630,7 +763,7 @@ mod tests {
                 Spec {
                     images: 0,
                     audio: 1,
-                    audio_seconds: seconds,
+                    audio_seconds: ClipSeconds::fixed(seconds),
                     ..spec(0, pool)
                 },
                 1,

@@ -1047,6 +1047,15 @@ pub struct RequestArgs {
     /// only E2E and token counts are measured — no TTFT, TPOT or ITL.
     #[arg(long)]
     pub no_stream: bool,
+    /// `--api openai-realtime`: audio a chunk, ms (each an
+    /// `input_audio_buffer.append`).
+    #[arg(long, value_name = "MS", default_value_t = 100, value_parser = clap::value_parser!(u32).range(10..=10_000))]
+    pub audio_chunk_ms: u32,
+    /// `--api openai-realtime`: send the audio at the speaker's pace
+    /// (`realtime`, a chunk every --audio-chunk-ms) or as fast as the socket
+    /// takes it (`fast`).
+    #[arg(long, value_name = "PACE", default_value = "realtime", value_parser = ["realtime", "fast"])]
+    pub audio_pace: String,
     /// A system message before every prompt (completions API: the prompt's first paragraph).
     #[arg(long, value_name = "TEXT")]
     pub system_prompt: Option<String>,
@@ -1539,9 +1548,10 @@ pub struct LoadArgs {
     /// 16 kHz mono WAV, --audio-seconds long.
     #[arg(help_heading = "Media", long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16))]
     pub audio: u32,
-    /// Length of each synthetic audio clip, seconds.
-    #[arg(help_heading = "Media", long, value_name = "S", default_value_t = 5.0, requires = "audio", value_parser = audio_seconds)]
-    pub audio_seconds: f64,
+    /// Length of each synthetic audio clip, seconds: `5`, or drawn per clip
+    /// from `uniform:2..10`, `normal:6,2`, `lognormal:6,3` (at most 600).
+    #[arg(help_heading = "Media", long, value_name = "S|SPEC", default_value = "5")]
+    pub audio_seconds: tokenscope_workload::media::ClipSeconds,
     /// Distinct synthetic images (per size) and clips the requests draw
     /// from; each is encoded once and shared. A server's media cache may
     /// hit on repeats: raise it to defeat one.
@@ -1582,14 +1592,6 @@ fn response_format(s: &str) -> Result<tokenscope_load::structured::ResponseForma
             )
         });
     Ok(ResponseFormat::Schema { name, schema })
-}
-
-/// Seconds of a synthetic audio clip: more than 0, at most 10 minutes.
-fn audio_seconds(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v > 0.0 && v <= 600.0 => Ok(v),
-        _ => Err(format!("`{s}`: seconds, more than 0 and at most 600")),
-    }
 }
 
 fn non_negative_f64(s: &str) -> Result<f64, String> {

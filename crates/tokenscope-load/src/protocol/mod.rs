@@ -20,9 +20,11 @@ pub mod openai_completions;
 pub mod openai_embeddings;
 pub mod openai_responses;
 pub mod pooling;
+pub mod realtime;
 pub mod reasoning;
 pub mod rerank;
 pub mod sglang;
+pub mod speech;
 pub mod tgi;
 pub mod tool_forms;
 pub mod triton;
@@ -110,6 +112,27 @@ pub trait Protocol: Sync + std::fmt::Debug {
         let _ = batch_size;
         0
     }
+    /// The body's content type (the speech APIs upload a multipart form).
+    fn content_type(&self) -> &'static str {
+        "application/json"
+    }
+    /// A speech-to-text API: every request carries an audio clip, and its
+    /// figures (the real-time factor) rest on the clip's seconds.
+    fn audio_in(&self) -> bool {
+        false
+    }
+    /// Text to speech: the answer is the audio's bytes, not events.
+    fn answer_is_audio(&self) -> bool {
+        false
+    }
+    /// A session over a WebSocket, not a POST (the realtime API).
+    fn websocket(&self) -> bool {
+        false
+    }
+    /// `--api auto` tries it: the speech APIs are named, never guessed.
+    fn probed(&self) -> bool {
+        !(self.audio_in() || self.answer_is_audio() || self.websocket())
+    }
 }
 
 /// What a pooling answer's items must be: at least `least` of them (all
@@ -132,6 +155,10 @@ pub const ALL: &[&dyn Protocol] = &[
     &triton::Triton,
     &openai_embeddings::OpenaiEmbeddings,
     &rerank::Rerank,
+    &speech::TRANSCRIPTIONS,
+    &speech::TRANSLATIONS,
+    &realtime::OpenaiRealtime,
+    &speech::OpenaiSpeech,
 ];
 
 /// The API of this `--api` name.
@@ -660,6 +687,9 @@ pub enum Event<'a> {
     /// Generated tokens this event adds, where the API counts per event
     /// (Triton's `num_output_tokens`), not in a usage total.
     OutputTokens(u64),
+    /// The audio's seconds as the server counted them (a speech API's
+    /// usage of type `duration`).
+    AudioSeconds(f64),
 }
 
 /// An event or body that is not what the API defines.
@@ -701,6 +731,8 @@ pub struct Piece {
     pub highest_index: Option<u64>,
     /// Generated tokens the events counted one by one (Triton's).
     pub output_tokens: Option<u64>,
+    /// The audio's seconds, as a speech API's usage said them.
+    pub audio_seconds: Option<f64>,
     /// Pieces of tool calls (their text counted in `text_bytes`, not put
     /// in the answer's text).
     pub calls: Vec<ToolCallDelta<'static>>,
@@ -763,6 +795,10 @@ impl Piece {
             }
             Event::OutputTokens(n) => {
                 self.output_tokens = Some(self.output_tokens.unwrap_or(0).saturating_add(n));
+                Split::default()
+            }
+            Event::AudioSeconds(s) => {
+                self.audio_seconds = Some(s);
                 Split::default()
             }
         };

@@ -58,6 +58,9 @@ pub struct Model {
     /// A vision-language model: its vision encoder (`crate::vision::ENCODERS`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vision: Option<String>,
+    /// A speech model: its audio encoder (`crate::speech::AUDIO_ENCODERS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audio: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -150,6 +153,7 @@ fn model(
         max_context,
         mla: None,
         vision: None,
+        audio: None,
     }
 }
 
@@ -237,6 +241,15 @@ pub fn models() -> Vec<Model> {
                 7.6,
                 128000,
             )
+        },
+        // Whisper large-v3: the decoder's 32 layers of width 1280, 20 heads
+        // of 64, 51,866 tokens, 448 positions (openai/whisper-large-v3
+        // config.json); 1.55B weights with the encoder, 0.91B of them the
+        // decoder's, used per token. The encoder is charged apart
+        // (`crate::speech::AUDIO_ENCODERS`).
+        Model {
+            audio: Some("whisper-large-v3".into()),
+            ..model("whisper-large-v3", 32, 1280, 20, 20, 64, 51866, 1.55, 0.91, 448)
         },
         // Llama-3.2-11B-Vision: Llama-3.1-8B's 32 layers and 8 cross-attention
         // layers (40 in all) behind an 850M ViT-H/14 (Llama 3 paper §7.2).

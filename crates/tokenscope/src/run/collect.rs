@@ -284,6 +284,16 @@ impl Telemetry {
     }
 }
 
+/// The run's load in words (`concurrency 8`, `4 requests/s`), as a
+/// finding names it.
+fn load_phrase(load: &serde_json::Value) -> String {
+    match (load["concurrency"].as_f64(), load["rate"].as_f64()) {
+        (Some(c), _) => format!("concurrency {c}"),
+        (_, Some(r)) => format!("{r} requests/s"),
+        _ => "this run's load".into(),
+    }
+}
+
 /// Assembles `results.json` from the run's figures and facts.
 pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
     let client = client_usage(facts.client_cpu, facts.client, m.tokens.output_total);
@@ -299,6 +309,7 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
     diagnosis.extend(super::answers::findings(&m, &facts.config));
     diagnosis.extend(tokenscope_core::diagnosis::class_tradeoff(&m.classes));
     diagnosis.extend(m.workflow_findings.iter().cloned());
+    diagnosis.extend(m.speech_tally.findings(&load_phrase(&facts.config["load"])));
     let (mut server, mut kv_cache, mut gpu) = (facts.server, facts.kv_cache, None);
     if let Some(t) = &facts.telemetry {
         diagnosis.extend(tokenscope_telemetry::diagnose::diagnose(
@@ -336,6 +347,7 @@ pub fn assemble(m: Measured, facts: RunFacts) -> RunResults {
         sessions: m.sessions,
         workflows: m.workflows,
         steps: m.steps,
+        speech: m.speech,
         accuracy,
         window: m.window,
         latency: m.latency,

@@ -176,8 +176,13 @@ fn target(
         Duration::from_secs(10),
         probed.ca_pem.as_deref(),
     )
-    .map_err(|why| Exit::usage(format!("--url `{base}`: {why}")))?;
+    .map_err(|why| Exit::usage(format!("--url `{base}`: {why}")))?
+    .with_content_type(api.content_type());
     Ok(Target {
+        pacing: tokenscope_load::realtime_session::Pacing {
+            chunk_ms: r.audio_chunk_ms,
+            paced: r.audio_pace == "realtime",
+        },
         http: Arc::new(http),
         api,
         model: probed.model.clone(),
@@ -261,6 +266,12 @@ fn refuse_unfit(spec: &RunSpec, api: &dyn Protocol) -> anyhow::Result<()> {
     if r.cancel.is_some() && (r.no_stream || api.pooling()) {
         return Err(Exit::usage(format!(
             "--cancel leaves a streamed answer part-way; {} answers whole here (--no-stream or a pooling API): nothing to leave",
+            api.name()
+        )));
+    }
+    if api.audio_in() && !spec.load.media_kinds().contains(&tokenscope_load::protocol::MediaKind::Audio) {
+        return Err(Exit::usage(format!(
+            "{} sends an audio clip with every request: add --audio 1 (and --audio-seconds S or a SPEC such as uniform:2..10), or a --dataset whose entries name audio",
             api.name()
         )));
     }

@@ -135,6 +135,8 @@ fn run_config(
         json!({
             "ignore_eos": request.ignore_eos,
             "stream": !request.no_stream,
+            "audio_chunk_ms": request.audio_chunk_ms,
+            "audio_pace": request.audio_pace,
             "system_prompt": request.system_prompt,
             "temperature": request.temperature,
             "reasoning_parser": request.reasoning_parser.name(),

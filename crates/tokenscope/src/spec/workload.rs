@@ -507,7 +507,7 @@ fn config_json(l: &Load, plan: &RunPlan, output: &OutputArgs) -> serde_json::Val
                 "image_sizes": (s.images > 0).then(|| s.sizes.iter().map(ToString::to_string).collect::<Vec<_>>()),
                 "image_format": (s.images > 0).then(|| s.format.name()),
                 "audio": s.audio,
-                "audio_seconds": (s.audio > 0).then_some(s.audio_seconds),
+                "audio_seconds": (s.audio > 0).then(|| s.audio_seconds.to_string()),
                 "pool": s.pool,
             })
         }),
