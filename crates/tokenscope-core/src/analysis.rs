@@ -814,7 +814,11 @@ fn voice(points: &[Point], o: &Objectives) -> Recommendation {
     let behind = |p: &&Point| p.lag_grows || p.lag_p99_ms.is_some_and(|l| l > cap);
     let said = |p: &Point| {
         let growing = if p.lag_grows { ", growing" } else { "" };
-        format!("{} (lag p99 {:.0} ms{growing})", p.load, p.lag_p99_ms.unwrap_or(f64::NAN))
+        format!(
+            "{} (lag p99 {:.0} ms{growing})",
+            p.load,
+            p.lag_p99_ms.unwrap_or(f64::NAN)
+        )
     };
     let none = match points.iter().find(behind) {
         Some(p) => format!(

@@ -113,7 +113,8 @@ impl SpeechTally {
             rtfx,
             rtf_p50: rtfx.filter(|s| s.p50 > 0.0).map(|s| 1.0 / s.p50),
             run_rtfx: per_s(self.audio_in_s + self.audio_out_s),
-            words_per_s: (self.words_us > 0).then(|| self.words as f64 / (self.words_us as f64 / 1e6)),
+            words_per_s: (self.words_us > 0)
+                .then(|| self.words as f64 / (self.words_us as f64 / 1e6)),
             sessions: self.sessions,
             lag_ms: self.lag.summary(1e-3),
             final_to_done_ms: self.final_to_done.summary(1e-3),
@@ -128,7 +129,10 @@ impl SpeechTally {
         if self.judged < MIN_SESSIONS || self.grew * 2 <= self.judged {
             return Vec::new();
         }
-        let (early, late) = (self.early_us / self.judged as f64, self.late_us / self.judged as f64);
+        let (early, late) = (
+            self.early_us / self.judged as f64,
+            self.late_us / self.judged as f64,
+        );
         vec![finding(
             "realtime_lag_grows",
             "warning",

@@ -4,7 +4,7 @@
 //! seconds), so an endless answer costs no memory and ends at --timeout.
 
 use crate::http1::{Body, Conn};
-use crate::request::Target;
+use crate::target::Target;
 use tokenscope_core::clock::Clock;
 use tokenscope_core::record::{ErrorKind, RequestRecord, Speech};
 use tokio::time::{timeout_at, Instant};
@@ -42,25 +42,41 @@ pub(crate) async fn read(
 ) -> (RequestRecord, String) {
     if let Some(kind) = content_type.filter(|c| c.contains("json") || c.contains("text/")) {
         let msg = format!("asked for audio, got a `{kind}` body: not speech");
-        return crate::request::fail(rec, clock, ErrorKind::Malformed, msg);
+        return crate::failure::fail(rec, clock, ErrorKind::Malformed, msg);
     }
     let mut heard = Heard::default();
     let mut last_at = at;
     let mut ended = match conn.decode(&mut body, |d| heard.take(d, at)) {
         Ok(e) => e,
-        Err(e) => return crate::request::fail(rec, clock, ErrorKind::Stream, e.to_string()),
+        Err(e) => return crate::failure::fail(rec, clock, ErrorKind::Stream, e.to_string()),
     };
     while !ended {
         let until = deadline.min(Instant::now() + target.idle_timeout);
         let read = tokio::select! {
             biased;
-            _ = cancel.cancelled() => return crate::request::fail(rec, clock, ErrorKind::Cancelled, "cancelled mid-answer".into()),
+            _ = cancel.cancelled() => return crate::failure::fail(rec, clock, ErrorKind::Cancelled, "cancelled mid-answer".into()),
             r = timeout_at(until, conn.fill()) => r,
         };
         let n = match read {
-            Err(_) if Instant::now() >= deadline => return crate::request::fail(rec, clock, ErrorKind::Timeout, "request exceeded --timeout".into()),
-            Err(_) => return crate::request::fail(rec, clock, ErrorKind::Timeout, "audio stalled past --idle-timeout".into()),
-            Ok(Err(e)) => return crate::request::fail(rec, clock, ErrorKind::Stream, e.to_string()),
+            Err(_) if Instant::now() >= deadline => {
+                return crate::failure::fail(
+                    rec,
+                    clock,
+                    ErrorKind::Timeout,
+                    "request exceeded --timeout".into(),
+                )
+            }
+            Err(_) => {
+                return crate::failure::fail(
+                    rec,
+                    clock,
+                    ErrorKind::Timeout,
+                    "audio stalled past --idle-timeout".into(),
+                )
+            }
+            Ok(Err(e)) => {
+                return crate::failure::fail(rec, clock, ErrorKind::Stream, e.to_string())
+            }
             Ok(Ok(n)) => n,
         };
         let now = std::time::Instant::now();
@@ -72,7 +88,7 @@ pub(crate) async fn read(
         };
         ended = match decoded {
             Ok(e) => e,
-            Err(e) => return crate::request::fail(rec, clock, ErrorKind::Stream, e.to_string()),
+            Err(e) => return crate::failure::fail(rec, clock, ErrorKind::Stream, e.to_string()),
         };
     }
     if body.reusable() {
@@ -80,7 +96,12 @@ pub(crate) async fn read(
     }
     rec.done_at_us = last_at;
     let Some(first) = heard.first_at else {
-        return crate::request::fail(rec, clock, ErrorKind::EmptyAnswer, "the answer carried no audio".into());
+        return crate::failure::fail(
+            rec,
+            clock,
+            ErrorKind::EmptyAnswer,
+            "the answer carried no audio".into(),
+        );
     };
     rec.first_token_at_us = Some(first);
     rec.first_answer_at_us = Some(first);
@@ -93,10 +114,8 @@ pub(crate) async fn read(
         }
         Err(why) => {
             let msg = format!("the audio's length cannot be read ({why}); tokenscope asks for WAV");
-            return crate::request::fail(rec, clock, ErrorKind::Malformed, msg);
+            return crate::failure::fail(rec, clock, ErrorKind::Malformed, msg);
         }
     }
     (rec, String::new())
 }
-
-

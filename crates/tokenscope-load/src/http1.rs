@@ -265,7 +265,8 @@ impl Client {
         let from = b"content-type: application/json\r\n";
         if let Some(at) = self.post_head.windows(from.len()).position(|w| w == from) {
             let line = format!("content-type: {content_type}\r\n");
-            self.post_head.splice(at..at + from.len(), line.into_bytes());
+            self.post_head
+                .splice(at..at + from.len(), line.into_bytes());
         }
         self
     }
@@ -276,7 +277,13 @@ impl Client {
     pub async fn websocket(
         &self,
         own: &[u8],
-    ) -> Result<(Box<dyn Duplex>, tokio_tungstenite::tungstenite::ClientRequestBuilder), HttpError> {
+    ) -> Result<
+        (
+            Box<dyn Duplex>,
+            tokio_tungstenite::tungstenite::ClientRequestBuilder,
+        ),
+        HttpError,
+    > {
         use tokio_tungstenite::tungstenite::ClientRequestBuilder;
         let scheme = match self.endpoint.tls {
             Some(_) => "wss",
@@ -297,7 +304,8 @@ impl Client {
         for (name, value) in lines.split("\r\n").filter_map(|l| l.split_once(": ")) {
             request = request.with_header(name, value);
         }
-        let stream = match tokio::time::timeout(self.connect_timeout, self.endpoint.duplex()).await {
+        let stream = match tokio::time::timeout(self.connect_timeout, self.endpoint.duplex()).await
+        {
             Ok(s) => s?,
             Err(_) => {
                 return Err(HttpError::Connect(format!(

@@ -15,34 +15,18 @@
 //! on the words being spread evenly over the speech (docs/metrics.md).
 
 use crate::protocol::realtime::{append, commit, ServerEvent};
-use crate::request::Target;
+use crate::target::{Pacing, Target};
 use futures_util::{SinkExt, StreamExt};
 use std::time::Duration;
 use tokenscope_core::clock::Clock;
-use tokenscope_core::record::{Chunk, ErrorKind, RealtimeSession, RequestRecord, Speech, TokenSource};
+use tokenscope_core::record::{
+    Chunk, ErrorKind, RealtimeSession, RequestRecord, Speech, TokenSource,
+};
 use tokenscope_workload::media::Kind;
 use tokenscope_workload::workload::PromptSpec;
 use tokio::time::{sleep_until, timeout_at, Instant};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
-
-/// How a realtime session sends its audio.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pacing {
-    /// Audio a chunk, ms (`--audio-chunk-ms`).
-    pub chunk_ms: u32,
-    /// At the speaker's pace (`--audio-pace realtime`), else as fast as possible.
-    pub paced: bool,
-}
-
-impl Default for Pacing {
-    fn default() -> Self {
-        Pacing {
-            chunk_ms: 100,
-            paced: true,
-        }
-    }
-}
 
 /// The most bytes one server event may hold: 1 MiB, far past any delta
 /// or whole transcript. A larger frame fails the session (`too_large`).
@@ -70,9 +54,18 @@ pub async fn run(
     let pacing = target.pacing;
     let clip = spec.media.iter().find(|m| m.kind == Kind::Audio);
     let wav = clip.and_then(|m| m.raw());
-    let pcm = match wav.as_deref().map(tokenscope_workload::audio_len::pcm16_16k) {
-        None => return crate::request::fail(rec, clock, ErrorKind::Malformed, "a realtime session needs an audio clip (--audio, or a dataset's audio), sent inline".into()),
-        Some(Err(why)) => return crate::request::fail(rec, clock, ErrorKind::Malformed, why),
+    let pcm = match wav
+        .as_deref()
+        .map(tokenscope_workload::audio_len::pcm16_16k)
+    {
+        None => return crate::failure::fail(
+            rec,
+            clock,
+            ErrorKind::Malformed,
+            "a realtime session needs an audio clip (--audio, or a dataset's audio), sent inline"
+                .into(),
+        ),
+        Some(Err(why)) => return crate::failure::fail(rec, clock, ErrorKind::Malformed, why),
         Some(Ok(pcm)) => pcm,
     };
     let audio_s = pcm.len() as f64 / 32_000.0;
@@ -80,7 +73,11 @@ pub async fn run(
     rec.sent_at_us = clock.now_us();
     let connect_start = rec.sent_at_us;
     let connected = timeout_at(deadline.min(Instant::now() + target.idle_timeout), async {
-        let (stream, request) = target.http.websocket(own_head).await.map_err(|e| (ErrorKind::Connect, e.to_string()))?;
+        let (stream, request) = target
+            .http
+            .websocket(own_head)
+            .await
+            .map_err(|e| (ErrorKind::Connect, e.to_string()))?;
         let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
             .max_message_size(Some(MAX_EVENT_BYTES))
             .max_frame_size(Some(MAX_EVENT_BYTES));
@@ -90,8 +87,15 @@ pub async fn run(
     })
     .await;
     let (ws, response) = match connected {
-        Err(_) => return crate::request::fail(rec, clock, ErrorKind::Timeout, "no WebSocket session in time".into()),
-        Ok(Err((kind, msg))) => return crate::request::fail(rec, clock, kind, msg),
+        Err(_) => {
+            return crate::failure::fail(
+                rec,
+                clock,
+                ErrorKind::Timeout,
+                "no WebSocket session in time".into(),
+            )
+        }
+        Ok(Err((kind, msg))) => return crate::failure::fail(rec, clock, kind, msg),
         Ok(Ok(ws)) => ws,
     };
     rec.status = Some(response.status().as_u16());
@@ -100,57 +104,80 @@ pub async fn run(
     let until = deadline.min(Instant::now() + target.idle_timeout);
     match timeout_at(until, next_event(&mut rx)).await {
         Ok(Ok(ServerEvent::Created)) => {}
-        Ok(Ok(other)) => return crate::request::fail(rec, clock, ErrorKind::Malformed, format!("the session began with {other:?}, not session.created")),
-        Ok(Err((kind, msg))) => return crate::request::fail(rec, clock, kind, msg),
-        Err(_) => return crate::request::fail(rec, clock, ErrorKind::Timeout, "no session.created in time".into()),
+        Ok(Ok(other)) => {
+            return crate::failure::fail(
+                rec,
+                clock,
+                ErrorKind::Malformed,
+                format!("the session began with {other:?}, not session.created"),
+            )
+        }
+        Ok(Err((kind, msg))) => return crate::failure::fail(rec, clock, kind, msg),
+        Err(_) => {
+            return crate::failure::fail(
+                rec,
+                clock,
+                ErrorKind::Timeout,
+                "no session.created in time".into(),
+            )
+        }
     }
     let created_at = clock.now_us();
-    let update = String::from_utf8_lossy(&target.api.body(&crate::protocol::Request::conversation(&target.model, &target.shape, [], ""))).into_owned();
+    let update = String::from_utf8_lossy(&target.api.body(
+        &crate::protocol::Request::conversation(&target.model, &target.shape, [], ""),
+    ))
+    .into_owned();
     let chunk_bytes = (pacing.chunk_ms as usize * 32).max(2);
     let n_chunks = pcm.len().div_ceil(chunk_bytes);
     let mut sent = Vec::with_capacity(n_chunks);
     let mut final_at = None;
     let heard = {
-    let writer = async {
-        tx.send(Message::text(update)).await?;
-        tx.send(Message::text(commit(false))).await?;
-        let start = Instant::now();
-        for (k, chunk) in pcm.chunks(chunk_bytes).enumerate() {
-            if pacing.paced {
-                sleep_until(start + Duration::from_millis(k as u64 * pacing.chunk_ms as u64)).await;
-            }
-            sent.push(clock.now_us());
-            tx.send(Message::text(append(chunk))).await?;
-        }
-        final_at = Some(clock.now_us());
-        tx.send(Message::text(commit(true))).await?;
-        Ok::<_, tokio_tungstenite::tungstenite::Error>(())
-    };
-    let reader = read_until_done(&mut rx, clock, target.idle_timeout, deadline);
-    tokio::pin!(writer, reader);
-    let mut writing = true;
-    let heard = loop {
-        tokio::select! {
-            biased;
-            _ = cancel.cancelled() => break Err((ErrorKind::Cancelled, "cancelled mid-session".to_string())),
-            w = &mut writer, if writing => {
-                writing = false;
-                if let Err(e) = w {
-                    break Err((ErrorKind::Stream, format!("sending audio: {e}")));
+        let writer = async {
+            tx.send(Message::text(update)).await?;
+            tx.send(Message::text(commit(false))).await?;
+            let start = Instant::now();
+            for (k, chunk) in pcm.chunks(chunk_bytes).enumerate() {
+                if pacing.paced {
+                    sleep_until(start + Duration::from_millis(k as u64 * pacing.chunk_ms as u64))
+                        .await;
                 }
+                sent.push(clock.now_us());
+                tx.send(Message::text(append(chunk))).await?;
             }
-            r = &mut reader => break r,
-        }
-    };
-    heard
+            final_at = Some(clock.now_us());
+            tx.send(Message::text(commit(true))).await?;
+            Ok::<_, tokio_tungstenite::tungstenite::Error>(())
+        };
+        let reader = read_until_done(&mut rx, clock, target.idle_timeout, deadline);
+        tokio::pin!(writer, reader);
+        let mut writing = true;
+        let heard = loop {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break Err((ErrorKind::Cancelled, "cancelled mid-session".to_string())),
+                w = &mut writer, if writing => {
+                    writing = false;
+                    if let Err(e) = w {
+                        break Err((ErrorKind::Stream, format!("sending audio: {e}")));
+                    }
+                }
+                r = &mut reader => break r,
+            }
+        };
+        heard
     };
     let _ = tx.close().await;
     rec.sent_at_us = sent.first().copied().unwrap_or(created_at);
     let heard = match heard {
         Ok(h) => h,
-        Err((kind, msg)) => return crate::request::fail(rec, clock, kind, msg),
+        Err((kind, msg)) => return crate::failure::fail(rec, clock, kind, msg),
     };
-    settle(rec, heard, (&sent, final_at, audio_s), (pacing, created_at - connect_start.min(created_at)))
+    settle(
+        rec,
+        heard,
+        (&sent, final_at, audio_s),
+        (pacing, created_at - connect_start.min(created_at)),
+    )
 }
 
 /// The transcript's figures into the record.
@@ -186,14 +213,21 @@ fn settle(
         .collect();
     let counted: u64 = rec.chunks.iter().map(|c| c.1 as u64).sum();
     match usage.and_then(|u| u.completion_tokens) {
-        Some(n) => (rec.output_tokens, rec.output_token_source) = (n, Some(TokenSource::ServerUsage)),
+        Some(n) => {
+            (rec.output_tokens, rec.output_token_source) = (n, Some(TokenSource::ServerUsage))
+        }
         None => (rec.output_tokens, rec.output_token_source) = (counted, Some(TokenSource::Chunks)),
     }
     if let Some(p) = usage.and_then(|u| u.prompt_tokens) {
         (rec.input_tokens, rec.input_token_source) = (Some(p), Some(TokenSource::ServerUsage));
     }
     rec.finish_reason = Some("stop".into());
-    let lags = lags(&heard.deltas, words.max(heard.deltas.last().map_or(0, |d| d.1)), sent, (audio_s, pacing.chunk_ms));
+    let lags = lags(
+        &heard.deltas,
+        words.max(heard.deltas.last().map_or(0, |d| d.1)),
+        sent,
+        (audio_s, pacing.chunk_ms),
+    );
     rec.speech = Some(Box::new(Speech {
         audio_s,
         server_audio_s: None,
@@ -213,7 +247,12 @@ fn settle(
 /// Each delta's lag behind the audio it covers: its arrival minus the send
 /// of the chunk that completed the first w/W of the clip (see the module's
 /// doc). `deltas` are (arrival, words so far); `sent` each chunk's send.
-pub fn lags(deltas: &[(u64, u64)], words: u64, sent: &[u64], (audio_s, chunk_ms): (f64, u32)) -> Vec<u64> {
+pub fn lags(
+    deltas: &[(u64, u64)],
+    words: u64,
+    sent: &[u64],
+    (audio_s, chunk_ms): (f64, u32),
+) -> Vec<u64> {
     if words == 0 || sent.is_empty() {
         return Vec::new();
     }
@@ -246,10 +285,20 @@ async fn next_event(rx: &mut Rx) -> Result<ServerEvent, (ErrorKind, String)> {
                 return ServerEvent::read(&t).map_err(|e| (ErrorKind::Malformed, e.to_string()))
             }
             Message::Close(frame) => {
-                let why = frame.map(|f| format!(" ({} {})", u16::from(f.code), f.reason)).unwrap_or_default();
-                return Err((ErrorKind::Stream, format!("the server closed the session{why}")));
+                let why = frame
+                    .map(|f| format!(" ({} {})", u16::from(f.code), f.reason))
+                    .unwrap_or_default();
+                return Err((
+                    ErrorKind::Stream,
+                    format!("the server closed the session{why}"),
+                ));
             }
-            Message::Binary(_) => return Err((ErrorKind::Malformed, "a binary frame where the protocol sends JSON text".into())),
+            Message::Binary(_) => {
+                return Err((
+                    ErrorKind::Malformed,
+                    "a binary frame where the protocol sends JSON text".into(),
+                ))
+            }
             _ => continue,
         }
     }
@@ -258,29 +307,50 @@ async fn next_event(rx: &mut Rx) -> Result<ServerEvent, (ErrorKind, String)> {
 fn ws_error(e: tokio_tungstenite::tungstenite::Error) -> (ErrorKind, String) {
     use tokio_tungstenite::tungstenite::Error as E;
     match e {
-        E::Capacity(c) => (ErrorKind::TooLarge, format!("a server event past {MAX_EVENT_BYTES} bytes: {c}")),
+        E::Capacity(c) => (
+            ErrorKind::TooLarge,
+            format!("a server event past {MAX_EVENT_BYTES} bytes: {c}"),
+        ),
         other => (ErrorKind::Stream, other.to_string()),
     }
 }
 
 /// Reads deltas until `transcription.done`, an error, a stall past
 /// `idle`, or the deadline. The transcript is bounded by
-/// [`crate::request::MAX_ANSWER_BYTES`].
-async fn read_until_done(rx: &mut Rx, clock: &Clock, idle: Duration, deadline: Instant) -> Result<Heard, (ErrorKind, String)> {
+/// [`crate::target::MAX_ANSWER_BYTES`].
+async fn read_until_done(
+    rx: &mut Rx,
+    clock: &Clock,
+    idle: Duration,
+    deadline: Instant,
+) -> Result<Heard, (ErrorKind, String)> {
     let mut heard = Heard::default();
     loop {
         let until = deadline.min(Instant::now() + idle);
         let event = match timeout_at(until, next_event(rx)).await {
-            Err(_) if Instant::now() >= deadline => return Err((ErrorKind::Timeout, "session exceeded --timeout".into())),
-            Err(_) => return Err((ErrorKind::Timeout, "session stalled past --idle-timeout".into())),
+            Err(_) if Instant::now() >= deadline => {
+                return Err((ErrorKind::Timeout, "session exceeded --timeout".into()))
+            }
+            Err(_) => {
+                return Err((
+                    ErrorKind::Timeout,
+                    "session stalled past --idle-timeout".into(),
+                ))
+            }
             Ok(e) => e?,
         };
         let at = clock.now_us();
         match event {
             ServerEvent::Delta(d) => {
                 heard.text.push_str(&d);
-                if heard.text.len() > crate::request::MAX_ANSWER_BYTES {
-                    return Err((ErrorKind::TooLarge, format!("the transcript outgrew {} bytes", crate::request::MAX_ANSWER_BYTES)));
+                if heard.text.len() > crate::target::MAX_ANSWER_BYTES {
+                    return Err((
+                        ErrorKind::TooLarge,
+                        format!(
+                            "the transcript outgrew {} bytes",
+                            crate::target::MAX_ANSWER_BYTES
+                        ),
+                    ));
                 }
                 let words = heard.text.split_whitespace().count() as u64;
                 heard.deltas.push((at, words));
@@ -295,7 +365,6 @@ async fn read_until_done(rx: &mut Rx, clock: &Clock, idle: Duration, deadline: I
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,9 +373,14 @@ mod tests {
     fn a_delta_lags_the_chunk_that_completed_its_words() {
         // 1 s of audio in 100 ms chunks sent every 100 ms; two words a chunk.
         let sent: Vec<u64> = (0..10).map(|k| 1_000 + k * 100_000).collect();
-        let deltas: Vec<(u64, u64)> = (0..10).map(|k| (sent[k] + 30_000 + k as u64 * 1_000, 2 * (k as u64 + 1))).collect();
+        let deltas: Vec<(u64, u64)> = (0..10)
+            .map(|k| (sent[k] + 30_000 + k as u64 * 1_000, 2 * (k as u64 + 1)))
+            .collect();
         let lags = lags(&deltas, 20, &sent, (1.0, 100));
-        assert_eq!(lags, (0..10).map(|k| 30_000 + k * 1_000).collect::<Vec<u64>>());
+        assert_eq!(
+            lags,
+            (0..10).map(|k| 30_000 + k * 1_000).collect::<Vec<u64>>()
+        );
     }
 
     #[test]

@@ -88,7 +88,10 @@ fn speech_lines(r: &RunResults, s: &tokenscope_core::results::SpeechFigures) -> 
     let audio = match (s.audio_in_s > 0.0, s.audio_out_s > 0.0) {
         (true, false) => format!("{:.1} s of audio transcribed", s.audio_in_s),
         (false, true) => format!("{:.1} s of audio produced", s.audio_out_s),
-        _ => format!("{:.1} s of audio in, {:.1} s out", s.audio_in_s, s.audio_out_s),
+        _ => format!(
+            "{:.1} s of audio in, {:.1} s out",
+            s.audio_in_s, s.audio_out_s
+        ),
     };
     lines.push(format!("{} requests, {audio}", s.requests));
     if let Some(x) = &s.rtfx {
@@ -101,7 +104,9 @@ fn speech_lines(r: &RunResults, s: &tokenscope_core::results::SpeechFigures) -> 
         ));
     }
     if let Some(w) = s.words_per_s {
-        lines.push(format!("transcript {w:.1} words a second (first delta to end)"));
+        lines.push(format!(
+            "transcript {w:.1} words a second (first delta to end)"
+        ));
     }
     if let Some(l) = &s.lag_ms {
         let pace = match r.config["audio_pace"].as_str() {

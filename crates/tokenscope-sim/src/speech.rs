@@ -195,7 +195,11 @@ async fn transcribe(s: Arc<Speech>, form: Multipart, translate: bool) -> Respons
         arrived,
     };
     let mut ready = s.model.start(job);
-    let kind = if translate { "translation" } else { "transcription" };
+    let kind = if translate {
+        "translation"
+    } else {
+        "transcription"
+    };
     let log = s.log.clone();
     let entry = move |first: Instant, last: Instant| {
         json!({"kind": kind, "audio_s": audio_s, "words": words,
@@ -302,7 +306,9 @@ async fn speak(State(s): State<Arc<Speech>>, body: bytes::Bytes) -> Response {
         return bad_request("`input`, the text to say, is missing");
     };
     if let Some(f) = body["response_format"].as_str().filter(|f| *f != "wav") {
-        return bad_request(&format!("response_format `{f}`: this server writes wav only"));
+        return bad_request(&format!(
+            "response_format `{f}`: this server writes wav only"
+        ));
     }
     let words = input.split_whitespace().count().max(1) as u64;
     let audio_s = words as f64 * SPEECH_SECONDS_PER_WORD;
@@ -361,7 +367,11 @@ enum Out {
 async fn session(s: Arc<Speech>, socket: WebSocket) {
     let (mut tx, mut rx) = socket.split();
     let created = json!({"type": "session.created", "id": "sess-sim", "created": 0});
-    if tx.send(Message::Text(created.to_string().into())).await.is_err() {
+    if tx
+        .send(Message::Text(created.to_string().into()))
+        .await
+        .is_err()
+    {
         return;
     }
     let (out, mut queue) = mpsc::unbounded_channel::<Out>();
@@ -390,7 +400,11 @@ async fn session(s: Arc<Speech>, socket: WebSocket) {
             };
             let done = msg["type"] == "transcription.done";
             let stamp = mono(Instant::now());
-            if tx.send(Message::Text(msg.to_string().into())).await.is_err() {
+            if tx
+                .send(Message::Text(msg.to_string().into()))
+                .await
+                .is_err()
+            {
                 return;
             }
             if msg["type"] == "transcription.delta" {
@@ -399,9 +413,11 @@ async fn session(s: Arc<Speech>, socket: WebSocket) {
             if done {
                 let arrived = arr.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 let fin = *fin.lock().unwrap_or_else(|p| p.into_inner());
-                log.keep(json!({"kind": "realtime", "chunks_arrived_mono_us": arrived,
+                log.keep(
+                    json!({"kind": "realtime", "chunks_arrived_mono_us": arrived,
                     "deltas_sent_mono_us": sent, "final_arrived_mono_us": fin,
-                    "done_sent_mono_us": stamp}));
+                    "done_sent_mono_us": stamp}),
+                );
                 return;
             }
         }
@@ -418,14 +434,20 @@ async fn session(s: Arc<Speech>, socket: WebSocket) {
         let sent = match event["type"].as_str() {
             Some("session.update") => continue,
             Some("input_audio_buffer.append") => {
-                let audio = event["audio"].as_str().and_then(|a| {
-                    base64::engine::general_purpose::STANDARD.decode(a).ok()
-                });
+                let audio = event["audio"]
+                    .as_str()
+                    .and_then(|a| base64::engine::general_purpose::STANDARD.decode(a).ok());
                 let mut arrivals = arrivals.lock().unwrap_or_else(|p| p.into_inner());
                 match audio {
-                    None => out.send(Out::Error("`audio` is not base64 PCM16".into(), "invalid_audio")),
+                    None => out.send(Out::Error(
+                        "`audio` is not base64 PCM16".into(),
+                        "invalid_audio",
+                    )),
                     Some(_) if arrivals.len() >= MAX_SESSION_CHUNKS => {
-                        let _ = out.send(Out::Error("too many chunks in one session".into(), "too_long"));
+                        let _ = out.send(Out::Error(
+                            "too many chunks in one session".into(),
+                            "too_long",
+                        ));
                         break;
                     }
                     Some(pcm) => {
@@ -447,7 +469,10 @@ async fn session(s: Arc<Speech>, socket: WebSocket) {
                 out.send(Out::Done)
             }
             Some("input_audio_buffer.commit") => continue,
-            Some(other) => out.send(Out::Error(format!("Unknown event type: {other}"), "unknown_event")),
+            Some(other) => out.send(Out::Error(
+                format!("Unknown event type: {other}"),
+                "unknown_event",
+            )),
             None => out.send(Out::Error("Invalid JSON".into(), "invalid_json")),
         };
         if sent.is_err() {
@@ -486,7 +511,11 @@ impl AudioEncoder {
         model
             .audio
             .as_deref()
-            .and_then(|n| AUDIO_ENCODERS.iter().find(|e| e.name.eq_ignore_ascii_case(n)))
+            .and_then(|n| {
+                AUDIO_ENCODERS
+                    .iter()
+                    .find(|e| e.name.eq_ignore_ascii_case(n))
+            })
             .unwrap_or(&AUDIO_ENCODERS[0])
     }
 

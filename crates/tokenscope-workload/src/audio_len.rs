@@ -175,16 +175,21 @@ fn mp3_frame(h: &[u8]) -> Option<(usize, u32, u32)> {
     let bitrate_index = (h[2] >> 4) as usize;
     let rate_index = ((h[2] >> 2) & 3) as usize;
     let padding = ((h[2] >> 1) & 1) as usize;
-    if version == 1 || layer == 0 || bitrate_index == 0 || bitrate_index == 15 || rate_index == 3
-    {
+    if version == 1 || layer == 0 || bitrate_index == 0 || bitrate_index == 15 || rate_index == 3 {
         return None;
     }
     let mpeg1 = version == 3;
     const KBPS: [[u32; 15]; 4] = [
-        [0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448], // v1 layer I
-        [0, 32, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384],    // v1 layer II
-        [0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320],     // v1 layer III
-        [0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160],         // v2 layers II, III
+        [
+            0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448,
+        ], // v1 layer I
+        [
+            0, 32, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384,
+        ], // v1 layer II
+        [
+            0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320,
+        ], // v1 layer III
+        [0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160], // v2 layers II, III
     ];
     const V2_LAYER1: [u32; 15] = [
         0, 32, 48, 56, 64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256,
@@ -253,7 +258,9 @@ mod tests {
         assert!(wav(b"RIFF\0\0\0\0WAVEdata\x10\0\0\0").is_err()); // data before fmt
         let mut zero_rate = wav_of(0.1, 16_000);
         zero_rate[28..32].copy_from_slice(&0u32.to_le_bytes());
-        assert!(pcm16_16k(&wav_of(0.1, 44_100)).unwrap_err().contains("44100 Hz"));
+        assert!(pcm16_16k(&wav_of(0.1, 44_100))
+            .unwrap_err()
+            .contains("44100 Hz"));
         assert_eq!(pcm16_16k(&wav_of(0.1, 16_000)).unwrap().len(), 3200);
         assert!(wav(&zero_rate).is_err());
         // A chunk claiming 4 GB ends the walk, it does not overflow.
@@ -280,7 +287,7 @@ mod tests {
         let mut b = b"fLaC".to_vec();
         b.extend_from_slice(&[0x80, 0, 0, 34]);
         let mut info = [0u8; 34];
-        let packed: u64 = (16_000u64 << 44) | (0u64 << 41) | (15u64 << 36) | 48_000;
+        let packed: u64 = (16_000u64 << 44) | (15u64 << 36) | 48_000; // 1 channel: 0 in its 3 bits
         info[10..18].copy_from_slice(&packed.to_be_bytes());
         b.extend_from_slice(&info);
         assert_eq!(flac(&b).unwrap(), 3.0);

@@ -416,7 +416,9 @@ impl Synthetic {
     /// Clip `k`'s length, seconds: drawn from the pool's seed and its place.
     fn clip_seconds(&self, k: u32) -> f64 {
         let seed = crate::seed::mix(self.seed ^ 0x6175_6469 ^ u64::from(k));
-        self.spec.audio_seconds.draw(&mut StdRng::seed_from_u64(seed))
+        self.spec
+            .audio_seconds
+            .draw(&mut StdRng::seed_from_u64(seed))
     }
 
     fn make(&self, (kind, size, k): Key) -> Media {
@@ -579,12 +581,17 @@ pub const MAX_CLIP_SECONDS: f64 = 600.0;
 
 impl ClipSeconds {
     pub fn fixed(seconds: f64) -> ClipSeconds {
-        ClipSeconds(crate::lengths::LengthSpec::Fixed((seconds * 1000.0).round() as u64))
+        ClipSeconds(crate::lengths::LengthSpec::Fixed(
+            (seconds * 1000.0).round() as u64,
+        ))
     }
 
     /// One clip's length, seconds.
     pub fn draw(&self, rng: &mut impl Rng) -> f64 {
-        let ms = self.0.sample(rng).clamp(10, (MAX_CLIP_SECONDS * 1000.0) as u64);
+        let ms = self
+            .0
+            .sample(rng)
+            .clamp(10, (MAX_CLIP_SECONDS * 1000.0) as u64);
         ms as f64 / 1000.0
     }
 }
@@ -617,7 +624,7 @@ impl std::str::FromStr for ClipSeconds {
         let mut scaled = Vec::new();
         for n in &numbers {
             match n.trim().parse::<f64>() {
-                Ok(v) if v.is_finite() && v >= 0.0 && v <= MAX_CLIP_SECONDS => {
+                Ok(v) if (0.0..=MAX_CLIP_SECONDS).contains(&v) => {
                     scaled.push(format!("{}", (v * 1000.0).round()))
                 }
                 Ok(_) => return Err(bad("each number from 0 to 600 seconds")),
@@ -665,10 +672,21 @@ mod tests {
         let drawn: Vec<f64> = (0..200).map(|_| spread.draw(&mut rng)).collect();
         assert!(drawn.iter().all(|s| (1.0..=3.0).contains(s)));
         assert!(drawn.iter().any(|&s| s < 1.5) && drawn.iter().any(|&s| s > 2.5));
-        for bad in ["0", "-1", "601", "uniform:5..2", "x", "normal:1", "uniform:1..nan"] {
+        for bad in [
+            "0",
+            "-1",
+            "601",
+            "uniform:5..2",
+            "x",
+            "normal:1",
+            "uniform:1..nan",
+        ] {
             assert!(bad.parse::<ClipSeconds>().is_err(), "{bad}");
         }
-        assert!("uniform:5..2".parse::<ClipSeconds>().unwrap_err().contains("upper bound"));
+        assert!("uniform:5..2"
+            .parse::<ClipSeconds>()
+            .unwrap_err()
+            .contains("upper bound"));
         // The pool's clips take their lengths from the spec, each read back from its header.
         let s = Synthetic::new(
             Spec {
@@ -678,8 +696,13 @@ mod tests {
             },
             3,
         );
-        let lens: Vec<f64> = (0..8).map(|k| s.piece((Kind::Audio, 0, k)).seconds.unwrap()).collect();
-        assert!(lens.iter().all(|l| (1.0..=3.0).contains(l)) && lens.iter().any(|&l| l != lens[0]), "{lens:?}");
+        let lens: Vec<f64> = (0..8)
+            .map(|k| s.piece((Kind::Audio, 0, k)).seconds.unwrap())
+            .collect();
+        assert!(
+            lens.iter().all(|l| (1.0..=3.0).contains(l)) && lens.iter().any(|&l| l != lens[0]),
+            "{lens:?}"
+        );
     }
 
     #[test]

@@ -1550,7 +1550,12 @@ pub struct LoadArgs {
     pub audio: u32,
     /// Length of each synthetic audio clip, seconds: `5`, or drawn per clip
     /// from `uniform:2..10`, `normal:6,2`, `lognormal:6,3` (at most 600).
-    #[arg(help_heading = "Media", long, value_name = "S|SPEC", default_value = "5")]
+    #[arg(
+        help_heading = "Media",
+        long,
+        value_name = "S|SPEC",
+        default_value = "5"
+    )]
     pub audio_seconds: tokenscope_workload::media::ClipSeconds,
     /// Distinct synthetic images (per size) and clips the requests draw
     /// from; each is encoded once and shared. A server's media cache may

@@ -42,19 +42,41 @@ fn log(server: &Server, kind: &str) -> Vec<Value> {
 /// A record's stamp on the host's shared clock, µs.
 fn shared(r: &Value, rec: &Value, field: &str) -> f64 {
     let origin = r["client"]["monotonic_origin_us"].as_f64().expect("origin");
-    origin + rec[field].as_f64().unwrap_or_else(|| panic!("{field}: {rec}"))
+    origin
+        + rec[field]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{field}: {rec}"))
 }
 
 /// Each client read minus the server's send of the same bytes, ms: none
 /// before its send, the median within 1 ms.
 fn within_a_millisecond(pairs: &[(f64, f64)], what: &str) {
-    let d: Vec<f64> = pairs.iter().map(|(read, sent)| (read - sent) / 1e3).collect();
-    assert!(d.iter().all(|&x| x > -0.5), "{what}: read before sent {d:?}");
+    let d: Vec<f64> = pairs
+        .iter()
+        .map(|(read, sent)| (read - sent) / 1e3)
+        .collect();
+    assert!(
+        d.iter().all(|&x| x > -0.5),
+        "{what}: read before sent {d:?}"
+    );
     assert!(median(d.clone()) < 1.0, "{what}: {d:?}");
 }
 
-fn speech(url: &str, name: &str, api: &str, rest: &[&str]) -> (std::path::PathBuf, Value, Vec<Value>) {
-    let base = ["--model", "tokenscope-exact", "--api", api, "--no-metrics", "--concurrency", "1"];
+fn speech(
+    url: &str,
+    name: &str,
+    api: &str,
+    rest: &[&str],
+) -> (std::path::PathBuf, Value, Vec<Value>) {
+    let base = [
+        "--model",
+        "tokenscope-exact",
+        "--api",
+        api,
+        "--no-metrics",
+        "--concurrency",
+        "1",
+    ];
     bench_ok(url, name, &[&base[..], rest])
 }
 
@@ -77,18 +99,32 @@ fn transcriptions_and_translations_are_timed_within_a_millisecond_and_their_rtfx
             assert_eq!(rec["speech"]["words"], 5, "{rec}");
             assert_eq!(rec["media"]["audio_ms"], 2000);
             assert_eq!(rec["chunks"]["tokens"], 1, "one word a chunk: {rec}");
-            first.push((shared(&r, rec, "first_token_at_us"), s["first_sent_mono_us"].as_f64().unwrap()));
-            last.push((shared(&r, rec, "done_at_us"), s["last_sent_mono_us"].as_f64().unwrap()));
+            first.push((
+                shared(&r, rec, "first_token_at_us"),
+                s["first_sent_mono_us"].as_f64().unwrap(),
+            ));
+            last.push((
+                shared(&r, rec, "done_at_us"),
+                s["last_sent_mono_us"].as_f64().unwrap(),
+            ));
             // The server's own processing: TTFT, then 4 gaps.
-            let took = (s["last_sent_mono_us"].as_f64().unwrap() - s["arrived_mono_us"].as_f64().unwrap()) / 1e3;
-            assert!((80.0..130.0).contains(&took), "{api}: the server took {took} ms");
+            let took = (s["last_sent_mono_us"].as_f64().unwrap()
+                - s["arrived_mono_us"].as_f64().unwrap())
+                / 1e3;
+            assert!(
+                (80.0..130.0).contains(&took),
+                "{api}: the server took {took} ms"
+            );
         }
         within_a_millisecond(&first, &format!("{api}: first delta"));
         within_a_millisecond(&last, &format!("{api}: end"));
         // RTFx: each request's audio over its own send-to-end, and the run's p50 of those.
         let mut rtfx: Vec<f64> = recs
             .iter()
-            .map(|q| 2.0 / ((q["done_at_us"].as_f64().unwrap() - q["sent_at_us"].as_f64().unwrap()) / 1e6))
+            .map(|q| {
+                2.0 / ((q["done_at_us"].as_f64().unwrap() - q["sent_at_us"].as_f64().unwrap())
+                    / 1e6)
+            })
             .collect();
         rtfx.sort_by(f64::total_cmp);
         let p50 = stat(&r, "speech.rtfx.p50");
@@ -104,27 +140,55 @@ fn transcriptions_and_translations_are_timed_within_a_millisecond_and_their_rtfx
 #[test]
 fn a_whole_transcription_and_speech_are_timed_to_their_end() {
     let server = Server::start(exact(40, 10));
-    let clip = ["--audio", "1", "--audio-seconds", "3", "--requests", "2", "--no-stream"];
+    let clip = [
+        "--audio",
+        "1",
+        "--audio-seconds",
+        "3",
+        "--requests",
+        "2",
+        "--no-stream",
+    ];
     let (_, r, recs) = speech(&server.url, "whole", "openai-transcriptions", &clip);
     let own = log(&server, "transcription");
     let ends: Vec<(f64, f64)> = recs
         .iter()
         .zip(&own)
-        .map(|(q, s)| (shared(&r, q, "done_at_us"), s["last_sent_mono_us"].as_f64().unwrap()))
+        .map(|(q, s)| {
+            (
+                shared(&r, q, "done_at_us"),
+                s["last_sent_mono_us"].as_f64().unwrap(),
+            )
+        })
         .collect();
     within_a_millisecond(&ends, "whole transcription");
     // 3 s: 8 words, and the server's count of the seconds from its usage.
-    assert!(recs.iter().all(|q| q["speech"]["words"] == 8 && q["speech"]["server_audio_s"] == 3.0), "{recs:?}");
+    assert!(
+        recs.iter()
+            .all(|q| q["speech"]["words"] == 8 && q["speech"]["server_audio_s"] == 3.0),
+        "{recs:?}"
+    );
     // Text to speech: 10 words said, 4 s of 24 kHz WAV in 50 tokens of 80 ms.
-    let (_, r, recs) = speech(&server.url, "tts", "openai-speech", &["--input-tokens", "10", "--requests", "2"]);
+    let (_, r, recs) = speech(
+        &server.url,
+        "tts",
+        "openai-speech",
+        &["--input-tokens", "10", "--requests", "2"],
+    );
     let own = log(&server, "speech");
     assert_eq!(own.len(), 2);
     let mut first = Vec::new();
     let mut last = Vec::new();
     for (q, s) in recs.iter().zip(&own) {
         assert_eq!(q["speech"]["audio_s"], 4.0, "{q}");
-        first.push((shared(&r, q, "first_token_at_us"), s["first_sent_mono_us"].as_f64().unwrap()));
-        last.push((shared(&r, q, "done_at_us"), s["last_sent_mono_us"].as_f64().unwrap()));
+        first.push((
+            shared(&r, q, "first_token_at_us"),
+            s["first_sent_mono_us"].as_f64().unwrap(),
+        ));
+        last.push((
+            shared(&r, q, "done_at_us"),
+            s["last_sent_mono_us"].as_f64().unwrap(),
+        ));
     }
     within_a_millisecond(&first, "speech: first audio byte");
     within_a_millisecond(&last, "speech: last byte");
@@ -137,7 +201,16 @@ fn a_whole_transcription_and_speech_are_timed_to_their_end() {
 #[test]
 fn a_realtime_session_at_pace_lags_as_the_server_says() {
     let server = Server::start(exact(40, 10));
-    let args = ["--audio", "1", "--audio-seconds", "2", "--audio-chunk-ms", "100", "--requests", "2"];
+    let args = [
+        "--audio",
+        "1",
+        "--audio-seconds",
+        "2",
+        "--audio-chunk-ms",
+        "100",
+        "--requests",
+        "2",
+    ];
     let (_, r, recs) = speech(&server.url, "realtime", "openai-realtime", &args);
     let own = log(&server, "realtime");
     assert_eq!((recs.len(), own.len()), (2, 2));
@@ -145,10 +218,29 @@ fn a_realtime_session_at_pace_lags_as_the_server_says() {
     let mut ends = Vec::new();
     for (q, s) in recs.iter().zip(&own) {
         let rt = &q["speech"]["realtime"];
-        assert_eq!((rt["chunks"].as_u64(), rt["paced"].as_bool()), (Some(20), Some(true)), "{q}");
-        let arrived: Vec<f64> = s["chunks_arrived_mono_us"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-        let sent: Vec<f64> = s["deltas_sent_mono_us"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-        let lags: Vec<f64> = rt["lags_us"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        assert_eq!(
+            (rt["chunks"].as_u64(), rt["paced"].as_bool()),
+            (Some(20), Some(true)),
+            "{q}"
+        );
+        let arrived: Vec<f64> = s["chunks_arrived_mono_us"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        let sent: Vec<f64> = s["deltas_sent_mono_us"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        let lags: Vec<f64> = rt["lags_us"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
         assert_eq!((arrived.len(), sent.len(), lags.len()), (20, 20, 20));
         // At the speaker's pace: a chunk every 100 ms, as the server saw them come.
         let gaps: Vec<f64> = arrived.windows(2).map(|w| (w[1] - w[0]) / 1e3).collect();
@@ -157,23 +249,37 @@ fn a_realtime_session_at_pace_lags_as_the_server_says() {
         for k in 0..20 {
             diffs.push((lags[k] - (sent[k] - arrived[k])) / 1e3);
         }
-        let own_end = s["done_sent_mono_us"].as_f64().unwrap() - s["final_arrived_mono_us"].as_f64().unwrap();
+        let own_end =
+            s["done_sent_mono_us"].as_f64().unwrap() - s["final_arrived_mono_us"].as_f64().unwrap();
         ends.push((rt["final_to_done_us"].as_f64().unwrap() - own_end) / 1e3);
     }
     let abs: Vec<f64> = diffs.iter().map(|d| d.abs()).collect();
-    assert!(median(abs.clone()) < 1.0, "lag − the server's own, ms: {diffs:?}");
+    assert!(
+        median(abs.clone()) < 1.0,
+        "lag − the server's own, ms: {diffs:?}"
+    );
     assert!(abs.iter().all(|&d| d < 10.0), "{diffs:?}");
     // From the last audio to `transcription.done`: the server's own, too.
     assert!(ends.iter().all(|d| d.abs() < 10.0), "{ends:?}");
-    assert!(median(ends.iter().map(|d| d.abs()).collect()) < 1.0, "{ends:?}");
+    assert!(
+        median(ends.iter().map(|d| d.abs()).collect()) < 1.0,
+        "{ends:?}"
+    );
     // The lag is the TTFT of each chunk: 40 ms, the median and p99 within a few.
     let p50 = stat(&r, "speech.lag_ms.p50");
     assert!((40.0..45.0).contains(&p50), "{p50}");
     assert!(!has_rule(&r, "realtime_lag_grows"));
     // As fast as possible: the chunks come together, the config says so.
-    let (_, r, recs) = speech(&server.url, "realtime-fast", "openai-realtime", &[&args[..], &["--audio-pace", "fast"]].concat());
+    let (_, r, recs) = speech(
+        &server.url,
+        "realtime-fast",
+        "openai-realtime",
+        &[&args[..], &["--audio-pace", "fast"]].concat(),
+    );
     assert_eq!(r["config"]["audio_pace"], "fast");
-    assert!(recs.iter().all(|q| q["speech"]["realtime"]["paced"] == false));
+    assert!(recs
+        .iter()
+        .all(|q| q["speech"]["realtime"]["paced"] == false));
 }
 
 #[test]
@@ -185,12 +291,19 @@ fn a_dataset_of_wav_files_gives_their_durations() {
     let mut lines = String::new();
     for (i, s) in lengths.iter().enumerate() {
         std::fs::write(dir.join(format!("clip{i}.wav")), wav(*s)).unwrap();
-        lines.push_str(&format!("{{\"prompt\": \"clip {i}\", \"audio\": \"clip{i}.wav\"}}\n"));
+        lines.push_str(&format!(
+            "{{\"prompt\": \"clip {i}\", \"audio\": \"clip{i}.wav\"}}\n"
+        ));
     }
     let data = dir.join("clips.jsonl");
     std::fs::write(&data, lines).unwrap();
     let data = data.to_string_lossy().into_owned();
-    let (_, _, recs) = speech(&server.url, "wav-run", "openai-transcriptions", &["--dataset", &data, "--requests", "3"]);
+    let (_, _, recs) = speech(
+        &server.url,
+        "wav-run",
+        "openai-transcriptions",
+        &["--dataset", &data, "--requests", "3"],
+    );
     // Each record holds its clip's length as its header says, exactly.
     for q in &recs {
         let s = q["speech"]["audio_s"].as_f64().unwrap();
@@ -201,25 +314,93 @@ fn a_dataset_of_wav_files_gives_their_durations() {
     std::fs::write(dir.join("bad.wav"), b"RIFF\0\0\0\0WAVEjunk").unwrap();
     let bad = dir.join("bad.jsonl");
     std::fs::write(&bad, "{\"prompt\": \"a\", \"audio\": \"bad.wav\"}\n").unwrap();
-    let said = refused(&server.url, &["--model", "tokenscope-exact", "--api", "openai-transcriptions", "--no-metrics", "--dataset", &bad.to_string_lossy()]);
-    assert!(said.contains("bad.wav") && said.contains("no `data` chunk"), "{said}");
+    let said = refused(
+        &server.url,
+        &[
+            "--model",
+            "tokenscope-exact",
+            "--api",
+            "openai-transcriptions",
+            "--no-metrics",
+            "--dataset",
+            &bad.to_string_lossy(),
+        ],
+    );
+    assert!(
+        said.contains("bad.wav") && said.contains("no `data` chunk"),
+        "{said}"
+    );
 }
 
 #[test]
 fn a_speech_api_without_audio_is_refused_saying_what_to_add() {
     let server = Server::start(exact(5, 1));
-    let said = refused(&server.url, &["--model", "tokenscope-exact", "--api", "openai-transcriptions", "--no-metrics"]);
-    assert!(said.contains("--audio 1") && said.lines().count() <= 2, "{said}");
-    let said = refused(&server.url, &["--model", "m", "--api", "openai-realtime", "--no-metrics", "--audio", "1", "--audio-seconds", "uniform:5..2"]);
+    let said = refused(
+        &server.url,
+        &[
+            "--model",
+            "tokenscope-exact",
+            "--api",
+            "openai-transcriptions",
+            "--no-metrics",
+        ],
+    );
+    assert!(
+        said.contains("--audio 1") && said.lines().count() <= 2,
+        "{said}"
+    );
+    let said = refused(
+        &server.url,
+        &[
+            "--model",
+            "m",
+            "--api",
+            "openai-realtime",
+            "--no-metrics",
+            "--audio",
+            "1",
+            "--audio-seconds",
+            "uniform:5..2",
+        ],
+    );
     assert!(said.contains("upper bound"), "{said}");
-    let said = refused(&server.url, &["--model", "m", "--api", "openai-realtime", "--no-metrics", "--audio", "1", "--audio-chunk-ms", "0"]);
+    let said = refused(
+        &server.url,
+        &[
+            "--model",
+            "m",
+            "--api",
+            "openai-realtime",
+            "--no-metrics",
+            "--audio",
+            "1",
+            "--audio-chunk-ms",
+            "0",
+        ],
+    );
     assert!(said.contains("audio-chunk-ms"), "{said}");
 }
 
 /// Realtime lag on the simulated engine, at one concurrency: its results.
 fn realtime_on_the_engine(url: &str, c: u32) -> Value {
     let n = c.to_string();
-    let args = ["--model", "llama-3.1-8b", "--api", "openai-realtime", "--no-metrics", "--audio", "1", "--audio-seconds", "3", "--media-pool", "1", "--requests", &n, "--concurrency", &n];
+    let args = [
+        "--model",
+        "llama-3.1-8b",
+        "--api",
+        "openai-realtime",
+        "--no-metrics",
+        "--audio",
+        "1",
+        "--audio-seconds",
+        "3",
+        "--media-pool",
+        "1",
+        "--requests",
+        &n,
+        "--concurrency",
+        &n,
+    ];
     bench_ok(url, &format!("engine-rt-{c}"), &[&args[..]]).1
 }
 
@@ -227,26 +408,81 @@ fn realtime_on_the_engine(url: &str, c: u32) -> Value {
 fn on_the_engine_the_lag_grows_with_concurrency_and_the_finding_names_the_load() {
     // An 8B model on an L4 holding 4 sequences: about 75 chunks a second.
     let port = free_port();
-    let _engine = SimServe::start(port, &["--model", "llama-3.1-8b", "--gpu", "l4", "--max-num-seqs", "4"]);
+    let _engine = SimServe::start(
+        port,
+        &[
+            "--model",
+            "llama-3.1-8b",
+            "--gpu",
+            "l4",
+            "--max-num-seqs",
+            "4",
+        ],
+    );
     let url = format!("http://127.0.0.1:{port}");
     let light = realtime_on_the_engine(&url, 2);
     let heavy = realtime_on_the_engine(&url, 12);
-    let (l, h) = (stat(&light, "speech.lag_ms.p99"), stat(&heavy, "speech.lag_ms.p99"));
+    let (l, h) = (
+        stat(&light, "speech.lag_ms.p99"),
+        stat(&heavy, "speech.lag_ms.p99"),
+    );
     assert!(h > 3.0 * l, "lag p99 at 2 sessions {l} ms, at 12 {h} ms");
-    assert!(!has_rule(&light, "realtime_lag_grows"), "{:?}", rules(&light));
-    let found = heavy["diagnosis"].as_array().unwrap().iter().find(|f| f["rule"] == "realtime_lag_grows");
+    assert!(
+        !has_rule(&light, "realtime_lag_grows"),
+        "{:?}",
+        rules(&light)
+    );
+    let found = heavy["diagnosis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == "realtime_lag_grows");
     let found = found.unwrap_or_else(|| panic!("no lag finding: {:?}", rules(&heavy)));
-    assert!(found["message"].as_str().unwrap().contains("concurrency 12"), "{found}");
+    assert!(
+        found["message"]
+            .as_str()
+            .unwrap()
+            .contains("concurrency 12"),
+        "{found}"
+    );
 }
 
 #[test]
 fn a_sweep_recommends_the_voice_load_and_names_where_it_stops_keeping_up() {
     let port = free_port();
-    let _engine = SimServe::start(port, &["--model", "llama-3.1-8b", "--gpu", "l4", "--max-num-seqs", "4"]);
+    let _engine = SimServe::start(
+        port,
+        &[
+            "--model",
+            "llama-3.1-8b",
+            "--gpu",
+            "l4",
+            "--max-num-seqs",
+            "4",
+        ],
+    );
     let dir = run_dir("voice-sweep");
     let o = tokenscope()
-        .args(["sweep", "--quiet", "--no-history", "--url", &format!("http://127.0.0.1:{port}")])
-        .args(["--model", "llama-3.1-8b", "--api", "openai-realtime", "--no-metrics", "--audio", "1", "--audio-seconds", "3", "--media-pool", "1"])
+        .args([
+            "sweep",
+            "--quiet",
+            "--no-history",
+            "--url",
+            &format!("http://127.0.0.1:{port}"),
+        ])
+        .args([
+            "--model",
+            "llama-3.1-8b",
+            "--api",
+            "openai-realtime",
+            "--no-metrics",
+            "--audio",
+            "1",
+            "--audio-seconds",
+            "3",
+            "--media-pool",
+            "1",
+        ])
         .args(["--concurrency", "2,12", "--requests", "12"])
         .arg("--out")
         .arg(&dir)
@@ -254,10 +490,21 @@ fn a_sweep_recommends_the_voice_load_and_names_where_it_stops_keeping_up() {
         .unwrap();
     assert_ok(&o);
     let doc = sweep_doc(&dir);
-    let recs = doc["analysis"]["recommendations"].as_array().expect("recommendations");
-    let voice = recs.iter().find(|r| r["profile"] == "voice").unwrap_or_else(|| panic!("{recs:?}"));
+    let recs = doc["analysis"]["recommendations"]
+        .as_array()
+        .expect("recommendations");
+    let voice = recs
+        .iter()
+        .find(|r| r["profile"] == "voice")
+        .unwrap_or_else(|| panic!("{recs:?}"));
     assert_eq!(voice["load"], 2.0, "{voice}");
-    assert!(voice["why"].as_str().unwrap().contains("stops keeping up at 12"), "{voice}");
+    assert!(
+        voice["why"]
+            .as_str()
+            .unwrap()
+            .contains("stops keeping up at 12"),
+        "{voice}"
+    );
 }
 
 /// A WebSocket server on 127.0.0.1 whose every session says `session.created`
@@ -268,12 +515,17 @@ fn ws_server(then: fn() -> Vec<tokio_tungstenite::tungstenite::Message>) -> Stri
     let url = format!("http://{}", listener.local_addr().unwrap());
     listener.set_nonblocking(true).unwrap();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
             while let Ok((tcp, _)) = listener.accept().await {
                 tokio::spawn(async move {
-                    let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else { return };
+                    let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                        return;
+                    };
                     let created = r#"{"type":"session.created","id":"s","created":0}"#;
                     let _ = ws.send(created.into()).await;
                     for m in then() {
@@ -291,7 +543,23 @@ fn ws_server(then: fn() -> Vec<tokio_tungstenite::tungstenite::Message>) -> Stri
 }
 
 fn hostile_session(url: &str, name: &str) -> Value {
-    let args = ["--model", "m", "--api", "openai-realtime", "--no-metrics", "--audio", "1", "--audio-seconds", "0.5", "--requests", "1", "--idle-timeout", "2s", "--timeout", "20s"];
+    let args = [
+        "--model",
+        "m",
+        "--api",
+        "openai-realtime",
+        "--no-metrics",
+        "--audio",
+        "1",
+        "--audio-seconds",
+        "0.5",
+        "--requests",
+        "1",
+        "--idle-timeout",
+        "2s",
+        "--timeout",
+        "20s",
+    ];
     let out = run_dir(name);
     let o = bench(url, &out, &args);
     assert!(o.status.code().is_some(), "{o:?}");
@@ -302,7 +570,12 @@ fn hostile_session(url: &str, name: &str) -> Value {
 fn a_hostile_realtime_server_fails_its_session_with_a_reason_and_bounded_memory() {
     use tokio_tungstenite::tungstenite::Message;
     // One endless event: 2 MiB of delta, past the 1 MiB an event may hold.
-    let huge = ws_server(|| vec![Message::text(format!(r#"{{"type":"transcription.delta","delta":"{}"}}"#, "a".repeat(2 << 20)))]);
+    let huge = ws_server(|| {
+        vec![Message::text(format!(
+            r#"{{"type":"transcription.delta","delta":"{}"}}"#,
+            "a".repeat(2 << 20)
+        ))]
+    });
     let r = hostile_session(&huge, "ws-huge");
     assert_eq!(r["error_kind"], "too_large", "{r}");
     // The wrong shape: JSON without a type, then a binary frame.
@@ -311,13 +584,24 @@ fn a_hostile_realtime_server_fails_its_session_with_a_reason_and_bounded_memory(
     assert_eq!(r["error_kind"], "malformed", "{r}");
     assert!(r["error"].as_str().unwrap().contains("type"), "{r}");
     let binary = ws_server(|| vec![Message::binary(vec![0u8; 16])]);
-    assert_eq!(hostile_session(&binary, "ws-binary")["error_kind"], "malformed");
+    assert_eq!(
+        hostile_session(&binary, "ws-binary")["error_kind"],
+        "malformed"
+    );
     // Deltas, then silence: the session stalls past --idle-timeout, its deltas kept.
-    let silent = ws_server(|| vec![Message::text(r#"{"type":"transcription.delta","delta":" hi"}"#)]);
+    let silent = ws_server(|| {
+        vec![Message::text(
+            r#"{"type":"transcription.delta","delta":" hi"}"#,
+        )]
+    });
     let r = hostile_session(&silent, "ws-silent");
     assert_eq!(r["error_kind"], "timeout", "{r}");
     // The server's own error event, with its code.
-    let refusing = ws_server(|| vec![Message::text(r#"{"type":"error","error":"model not found","code":"model_not_found"}"#)]);
+    let refusing = ws_server(|| {
+        vec![Message::text(
+            r#"{"type":"error","error":"model not found","code":"model_not_found"}"#,
+        )]
+    });
     let r = hostile_session(&refusing, "ws-error");
     assert_eq!(r["error_kind"], "server_error", "{r}");
     assert_eq!(r["error"], "model not found (model_not_found)");
@@ -333,13 +617,38 @@ fn a_speech_answer_of_the_wrong_shape_is_malformed() {
     // Text to speech answered with JSON and HTTP 200: not audio.
     let json = raw_server(|_| http("200 OK", "application/json", r#"{"ok":true}"#));
     let out = run_dir("tts-json");
-    bench(&json, &out, &["--model", "m", "--api", "openai-speech", "--no-metrics", "--requests", "1"]);
+    bench(
+        &json,
+        &out,
+        &[
+            "--model",
+            "m",
+            "--api",
+            "openai-speech",
+            "--no-metrics",
+            "--requests",
+            "1",
+        ],
+    );
     let r = &records(&out)[0];
     assert_eq!(r["error_kind"], "malformed", "{r}");
     // A transcription answered whole with no `text`.
     let shapeless = raw_server(|_| http("200 OK", "application/json", r#"{"words":[]}"#));
     let out = run_dir("stt-shape");
-    let args = ["--model", "m", "--api", "openai-transcriptions", "--no-metrics", "--requests", "1", "--no-stream", "--audio", "1", "--audio-seconds", "0.2"];
+    let args = [
+        "--model",
+        "m",
+        "--api",
+        "openai-transcriptions",
+        "--no-metrics",
+        "--requests",
+        "1",
+        "--no-stream",
+        "--audio",
+        "1",
+        "--audio-seconds",
+        "0.2",
+    ];
     bench(&shapeless, &out, &args);
     let r = &records(&out)[0];
     assert_eq!(r["error_kind"], "malformed", "{r}");

@@ -72,7 +72,10 @@ impl Protocol for OpenaiRealtime {
 pub enum ServerEvent {
     Created,
     Delta(String),
-    Done { text: String, usage: Option<Usage> },
+    Done {
+        text: String,
+        usage: Option<Usage>,
+    },
     Error(String),
     /// An event this client does not time (`session.updated`, a server's own).
     Other,
@@ -86,7 +89,9 @@ impl ServerEvent {
             reason: why.into(),
             snippet: data.chars().take(80).collect(),
         };
-        let kind = v["type"].as_str().ok_or_else(|| bad("an event without `type`"))?;
+        let kind = v["type"]
+            .as_str()
+            .ok_or_else(|| bad("an event without `type`"))?;
         Ok(match kind {
             "session.created" => ServerEvent::Created,
             "transcription.delta" => ServerEvent::Delta(
@@ -102,9 +107,15 @@ impl ServerEvent {
             "error" => {
                 let said = match &v["error"] {
                     Value::String(s) => s.clone(),
-                    e => e["message"].as_str().unwrap_or("an error event").to_string(),
+                    e => e["message"]
+                        .as_str()
+                        .unwrap_or("an error event")
+                        .to_string(),
                 };
-                let code = v["code"].as_str().map(|c| format!(" ({c})")).unwrap_or_default();
+                let code = v["code"]
+                    .as_str()
+                    .map(|c| format!(" ({c})"))
+                    .unwrap_or_default();
                 ServerEvent::Error(format!("{said}{code}"))
             }
             _ => ServerEvent::Other,
@@ -155,7 +166,9 @@ mod tests {
             r#"{"type":"transcription.done","text":"hi","usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#,
         )
         .unwrap();
-        assert!(matches!(done, ServerEvent::Done { ref text, usage: Some(u) } if text == "hi" && u.completion_tokens == Some(1)));
+        assert!(
+            matches!(done, ServerEvent::Done { ref text, usage: Some(u) } if text == "hi" && u.completion_tokens == Some(1))
+        );
         assert_eq!(
             ServerEvent::read(r#"{"type":"error","error":"no model","code":"model_not_found"}"#)
                 .unwrap(),

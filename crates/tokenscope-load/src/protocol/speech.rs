@@ -61,10 +61,9 @@ impl Protocol for SpeechToText {
             })
             .and_then(|m| Some((m.raw()?, m.mime.as_str(), m.label.as_str())));
         let mut form = Form::default();
-        match clip {
-            Some((bytes, mime, label)) => form.file("file", &file_name(label, mime), mime, &bytes),
-            // No clip: the server says what is missing, in its own words.
-            None => {}
+        // No clip: the server says what is missing, in its own words.
+        if let Some((bytes, mime, label)) = clip {
+            form.file("file", &file_name(label, mime), mime, &bytes);
         }
         let mut fields: Vec<(String, String)> = r
             .extra
@@ -209,7 +208,8 @@ impl Form {
     fn part_head(&mut self, disposition: &str) {
         self.body.extend_from_slice(b"--");
         self.body.extend_from_slice(BOUNDARY.as_bytes());
-        self.body.extend_from_slice(b"\r\nContent-Disposition: form-data; ");
+        self.body
+            .extend_from_slice(b"\r\nContent-Disposition: form-data; ");
         self.body.extend_from_slice(disposition.as_bytes());
         self.body.extend_from_slice(b"\r\n");
     }
@@ -302,8 +302,13 @@ mod tests {
         let r = Request::conversation("whisper", &shape, [], "").with_media(&media);
         let body = TRANSCRIPTIONS.body(&r);
         let text = String::from_utf8_lossy(&body);
-        assert!(text.starts_with(&format!("--{BOUNDARY}\r\n")), "{text:.200}");
-        assert!(text.contains("name=\"file\"; filename=\"audio.wav\"\r\nContent-Type: audio/wav\r\n\r\nRIFF"));
+        assert!(
+            text.starts_with(&format!("--{BOUNDARY}\r\n")),
+            "{text:.200}"
+        );
+        assert!(text.contains(
+            "name=\"file\"; filename=\"audio.wav\"\r\nContent-Type: audio/wav\r\n\r\nRIFF"
+        ));
         assert!(text.contains("name=\"model\"\r\n\r\nwhisper\r\n"));
         assert!(text.contains("name=\"stream\"\r\n\r\ntrue\r\n"));
         assert!(text.ends_with(&format!("--{BOUNDARY}--\r\n")));
@@ -323,18 +328,29 @@ mod tests {
         assert_eq!(events(&TRANSCRIPTIONS, openai), [r#"Answer("hi")"#]);
         let done = r#"{"type":"transcript.text.done","text":"hi","usage":{"type":"tokens","input_tokens":5,"output_tokens":1}}"#;
         let e = events(&TRANSCRIPTIONS, done);
-        assert!(e[0].contains("completion_tokens: Some(1)") && e[1] == r#"Finish("stop")"#, "{e:?}");
+        assert!(
+            e[0].contains("completion_tokens: Some(1)") && e[1] == r#"Finish("stop")"#,
+            "{e:?}"
+        );
     }
 
     #[test]
     fn a_whole_answer_gives_its_text_and_its_seconds() {
         let mut out = Vec::new();
         TRANSLATIONS
-            .whole(r#"{"text":"good day","usage":{"type":"duration","seconds":5}}"#, &mut |e| {
-                out.push(format!("{e:?}"))
-            })
+            .whole(
+                r#"{"text":"good day","usage":{"type":"duration","seconds":5}}"#,
+                &mut |e| out.push(format!("{e:?}")),
+            )
             .unwrap();
-        assert_eq!(out, [r#"Answer("good day")"#, "AudioSeconds(5.0)", r#"Finish("stop")"#]);
+        assert_eq!(
+            out,
+            [
+                r#"Answer("good day")"#,
+                "AudioSeconds(5.0)",
+                r#"Finish("stop")"#
+            ]
+        );
         // The wrong shape with HTTP 200 is malformed, not an empty answer.
         assert!(TRANSLATIONS.whole(r#"{"words":[]}"#, &mut |_| {}).is_err());
         assert!(TRANSLATIONS.whole("[1,2]", &mut |_| {}).is_err());

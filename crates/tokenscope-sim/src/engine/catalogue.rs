@@ -249,7 +249,18 @@ pub fn models() -> Vec<Model> {
         // (`crate::speech::AUDIO_ENCODERS`).
         Model {
             audio: Some("whisper-large-v3".into()),
-            ..model("whisper-large-v3", 32, 1280, 20, 20, 64, 51866, 1.55, 0.91, 448)
+            ..model(
+                "whisper-large-v3",
+                32,
+                1280,
+                20,
+                20,
+                64,
+                51866,
+                1.55,
+                0.91,
+                448,
+            )
         },
         // Llama-3.2-11B-Vision: Llama-3.1-8B's 32 layers and 8 cross-attention
         // layers (40 in all) behind an 850M ViT-H/14 (Llama 3 paper §7.2).

@@ -179,7 +179,7 @@ fn target(
     .map_err(|why| Exit::usage(format!("--url `{base}`: {why}")))?
     .with_content_type(api.content_type());
     Ok(Target {
-        pacing: tokenscope_load::realtime_session::Pacing {
+        pacing: tokenscope_load::target::Pacing {
             chunk_ms: r.audio_chunk_ms,
             paced: r.audio_pace == "realtime",
         },
@@ -269,7 +269,12 @@ fn refuse_unfit(spec: &RunSpec, api: &dyn Protocol) -> anyhow::Result<()> {
             api.name()
         )));
     }
-    if api.audio_in() && !spec.load.media_kinds().contains(&tokenscope_load::protocol::MediaKind::Audio) {
+    if api.audio_in()
+        && !spec
+            .load
+            .media_kinds()
+            .contains(&tokenscope_load::protocol::MediaKind::Audio)
+    {
         return Err(Exit::usage(format!(
             "{} sends an audio clip with every request: add --audio 1 (and --audio-seconds S or a SPEC such as uniform:2..10), or a --dataset whose entries name audio",
             api.name()
