@@ -227,6 +227,8 @@ impl Objective {
             // One-token answers have no TPOT to violate.
             SloMetric::Tpot if r.tpot_us().is_none() => true,
             SloMetric::Itl => true,
+            // A session that said nothing (a silent clip) trailed no speech.
+            SloMetric::Lag if r.succeeded() && self.value_us(r).is_none() => true,
             // A request that never answered did not meet it.
             _ => self.value_us(r).is_some_and(|v| v / 1e3 <= self.limit_ms),
         }

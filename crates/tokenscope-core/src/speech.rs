@@ -75,6 +75,12 @@ impl SpeechTally {
         }
         if let Some(rt) = &sp.realtime {
             self.sessions += 1;
+            // Sent as fast as possible, a delta's lag is the server's
+            // backlog of audio it was given at once, not the speaker's:
+            // kept on the record, never judged.
+            if !rt.paced {
+                return;
+            }
             self.lag.record_all_us(rt.lags_us.iter().copied());
             if let Some(f) = rt.final_to_done_us {
                 self.final_to_done.record_us(f);
@@ -172,6 +178,7 @@ mod tests {
             realtime: Some(RealtimeSession {
                 lags_us: lags,
                 final_to_done_us: Some(50_000),
+                paced: true,
                 ..Default::default()
             }),
             ..Default::default()
@@ -205,5 +212,16 @@ mod tests {
             steady.add(&session(vec![400_000; 16]));
         }
         assert!(steady.findings("x").is_empty());
+        // Sent as fast as possible, the lag grows by construction: not judged.
+        let mut fast = SpeechTally::default();
+        for _ in 0..3 {
+            let mut r = session((0..16).map(|k| 40_000 + k * 40_000).collect());
+            if let Some(rt) = r.speech.as_mut().and_then(|s| s.realtime.as_mut()) {
+                rt.paced = false;
+            }
+            fast.add(&r);
+        }
+        assert!(fast.findings("x").is_empty());
+        assert!(fast.finish(1.0).unwrap().lag_ms.is_none());
     }
 }

@@ -39,11 +39,56 @@ struct Heard {
     /// words after it.
     deltas: Vec<(u64, u64)>,
     text: String,
+    /// Words so far, and whether the text ends inside one: counted as
+    /// each delta comes, never by reading the transcript again.
+    words: u64,
+    in_word: bool,
     done: Option<(u64, String, Option<crate::protocol::Usage>)>,
 }
 
+impl Heard {
+    /// One delta's text, arrived `at`; within the transcript's and the
+    /// deltas' bounds.
+    fn take(&mut self, d: &str, at: u64) -> Result<(), Failure> {
+        let max = crate::target::MAX_ANSWER_BYTES;
+        if self.text.len() + d.len() > max {
+            let msg = format!("the transcript outgrew {max} bytes");
+            return Err((ErrorKind::TooLarge, msg));
+        }
+        if self.deltas.len() >= MAX_DELTAS {
+            let msg = format!("more than {MAX_DELTAS} deltas in one session");
+            return Err((ErrorKind::TooLarge, msg));
+        }
+        for c in d.chars() {
+            let word = !c.is_whitespace();
+            self.words += u64::from(word && !self.in_word);
+            self.in_word = word;
+        }
+        self.text.push_str(d);
+        self.deltas.push((at, self.words));
+        Ok(())
+    }
+}
+
+/// The most deltas one session may bring: a million (a delta a word, a
+/// week of speech); past it the session fails `too_large`, so a server
+/// that sends empty deltas forever costs bounded memory.
+pub const MAX_DELTAS: usize = 1_000_000;
+
+/// How long closing a finished session may take: a server that reads
+/// nothing more cannot hold the client past it.
+const CLOSE_WITHIN: Duration = Duration::from_secs(1);
+
+type Failure = (ErrorKind, String);
+type Tx = futures_util::stream::SplitSink<
+    tokio_tungstenite::WebSocketStream<Box<dyn crate::http1::Duplex>>,
+    Message,
+>;
+
 /// Runs one session; `rec` is the record of its start. Never panics;
-/// always returns the record and the transcript.
+/// always returns the record and the transcript. The session's record
+/// starts at its connect (`sent_at_us`): the WebSocket's connect and
+/// handshake are in its TTFT, and said apart as `connect_us`.
 pub async fn run(
     target: &Target,
     clock: &Clock,
@@ -51,28 +96,77 @@ pub async fn run(
     (spec, own_head): (&PromptSpec, &[u8]),
     cancel: &CancellationToken,
 ) -> (RequestRecord, String) {
-    let pacing = target.pacing;
-    let clip = spec.media.iter().find(|m| m.kind == Kind::Audio);
-    let wav = clip.and_then(|m| m.raw());
+    let wav = spec
+        .media
+        .iter()
+        .find(|m| m.kind == Kind::Audio)
+        .and_then(|m| m.raw());
     let pcm = match wav
         .as_deref()
         .map(tokenscope_workload::audio_len::pcm16_16k)
     {
-        None => return crate::failure::fail(
-            rec,
-            clock,
-            ErrorKind::Malformed,
-            "a realtime session needs an audio clip (--audio, or a dataset's audio), sent inline"
-                .into(),
-        ),
+        None => {
+            let why = "a realtime session needs an audio clip (--audio, or a dataset's audio file), sent inline";
+            return crate::failure::fail(rec, clock, ErrorKind::Malformed, why.into());
+        }
         Some(Err(why)) => return crate::failure::fail(rec, clock, ErrorKind::Malformed, why),
         Some(Ok(pcm)) => pcm,
     };
     let audio_s = pcm.len() as f64 / 32_000.0;
-    let deadline = Instant::now() + target.timeout;
+    // At the speaker's pace the clip's own length is speaking, not waiting.
+    let speaking = match target.pacing.paced {
+        true => Duration::from_secs_f64(audio_s),
+        false => Duration::ZERO,
+    };
+    let deadline = Instant::now() + target.timeout + speaking;
     rec.sent_at_us = clock.now_us();
-    let connect_start = rec.sent_at_us;
-    let connected = timeout_at(deadline.min(Instant::now() + target.idle_timeout), async {
+    let opened = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => Err((ErrorKind::Cancelled, "cancelled before the session".to_string())),
+        o = open(target, own_head, deadline) => o,
+    };
+    let (mut tx, mut rx, status) = match opened {
+        Ok(o) => o,
+        Err((kind, msg)) => return crate::failure::fail(rec, clock, kind, msg),
+    };
+    rec.status = Some(status);
+    let connect_us = clock.now_us().saturating_sub(rec.sent_at_us);
+    let mut spoken = Spoken::default();
+    let heard = {
+        let writer = speak(&mut tx, (target, clock), pcm, &mut spoken);
+        let reader = read_until_done(&mut rx, clock, target.idle_timeout, deadline);
+        tokio::pin!(writer, reader);
+        let mut writing = true;
+        loop {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break Err((ErrorKind::Cancelled, "cancelled mid-session".to_string())),
+                w = &mut writer, if writing => {
+                    writing = false;
+                    if let Err(e) = w {
+                        break Err((ErrorKind::Stream, format!("sending audio: {e}")));
+                    }
+                }
+                r = &mut reader => break r,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(CLOSE_WITHIN, tx.close()).await;
+    match heard {
+        Ok(h) => settle(rec, h, (&spoken, audio_s), (target.pacing, connect_us)),
+        Err((kind, msg)) => crate::failure::fail(rec, clock, kind, msg),
+    }
+}
+
+/// Connects, upgrades to a WebSocket and waits for `session.created`,
+/// each step within the idle timeout and the deadline.
+async fn open(
+    target: &Target,
+    own_head: &[u8],
+    deadline: Instant,
+) -> Result<(Tx, Rx, u16), Failure> {
+    let until = deadline.min(Instant::now() + target.idle_timeout);
+    let connected = timeout_at(until, async {
         let (stream, request) = target
             .http
             .websocket(own_head)
@@ -87,106 +181,64 @@ pub async fn run(
     })
     .await;
     let (ws, response) = match connected {
-        Err(_) => {
-            return crate::failure::fail(
-                rec,
-                clock,
-                ErrorKind::Timeout,
-                "no WebSocket session in time".into(),
-            )
-        }
-        Ok(Err((kind, msg))) => return crate::failure::fail(rec, clock, kind, msg),
-        Ok(Ok(ws)) => ws,
+        Err(_) => return Err((ErrorKind::Timeout, "no WebSocket session in time".into())),
+        Ok(c) => c?,
     };
-    rec.status = Some(response.status().as_u16());
-    let (mut tx, mut rx) = ws.split();
-    // `session.created` first.
+    let (tx, mut rx) = ws.split();
     let until = deadline.min(Instant::now() + target.idle_timeout);
     match timeout_at(until, next_event(&mut rx)).await {
-        Ok(Ok(ServerEvent::Created)) => {}
-        Ok(Ok(other)) => {
-            return crate::failure::fail(
-                rec,
-                clock,
-                ErrorKind::Malformed,
-                format!("the session began with {other:?}, not session.created"),
-            )
-        }
-        Ok(Err((kind, msg))) => return crate::failure::fail(rec, clock, kind, msg),
-        Err(_) => {
-            return crate::failure::fail(
-                rec,
-                clock,
-                ErrorKind::Timeout,
-                "no session.created in time".into(),
-            )
-        }
+        Ok(Ok(ServerEvent::Created)) => Ok((tx, rx, response.status().as_u16())),
+        Ok(Ok(other)) => Err((
+            ErrorKind::Malformed,
+            format!("the session began with {other:?}, not session.created"),
+        )),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err((ErrorKind::Timeout, "no session.created in time".into())),
     }
-    let created_at = clock.now_us();
-    let update = String::from_utf8_lossy(&target.api.body(
-        &crate::protocol::Request::conversation(&target.model, &target.shape, [], ""),
-    ))
-    .into_owned();
+}
+
+/// What the writer did: each chunk's send, and the final commit's.
+#[derive(Default)]
+struct Spoken {
+    sent: Vec<u64>,
+    final_at: Option<u64>,
+}
+
+/// The session's events out: `session.update`, the first commit, the
+/// chunks (at the speaker's pace, or at once), the final commit.
+async fn speak(
+    tx: &mut Tx,
+    (target, clock): (&Target, &Clock),
+    pcm: &[u8],
+    spoken: &mut Spoken,
+) -> Result<(), tokio_tungstenite::tungstenite::Error> {
+    let pacing = target.pacing;
+    let request = crate::protocol::Request::conversation(&target.model, &target.shape, [], "");
+    let update = String::from_utf8_lossy(&target.api.body(&request)).into_owned();
+    tx.send(Message::text(update)).await?;
+    tx.send(Message::text(commit(false))).await?;
     let chunk_bytes = (pacing.chunk_ms as usize * 32).max(2);
-    let n_chunks = pcm.len().div_ceil(chunk_bytes);
-    let mut sent = Vec::with_capacity(n_chunks);
-    let mut final_at = None;
-    let heard = {
-        let writer = async {
-            tx.send(Message::text(update)).await?;
-            tx.send(Message::text(commit(false))).await?;
-            let start = Instant::now();
-            for (k, chunk) in pcm.chunks(chunk_bytes).enumerate() {
-                if pacing.paced {
-                    sleep_until(start + Duration::from_millis(k as u64 * pacing.chunk_ms as u64))
-                        .await;
-                }
-                sent.push(clock.now_us());
-                tx.send(Message::text(append(chunk))).await?;
-            }
-            final_at = Some(clock.now_us());
-            tx.send(Message::text(commit(true))).await?;
-            Ok::<_, tokio_tungstenite::tungstenite::Error>(())
-        };
-        let reader = read_until_done(&mut rx, clock, target.idle_timeout, deadline);
-        tokio::pin!(writer, reader);
-        let mut writing = true;
-        let heard = loop {
-            tokio::select! {
-                biased;
-                _ = cancel.cancelled() => break Err((ErrorKind::Cancelled, "cancelled mid-session".to_string())),
-                w = &mut writer, if writing => {
-                    writing = false;
-                    if let Err(e) = w {
-                        break Err((ErrorKind::Stream, format!("sending audio: {e}")));
-                    }
-                }
-                r = &mut reader => break r,
-            }
-        };
-        heard
-    };
-    let _ = tx.close().await;
-    rec.sent_at_us = sent.first().copied().unwrap_or(created_at);
-    let heard = match heard {
-        Ok(h) => h,
-        Err((kind, msg)) => return crate::failure::fail(rec, clock, kind, msg),
-    };
-    settle(
-        rec,
-        heard,
-        (&sent, final_at, audio_s),
-        (pacing, created_at - connect_start.min(created_at)),
-    )
+    spoken.sent.reserve(pcm.len().div_ceil(chunk_bytes));
+    let start = Instant::now();
+    for (k, chunk) in pcm.chunks(chunk_bytes).enumerate() {
+        if pacing.paced {
+            sleep_until(start + Duration::from_millis(k as u64 * pacing.chunk_ms as u64)).await;
+        }
+        spoken.sent.push(clock.now_us());
+        tx.send(Message::text(append(chunk))).await?;
+    }
+    spoken.final_at = Some(clock.now_us());
+    tx.send(Message::text(commit(true))).await
 }
 
 /// The transcript's figures into the record.
 fn settle(
     mut rec: RequestRecord,
     heard: Heard,
-    (sent, final_at, audio_s): (&[u64], Option<u64>, f64),
+    (spoken, audio_s): (&Spoken, f64),
     (pacing, connect_us): (Pacing, u64),
 ) -> (RequestRecord, String) {
+    let (sent, final_at) = (spoken.sent.as_slice(), spoken.final_at);
     let Some((done_at, done_text, usage)) = heard.done else {
         rec.done_at_us = heard.deltas.last().map_or(rec.sent_at_us, |d| d.0);
         rec.error_kind = Some(ErrorKind::Stream);
@@ -341,20 +393,9 @@ async fn read_until_done(
         };
         let at = clock.now_us();
         match event {
-            ServerEvent::Delta(d) => {
-                heard.text.push_str(&d);
-                if heard.text.len() > crate::target::MAX_ANSWER_BYTES {
-                    return Err((
-                        ErrorKind::TooLarge,
-                        format!(
-                            "the transcript outgrew {} bytes",
-                            crate::target::MAX_ANSWER_BYTES
-                        ),
-                    ));
-                }
-                let words = heard.text.split_whitespace().count() as u64;
-                heard.deltas.push((at, words));
-            }
+            // An empty delta says nothing: not kept, not counted.
+            ServerEvent::Delta(d) if d.is_empty() => {}
+            ServerEvent::Delta(d) => heard.take(&d, at)?,
             ServerEvent::Done { text, usage } => {
                 heard.done = Some((at, text, usage));
                 return Ok(heard);
@@ -381,6 +422,31 @@ mod tests {
             lags,
             (0..10).map(|k| 30_000 + k * 1_000).collect::<Vec<u64>>()
         );
+    }
+
+    #[test]
+    fn words_are_counted_across_deltas_that_split_them() {
+        let mut h = Heard::default();
+        for (k, d) in [" hel", "lo wor", "ld", " ", "again"].iter().enumerate() {
+            h.take(d, k as u64).unwrap();
+        }
+        let words: Vec<u64> = h.deltas.iter().map(|d| d.1).collect();
+        assert_eq!(words, [1, 2, 2, 2, 3]);
+        assert_eq!(h.words, h.text.split_whitespace().count() as u64);
+    }
+
+    #[test]
+    fn a_session_of_endless_deltas_is_cut_at_its_bounds() {
+        let mut h = Heard {
+            deltas: vec![(0, 0); MAX_DELTAS],
+            ..Heard::default()
+        };
+        assert_eq!(h.take("a", 1).unwrap_err().0, ErrorKind::TooLarge);
+        let mut long = Heard {
+            text: "a".repeat(crate::target::MAX_ANSWER_BYTES),
+            ..Heard::default()
+        };
+        assert_eq!(long.take("b", 1).unwrap_err().0, ErrorKind::TooLarge);
     }
 
     #[test]

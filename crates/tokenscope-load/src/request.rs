@@ -8,7 +8,9 @@ use crate::abandon::Leave;
 use crate::counts::{implausible, implausible_running, split_tokens, Carried};
 use crate::failure::fail;
 use crate::http1::{Body, Conn, Head, HttpError};
-use crate::protocol::{ItemsAsked, Piece, Protocol, Reasoner, ReasoningParser, Request, Usage};
+use crate::protocol::{
+    ItemsAsked, MediaKind, Piece, Protocol, Reasoner, ReasoningParser, Request, Usage,
+};
 use crate::sse::SseParser;
 use crate::tools::{merge, CallSoFar, ToolUse};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -355,6 +357,13 @@ pub async fn execute(
     let mut rec = sent_record(&ticket, spec, adapter, &judging);
     (rec.request_id, rec.traceparent) = (request_id, traceparent);
     rec.class = class.map(|c| c.name.clone());
+    let inline_clip = |m: &std::sync::Arc<tokenscope_workload::media::Media>| {
+        m.kind == MediaKind::Audio && m.base64().is_some()
+    };
+    if target.api.audio_in() && !spec.media.iter().any(inline_clip) {
+        let why = format!("{} uploads the clip itself: a clip named by URL cannot be sent (name a file beside the dataset)", target.api.name());
+        return fail(rec, clock, ErrorKind::Malformed, why);
+    }
     if target.api.audio_in() {
         // A transcript is as long as its audio: no length was asked.
         (rec.requested_input_tokens, rec.requested_output_tokens) = (None, None);

@@ -182,10 +182,12 @@ async fn transcribe(s: Arc<Speech>, form: Multipart, translate: bool) -> Respons
         Ok(a) => a,
         Err(why) => return bad_request(&format!("the audio cannot be read: {why}")),
     };
+    // A transcript's length is bounded: a decoder writes at most a few
+    // hundred tokens a window, and a timer's arithmetic stays in range.
     let words = form
         .max_tokens
         .unwrap_or((audio_s * WORDS_PER_AUDIO_SECOND).ceil() as u64)
-        .max(1);
+        .clamp(1, 1 << 20);
     let prompt_tokens = (audio_s * 50.0).ceil() as u64;
     let job = Job {
         audio_s,

@@ -20,7 +20,7 @@ pub fn seconds(bytes: &[u8], mime: &str) -> Result<f64, String> {
 /// chunk's bytes a second. A streamed WAV's `data` size (0 or
 /// 0xFFFFFFFF, "to the end") is read as the bytes that follow.
 pub fn wav(bytes: &[u8]) -> Result<f64, String> {
-    let (fmt, data) = wav_parts(bytes)?;
+    let (fmt, data) = wav_parts(bytes, false)?;
     Ok(data.len() as f64 / fmt.byte_rate as f64)
 }
 
@@ -28,7 +28,7 @@ pub fn wav(bytes: &[u8]) -> Result<f64, String> {
 /// `head` (the first bytes), its samples from the `total` bytes that came
 /// (a streamed WAV's `data` size says "to the end").
 pub fn wav_stream_seconds(head: &[u8], total: u64) -> Result<f64, String> {
-    let (fmt, data) = wav_parts(head)?;
+    let (fmt, data) = wav_parts(head, true)?;
     let offset = data.as_ptr() as usize - head.as_ptr() as usize;
     let declared = u32::from_le_bytes(head[offset - 4..offset].try_into().expect("4 bytes")) as u64;
     let came = total.saturating_sub(offset as u64);
@@ -54,7 +54,7 @@ pub struct WavFormat {
 /// takes them (base64 PCM16 at 16 kHz); any other WAV is refused, saying
 /// what it is.
 pub fn pcm16_16k(bytes: &[u8]) -> Result<&[u8], String> {
-    let (f, data) = wav_parts(bytes)?;
+    let (f, data) = wav_parts(bytes, false)?;
     if (f.code, f.channels, f.sample_rate, f.bits) != (1, 1, 16_000, 16) {
         return Err(format!(
             "the realtime API takes 16 kHz mono 16-bit PCM; this WAV is {} Hz, {} channel(s), {} bits (format {}): resample it",
@@ -64,8 +64,10 @@ pub fn pcm16_16k(bytes: &[u8]) -> Result<&[u8], String> {
     Ok(&data[..data.len() & !1])
 }
 
-/// A WAV's format and its `data` chunk's bytes.
-fn wav_parts(bytes: &[u8]) -> Result<(WavFormat, &[u8]), String> {
+/// A WAV's format and its `data` chunk's bytes. `streamed`: a `data` size
+/// of 0 means "to the end", as a WAV written while it streams says it (in
+/// a file, 0 is an empty chunk; 0xFFFFFFFF is "to the end" in both).
+fn wav_parts(bytes: &[u8], streamed: bool) -> Result<(WavFormat, &[u8]), String> {
     if bytes.len() < 12 || &bytes[0..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
         return Err("not a WAV file (no RIFF/WAVE header)".into());
     }
@@ -81,8 +83,13 @@ fn wav_parts(bytes: &[u8]) -> Result<(WavFormat, &[u8]), String> {
             let f = bytes
                 .get(body..body + 16)
                 .ok_or("a WAV `fmt ` chunk cut short")?;
+            // WAVE_FORMAT_EXTENSIBLE names its format in its sub-format's first two bytes.
+            let code = match (u16_at(f, 0), bytes.get(body + 24..body + 26)) {
+                (0xFFFE, Some(sub)) if size >= 40 => u16_at(sub, 0),
+                (code, _) => code,
+            };
             let parsed = WavFormat {
-                code: u16_at(f, 0),
+                code,
                 channels: u16_at(f, 2),
                 sample_rate: u32_at(f, 4),
                 byte_rate: u32_at(f, 8),
@@ -96,7 +103,8 @@ fn wav_parts(bytes: &[u8]) -> Result<(WavFormat, &[u8]), String> {
             let f = format.ok_or("a WAV `data` chunk before its `fmt ` chunk")?;
             let left = bytes.len() - body;
             let data = match size {
-                0 | 0xFFFF_FFFF => left,
+                0xFFFF_FFFF => left,
+                0 if streamed => left,
                 n => n.min(left),
             };
             return Ok((f, &bytes[body..body + data]));
@@ -132,9 +140,11 @@ fn flac(bytes: &[u8]) -> Result<f64, String> {
 /// An MP3's duration: its MPEG audio frames counted, each one's samples
 /// over its own sample rate. An ID3v2 tag first is skipped.
 fn mp3(bytes: &[u8]) -> Result<f64, String> {
+    // A run of frames is trusted once it holds this many: junk before the
+    // audio may look like one frame header by chance, hardly like three.
+    const TRUSTED: u64 = 3;
     let mut at = id3_len(bytes);
-    let mut seconds = 0.0;
-    let mut frames = 0u64;
+    let (mut run_start, mut seconds, mut frames) = (at, 0.0, 0u64);
     while at + 4 <= bytes.len() {
         match mp3_frame(&bytes[at..at + 4]) {
             Some((len, samples, rate)) => {
@@ -142,11 +152,16 @@ fn mp3(bytes: &[u8]) -> Result<f64, String> {
                 frames += 1;
                 at += len;
             }
-            // A trailing tag (ID3v1, APE) or junk ends the frames.
-            None if frames > 0 => break,
-            None => at += 1,
+            // A trailing tag (ID3v1, APE) or junk ends a trusted run.
+            None if frames >= TRUSTED => break,
+            // A false sync: look again from the byte after where it began.
+            None => {
+                run_start += 1;
+                (at, seconds, frames) = (run_start, 0.0, 0);
+            }
         }
     }
+    // A file that ends within its first run is taken as the frames it holds.
     match frames {
         0 => Err("not an MP3 file (no MPEG audio frame found)".into()),
         _ => Ok(seconds),
@@ -250,6 +265,27 @@ mod tests {
         let mut b = wav_of(1.0, 16_000);
         b[40..44].copy_from_slice(&0xFFFF_FFFFu32.to_le_bytes());
         assert_eq!(wav(&b).unwrap(), 1.0);
+        // In a file, a data chunk of 0 bytes is empty, whatever follows it.
+        b[40..44].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(wav(&b).unwrap(), 0.0);
+        assert_eq!(wav_stream_seconds(&b[..64], b.len() as u64).unwrap(), 1.0);
+    }
+
+    #[test]
+    fn an_extensible_wav_of_pcm_is_taken_for_realtime() {
+        let plain = wav_of(0.5, 16_000);
+        // The same samples under WAVE_FORMAT_EXTENSIBLE: a 40-byte fmt chunk.
+        let mut b = b"RIFF\0\0\0\0WAVEfmt ".to_vec();
+        b.extend_from_slice(&40u32.to_le_bytes());
+        b.extend_from_slice(&0xFFFEu16.to_le_bytes());
+        b.extend_from_slice(&plain[22..36]); // channels, rate, byte rate, align, bits
+        b.extend_from_slice(&22u16.to_le_bytes());
+        b.extend_from_slice(&16u16.to_le_bytes());
+        b.extend_from_slice(&4u32.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes()); // sub-format: PCM
+        b.extend_from_slice(&[0u8; 14]);
+        b.extend_from_slice(&plain[36..]);
+        assert_eq!(pcm16_16k(&b).unwrap().len(), 16_000);
     }
 
     #[test]
@@ -308,5 +344,11 @@ mod tests {
         }
         let s = mp3(&b).unwrap();
         assert!((s - 100.0 * 1152.0 / 44_100.0).abs() < 1e-9, "{s}");
+        // Junk holding one false frame header before the audio is passed over.
+        let mut junk = vec![0u8; 7];
+        junk.extend_from_slice(&[0xff, 0xfb, 0x90, 0x00, 1, 2, 3]);
+        junk.extend_from_slice(&b);
+        let s2 = mp3(&junk).unwrap();
+        assert!((s2 - s).abs() < 1e-9, "{s2} vs {s}");
     }
 }

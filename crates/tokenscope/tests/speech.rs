@@ -83,14 +83,14 @@ fn speech(
 #[test]
 fn transcriptions_and_translations_are_timed_within_a_millisecond_and_their_rtfx_is_exact() {
     let server = Server::start(exact(40, 10));
-    let clip = ["--audio", "1", "--audio-seconds", "2", "--requests", "3"];
+    let clip = ["--audio", "1", "--audio-seconds", "2", "--requests", "5"];
     for (api, kind) in [
         ("openai-transcriptions", "transcription"),
         ("openai-translations", "translation"),
     ] {
         let (_, r, recs) = speech(&server.url, kind, api, &clip);
         let own = log(&server, kind);
-        assert_eq!((recs.len(), own.len()), (3, 3), "{api}");
+        assert_eq!((recs.len(), own.len()), (5, 5), "{api}");
         let mut first = Vec::new();
         let mut last = Vec::new();
         for (rec, s) in recs.iter().zip(&own) {
@@ -128,12 +128,13 @@ fn transcriptions_and_translations_are_timed_within_a_millisecond_and_their_rtfx
             .collect();
         rtfx.sort_by(f64::total_cmp);
         let p50 = stat(&r, "speech.rtfx.p50");
-        assert!((p50 - rtfx[1]).abs() / rtfx[1] < 0.002, "{p50} vs {rtfx:?}");
+        assert!((p50 - rtfx[2]).abs() / rtfx[2] < 0.002, "{p50} vs {rtfx:?}");
         // Against the server's known time (80 ms for 2 s: RTFx 25), the
-        // client's send-to-end adds only the upload and the loopback.
-        assert!(rtfx[1] <= 25.0 && rtfx[1] > 25.0 * 80.0 / 85.0, "{rtfx:?}");
+        // client's send-to-end adds the upload, the loopback and, on a
+        // loaded machine, the server's own lateness (bounded above).
+        assert!(rtfx[2] <= 25.0 && rtfx[2] > 25.0 * 80.0 / 130.0, "{rtfx:?}");
         assert!((stat(&r, "speech.rtf_p50") - 1.0 / p50).abs() < 1e-9);
-        assert_eq!(stat(&r, "speech.audio_in_s"), 6.0);
+        assert_eq!(stat(&r, "speech.audio_in_s"), 10.0);
     }
 }
 
@@ -209,11 +210,11 @@ fn a_realtime_session_at_pace_lags_as_the_server_says() {
         "--audio-chunk-ms",
         "100",
         "--requests",
-        "2",
+        "3",
     ];
     let (_, r, recs) = speech(&server.url, "realtime", "openai-realtime", &args);
     let own = log(&server, "realtime");
-    assert_eq!((recs.len(), own.len()), (2, 2));
+    assert_eq!((recs.len(), own.len()), (3, 3));
     let mut diffs = Vec::new();
     let mut ends = Vec::new();
     for (q, s) in recs.iter().zip(&own) {
@@ -258,9 +259,9 @@ fn a_realtime_session_at_pace_lags_as_the_server_says() {
         median(abs.clone()) < 1.0,
         "lag − the server's own, ms: {diffs:?}"
     );
-    assert!(abs.iter().all(|&d| d < 10.0), "{diffs:?}");
+    assert!(abs.iter().all(|&d| d < 25.0), "{diffs:?}");
     // From the last audio to `transcription.done`: the server's own, too.
-    assert!(ends.iter().all(|d| d.abs() < 10.0), "{ends:?}");
+    assert!(ends.iter().all(|d| d.abs() < 25.0), "{ends:?}");
     assert!(
         median(ends.iter().map(|d| d.abs()).collect()) < 1.0,
         "{ends:?}"
@@ -268,6 +269,8 @@ fn a_realtime_session_at_pace_lags_as_the_server_says() {
     // The lag is the TTFT of each chunk: 40 ms, the median and p99 within a few.
     let p50 = stat(&r, "speech.lag_ms.p50");
     assert!((40.0..45.0).contains(&p50), "{p50}");
+    // Three sessions of 20 deltas judged, none growing: no finding.
+    assert_eq!(stat(&r, "speech.sessions_judged"), 3.0);
     assert!(!has_rule(&r, "realtime_lag_grows"));
     // As fast as possible: the chunks come together, the config says so.
     let (_, r, recs) = speech(
@@ -280,6 +283,11 @@ fn a_realtime_session_at_pace_lags_as_the_server_says() {
     assert!(recs
         .iter()
         .all(|q| q["speech"]["realtime"]["paced"] == false));
+    // Its lags are the server's backlog, not the speaker's: kept per
+    // record, never summarised or judged.
+    assert!(r["speech"]["lag_ms"].is_null(), "{}", r["speech"]);
+    let kept = |q: &Value| q["speech"]["realtime"]["lags_us"].as_array().map(Vec::len);
+    assert!(recs.iter().all(|q| kept(q) == Some(20)), "{recs:?}");
 }
 
 #[test]
@@ -379,11 +387,30 @@ fn a_speech_api_without_audio_is_refused_saying_what_to_add() {
         ],
     );
     assert!(said.contains("audio-chunk-ms"), "{said}");
+    // One clip is uploaded: two would be counted and not sent.
+    let two = [
+        "--model",
+        "m",
+        "--api",
+        "openai-transcriptions",
+        "--no-metrics",
+        "--audio",
+        "2",
+    ];
+    let said = refused(&server.url, &two);
+    assert!(said.contains("one clip a request"), "{said}");
+    // The lag is a realtime session's: another API has none to judge.
+    let said = refused(
+        &server.url,
+        &[&EXACT_CHAT[..], &["--slo", "lag_p99=500ms"]].concat(),
+    );
+    assert!(said.contains("openai-realtime"), "{said}");
 }
 
 /// Realtime lag on the simulated engine, at one concurrency: its results.
 fn realtime_on_the_engine(url: &str, c: u32) -> Value {
-    let n = c.to_string();
+    // At least 3 sessions, so the finding can be judged at any load.
+    let (n, sessions) = (c.to_string(), c.max(3).to_string());
     let args = [
         "--model",
         "llama-3.1-8b",
@@ -397,7 +424,7 @@ fn realtime_on_the_engine(url: &str, c: u32) -> Value {
         "--media-pool",
         "1",
         "--requests",
-        &n,
+        &sessions,
         "--concurrency",
         &n,
     ];
@@ -427,6 +454,7 @@ fn on_the_engine_the_lag_grows_with_concurrency_and_the_finding_names_the_load()
         stat(&heavy, "speech.lag_ms.p99"),
     );
     assert!(h > 3.0 * l, "lag p99 at 2 sessions {l} ms, at 12 {h} ms");
+    assert!(stat(&light, "speech.sessions_judged") >= 3.0);
     assert!(
         !has_rule(&light, "realtime_lag_grows"),
         "{:?}",
@@ -567,7 +595,7 @@ fn hostile_session(url: &str, name: &str) -> Value {
 }
 
 #[test]
-fn a_hostile_realtime_server_fails_its_session_with_a_reason_and_bounded_memory() {
+fn a_hostile_realtime_server_fails_its_session_with_a_reason() {
     use tokio_tungstenite::tungstenite::Message;
     // One endless event: 2 MiB of delta, past the 1 MiB an event may hold.
     let huge = ws_server(|| {
@@ -588,7 +616,7 @@ fn a_hostile_realtime_server_fails_its_session_with_a_reason_and_bounded_memory(
         hostile_session(&binary, "ws-binary")["error_kind"],
         "malformed"
     );
-    // Deltas, then silence: the session stalls past --idle-timeout, its deltas kept.
+    // Deltas, then silence: the session fails at --idle-timeout, not later.
     let silent = ws_server(|| {
         vec![Message::text(
             r#"{"type":"transcription.delta","delta":" hi"}"#,

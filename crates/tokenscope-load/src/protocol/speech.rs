@@ -141,11 +141,6 @@ impl Protocol for SpeechToText {
         Ok(())
     }
 
-    fn ends_with_the_body(&self) -> bool {
-        // OpenAI's stream ends with its `transcript.text.done`, no `[DONE]`.
-        true
-    }
-
     fn media_kinds(&self) -> &'static [MediaKind] {
         &[MediaKind::Audio]
     }

@@ -280,6 +280,24 @@ fn refuse_unfit(spec: &RunSpec, api: &dyn Protocol) -> anyhow::Result<()> {
             api.name()
         )));
     }
+    let lag_slo = spec.output.slo.as_ref().is_some_and(|s| {
+        s.objectives
+            .iter()
+            .any(|o| o.metric == tokenscope_core::slo::SloMetric::Lag)
+    });
+    if lag_slo && !api.websocket() {
+        return Err(Exit::usage(format!(
+            "--slo lag_…: the lag behind the speaker is a realtime session's (--api openai-realtime); {} has none",
+            api.name()
+        )));
+    }
+    let clips = spec.load.flags.audio;
+    if api.audio_in() && clips > 1 {
+        return Err(Exit::usage(format!(
+            "{} uploads one clip a request: --audio {clips} would send one and count {clips} (use --audio 1)",
+            api.name()
+        )));
+    }
     if r.batch_size > 1 && !api.pooling() {
         return Err(Exit::usage(format!(
             "--batch-size {} applies to the pooling APIs (openai-embeddings, rerank); {} sends one prompt a request",
