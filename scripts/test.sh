@@ -2,6 +2,8 @@
 # The test command (README, .ci/run): installs what the tests need, then runs them all.
 #  - the llama.cpp fixture: llama-server built from source and generated models,
 #    cached under ~/.cache/tokenscope (scripts/llama-fixture.sh);
+#  - the whisper.cpp fixture: whisper-server built from PyPI's pywhispercpp source
+#    package and a generated tiny Whisper model, cached likewise (scripts/whisper-fixture.sh);
 #  - a PostgreSQL server from Debian's packages for the history tests, on
 #    127.0.0.1, in a temporary directory, stopped after (scripts/postgres-fixture.sh);
 #  - Debian's chromium (the HTML report is checked in headless Chromium),
@@ -40,6 +42,13 @@ while IFS='=' read -r key value; do
   [ -n "$key" ] && export "$key=$value"
 done <<< "$fixture"
 echo "llama.cpp fixture: $LLAMA_SERVER" >&2
+
+# whisper.cpp's server and a generated Whisper model (the speech tests), with the
+# llama fixture's build tools.
+whisper="$(scripts/whisper-fixture.sh)"
+while IFS='=' read -r key value; do
+  [ -n "$key" ] && export "$key=$value"
+done <<< "$whisper"
 
 # kubernetes-validate (PyPI): Kubernetes' schemas, offline, for the manifests.
 k8s_venv="${XDG_CACHE_HOME:-$HOME/.cache}/tokenscope/k8s-venv"
